@@ -1,0 +1,28 @@
+# Set-up and the two everyday commands. `make quickstart` and `make test` create .venv on first
+# use: torch first (the CPU wheel 2.13.0 that pip finds on this machine), then flnet with its
+# test extras. To use your own torch build instead: make TORCH_SPEC="torch==<your version>",
+# or install flnet into your own environment with `pip install -e ".[test]"`.
+
+PYTHON ?= python3
+VENV ?= .venv
+TORCH_SPEC ?= torch==2.13.0
+BIN := $(VENV)/bin
+
+.PHONY: quickstart test bench setup clean
+
+quickstart: $(VENV)/.installed
+	$(BIN)/flnet run scenarios/quickstart.yaml
+
+test: $(VENV)/.installed
+	$(BIN)/python -m pytest
+
+setup: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet "$(TORCH_SPEC)"
+	$(BIN)/python -m pip install --quiet -e ".[test]"
+	touch $@
+
+clean:
+	rm -rf $(VENV) runs

@@ -1,0 +1,55 @@
+"""FedAvg: McMahan et al., "Communication-Efficient Learning of Deep Networks from
+Decentralized Data", AISTATS 2017, Algorithm 1 (FederatedAveraging).
+
+Each round t the server picks S_t, sends x_t; each client k in S_t runs tau local SGD steps
+from x_t (ClientUpdate) and returns x^k_{t+1}; the server sets
+x_{t+1} = sum_{k in S_t} (n_k / m_t) x^k_{t+1} with m_t = sum_{k in S_t} n_k (the arXiv v4
+form of line 8). Only clients whose upload was delivered count: a client dropped at the
+deadline, or beyond the first K under over-selection, is left out of the sum and out of m_t.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, NamedTuple
+
+import numpy as np
+import torch
+
+from flnet.config import CohortConfig, LocalConfig, Strict
+from flnet.wire import ModelMessage, bits
+
+
+class Config(Strict):
+    name: Literal["fedavg"] = "fedavg"
+    cohort: CohortConfig = CohortConfig()
+    local: LocalConfig = LocalConfig()
+
+
+class State(NamedTuple):
+    round: int
+    x: torch.Tensor  # [P] global model
+
+
+def init(world, cfg: Config) -> State:
+    return State(0, world.model.init_params())
+
+
+def weighted_mean(params: torch.Tensor, weights: np.ndarray) -> torch.Tensor:
+    """sum_k w_k / sum(w) * params[k]: [C, P], [C] -> [P]."""
+    w = torch.as_tensor(weights, dtype=params.dtype, device=params.device)
+    return (w @ params) / w.sum()
+
+
+def protocol(world, cfg: Config, state: State):
+    x = state.x
+    k = cfg.cohort.k(world.num_clients)
+    for t in world.rounds(state.round):
+        cohort = world.sample_clients(k, t, cfg.cohort.over_selection)          # S_t
+        work = world.local_train(cohort, x, cfg.local, t)                      # ClientUpdate(k, x_t)
+        done = yield world.round_trip(cohort, t, bits(ModelMessage(x)), work.flops,
+                                      bits(ModelMessage(work.params[0])),
+                                      cfg.cohort.deadline_s, keep=k)
+        if len(done.positions):
+            x = weighted_mean(work.params[done.positions],                     # line 8
+                              world.num_samples[cohort[done.positions]])
+        world.publish(t, x, State(t, x))

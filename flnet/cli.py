@@ -1,0 +1,125 @@
+"""Command line: ``flnet run``, ``flnet validate``, ``flnet schema``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from flnet.errors import FlnetError
+
+err_console = Console(stderr=True)
+
+
+class ProgressBar:
+    """Observer that shows rounds done and the latest accuracy, simulated time and joules."""
+
+    def __init__(self, progress: Progress, rounds: int):
+        self.progress = progress
+        self.task = progress.add_task("starting", total=rounds)
+
+    def on_round(self, world, round, params, state, stopping):
+        rows = world.observers[0].rows
+        acc = f"acc {rows[-1]['test_accuracy']:.3f}" if rows else ""
+        self.progress.update(self.task, completed=round, description=(
+            f"{acc}  {world.now:10.2f} sim-s  {world.ledger.total_energy_j:10.3g} J"))
+        return None
+
+
+def summary_table(summary: dict) -> Table:
+    table = Table(title=f"{summary['scenario']} ({summary['algorithm']}, seed {summary['seed']})")
+    table.add_column("quantity")
+    table.add_column("value", justify="right")
+    acc = summary["final_test_accuracy"]
+    rows = [
+        ("status", f"{summary['status']} ({summary['stop_reason']})"),
+        ("rounds", str(summary["rounds"])),
+        ("final test accuracy", "-" if acc is None else f"{acc:.4f}"),
+        ("simulated time", f"{summary['sim_time_s']:.3f} s"),
+        ("energy", f"{summary['energy_j']:.4g} J"),
+        ("bits up / down", f"{summary['bits_up']:.4g} / {summary['bits_down']:.4g}"),
+        ("wall time", f"{summary['wall_s']:.1f} s"),
+    ]
+    for name, value in rows:
+        table.add_row(name, value)
+    return table
+
+
+def cmd_run(args) -> int:
+    from flnet.run import run
+    from flnet.scenario import load_scenario
+
+    overrides = list(args.set or [])
+    if args.out:
+        overrides.append(f"output.dir={args.out}")
+    scenario = load_scenario(args.file, overrides)
+    observers = ()
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), console=err_console, disable=args.quiet, transient=True) as progress:
+        if not args.quiet:
+            observers = (ProgressBar(progress, scenario.run.rounds),)
+        result = run(scenario, observers=observers)
+    Console().print(summary_table(result.summary))
+    print(f"results in {result.output_dir}/")
+    return 0
+
+
+def cmd_validate(args) -> int:
+    from flnet.scenario import load_scenario
+
+    for path in args.files:
+        scenario = load_scenario(path, args.set)
+        print(f"{path}: ok ({scenario.algorithm.name}, {scenario.clients.count} clients)")
+    return 0
+
+
+def cmd_schema(args) -> int:
+    from flnet.scenario import json_schema
+
+    text = json_schema()
+    if args.output:
+        Path(args.output).write_text(text + "\n")
+    else:
+        print(text)
+    return 0
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="flnet", description=__doc__)
+    sub = p.add_subparsers(dest="command", required=True)
+    r = sub.add_parser("run", help="simulate a scenario and write its results")
+    r.add_argument("file")
+    r.add_argument("--set", action="append", metavar="FIELD=VALUE",
+                   help="override a field, e.g. --set algorithm.local.lr=0.1 (repeatable)")
+    r.add_argument("--out", help="output folder (default: output.dir, or runs/<name>)")
+    r.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    r.set_defaults(func=cmd_run)
+    v = sub.add_parser("validate", help="check scenario files")
+    v.add_argument("files", nargs="+")
+    v.add_argument("--set", action="append", metavar="FIELD=VALUE")
+    v.set_defaults(func=cmd_validate)
+    s = sub.add_parser("schema", help="print the scenario JSON Schema (for editors)")
+    s.add_argument("-o", "--output")
+    s.set_defaults(func=cmd_schema)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except FlnetError as e:
+        err_console.print(f"[bold red]error:[/] {escape(str(e))}", highlight=False)
+        return 2
+    except KeyboardInterrupt:
+        err_console.print("interrupted")
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,173 @@
+"""Per-client parameter distributions in scenario files.
+
+A device or radio parameter is either a number (every client the same) or a distribution that is
+sampled once per client when the world is built, e.g. ``cpu_hz: {kind: lognormal, median: 1.0e9,
+sigma: 0.5}`` for a lognormal spread of CPU speeds.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal, Union
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic.functional_validators import BeforeValidator
+from pydantic.json_schema import WithJsonSchema
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
+
+
+class Lognormal(_Strict):
+    """exp(N(log median, sigma^2)): the usual model of device-speed spread."""
+
+    kind: Literal["lognormal"]
+    median: float = Field(gt=0)
+    sigma: float = Field(ge=0)
+
+    def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        return self.median * np.exp(self.sigma * rng.standard_normal(n))
+
+    @property
+    def low(self) -> float:
+        return self.median * np.exp(-40 * self.sigma)  # positive; the far tail is never drawn
+
+
+class Uniform(_Strict):
+    kind: Literal["uniform"]
+    low: float
+    high: float
+
+    @model_validator(mode="after")
+    def _ordered(self):
+        if self.high < self.low:
+            raise ValueError(f"high ({self.high}) must be >= low ({self.low})")
+        return self
+
+    def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        return rng.uniform(self.low, self.high, n)
+
+
+class Normal(_Strict):
+    kind: Literal["normal"]
+    mean: float
+    std: float = Field(ge=0)
+
+    def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        return self.mean + self.std * rng.standard_normal(n)
+
+    @property
+    def low(self) -> float:
+        return -np.inf if self.std > 0 else self.mean
+
+
+class Choice(_Strict):
+    """One of `values` per client, with optional `weights` (device tiers)."""
+
+    kind: Literal["choice"]
+    values: list[float] = Field(min_length=1)
+    weights: list[float] | None = None
+
+    @model_validator(mode="after")
+    def _weights_match(self):
+        if self.weights is not None:
+            if len(self.weights) != len(self.values):
+                raise ValueError("weights must have one entry per value")
+            if min(self.weights) < 0 or sum(self.weights) <= 0:
+                raise ValueError("weights must be >= 0 with a positive sum")
+        return self
+
+    def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        p = None if self.weights is None else np.asarray(self.weights) / sum(self.weights)
+        return rng.choice(np.asarray(self.values, dtype=float), size=n, p=p)
+
+    @property
+    def low(self) -> float:
+        return min(self.values)
+
+
+class PerClient(_Strict):
+    """An explicit value for each client, in client order."""
+
+    kind: Literal["per_client"]
+    values: list[float] = Field(min_length=1)
+
+    def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        if n != len(self.values):
+            from flnet.errors import ScenarioError
+            raise ScenarioError(f"per_client lists {len(self.values)} values for {n} clients")
+        return np.asarray(self.values, dtype=float)
+
+    @property
+    def low(self) -> float:
+        return min(self.values)
+
+
+class Constant(_Strict):
+    kind: Literal["constant"] = "constant"
+    value: float
+
+    def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        return np.full(n, self.value, dtype=float)
+
+    @property
+    def low(self) -> float:
+        return self.value
+
+
+_KINDS = {"lognormal": Lognormal, "uniform": Uniform, "normal": Normal, "choice": Choice,
+          "per_client": PerClient, "constant": Constant}
+AnyDist = Union[Constant, Lognormal, Uniform, Normal, Choice, PerClient]
+
+
+def _parse(value: Any) -> AnyDist:
+    if isinstance(value, tuple(_KINDS.values())):
+        return value
+    if isinstance(value, bool):
+        raise ValueError("expected a number or a distribution, got a boolean")
+    if isinstance(value, (int, float)):
+        return Constant(value=float(value))
+    if isinstance(value, str):
+        try:
+            return Constant(value=float(value))  # YAML reads 1e9 (no dot) as a string
+        except ValueError:
+            pass
+    if isinstance(value, dict):
+        kind = value.get("kind")
+        if kind not in _KINDS:
+            raise ValueError(f"distribution kind {kind!r} is not known; allowed: "
+                             + ", ".join(_KINDS))
+        return _KINDS[kind].model_validate(value)
+    raise ValueError("expected a number or a distribution such as "
+                     "{kind: lognormal, median: ..., sigma: ...}; kinds: " + ", ".join(_KINDS))
+
+
+_SCHEMA = {"anyOf": [{"type": "number"}] + [
+    {"type": "object", "properties": {"kind": {"const": k}}, "required": ["kind"]} for k in _KINDS]}
+
+Dist = Annotated[AnyDist, BeforeValidator(_parse), WithJsonSchema(_SCHEMA)]
+
+
+def _positive(d: AnyDist) -> AnyDist:
+    if not d.low > 0:
+        raise ValueError("must be positive for every client: use a number > 0, a lognormal, "
+                         "or a uniform/choice with values > 0")
+    return d
+
+
+def _nonnegative(d: AnyDist) -> AnyDist:
+    if not d.low >= 0:
+        raise ValueError("must be >= 0 for every client")
+    return d
+
+
+PositiveDist = Annotated[
+    AnyDist, BeforeValidator(lambda v: _positive(_parse(v))), WithJsonSchema(_SCHEMA)]
+NonNegativeDist = Annotated[
+    AnyDist, BeforeValidator(lambda v: _nonnegative(_parse(v))), WithJsonSchema(_SCHEMA)]
+
+
+def sample(d: AnyDist, rng: np.random.Generator, n: int) -> np.ndarray:
+    """Draw one value per client: `[n]` float64."""
+    return d.sample(rng, n)

@@ -1,0 +1,20 @@
+"""The one error type users see: a mistake in their input, named by field."""
+
+
+class FlnetError(Exception):
+    """A problem with the user's input or environment, shown without a traceback.
+
+    `field` is the dotted path of the offending scenario field when there is one.
+    """
+
+    def __init__(self, message: str, field: str | None = None):
+        self.field = field
+        super().__init__(f"{field}: {message}" if field else message)
+
+
+class ScenarioError(FlnetError):
+    """The scenario file is malformed or inconsistent."""
+
+
+class DataError(FlnetError):
+    """A data set is missing or unreadable."""

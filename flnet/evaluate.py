@@ -1,0 +1,50 @@
+"""Evaluation of one model: test accuracy and loss, and how accuracy spreads over clients.
+
+Per-client accuracy is the global model's accuracy on each client's own training share, so a
+skewed partition shows its worst-served clients.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch.nn import functional as F
+
+from flnet.data import FederatedData
+from flnet.models import Model
+
+
+class Evaluator:
+    def __init__(self, model: Model, data: FederatedData, chunk: int = 8192):
+        self.model = model
+        self.data = data
+        self.chunk = chunk
+        sizes = data.num_samples
+        self._client_of_row = torch.as_tensor(
+            np.concatenate([np.full(n, k) for k, n in enumerate(sizes)]),
+            device=data.x_train.device)
+        self._rows = torch.as_tensor(np.concatenate(data.client_indices),
+                                     device=data.x_train.device)
+        self._sizes = torch.as_tensor(sizes, dtype=torch.float64, device=data.x_train.device)
+
+    def _logits(self, params: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():
+            return torch.cat([self.model.forward(params, x[i:i + self.chunk])
+                              for i in range(0, len(x), self.chunk)])
+
+    def __call__(self, params: torch.Tensor) -> dict[str, float]:
+        """params [P] -> accuracy and loss on the test set; client accuracy mean/worst/p10."""
+        logits = self._logits(params, self.data.x_test)
+        test_loss = F.cross_entropy(logits, self.data.y_test).item()
+        test_acc = (logits.argmax(1) == self.data.y_test).double().mean().item()
+        correct = (self._logits(params, self.data.x_train[self._rows]).argmax(1)
+                   == self.data.y_train[self._rows]).double()
+        per_client = torch.zeros_like(self._sizes).index_add_(0, self._client_of_row, correct)
+        per_client = (per_client / self._sizes).cpu().numpy()
+        return {
+            "test_accuracy": test_acc,
+            "test_loss": test_loss,
+            "client_accuracy_mean": float(per_client.mean()),
+            "client_accuracy_worst": float(per_client.min()),
+            "client_accuracy_p10": float(np.percentile(per_client, 10)),
+        }

@@ -1,0 +1,366 @@
+"""The scenario file: one validated schema for everything a run needs.
+
+``load_scenario(path)`` reads YAML (safely), follows ``extends:`` chains, applies ``--set``
+overrides and validates. Every mistake becomes one `ScenarioError` whose lines name the field
+(``radio.uplink.bandwidth_hz``) and what is allowed.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Annotated, Any, Literal, Union
+
+import yaml
+from pydantic import Field, ValidationError, model_validator
+from pydantic_core import PydanticCustomError
+
+from flnet.algorithms import ALGORITHMS
+from flnet.config import Strict
+from flnet.dists import Dist, NonNegativeDist, PerClient, PositiveDist, Uniform
+from flnet.errors import ScenarioError
+
+# ---------------------------------------------------------------- data and model
+
+
+class IidPartition(Strict):
+    """Shuffle the training set and cut it into equal parts."""
+
+    kind: Literal["iid"] = "iid"
+
+
+class DirichletPartition(Strict):
+    """Label skew: each class is spread over clients with proportions ~ Dir(alpha)."""
+
+    kind: Literal["dirichlet"]
+    alpha: float = Field(gt=0, description="smaller alpha, stronger label skew")
+    min_size: int = Field(2, ge=1, description="resample until every client has this many")
+
+
+Partition = Annotated[Union[IidPartition, DirichletPartition], Field(discriminator="kind")]
+
+
+class DataConfig(Strict):
+    dataset: Literal["digits"] = Field("digits", description="scikit-learn's 8x8 digits")
+    partition: Partition = IidPartition()
+
+
+class MlpConfig(Strict):
+    kind: Literal["mlp"] = "mlp"
+    hidden: list[Annotated[int, Field(ge=1)]] = Field(default_factory=lambda: [64])
+
+
+class LogisticConfig(Strict):
+    """Multinomial logistic regression: one linear layer."""
+
+    kind: Literal["logistic"]
+
+
+ModelConfig = Annotated[Union[MlpConfig, LogisticConfig], Field(discriminator="kind")]
+
+# ---------------------------------------------------------------- devices and radio
+
+
+class ClientsConfig(Strict):
+    """The client population: numbers or per-client distributions."""
+
+    count: int = Field(10, ge=1)
+    cpu_hz: PositiveDist = Field(1.0e9, description="CPU frequency f")
+    flops_per_cycle: PositiveDist = Field(4.0, description="training FLOPs per CPU cycle")
+    kappa: NonNegativeDist = Field(
+        1.0e-28, description="effective switched capacitance: J = kappa * cycles * f^2")
+
+
+class Band(Strict):
+    bandwidth_hz: float = Field(gt=0)
+    sharing: Literal["shared", "dedicated"] = Field(
+        "shared", description="shared: concurrent transfers split the band equally; "
+                              "dedicated: every transfer gets the whole band")
+
+
+class _RadioCommon(Strict):
+    tx_power_dbm: Dist = Field(10.0, description="client transmit power")
+    tx_circuit_power_w: NonNegativeDist = Field(
+        0.0, description="radio electronics power while transmitting, on top of tx power")
+    rx_power_w: NonNegativeDist = Field(0.0, description="client power while receiving")
+    rayleigh_fading: bool = Field(False, description="|h|^2 ~ Exp(1) drawn per transfer")
+    uplink: Band = Band(bandwidth_hz=20e6, sharing="shared")
+    downlink: Band = Band(bandwidth_hz=20e6, sharing="dedicated")
+
+
+class PhysicalRadio(_RadioCommon):
+    """SNR from geometry: path loss 128.1 + 37.6 log10(d_km) dB plus lognormal shadowing."""
+
+    mode: Literal["physical"] = "physical"
+    distance_m: PositiveDist = Field(
+        Uniform(kind="uniform", low=50.0, high=500.0), description="client to access point")
+    path_loss_at_1km_db: float = 128.1
+    path_loss_slope_db: float = Field(37.6, description="dB per decade of distance")
+    shadowing_std_db: float = Field(8.0, ge=0, description="per client, drawn once")
+    noise_psd_dbm_hz: float = -174.0
+    ap_tx_power_dbm: float = Field(30.0, description="access point power; sets downlink SNR")
+
+
+class DirectRadio(_RadioCommon):
+    """SNR given directly, in dB over each link's whole band."""
+
+    mode: Literal["direct"]
+    uplink_snr_db: Dist = 20.0
+    downlink_snr_db: Dist = 20.0
+
+
+Radio = Annotated[Union[PhysicalRadio, DirectRadio], Field(discriminator="mode")]
+
+# ---------------------------------------------------------------- run control and output
+
+
+class RunConfig(Strict):
+    """When to stop (the first limit reached) and how often to evaluate."""
+
+    rounds: int = Field(100, ge=1)
+    time_budget_s: float | None = Field(None, gt=0, description="stop once sim time reaches it")
+    energy_budget_j: float | None = Field(None, gt=0, description="stop once energy reaches it")
+    target_accuracy: float | None = Field(None, gt=0, le=1)
+    eval_every: int = Field(1, ge=1, description="rounds between evaluations")
+
+
+class OutputConfig(Strict):
+    dir: str | None = Field(None, description="default: runs/<scenario name>")
+    format: Literal["parquet", "csv"] = "parquet"
+
+
+def _algorithm_union():
+    configs = tuple(module.Config for module in ALGORITHMS.values())
+    if len(configs) == 1:
+        return configs[0]
+    return Annotated[Union[configs], Field(discriminator="name")]
+
+
+AlgorithmConfig = _algorithm_union()
+
+
+class Scenario(Strict):
+    name: str = "scenario"
+    seed: int = Field(0, ge=0)
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    data: DataConfig = DataConfig()
+    model: ModelConfig = MlpConfig()
+    algorithm: AlgorithmConfig
+    clients: ClientsConfig = ClientsConfig()
+    radio: Radio = PhysicalRadio()
+    run: RunConfig = RunConfig()
+    output: OutputConfig = OutputConfig()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_tags(cls, data):
+        """`radio:` without `mode:` is physical; `model:` without `kind:` is an MLP."""
+        if isinstance(data, dict):
+            for section, tag, default in (("radio", "mode", "physical"), ("model", "kind", "mlp")):
+                if isinstance(data.get(section), dict) and tag not in data[section]:
+                    data = {**data, section: {tag: default, **data[section]}}
+        return data
+
+    @model_validator(mode="after")
+    def _consistent(self):
+        n = self.clients.count
+        cohort = getattr(self.algorithm, "cohort", None)
+        if cohort is not None and cohort.k(n) > n:
+            raise inconsistent("algorithm.cohort.clients_per_round",
+                               f"{cohort.k(n)} clients per round but clients.count is {n}")
+        for section in ("clients", "radio"):
+            for name, value in getattr(self, section):
+                if isinstance(value, PerClient) and len(value.values) != n:
+                    raise inconsistent(f"{section}.{name}", f"lists {len(value.values)} "
+                                       f"per_client values for clients.count = {n}")
+        return self
+
+    def output_dir(self) -> Path:
+        return Path(self.output.dir or Path("runs") / self.name)
+
+
+def inconsistent(field: str, message: str) -> PydanticCustomError:
+    """A cross-field error that still names its field."""
+    return PydanticCustomError("inconsistent", message, {"field": field})
+
+
+# ---------------------------------------------------------------- loading
+
+
+def _read_yaml(path: Path) -> dict:
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise ScenarioError(f"scenario file not found: {path}") from None
+    except OSError as e:
+        raise ScenarioError(f"cannot read {path}: {e.strerror}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise ScenarioError(f"{path}: not valid YAML{where}: {problem}") from None
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ScenarioError(f"{path}: the top level must be a mapping of fields, "
+                            f"got {type(data).__name__}")
+    return data
+
+
+def merge(base: dict, override: dict) -> dict:
+    """Deep-merge mappings; `override` wins, lists and scalars are replaced whole."""
+    out = copy.deepcopy(base)
+    for key, value in override.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = merge(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def resolve(path: str | Path, _seen: tuple = ()) -> dict:
+    """Read a scenario file and the files it `extends` (relative to it), merged."""
+    path = Path(path)
+    if path.resolve() in _seen:
+        chain = " -> ".join(str(p) for p in (*_seen, path.resolve()))
+        raise ScenarioError(f"extends forms a cycle: {chain}", field="extends")
+    data = _read_yaml(path)
+    parent = data.pop("extends", None)
+    if parent is None:
+        return data
+    if not isinstance(parent, str):
+        raise ScenarioError("must be a path to another scenario file", field="extends")
+    base = resolve(path.parent / parent, (*_seen, path.resolve()))
+    base.pop("name", None)
+    return merge(base, data)
+
+
+def parse_override(text: str) -> dict:
+    """``algorithm.local.lr=0.1`` -> ``{"algorithm": {"local": {"lr": 0.1}}}`` (value as YAML)."""
+    if "=" not in text:
+        raise ScenarioError(f"override {text!r} must look like field.path=value")
+    key, raw = text.split("=", 1)
+    try:
+        value = yaml.safe_load(raw)
+    except yaml.YAMLError:
+        value = raw
+    out: Any = value
+    for part in reversed(key.strip().split(".")):
+        out = {part: out}
+    return out
+
+
+def load_scenario(path: str | Path | None = None, overrides: list[str] | dict | None = None,
+                  data: dict | None = None) -> Scenario:
+    """Read, merge and validate a scenario from a file and/or a dict."""
+    merged: dict = {}
+    if path is not None:
+        merged = resolve(path)
+        merged.setdefault("name", Path(path).stem)
+    if data is not None:
+        merged = merge(merged, data)
+    if isinstance(overrides, dict):
+        merged = merge(merged, overrides)
+    else:
+        for text in overrides or []:
+            merged = merge(merged, parse_override(text))
+    return validate(merged, source=str(path) if path else "scenario")
+
+
+def validate(data: dict, source: str = "scenario") -> Scenario:
+    try:
+        return Scenario.model_validate(data)
+    except ValidationError as e:
+        lines = [describe(err) for err in e.errors()]
+        raise ScenarioError(f"{source} is not a valid scenario:\n  " + "\n  ".join(lines)) \
+            from None
+
+
+def json_schema() -> str:
+    return json.dumps(Scenario.model_json_schema(), indent=2)
+
+
+# ---------------------------------------------------------------- error messages
+
+
+def _walk(loc: tuple) -> tuple[str, Any]:
+    """Split pydantic's `loc` into the path the user wrote and the schema node at its end.
+
+    Pydantic puts a union member's tag (``physical``, ``fedavg``) into `loc`; the user never
+    wrote it, so it is dropped from the path and used to pick the member instead.
+    """
+    parts: list[str] = []
+    node: Any = Scenario
+    for seg in loc:
+        if isinstance(node, tuple):
+            member = next((m for m in node if _tag_of(m) == seg), None)
+            if member is not None:
+                node = member
+                continue
+        if isinstance(seg, str) and seg.startswith("function-"):
+            continue
+        parts.append(f"[{seg}]" if isinstance(seg, int) else str(seg))
+        fields = getattr(node, "model_fields", None)
+        node = _unwrap(fields[seg].annotation) if fields and seg in fields else None
+    return ".".join(parts).replace(".[", "[") or "(top level)", node
+
+
+def _fields_of(node: Any) -> list[str]:
+    members = node if isinstance(node, tuple) else (node,)
+    return sorted({f for m in members for f in getattr(m, "model_fields", {})})
+
+
+def _unwrap(annotation):
+    """Model class, or a tuple of classes for unions."""
+    from typing import get_args, get_origin
+    origin = get_origin(annotation)
+    if origin is Annotated:
+        return _unwrap(get_args(annotation)[0])
+    if origin is Union:
+        members = [a for a in get_args(annotation) if hasattr(a, "model_fields")]
+        return tuple(members) if len(members) > 1 else (members[0] if members else None)
+    return annotation
+
+
+def _tag_of(model) -> str | None:
+    for key in ("name", "kind", "mode"):
+        f = getattr(model, "model_fields", {}).get(key)
+        if f is not None and isinstance(f.default, str):
+            return f.default
+        if f is not None:
+            from typing import get_args
+            args = get_args(f.annotation)
+            if args:
+                return args[0]
+    return None
+
+
+def describe(err: dict) -> str:
+    """One line for one pydantic error: ``field: what is wrong; what is allowed``."""
+    loc, kind, ctx = err["loc"], err["type"], err.get("ctx", {})
+    path = ctx.get("field") or _walk(loc)[0]
+    got = err.get("input")
+    if kind == "extra_forbidden":
+        allowed = _fields_of(_walk(loc[:-1])[1])
+        return f"{path}: unknown field; allowed fields here: {', '.join(allowed)}"
+    if kind == "missing":
+        return f"{path}: this field is required"
+    if kind == "literal_error":
+        return f"{path}: {got!r} is not allowed; allowed: {ctx.get('expected')}"
+    if kind == "union_tag_invalid":
+        return (f"{path}: unknown {ctx.get('discriminator', 'kind').strip(chr(39))} "
+                f"{ctx.get('tag')!r}; allowed: {ctx.get('expected_tags')}")
+    if kind == "union_tag_not_found":
+        return f"{path}: missing {ctx.get('discriminator')}"
+    if kind in ("greater_than", "greater_than_equal", "less_than", "less_than_equal"):
+        op = {"greater_than": ">", "greater_than_equal": ">=", "less_than": "<",
+              "less_than_equal": "<="}[kind]
+        bound = next(iter(ctx.values()))
+        return f"{path}: must be {op} {bound} (got {got!r})"
+    if kind == "inconsistent":
+        return f"{path}: {err['msg']}"
+    msg = err["msg"].removeprefix("Value error, ")
+    return f"{path}: {msg} (got {got!r})" if not isinstance(got, dict) else f"{path}: {msg}"

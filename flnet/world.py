@@ -1,0 +1,219 @@
+"""The World: devices, links and the ledger on a SimPy clock, plus handles to the learning side.
+
+Protocols ask the World for two kinds of things. Maths happens now (`local_train`: one batched
+call for a whole cohort). Time happens in SimPy (`transfer`, `compute`, `round_trip`): each
+returns a process to `yield`, which holds for the simulated duration, writes its ledger row with
+time, joules and bits, and ends with an outcome (ok, deadline, cancelled, ...). A result reaches
+the server only when its upload completes, so causality holds by construction.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Iterator, NamedTuple, Protocol
+
+import numpy as np
+import simpy
+import torch
+
+from flnet import cohort, data as data_mod, optim
+from flnet.device import compute_energy_j, compute_time_s
+from flnet.dists import sample
+from flnet.ledger import NOBODY, SERVER, Ledger
+from flnet.network import Network, star
+from flnet.rng import Stream, generator
+
+
+class Devices(NamedTuple):
+    """Per-client compute profile, each [N]."""
+
+    cpu_hz: np.ndarray
+    flops_per_cycle: np.ndarray
+    kappa: np.ndarray
+
+
+class LocalWork(NamedTuple):
+    """Local training computed for a cohort, waiting to be delivered through SimPy."""
+
+    params: torch.Tensor  # [C, P]
+    opt_state: Any
+    loss: torch.Tensor  # [C]
+    flops: np.ndarray  # [C] training FLOPs to charge to each client
+
+
+class Delivery(NamedTuple):
+    """How a round trip ended for each member of the cohort."""
+
+    positions: np.ndarray  # indices into the cohort of the delivered clients, in arrival order
+    outcomes: list[str]  # per cohort member: ok, deadline, cancelled, ...
+    start_s: float
+    end_s: float
+
+
+class Observer(Protocol):
+    def on_round(self, world: "World", round: int, params: torch.Tensor, state: Any,
+                 stopping: str | None) -> str | None:
+        """Called after each round; return a reason to stop the run, or None."""
+
+
+class World:
+    def __init__(self, scenario, data, model, *, start_time_s: float = 0.0):
+        self.scenario = scenario
+        self.seed = scenario.seed
+        self.env = simpy.Environment(initial_time=start_time_s)
+        self.ledger = Ledger()
+        self.data = data
+        self.model = model
+        self.flops_per_sample = model.training_flops_per_sample()
+        n = scenario.clients.count
+        rng = generator(self.seed, Stream.DEVICES)
+        c = scenario.clients
+        self.devices = Devices(sample(c.cpu_hz, rng, n), sample(c.flops_per_cycle, rng, n),
+                               sample(c.kappa, rng, n))
+        self.network: Network = star(self.env, scenario.radio, n, generator(self.seed, Stream.RADIO))
+        self.num_samples = data.num_samples
+        self.observers: list[Observer] = []
+        self.stop_reason: str | None = None
+        self._fading_draws: dict[tuple, int] = {}
+
+    @property
+    def num_clients(self) -> int:
+        return self.scenario.clients.count
+
+    @property
+    def now(self) -> float:
+        return self.env.now
+
+    # ------------------------------------------------------------------ rounds and observers
+
+    def rounds(self, start: int = 0) -> Iterator[int]:
+        """Round numbers start+1, start+2, ... until an observer stops the run."""
+        t = start
+        while self.stop_reason is None:
+            t += 1
+            yield t
+
+    def publish(self, round: int, params: torch.Tensor, state: Any = None) -> None:
+        """End of a round: observers evaluate, record, checkpoint, and may stop the run."""
+        for obs in self.observers:
+            reason = obs.on_round(self, round, params, state, self.stop_reason)
+            if reason is not None and self.stop_reason is None:
+                self.stop_reason = reason
+
+    # ------------------------------------------------------------------ maths, now
+
+    def sample_clients(self, k: int, round: int, over_selection: float = 1.0) -> np.ndarray:
+        """ceil(k * over_selection) distinct clients, uniformly, from the selection stream."""
+        m = min(self.num_clients, math.ceil(k * over_selection - 1e-9))
+        return np.sort(generator(self.seed, Stream.SELECTION, round).choice(
+            self.num_clients, size=m, replace=False))
+
+    def local_train(self, clients: np.ndarray, start: torch.Tensor, local, round: int,
+                    optimizer: optim.GradientTransformation | None = None,
+                    opt_state: Any = None) -> LocalWork:
+        """Every client in `clients` runs `local.steps` steps from `start` ([P] or [C, P])."""
+        steps = np.full(len(clients), local.steps)
+        batches = data_mod.minibatches(self.data, clients, round, steps, local.batch_size,
+                                       self.seed)
+        params = start.expand(len(clients), -1) if start.dim() == 1 else start
+        optimizer = optimizer or optim.from_config(local)
+        res = cohort.train(self.model, self.data.x_train, self.data.y_train, params, batches,
+                           torch.as_tensor(steps, device=params.device), optimizer, opt_state)
+        flops = res.grad_evals.cpu().numpy() * local.batch_size * self.flops_per_sample
+        return LocalWork(res.params, res.opt_state, res.loss, flops.astype(float))
+
+    # ------------------------------------------------------------------ time, in SimPy
+
+    def transfer(self, src: int, dst: int, bits: float, round: int) -> simpy.Process:
+        return self.env.process(self._transfer(src, dst, bits, round))
+
+    def compute(self, node: int, flops: float, round: int) -> simpy.Process:
+        return self.env.process(self._compute(node, flops, round))
+
+    def round_trip(self, cohort_: np.ndarray, round: int, down_bits: float, flops: np.ndarray,
+                   up_bits: float, deadline_s: float | None = None,
+                   keep: int | None = None) -> simpy.Process:
+        """Each client downloads, computes its `flops`, uploads; the value is a `Delivery`.
+
+        The server stops waiting when `keep` clients have delivered (over-selection: the rest
+        are cancelled) or `deadline_s` after the start (the late are dropped); either way the
+        interrupted work is charged up to the moment it stopped.
+        """
+        return self.env.process(self._round_trip(cohort_, round, down_bits, flops, up_bits,
+                                                 deadline_s, keep))
+
+    def _fading(self, src: int, dst: int, round: int) -> float:
+        if not self.scenario.radio.rayleigh_fading:
+            return 1.0
+        key = (round, src, dst)
+        count = self._fading_draws.get(key, 0)
+        self._fading_draws[key] = count + 1
+        return float(generator(self.seed, Stream.FADING, round, src + 2, dst + 2, count)
+                     .exponential())
+
+    def _transfer(self, src: int, dst: int, bits: float, round: int):
+        link = self.network.link(src, dst)
+        start = self.env.now
+        tx = link.channel.transmit(bits, link.snr_hz * self._fading(src, dst, round))
+        try:
+            yield tx.done
+            outcome = "ok"
+        except simpy.Interrupt as stop:
+            tx.cancel()
+            outcome = stop.cause
+        node, peer = (dst, src) if link.kind == "download" else (src, dst)
+        self.ledger.add(round, node, peer, link.kind, start, self.env.now,
+                        link.power_w * (self.env.now - start), tx.sent_bits, 0.0, outcome)
+        return outcome
+
+    def _compute(self, node: int, flops: float, round: int):
+        f, fpc, kappa = (float(a[node]) for a in self.devices)
+        duration = compute_time_s(flops, f, fpc)
+        start = self.env.now
+        try:
+            yield self.env.timeout(duration)
+            outcome, done = "ok", flops
+        except simpy.Interrupt as stop:
+            outcome = stop.cause
+            done = flops * min(1.0, (self.env.now - start) / duration) if duration > 0 else 0.0
+        self.ledger.add(round, node, NOBODY, "compute", start, self.env.now,
+                        compute_energy_j(done, f, fpc, kappa), 0.0, done, outcome)
+        return outcome
+
+    def _pipeline(self, pos: int, client: int, round: int, down_bits: float, flops: float,
+                  up_bits: float, inbox: simpy.Store):
+        outcome = yield from self._transfer(SERVER, client, down_bits, round)
+        if outcome == "ok":
+            outcome = yield from self._compute(client, flops, round)
+        if outcome == "ok":
+            outcome = yield from self._transfer(client, SERVER, up_bits, round)
+        inbox.put((pos, outcome))
+
+    def _round_trip(self, clients, round, down_bits, flops, up_bits, deadline_s, keep):
+        start = self.env.now
+        inbox = simpy.Store(self.env)
+        procs = [self.env.process(self._pipeline(pos, int(c), round, down_bits, float(flops[pos]),
+                                                 up_bits, inbox))
+                 for pos, c in enumerate(clients)]
+        keep = len(clients) if keep is None else keep
+        deadline = self.env.timeout(deadline_s) if deadline_s is not None else None
+        outcomes = [""] * len(clients)
+        delivered: list[int] = []
+        waiting = len(clients)
+        while waiting and len(delivered) < keep:
+            get = inbox.get()
+            fired = yield (get if deadline is None else get | deadline)
+            if deadline is not None and get not in fired:
+                get.cancel()
+                break
+            pos, outcome = get.value
+            waiting -= 1
+            outcomes[pos] = outcome
+            if outcome == "ok":
+                delivered.append(pos)
+        cause = "cancelled" if len(delivered) >= keep else "deadline"
+        for pos, proc in enumerate(procs):
+            if proc.is_alive:
+                proc.interrupt(cause)
+                outcomes[pos] = cause
+        return Delivery(np.asarray(delivered, dtype=np.int64), outcomes, start, self.env.now)

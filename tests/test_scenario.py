@@ -1,0 +1,106 @@
+import json
+
+import pytest
+import yaml
+
+from flnet.errors import ScenarioError
+from flnet.scenario import Scenario, json_schema, load_scenario
+
+OK = {"algorithm": {"name": "fedavg"}}
+
+BROKEN = [  # (scenario fragment, field named in the message, words the message must hold)
+    ({"foo": 1}, "foo", "unknown field"),
+    ({"algorithm": {"name": "fedavgg"}}, "algorithm.name", "'fedavg'"),
+    ({"algorithm": {"name": "fedavg", "local": {"lr": -1}}}, "algorithm.local.lr", "> 0"),
+    ({"algorithm": {"name": "fedavg", "local": {"lrr": 1}}}, "algorithm.local.lrr",
+     "allowed fields here: batch_size, lr"),
+    ({"radio": {"uplink": {"bandwidth_hz": -5}}}, "radio.uplink.bandwidth_hz", "> 0"),
+    ({"radio": {"uplink": {"bandwidth_hz": "wide"}}}, "radio.uplink.bandwidth_hz", "number"),
+    ({"radio": {"mode": "satellite"}}, "radio", "'physical', 'direct'"),
+    ({"radio": {"mode": "direct", "uplink_snr_db": "abc"}}, "radio.uplink_snr_db",
+     "distribution"),
+    ({"clients": {"count": "ten"}}, "clients.count", "integer"),
+    ({"clients": {"cpu_hz": -3}}, "clients.cpu_hz", "positive"),
+    ({"clients": {"cpu_hz": {"kind": "gamma"}}}, "clients.cpu_hz", "lognormal"),
+    ({"clients": {"count": 3, "kappa": {"kind": "per_client", "values": [1, 2]}}},
+     "clients.kappa", "clients.count = 3"),
+    ({"data": {"partition": {"kind": "dirichlet"}}}, "data.partition.alpha", "required"),
+    ({"data": {"dataset": "imagenet"}}, "data.dataset", "'digits'"),
+    ({"model": {"hidden": [64, 0]}}, "model.hidden[1]", ">= 1"),
+    ({"clients": {"count": 5}, "algorithm": {"name": "fedavg",
+                                             "cohort": {"clients_per_round": 10}}},
+     "algorithm.cohort.clients_per_round", "clients.count is 5"),
+    ({"run": {"rounds": 1.5}}, "run.rounds", "integer"),
+    ({"device": "tpu"}, "device", "'auto'"),
+]
+
+
+@pytest.mark.parametrize("fragment,field,words", BROKEN)
+def test_malformed_scenario_names_field_and_what_is_allowed(fragment, field, words):
+    with pytest.raises(ScenarioError) as err:
+        load_scenario(data={**OK, **fragment})
+    lines = str(err.value).splitlines()[1:]
+    assert any(line.strip().startswith(f"{field}:") and words in line for line in lines), lines
+
+
+def test_missing_algorithm_is_named():
+    with pytest.raises(ScenarioError, match="algorithm: this field is required"):
+        load_scenario(data={})
+
+
+def test_defaults_fill_a_minimal_scenario():
+    sc = load_scenario(data=OK)
+    assert sc.radio.mode == "physical" and sc.model.kind == "mlp"
+    assert sc.algorithm.local.steps == 10 and sc.clients.count == 10
+
+
+def test_yaml_reads_1e9_without_a_dot_as_a_number():
+    sc = load_scenario(data={**OK, "clients": {"cpu_hz": "2e9"}})
+    assert sc.clients.cpu_hz.value == 2e9
+
+
+def test_extends_merges_and_overrides(tmp_path):
+    (tmp_path / "base.yaml").write_text(yaml.safe_dump(
+        {"name": "base", "seed": 3, **OK, "clients": {"count": 20, "cpu_hz": 2e9}}))
+    (tmp_path / "child.yaml").write_text(yaml.safe_dump(
+        {"extends": "base.yaml", "clients": {"count": 40}}))
+    sc = load_scenario(tmp_path / "child.yaml", ["algorithm.local.lr=0.2", "seed=7"])
+    assert sc.name == "child"  # a child keeps its own name, not the base's
+    assert sc.clients.count == 40 and sc.clients.cpu_hz.value == 2e9
+    assert sc.algorithm.local.lr == 0.2 and sc.seed == 7
+
+
+def test_extends_cycle_is_an_error(tmp_path):
+    (tmp_path / "a.yaml").write_text("extends: b.yaml\n")
+    (tmp_path / "b.yaml").write_text("extends: a.yaml\n")
+    with pytest.raises(ScenarioError, match="cycle"):
+        load_scenario(tmp_path / "a.yaml")
+
+
+@pytest.mark.parametrize("text,words", [
+    ("algorithm: [unclosed\n", "not valid YAML at line"),
+    ("- just\n- a list\n", "top level must be a mapping"),
+    ("!!python/object:os.system {}\n", "not valid YAML"),
+])
+def test_broken_files(tmp_path, text, words):
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    with pytest.raises(ScenarioError, match=words):
+        load_scenario(path)
+
+
+def test_missing_file():
+    with pytest.raises(ScenarioError, match="not found"):
+        load_scenario("no/such/file.yaml")
+
+
+def test_json_schema_describes_the_scenario():
+    schema = json.loads(json_schema())
+    assert set(schema["properties"]) == set(Scenario.model_fields)
+    assert "algorithm" in schema["required"]
+
+
+def test_every_shipped_scenario_validates():
+    from pathlib import Path
+    for path in Path("scenarios").glob("*.yaml"):
+        load_scenario(path)

@@ -1,0 +1,118 @@
+"""The World against hand computation: round time, energy, shared uplink, deadline, over-selection."""
+
+import math
+
+import numpy as np
+import pytest
+
+from flnet.run import run
+
+P = 64 * 64 + 64 + 64 * 10 + 10  # MLP 64-64-10 parameters
+BITS = P * 32
+# forward 2*(64*64 + 64*10); backward: the same for weight grads + 2*64*10 for the hidden grad
+FLOPS_PER_SAMPLE = 2 * 2 * (64 * 64 + 64 * 10) + 2 * 64 * 10
+
+UP_DB, DOWN_DB, CPU_HZ = [5.0, 15.0, 25.0], [20.0, 10.0, 30.0], [2.0e9, 0.5e9, 1.0e9]
+TX_DBM, KAPPA, FPC, STEPS, BATCH = 20.0, 1e-28, 4.0, 3, 16
+UP_HZ, DOWN_HZ = 1e6, 2e6
+
+
+def three_clients(scenario, **over):
+    sections = dict(
+        clients={"count": 3, "cpu_hz": {"kind": "per_client", "values": CPU_HZ},
+                 "flops_per_cycle": FPC, "kappa": KAPPA},
+        radio={"mode": "direct", "tx_power_dbm": TX_DBM,
+               "uplink_snr_db": {"kind": "per_client", "values": UP_DB},
+               "downlink_snr_db": {"kind": "per_client", "values": DOWN_DB},
+               "uplink": {"bandwidth_hz": UP_HZ, "sharing": "dedicated"},
+               "downlink": {"bandwidth_hz": DOWN_HZ, "sharing": "dedicated"}},
+        algorithm={"name": "fedavg", "cohort": {"clients_per_round": 3},
+                   "local": {"steps": STEPS, "batch_size": BATCH}},
+        run={"rounds": 1})
+    for key, value in over.items():
+        sections[key] = {**sections[key], **value}
+    return scenario(**sections)
+
+
+def hand_times():
+    down = [BITS / (DOWN_HZ * math.log2(1 + 10 ** (db / 10))) for db in DOWN_DB]
+    flops = STEPS * BATCH * FLOPS_PER_SAMPLE
+    comp = [flops / FPC / f for f in CPU_HZ]
+    up = [BITS / (UP_HZ * math.log2(1 + 10 ** (db / 10))) for db in UP_DB]
+    return np.array(down), np.array(comp), np.array(up)
+
+
+def test_round_time_is_slowest_download_compute_upload(scenario):
+    res = run(three_clients(scenario), write=False)
+    down, comp, up = hand_times()
+    assert res.summary["training_flops_per_sample"] == FLOPS_PER_SAMPLE
+    rec = res.records.set_index("round")
+    assert rec.loc[1, "sim_time_s"] == pytest.approx((down + comp + up).max(), rel=1e-9)
+    # every client's own pipeline, from the ledger
+    led = res.ledger[res.ledger.kind != "evaluate"]
+    for k in range(3):
+        rows = led[led.node == k].set_index("kind")
+        assert rows.loc["download", "end_s"] == pytest.approx(down[k])
+        assert rows.loc["compute", "end_s"] - rows.loc["compute", "start_s"] == pytest.approx(comp[k])
+        assert rows.loc["upload", "end_s"] == pytest.approx(down[k] + comp[k] + up[k])
+        assert rows.loc["upload", "bits"] == BITS
+
+
+def test_energy_is_formula_and_equals_ledger_sum(scenario):
+    res = run(three_clients(scenario), write=False)
+    down, comp, up = hand_times()
+    cycles = STEPS * BATCH * FLOPS_PER_SAMPLE / FPC
+    e_comp = sum(KAPPA * cycles * f ** 2 for f in CPU_HZ)
+    e_up = 10 ** ((TX_DBM - 30) / 10) * up.sum()
+    last = res.records.iloc[-1]
+    assert last.energy_compute_j == pytest.approx(e_comp)
+    assert last.energy_uplink_j == pytest.approx(e_up)
+    assert last.energy_j == pytest.approx(e_comp + e_up)
+    assert res.ledger.energy_j.sum() == pytest.approx(last.energy_j)
+    assert last.bits_up == 3 * BITS and last.bits_down == 3 * BITS
+
+
+def test_shared_uplink_slows_concurrent_uploads_as_the_split_predicts(scenario):
+    # identical clients: uploads start together and share the band in halves... thirds
+    same = {"cpu_hz": 1e9}
+    radio = {"uplink_snr_db": 10.0, "downlink_snr_db": 20.0,
+             "uplink": {"bandwidth_hz": UP_HZ, "sharing": "shared"}}
+    res = run(three_clients(scenario, clients=same, radio=radio), write=False)
+    up = res.ledger[res.ledger.kind == "upload"]
+    third = UP_HZ / 3 * math.log2(1 + 10.0 * 3)  # SNR over a third of the band is 3x
+    assert (up.end_s - up.start_s).to_numpy() == pytest.approx(np.full(3, BITS / third))
+    alone = BITS / (UP_HZ * math.log2(11.0))
+    assert (up.end_s - up.start_s).min() > 2 * alone
+
+
+def test_deadline_drops_the_late_client_and_charges_its_energy(scenario):
+    down, comp, up = hand_times()
+    total = down + comp + up
+    order = np.argsort(total)
+    deadline = (total[order[1]] + total[order[2]]) / 2  # between 2nd and slowest
+    res = run(three_clients(scenario, algorithm={"cohort": {"clients_per_round": 3,
+                                                            "deadline_s": deadline}}),
+              write=False)
+    late = int(order[2])
+    assert res.records.set_index("round").loc[1, "sim_time_s"] == pytest.approx(deadline)
+    led = res.ledger[res.ledger.kind != "evaluate"]
+    mine = led[led.node == late]
+    assert "deadline" in set(mine.outcome)
+    cut = mine[mine.outcome == "deadline"].iloc[0]
+    assert cut.end_s == pytest.approx(deadline)
+    assert cut.energy_j > 0  # charged for the work it did before the cut
+    assert (led[led.node != late].outcome == "ok").all()
+    assert res.ledger.energy_j.sum() == pytest.approx(res.records.energy_j.iloc[-1])
+
+
+def test_over_selection_keeps_the_first_k_and_cancels_the_rest(scenario):
+    down, comp, up = hand_times()
+    res = run(three_clients(scenario, algorithm={"cohort": {"clients_per_round": 2,
+                                                            "over_selection": 1.5}}),
+              write=False)
+    total = down + comp + up
+    second = np.sort(total)[1]
+    assert res.records.set_index("round").loc[1, "sim_time_s"] == pytest.approx(second)
+    slowest = int(np.argmax(total))
+    outcomes = res.ledger[(res.ledger.node == slowest) & (res.ledger.kind != "evaluate")].outcome
+    assert "cancelled" in set(outcomes)
