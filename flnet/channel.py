@@ -50,7 +50,7 @@ class Channel:
             tx.remaining_bits = 0.0
             tx.done.succeed()
         elif not self.shared:
-            delay = bits / shannon_rate_bps(self.bandwidth_hz, snr_hz)
+            delay = float(bits / shannon_rate_bps(self.bandwidth_hz, snr_hz))
             self.env.timeout(delay).callbacks.append(lambda _e, tx=tx: self._finish_one(tx))
             self._active.append(tx)
         else:
@@ -79,14 +79,15 @@ class Channel:
         if elapsed > 0 and self._active and self.shared:
             n = len(self._active)
             for tx in self._active:
-                tx.remaining_bits -= self._rate_bps(tx, n) * elapsed
+                tx.remaining_bits -= float(self._rate_bps(tx, n)) * elapsed
 
     def _schedule(self) -> None:
         self._version += 1
         if not self._active:
             return
         n = len(self._active)
-        delay = min(max(tx.remaining_bits, 0.0) / self._rate_bps(tx, n) for tx in self._active)
+        delay = float(min(max(tx.remaining_bits, 0.0) / self._rate_bps(tx, n)
+                          for tx in self._active))
         version = self._version
         self.env.timeout(delay).callbacks.append(lambda _e: self._on_timer(version))
 
@@ -111,4 +112,4 @@ class Channel:
         else:
             self._active.remove(tx)
             rate = shannon_rate_bps(self.bandwidth_hz, tx.snr_hz)
-            tx.remaining_bits = max(tx.bits - rate * (self.env.now - tx.start_s), 0.0)
+            tx.remaining_bits = max(tx.bits - float(rate) * (self.env.now - tx.start_s), 0.0)

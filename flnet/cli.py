@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from pathlib import Path
 
@@ -23,10 +24,10 @@ class ProgressBar:
         self.progress = progress
         self.task = progress.add_task("starting", total=rounds)
 
-    def on_round(self, world, round, params, state, stopping):
+    def on_round(self, world, state, stopping):
         rows = world.observers[0].rows
         acc = f"acc {rows[-1]['test_accuracy']:.3f}" if rows else ""
-        self.progress.update(self.task, completed=round, description=(
+        self.progress.update(self.task, completed=state.round, description=(
             f"{acc}  {world.now:10.2f} sim-s  {world.ledger.total_energy_j:10.3g} J"))
         return None
 
@@ -63,9 +64,14 @@ def cmd_run(args) -> int:
                   TimeElapsedColumn(), console=err_console, disable=args.quiet, transient=True) as progress:
         if not args.quiet:
             observers = (ProgressBar(progress, scenario.run.rounds),)
-        result = run(scenario, observers=observers)
+        result = run(scenario, observers=observers, resume=args.resume)
     Console().print(summary_table(result.summary))
     print(f"results in {result.output_dir}/")
+    if result.summary["status"] == "diverged":
+        err_console.print(f"[bold red]diverged[/] at round {result.summary['diverged_round']}: "
+                          "the model or its loss is no longer finite; the records up to the "
+                          "last finite round are kept")
+        return 3
     return 0
 
 
@@ -98,6 +104,8 @@ def parser() -> argparse.ArgumentParser:
                    help="override a field, e.g. --set algorithm.local.lr=0.1 (repeatable)")
     r.add_argument("--out", help="output folder (default: output.dir, or runs/<name>)")
     r.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    r.add_argument("--resume", action="store_true",
+                   help="continue from the checkpoint in the output folder, if any")
     r.set_defaults(func=cmd_run)
     v = sub.add_parser("validate", help="check scenario files")
     v.add_argument("files", nargs="+")
@@ -109,15 +117,21 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+def _terminate(signum, frame):
+    raise KeyboardInterrupt  # SIGTERM ends a run like Ctrl-C: partial results are written
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    signal.signal(signal.SIGTERM, _terminate)
     try:
         return args.func(args)
     except FlnetError as e:
         err_console.print(f"[bold red]error:[/] {escape(str(e))}", highlight=False)
         return 2
     except KeyboardInterrupt:
-        err_console.print("interrupted")
+        err_console.print("interrupted: the last checkpoint and the results so far are kept; "
+                          "continue with --resume")
         return 130
 
 

@@ -10,13 +10,14 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal, Union
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic.functional_validators import BeforeValidator
 from pydantic.json_schema import WithJsonSchema
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True,
+                              allow_inf_nan=False)
 
 
 class Lognormal(_Strict):
@@ -135,10 +136,16 @@ def _parse(value: Any) -> AnyDist:
             pass
     if isinstance(value, dict):
         kind = value.get("kind")
-        if kind not in _KINDS:
+        if not isinstance(kind, str) or kind not in _KINDS:
             raise ValueError(f"distribution kind {kind!r} is not known; allowed: "
                              + ", ".join(_KINDS))
-        return _KINDS[kind].model_validate(value)
+        try:
+            return _KINDS[kind].model_validate(value)
+        except ValidationError as e:
+            err = e.errors()[0]
+            where = ".".join(map(str, err["loc"]))
+            raise ValueError(f"{kind} distribution: {where + ': ' if where else ''}"
+                             f"{err['msg'].removeprefix('Value error, ')}") from None
     raise ValueError("expected a number or a distribution such as "
                      "{kind: lognormal, median: ..., sigma: ...}; kinds: " + ", ".join(_KINDS))
 

@@ -54,7 +54,15 @@ class Ledger:
         df["outcome"] = pd.Categorical(df["outcome"], categories=OUTCOMES)
         return df
 
-    def load(self, df: pd.DataFrame) -> None:
-        """Append rows of a saved ledger (resuming a run)."""
-        for row in df.itertuples(index=False):
-            self.add(*(getattr(row, c) for c in COLUMNS))
+    def columns(self) -> dict[str, list]:
+        return {c: list(v) for c, v in self._cols.items()}
+
+    def load_columns(self, columns: dict) -> None:
+        """Replay saved rows in order (resuming a run): the running totals come out identical."""
+        values = [list(map(_py, columns[c])) for c in COLUMNS]
+        for row in zip(*values):
+            self.add(*row)
+
+
+def _py(value):
+    return value.item() if hasattr(value, "item") else value

@@ -1,8 +1,14 @@
-"""Build the world for a scenario, run its algorithm, record and write the results."""
+"""Build the world for a scenario, run its algorithm, record and write the results.
+
+A run writes as it goes: every `run.checkpoint_every` rounds it saves a checkpoint and the
+records and ledger so far, so a killed run keeps its finished work and `resume=True` continues
+it on the same trajectory.
+"""
 
 from __future__ import annotations
 
 import json
+import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -12,7 +18,7 @@ import pandas as pd
 import torch
 import yaml
 
-from flnet import data as data_mod, models
+from flnet import checkpoint, data as data_mod, models
 from flnet.algorithms import ALGORITHMS
 from flnet.errors import ScenarioError
 from flnet.evaluate import Evaluator
@@ -21,6 +27,7 @@ from flnet.scenario import Scenario, load_scenario
 from flnet.world import World
 
 SMALL_MODEL_PARAMS = 5_000_000  # below this, one torch thread: batching is the parallelism
+LIMITS = ("rounds", "time_budget", "energy_budget", "target_accuracy")
 
 
 @dataclass
@@ -36,12 +43,14 @@ class Result:
 
 
 class Recorder:
-    """Observer: evaluates every `eval_every` rounds (and at the end), applies the stop rules."""
+    """Observer: evaluates every `eval_every` rounds (and at the end), applies the stop rules,
+    and ends the run as diverged, without a row, when the model or its loss is not finite."""
 
     def __init__(self, scenario: Scenario, evaluator: Evaluator):
         self.scenario = scenario
         self.evaluator = evaluator
         self.rows: list[dict] = []
+        self.diverged_round: int | None = None
 
     def limit_reached(self, world: World, round: int) -> str | None:
         run = self.scenario.run
@@ -51,34 +60,53 @@ class Recorder:
             return "time_budget"
         if run.energy_budget_j is not None and world.ledger.total_energy_j >= run.energy_budget_j:
             return "energy_budget"
+        target = run.target_accuracy
+        if target is not None and self.rows and self.rows[-1]["test_accuracy"] >= target:
+            return "target_accuracy"
         return None
 
-    def on_round(self, world, round, params, state, stopping):
-        if not bool(torch.isfinite(params).all()):
+    def on_round(self, world, state, stopping):
+        t = state.round
+        if not bool(torch.isfinite(state.x).all()):
+            self.diverged_round = t
             return "diverged"
-        reason = stopping or self.limit_reached(world, round)
-        if round % self.scenario.run.eval_every and reason is None:
+        reason = stopping or self.limit_reached(world, t)
+        if t % self.scenario.run.eval_every and reason is None:
             return None
-        metrics = self.evaluator(params)
-        if not all(map(_finite, metrics.values())):
+        metrics = self.evaluator(state.x)
+        if not all(map(math.isfinite, metrics.values())):
+            self.diverged_round = t
             return "diverged"
-        world.ledger.add(round, SERVER, NOBODY, "evaluate", world.now, world.now)
-        self.rows.append(record_row(self.scenario, world, round, metrics))
-        target = self.scenario.run.target_accuracy
-        if reason is None and target is not None and metrics["test_accuracy"] >= target:
-            reason = "target_accuracy"
-        return reason
+        world.ledger.add(t, SERVER, NOBODY, "evaluate", world.now, world.now)
+        self.rows.append(record_row(self.scenario, world, t, metrics))
+        return reason or self.limit_reached(world, t)
 
 
-def _finite(v: float) -> bool:
-    return v == v and abs(v) != float("inf")
+class Checkpointer:
+    """Observer: every `every` rounds and at the end, saves a checkpoint and the tables so far."""
+
+    def __init__(self, run: "Run", every: int | None):
+        self.run = run
+        self.every = every
+
+    def on_round(self, world, state, stopping):
+        if stopping is None and (self.every is None or state.round % self.every):
+            return None
+        if stopping is None:  # the end of the run writes its own final tables
+            write_results(self.run.result("running"))
+        checkpoint.save(self.run.output_dir, checkpoint.Checkpoint(
+            round=state.round, now_s=world.now, state=state._asdict(),
+            world=world.state_dict(), ledger=world.ledger.columns(),
+            records=self.run.recorder.rows, stop_reason=stopping,
+            scenario=checkpoint.trajectory_fields(self.run.scenario)))
+        return None
 
 
 def record_row(scenario: Scenario, world: World, round: int, metrics: dict) -> dict:
     e, b = world.ledger.energy_j, world.ledger.bits
     return {
         "scenario": scenario.name, "algorithm": scenario.algorithm.name, "seed": scenario.seed,
-        "round": round, "sim_time_s": world.now,
+        "round": round, "sim_time_s": float(world.now),
         "energy_j": world.ledger.total_energy_j,
         "energy_compute_j": e["compute"], "energy_uplink_j": e["upload"],
         "energy_downlink_j": e["download"],
@@ -96,59 +124,134 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
-def build_world(scenario: Scenario) -> World:
+def build_world(scenario: Scenario, start_time_s: float = 0.0) -> World:
     device = resolve_device(scenario.device)
     fed = data_mod.load(scenario.data, scenario.clients.count, scenario.seed, device)
     model = models.build(scenario.model, fed.input_shape, fed.num_classes, scenario.seed, device)
-    return World(scenario, fed, model)
+    world = World(scenario, fed, model, start_time_s=start_time_s)
+    check_deadline(world)
+    return world
+
+
+def check_deadline(world: World) -> None:
+    """A deadline no client could ever meet (alone on every band, without fading) is a
+    mistake in the scenario, not a run that learns nothing."""
+    cfg = world.scenario.algorithm
+    cohort, local = getattr(cfg, "cohort", None), getattr(cfg, "local", None)
+    if cohort is None or local is None or cohort.deadline_s is None:
+        return
+    model_bits = world.model.num_params * 32
+    flops = local.steps * local.batch_size * world.flops_per_sample
+    fastest = world.fastest_round_trip_s(model_bits, flops, model_bits)
+    if cohort.deadline_s < fastest:
+        raise ScenarioError(
+            f"{cohort.deadline_s:g} s is shorter than the fastest possible round "
+            f"({fastest:.4g} s: download, {local.steps} local steps and upload of the fastest "
+            "client, alone on the bands, without fading); no client could ever deliver",
+            field="algorithm.cohort.deadline_s")
+
+
+class Run:
+    """One simulation: the world, its observers, and the algorithm's protocol."""
+
+    def __init__(self, scenario: Scenario, *, resume: bool = False, write: bool = True,
+                 observers: tuple = ()):
+        self.scenario = scenario
+        self.output_dir = scenario.output_dir()
+        self.write = write
+        self.wall_start = time.perf_counter()
+        device = resolve_device(scenario.device)
+        ckpt = checkpoint.load(self.output_dir, device) if resume else None
+        if ckpt is not None:
+            changed = checkpoint.differences(ckpt.scenario, checkpoint.trajectory_fields(scenario))
+            if changed:
+                raise ScenarioError(
+                    f"the checkpoint in {self.output_dir} was written by a scenario that "
+                    f"differs in {', '.join(changed)}; only run and output may change on resume")
+        self.world = build_world(scenario, start_time_s=ckpt.now_s if ckpt else 0.0)
+        self.recorder = Recorder(scenario, Evaluator(self.world.model, self.world.data))
+        every = scenario.run.checkpoint_every if write else None
+        self.world.observers = [self.recorder, *observers]
+        if write:
+            self.world.observers.insert(1, Checkpointer(self, every))
+        self.algorithm = ALGORITHMS[scenario.algorithm.name]
+        if ckpt is None:
+            self.state = self.algorithm.init(self.world, scenario.algorithm)
+            self.world.publish(self.state)  # round 0: the initial model
+        else:
+            self.world.ledger.load_columns(ckpt.ledger)
+            self.world.load_state_dict(ckpt.world)
+            self.recorder.rows = list(ckpt.records)
+            self.state = self.algorithm.State(**ckpt.state)
+            self.world.stop_reason = (
+                "diverged" if ckpt.stop_reason == "diverged"
+                else self.recorder.limit_reached(self.world, ckpt.round))
+
+    def simulate(self) -> None:
+        if self.world.stop_reason is not None:
+            return
+        env = self.world.env
+        # Run until the protocol ends: timers it left behind (a deadline that was not needed)
+        # must not move the clock past the last round.
+        env.run(until=env.process(self.algorithm.protocol(self.world, self.scenario.algorithm,
+                                                          self.state)))
+
+    def result(self, status: str | None = None) -> Result:
+        world, rec = self.world, self.recorder
+        records = pd.DataFrame(rec.rows)
+        summary = summarize(self.scenario, world, rec, records,
+                            time.perf_counter() - self.wall_start, status)
+        return Result(records, world.ledger.frame(), summary, self.scenario, self.output_dir,
+                      world.data.label_histogram())
 
 
 def run(scenario: Scenario | str | Path, overrides: list[str] | dict | None = None, *,
-        write: bool = True, observers: tuple = ()) -> Result:
-    """Simulate a scenario (object or YAML path) and return its records and ledger."""
+        write: bool = True, resume: bool = False, observers: tuple = ()) -> Result:
+    """Simulate a scenario (object or YAML path) and return its records and ledger.
+
+    `resume=True` continues from the checkpoint in the output folder, if there is one.
+    """
     if not isinstance(scenario, Scenario):
         scenario = load_scenario(scenario, overrides)
     elif overrides:
-        scenario = load_scenario(data=scenario.model_dump(), overrides=overrides)
-    wall_start = time.perf_counter()
-    world = build_world(scenario)
+        scenario = load_scenario(data=scenario.model_dump(mode="json"), overrides=overrides)
     threads = torch.get_num_threads()
-    if world.model.num_params < SMALL_MODEL_PARAMS and world.data.x_train.device.type == "cpu":
+    sim = Run(scenario, resume=resume, write=write, observers=observers)
+    if sim.world.model.num_params < SMALL_MODEL_PARAMS and sim.world.data.x_train.device.type == "cpu":
         torch.set_num_threads(1)
     try:
-        recorder = Recorder(scenario, Evaluator(world.model, world.data))
-        world.observers = [recorder, *observers]
-        algorithm = ALGORITHMS[scenario.algorithm.name]
-        state = algorithm.init(world, scenario.algorithm)
-        world.publish(0, state.x, state)
-        # Run until the protocol ends: timers it left behind (a deadline that was not needed)
-        # must not move the clock past the last round.
-        world.env.run(until=world.env.process(algorithm.protocol(world, scenario.algorithm,
-                                                                 state)))
+        sim.simulate()
+    except KeyboardInterrupt:
+        if write:
+            write_results(sim.result("interrupted"))
+        raise
     finally:
         torch.set_num_threads(threads)
-    records = pd.DataFrame(recorder.rows)
-    ledger = world.ledger.frame()
-    summary = summarize(scenario, world, records, time.perf_counter() - wall_start)
-    result = Result(records, ledger, summary, scenario, partition=world.data.label_histogram())
+    result = sim.result()
     if write:
-        result.output_dir = write_results(result)
+        write_results(result)
+    else:
+        result.output_dir = None
     return result
 
 
-def summarize(scenario: Scenario, world: World, records: pd.DataFrame, wall_s: float) -> dict:
+def summarize(scenario: Scenario, world: World, recorder: Recorder, records: pd.DataFrame,
+              wall_s: float, status: str | None) -> dict:
     last = records.iloc[-1].to_dict() if len(records) else {}
-    reason = world.stop_reason or "no_rounds"
+    reason = world.stop_reason
+    if status is None:
+        status = "diverged" if reason == "diverged" else "completed"
     return {
         "scenario": scenario.name,
         "algorithm": scenario.algorithm.name,
         "seed": scenario.seed,
-        "status": "diverged" if reason == "diverged" else "completed",
+        "status": status,
         "stop_reason": reason,
+        "diverged_round": recorder.diverged_round,
         "rounds": int(last.get("round", 0)),
         "final_test_accuracy": last.get("test_accuracy"),
         "best_test_accuracy": float(records["test_accuracy"].max()) if len(records) else None,
-        "sim_time_s": world.now,
+        "sim_time_s": float(world.now),
         "energy_j": world.ledger.total_energy_j,
         "bits_up": world.ledger.bits["upload"],
         "bits_down": world.ledger.bits["download"],
@@ -159,16 +262,23 @@ def summarize(scenario: Scenario, world: World, records: pd.DataFrame, wall_s: f
 
 
 def write_results(result: Result) -> Path:
-    out = result.scenario.output_dir()
+    """Write tables, the resolved scenario and the summary; each file atomically."""
+    out = result.output_dir or result.scenario.output_dir()
     out.mkdir(parents=True, exist_ok=True)
     fmt = result.scenario.output.format
     for name, df in (("records", result.records), ("ledger", result.ledger),
                      ("partition", result.partition)):
         _write_table(df, out / f"{name}.{fmt}")
-    (out / "scenario.yaml").write_text(
-        yaml.safe_dump(result.scenario.model_dump(mode="json"), sort_keys=False))
-    (out / "summary.json").write_text(json.dumps(result.summary, indent=2, default=_jsonable))
+    _write_text(out / "scenario.yaml",
+                yaml.safe_dump(result.scenario.model_dump(mode="json"), sort_keys=False))
+    _write_text(out / "summary.json", json.dumps(result.summary, indent=2, default=_jsonable))
     return out
+
+
+def _write_text(path: Path, text: str) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
 
 
 def _write_table(df: pd.DataFrame, path: Path) -> None:

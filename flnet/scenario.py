@@ -65,7 +65,7 @@ ModelConfig = Annotated[Union[MlpConfig, LogisticConfig], Field(discriminator="k
 class ClientsConfig(Strict):
     """The client population: numbers or per-client distributions."""
 
-    count: int = Field(10, ge=1)
+    count: int = Field(10, ge=1, le=10_000_000)
     cpu_hz: PositiveDist = Field(1.0e9, description="CPU frequency f")
     flops_per_cycle: PositiveDist = Field(4.0, description="training FLOPs per CPU cycle")
     kappa: NonNegativeDist = Field(
@@ -118,11 +118,14 @@ Radio = Annotated[Union[PhysicalRadio, DirectRadio], Field(discriminator="mode")
 class RunConfig(Strict):
     """When to stop (the first limit reached) and how often to evaluate."""
 
-    rounds: int = Field(100, ge=1)
+    rounds: int = Field(100, ge=1, le=1_000_000_000)
     time_budget_s: float | None = Field(None, gt=0, description="stop once sim time reaches it")
     energy_budget_j: float | None = Field(None, gt=0, description="stop once energy reaches it")
     target_accuracy: float | None = Field(None, gt=0, le=1)
     eval_every: int = Field(1, ge=1, description="rounds between evaluations")
+    checkpoint_every: int | None = Field(
+        10, ge=1, description="rounds between checkpoints and partial writes (null: only at "
+                              "the end)")
 
 
 class OutputConfig(Strict):
@@ -210,11 +213,23 @@ def _read_yaml(path: Path) -> dict:
     return data
 
 
+TAG_KEYS = ("name", "kind", "mode")
+
+
+def _same_variant(base: dict, override: dict) -> bool:
+    return all(override.get(t, base.get(t)) == base.get(t) for t in TAG_KEYS)
+
+
 def merge(base: dict, override: dict) -> dict:
-    """Deep-merge mappings; `override` wins, lists and scalars are replaced whole."""
+    """Deep-merge mappings; `override` wins, lists and scalars are replaced whole.
+
+    A section whose variant changes (another `name`, `kind` or `mode`) is replaced whole: the
+    old variant's fields do not belong to the new one.
+    """
     out = copy.deepcopy(base)
     for key, value in override.items():
-        if isinstance(value, dict) and isinstance(out.get(key), dict):
+        if isinstance(value, dict) and isinstance(out.get(key), dict) \
+                and _same_variant(out[key], value):
             out[key] = merge(out[key], value)
         else:
             out[key] = copy.deepcopy(value)

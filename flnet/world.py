@@ -21,6 +21,7 @@ from flnet.device import compute_energy_j, compute_time_s
 from flnet.dists import sample
 from flnet.ledger import NOBODY, SERVER, Ledger
 from flnet.network import Network, star
+from flnet.radio import shannon_rate_bps
 from flnet.rng import Stream, generator
 
 
@@ -51,9 +52,9 @@ class Delivery(NamedTuple):
 
 
 class Observer(Protocol):
-    def on_round(self, world: "World", round: int, params: torch.Tensor, state: Any,
-                 stopping: str | None) -> str | None:
-        """Called after each round; return a reason to stop the run, or None."""
+    def on_round(self, world: "World", state: Any, stopping: str | None) -> str | None:
+        """Called after each round with the algorithm's state (fields `round` and `x`, the
+        model the run is judged on); return a reason to stop the run, or None."""
 
 
 class World:
@@ -93,12 +94,23 @@ class World:
             t += 1
             yield t
 
-    def publish(self, round: int, params: torch.Tensor, state: Any = None) -> None:
-        """End of a round: observers evaluate, record, checkpoint, and may stop the run."""
+    def publish(self, state: Any) -> None:
+        """End of a round: observers evaluate, record, checkpoint, and may stop the run.
+
+        `state` is the algorithm's resumable state: `state.round` and `state.x` ([P], the model
+        the run is judged on) at least.
+        """
         for obs in self.observers:
-            reason = obs.on_round(self, round, params, state, self.stop_reason)
+            reason = obs.on_round(self, state, self.stop_reason)
             if reason is not None and self.stop_reason is None:
                 self.stop_reason = reason
+
+    def state_dict(self) -> dict:
+        """Per-client state that outlives a round (saved in checkpoints)."""
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:
+        pass
 
     # ------------------------------------------------------------------ maths, now
 
@@ -121,6 +133,16 @@ class World:
                            torch.as_tensor(steps, device=params.device), optimizer, opt_state)
         flops = res.grad_evals.cpu().numpy() * local.batch_size * self.flops_per_sample
         return LocalWork(res.params, res.opt_state, res.loss, flops.astype(float))
+
+    def fastest_round_trip_s(self, down_bits: float, flops: float, up_bits: float) -> float:
+        """The quickest any client could download, compute and upload: alone on every band,
+        without fading."""
+        def alone_s(src, dst, bits):
+            link = self.network.link(src, dst)
+            return bits / shannon_rate_bps(link.channel.bandwidth_hz, link.snr_hz)
+        return min(alone_s(SERVER, k, down_bits)
+                   + compute_time_s(flops, self.devices.cpu_hz[k], self.devices.flops_per_cycle[k])
+                   + alone_s(k, SERVER, up_bits) for k in range(self.num_clients))
 
     # ------------------------------------------------------------------ time, in SimPy
 

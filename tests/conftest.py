@@ -1,5 +1,8 @@
+import os
+
 import pytest
 import torch
+from hypothesis import settings
 
 from flnet.scenario import load_scenario, merge
 
@@ -25,3 +28,11 @@ def scenario(tmp_path):
         return load_scenario(data=merge(data, sections))
 
     return make
+
+
+
+# Hypothesis: CI runs a fixed (derandomized) set of examples so it cannot flake;
+# FLNET_FUZZ_SCALE=30 searches thirty times as many fresh random examples when hunting bugs.
+FUZZ_SCALE = int(os.environ.get("FLNET_FUZZ_SCALE", "1"))
+settings.register_profile("flnet", derandomize=FUZZ_SCALE == 1)
+settings.load_profile("flnet")

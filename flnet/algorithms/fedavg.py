@@ -52,4 +52,4 @@ def protocol(world, cfg: Config, state: State):
         if len(done.positions):
             x = weighted_mean(work.params[done.positions],                     # line 8
                               world.num_samples[cohort[done.positions]])
-        world.publish(t, x, State(t, x))
+        world.publish(State(t, x))

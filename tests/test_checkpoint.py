@@ -1,0 +1,112 @@
+"""Checkpoint and resume: a killed run continues on the same trajectory."""
+
+import os
+import pickle
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+import yaml
+
+from flnet.errors import FlnetError, ScenarioError
+from flnet.run import run
+
+SCENARIO = {
+    "name": "resumable", "seed": 3, "device": "cpu",
+    "data": {"partition": {"kind": "dirichlet", "alpha": 0.5}},
+    "algorithm": {"name": "fedavg", "cohort": {"clients_per_round": 5, "deadline_s": 0.5},
+                  "local": {"steps": 2, "batch_size": 8, "lr": 0.05}},
+    "clients": {"count": 10, "cpu_hz": {"kind": "lognormal", "median": 2e8, "sigma": 0.5}},
+    "radio": {"rayleigh_fading": True},
+    "run": {"rounds": 400, "eval_every": 5, "checkpoint_every": 5},
+}
+
+
+def write_scenario(tmp_path, **run_over):
+    sc = {**SCENARIO, "run": {**SCENARIO["run"], **run_over},
+          "output": {"dir": str(tmp_path / "out")}}
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(sc))
+    return path
+
+
+def checkpoint_round(out):
+    try:
+        return torch.load(out / "checkpoint.pt", weights_only=True)["round"]
+    except Exception:
+        return -1
+
+
+def test_killed_run_resumes_to_the_same_records(tmp_path):
+    path = write_scenario(tmp_path)
+    out = tmp_path / "out"
+    proc = subprocess.Popen([sys.executable, "-m", "flnet.cli", "run", str(path), "--quiet"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.time() + 120
+    while checkpoint_round(out) < 20 and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.02)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert proc.returncode == -signal.SIGKILL, "the run ended before it could be killed"
+    killed_at = checkpoint_round(out)
+    assert 20 <= killed_at < 400
+    partial = pytest.importorskip("pandas").read_parquet(out / "records.parquet")
+    assert partial["round"].max() >= killed_at  # the finished work was written as it went
+
+    resumed = subprocess.run([sys.executable, "-m", "flnet.cli", "run", str(path), "--quiet",
+                              "--resume"], capture_output=True, text=True)
+    assert resumed.returncode == 0, resumed.stderr
+    whole = run(path, overrides=[f"output.dir={tmp_path / 'whole'}"])
+    import pandas as pd
+    got_records = pd.read_parquet(out / "records.parquet")
+    got_ledger = pd.read_parquet(out / "ledger.parquet")
+    pd.testing.assert_frame_equal(got_records, whole.records, check_exact=True)
+    pd.testing.assert_frame_equal(got_ledger, pd.read_parquet(tmp_path / "whole" / "ledger.parquet"),
+                                  check_exact=True)
+
+
+def test_resume_with_more_rounds_extends_the_run(tmp_path):
+    path = write_scenario(tmp_path, rounds=10, checkpoint_every=4)  # ends on an evaluation
+    run(path)
+    longer = run(path, overrides=["run.rounds=20"], resume=True)
+    whole = run(path, overrides=["run.rounds=20", f"output.dir={tmp_path / 'whole'}"])
+    assert longer.records.equals(whole.records)
+    assert longer.ledger.equals(whole.ledger)
+
+
+def test_resume_of_a_finished_run_changes_nothing(tmp_path):
+    path = write_scenario(tmp_path, rounds=6)
+    first = run(path)
+    again = run(path, resume=True)
+    assert again.records.equals(first.records) and again.ledger.equals(first.ledger)
+
+
+def test_resume_refuses_a_changed_trajectory(tmp_path):
+    path = write_scenario(tmp_path, rounds=6)
+    run(path)
+    with pytest.raises(ScenarioError, match="algorithm.local.lr"):
+        run(path, overrides=["algorithm.local.lr=0.5"], resume=True)
+
+
+def test_resume_without_checkpoint_starts_afresh(tmp_path):
+    path = write_scenario(tmp_path, rounds=3)
+    assert run(path, resume=True).summary["rounds"] == 3
+
+
+class _Evil:
+    def __reduce__(self):
+        return (os.system, ("touch evil-marker",))
+
+
+def test_checkpoint_loading_never_runs_code(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    path = write_scenario(tmp_path, rounds=3)
+    (tmp_path / "out").mkdir()
+    with open(tmp_path / "out" / "checkpoint.pt", "wb") as f:
+        pickle.dump({"format": 1, "x": _Evil()}, f, protocol=2)
+    with pytest.raises(FlnetError, match="cannot read checkpoint"):
+        run(path, resume=True)
+    assert not (tmp_path / "evil-marker").exists()

@@ -1,0 +1,134 @@
+"""Hostile and broken input: whatever a scenario holds, only flnet's own error comes out."""
+
+import copy
+
+import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from flnet.errors import FlnetError, ScenarioError
+from flnet.run import Run
+from flnet.scenario import Scenario, load_scenario
+
+from conftest import FUZZ_SCALE
+from test_readme import field_paths
+
+PATHS = sorted(set(field_paths(Scenario)))
+VALID = {
+    "name": "hostile", "device": "cpu",
+    "algorithm": {"name": "fedavg", "cohort": {"clients_per_round": 3},
+                  "local": {"steps": 2, "batch_size": 4}},
+    "clients": {"count": 6}, "run": {"rounds": 1, "checkpoint_every": None},
+}
+
+junk = st.one_of(
+    st.none(), st.booleans(), st.integers(-10**12, 10**12),
+    st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=12),
+    st.lists(st.integers(-5, 5), max_size=3),
+    st.dictionaries(st.sampled_from(["kind", "mode", "name", "x", "values"]),
+                    st.one_of(st.integers(-3, 3), st.text(max_size=5)), max_size=2))
+
+
+def set_path(data, path, value):
+    node = data
+    parts = path.split(".")
+    for p in parts[:-1]:
+        if not isinstance(node.get(p), dict):
+            node[p] = {}
+        node = node[p]
+    node[parts[-1]] = value
+
+
+mutations = st.lists(st.tuples(st.one_of(st.sampled_from(PATHS), st.text(min_size=1, max_size=8)),
+                               junk), min_size=1, max_size=3)
+
+
+@settings(max_examples=300 * FUZZ_SCALE, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(changes=mutations)
+def test_any_mutation_validates_or_fails_with_scenario_error(changes):
+    data = copy.deepcopy(VALID)
+    for path, value in changes:
+        set_path(data, path, value)
+    try:
+        load_scenario(data=data)
+    except ScenarioError as e:
+        assert str(e).strip()
+
+
+def _small(sc: Scenario) -> bool:
+    local = sc.algorithm.local
+    return sc.clients.count <= 50 and local.steps * local.batch_size <= 2000
+
+
+@settings(max_examples=40 * FUZZ_SCALE, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(changes=mutations)
+def test_valid_looking_scenarios_run_or_fail_with_flnet_error(changes, tmp_path_factory):
+    data = copy.deepcopy(VALID)
+    for path, value in changes:
+        if not path.startswith(("run.", "output.", "device")):
+            set_path(data, path, value)
+    try:
+        sc = load_scenario(data=data)
+    except ScenarioError:
+        return
+    if not _small(sc):
+        return
+    sc = load_scenario(data={**sc.model_dump(mode="json"),
+                             "run": {"rounds": 1, "checkpoint_every": None},
+                             "output": {"dir": str(tmp_path_factory.mktemp("o"))}})
+    try:
+        sim = Run(sc, write=False)
+        sim.simulate()
+    except FlnetError:
+        pass
+
+
+@settings(max_examples=200 * FUZZ_SCALE, deadline=None)
+@given(text=st.text(max_size=200))
+def test_any_text_file_loads_or_fails_with_scenario_error(tmp_path_factory, text):
+    path = tmp_path_factory.mktemp("y") / "s.yaml"
+    path.write_text(text)
+    try:
+        load_scenario(path)
+    except ScenarioError:
+        pass
+
+
+@pytest.mark.parametrize("tag", ["!!python/object/apply:os.system ['touch pwned']",
+                                 "!!python/name:os.system", "&a [*a]"])
+def test_yaml_tags_never_construct_objects(tmp_path, monkeypatch, tag):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "s.yaml").write_text(f"name: {tag}\nalgorithm: {{name: fedavg}}\n")
+    with pytest.raises(ScenarioError):
+        load_scenario(tmp_path / "s.yaml")
+    assert not (tmp_path / "pwned").exists()
+
+
+def test_deadline_no_client_can_meet_is_named(scenario):
+    with pytest.raises(ScenarioError, match="algorithm.cohort.deadline_s: .*fastest possible"):
+        Run(scenario(algorithm={"name": "fedavg", "cohort": {"clients_per_round": 5,
+                                                             "deadline_s": 1e-6}}),
+            write=False)
+
+
+def test_impossible_dirichlet_minimum_is_named(scenario):
+    with pytest.raises(ScenarioError, match="data.partition.min_size"):
+        Run(scenario(data={"partition": {"kind": "dirichlet", "alpha": 0.01, "min_size": 140}}),
+            write=False)
+
+
+def test_huge_sizes_are_refused_before_allocating(scenario):
+    with pytest.raises(ScenarioError, match="algorithm.local.batch_size"):
+        scenario(algorithm={"name": "fedavg", "local": {"batch_size": 10**12}})
+
+
+def test_inf_and_nan_are_refused(scenario):
+    for value in (float("inf"), float("nan")):
+        with pytest.raises(ScenarioError, match="radio.uplink.bandwidth_hz"):
+            scenario(radio={"uplink": {"bandwidth_hz": value}})
+
+
+def test_cross_field_yaml_roundtrip_of_resolved_scenario(scenario):
+    sc = scenario()
+    again = load_scenario(data=yaml.safe_load(yaml.safe_dump(sc.model_dump(mode="json"))))
+    assert again == sc
