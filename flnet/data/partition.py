@@ -16,8 +16,6 @@ generator it is given (the PARTITION stream), so a partition is a pure function 
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from flnet.errors import DataError, ScenarioError
@@ -70,9 +68,10 @@ def shards(labels: np.ndarray, num_clients: int, classes_per_client: int,
            rng: np.random.Generator) -> list[np.ndarray]:
     """Every client holds exactly `classes_per_client` classes, in equal shards.
 
-    Client i takes k classes that follow each other in a random relabelling, starting at an
-    offset drawn so that every class is held by about ``N k / C`` clients; each class's samples
-    are shuffled and cut into equal shards, one per client that holds it.
+    The N k class slots are dealt round a random relabelling of the C classes: the client in
+    position i (clients in random order) takes positions ik .. ik + k - 1 (mod C), so each
+    client's k classes differ and each class is held by floor or ceil of N k / C clients. Each
+    class's samples are shuffled and cut into equal shards, one per client that holds it.
     """
     classes = np.unique(labels)
     k = classes_per_client
@@ -80,12 +79,10 @@ def shards(labels: np.ndarray, num_clients: int, classes_per_client: int,
         raise ScenarioError(f"{k} classes per client but the data set has {len(classes)}",
                             field="data.partition.classes_per_client")
     relabel = classes[rng.permutation(len(classes))]
-    offsets = np.concatenate([rng.permutation(len(classes))
-                              for _ in range(math.ceil(num_clients / len(classes)))])
     holders: dict[int, list[int]] = {int(c): [] for c in classes}
-    for client in range(num_clients):
+    for i, client in enumerate(rng.permutation(num_clients)):
         for j in range(k):
-            holders[int(relabel[(offsets[client] + j) % len(classes)])].append(client)
+            holders[int(relabel[(i * k + j) % len(classes)])].append(int(client))
     parts: list[list[np.ndarray]] = [[] for _ in range(num_clients)]
     for c, owners in holders.items():
         idx = rng.permutation(np.flatnonzero(labels == c))
