@@ -74,30 +74,35 @@ class _Keyed:
 
 
 @functools.lru_cache(maxsize=2)
-def _features(cfg, keyed: _Keyed) -> tuple[np.ndarray, np.ndarray]:
+def _backbone_features(cfg, keyed: _Keyed) -> tuple[np.ndarray, np.ndarray]:
     src = keyed.src
-    if cfg.kind == "npz":
-        tr, te = _npz(cfg.path, src)
+    both = np.concatenate([src.x_train, src.x_test])
+    if cfg.kind == "random_relu":
+        out = _random_relu(both, cfg.dim, cfg.seed)
+    elif both.ndim != 4:
+        raise DataError(f"resnet18 features need image inputs; this data set gives "
+                        f"{list(both.shape[1:])}", field="data.features.kind")
     else:
-        n = len(src.x_train)
-        both = np.concatenate([src.x_train, src.x_test])
-        if cfg.kind == "random_relu":
-            out = _random_relu(both, cfg.dim, cfg.seed)
-        elif both.ndim != 4:
-            raise DataError(f"resnet18 features need image inputs; this data set gives "
-                            f"{list(both.shape[1:])}", field="data.features.kind")
-        else:
-            out = _resnet18(both, cfg.seed)
-        tr, te = out[:n], out[n:]
+        out = _resnet18(both, cfg.seed)
+    return _standardised(out[:len(src.x_train)], out[len(src.x_train):])
+
+
+def _standardised(tr: np.ndarray, te: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Both sets shifted and scaled by the training set's per-feature mean and std."""
     tr, te = np.asarray(tr, np.float32), np.asarray(te, np.float32)
-    mean, std = tr.mean(0), tr.std(0) + 1e-6
+    mean, std = tr.mean(0), tr.std(0)
+    std = np.where(std > 0, std, 1.0).astype(np.float32)
     return (tr - mean) / std, (te - mean) / std
 
 
 def apply(cfg, src: Source, src_key: tuple) -> Source:
     """`src` with x_train [N, F] and x_test [M, F] replaced by standardised features.
 
-    `src_key` identifies the data set (the same key, the same rows), for the cache.
+    `src_key` identifies the data set (the same key, the same rows) for the backbones' cache;
+    an npz file is read afresh every time.
     """
-    tr, te = _features(cfg, _Keyed(src_key, src))
+    if cfg.kind == "npz":
+        tr, te = _standardised(*_npz(cfg.path, src))
+    else:
+        tr, te = _backbone_features(cfg, _Keyed(src_key, src))
     return src._replace(x_train=tr, x_test=te)
