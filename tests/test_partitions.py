@@ -130,3 +130,37 @@ def test_zipf_min_size_is_a_scenario_error():
 def test_shards_with_more_classes_than_exist_is_a_scenario_error():
     with pytest.raises(ScenarioError, match="data.partition.classes_per_client"):
         load(partition={"kind": "shards", "classes_per_client": 11})
+
+
+def test_client_accuracy_uses_the_local_test_splits_by_hand():
+    """A model that always answers 0 scores, on each client, the share of 0s in its test rows."""
+    from dataclasses import replace
+    from types import SimpleNamespace
+
+    from flnet import models
+    from flnet.evaluate import Evaluator
+
+    fed = load(n=3, partition={"kind": "iid"})
+    y = fed.y_test.numpy()
+    zeros, others = np.flatnonzero(y == 0), np.flatnonzero(y != 0)
+    splits = [zeros[:4], np.concatenate([zeros[4:5], others[:3]]), others[3:8]]
+    fed = replace(fed, client_test_indices=splits)
+    model = models.build(SimpleNamespace(kind="logistic"), fed.input_shape, 10, 0, CPU)
+    params = torch.zeros(model.num_params)
+    params[-10] = 1.0  # bias of class 0
+    m = Evaluator(model, fed)(params)
+    assert m["test_accuracy"] == pytest.approx((y == 0).mean())
+    assert m["client_accuracy_mean"] == pytest.approx((1.0 + 0.25 + 0.0) / 3)
+    assert m["client_accuracy_worst"] == 0.0
+
+
+def test_run_reports_the_partition_and_local_accuracy(scenario):
+    from flnet.run import run
+
+    res = run(scenario(data={"partition": {"kind": "zipf", "sigma": 0.5, "alpha": 0.3},
+                             "local_test_fraction": 0.5}, run={"rounds": 2}), write=False)
+    part = res.partition
+    assert list(part.num_samples) == list(partition.zipf_sizes(DIGITS_TRAIN, 10, 0.5))
+    assert (part.num_test_samples == (0.5 * part.num_samples).round().clip(lower=1)).all()
+    rec = res.records.iloc[-1]
+    assert rec.client_accuracy_worst <= rec.client_accuracy_p10 <= rec.client_accuracy_mean
