@@ -47,24 +47,15 @@ class ShardsPartition(Strict):
     classes_per_client: int = Field(ge=1)
 
 
-class _SizedPartition(Strict):
+class SizeSkewPartition(Strict):
+    """Quantity skew. zipf (DRDM): client i (from 1) holds d i^-sigma / sum_j j^-sigma samples;
+    lognormal: sizes proportional to exp(N(0, sigma^2)) draws."""
+
+    kind: Literal["zipf", "lognormal"]
+    sigma: float = Field(ge=0, description="0: equal sizes; larger: more skew")
     alpha: float | None = Field(
         None, gt=0, description="each client's class mixture ~ Dir(alpha); none: iid labels")
     min_size: int = Field(2, ge=1, description="smallest client size allowed")
-
-
-class ZipfPartition(_SizedPartition):
-    """Quantity skew of DRDM: client i (from 1) holds d i^-sigma / sum_j j^-sigma samples."""
-
-    kind: Literal["zipf"]
-    sigma: float = Field(ge=0, description="0: equal sizes; larger: more skew")
-
-
-class LognormalPartition(_SizedPartition):
-    """Quantity skew: client sizes proportional to exp(N(0, sigma^2)) draws."""
-
-    kind: Literal["lognormal"]
-    sigma: float = Field(gt=0)
 
 
 class NaturalPartition(Strict):
@@ -73,8 +64,8 @@ class NaturalPartition(Strict):
     kind: Literal["natural"]
 
 
-Partition = Annotated[Union[IidPartition, DirichletPartition, ShardsPartition, ZipfPartition,
-                            LognormalPartition, NaturalPartition],
+Partition = Annotated[Union[IidPartition, DirichletPartition, ShardsPartition, SizeSkewPartition,
+                            NaturalPartition],
                       Field(discriminator="kind")]
 
 

@@ -205,3 +205,45 @@ def test_npz_features_are_read_and_checked(tmp_path):
 def test_more_clients_than_samples_is_a_scenario_error():
     with pytest.raises(ScenarioError, match="clients.count"):
         load(n=2000)
+
+
+def test_download_fetches_checks_md5_and_refuses_a_bad_file(tmp_path, monkeypatch):
+    """The download path against a local file:// mirror (no network): good files land in the
+    data set's folder, a file whose md5 differs is refused and not kept."""
+    import hashlib
+
+    mirror = tmp_path / "mirror"
+    x_tr, *_ = tiny_idx_set(mirror, np.random.default_rng(0), gz=True)
+    md5 = {n: hashlib.md5((mirror / f"{n}.gz").read_bytes()).hexdigest() for n in files.IDX_NAMES}
+    spec = files.IdxSet("MNIST/raw", ("file:///nowhere/", mirror.as_uri() + "/"), md5)
+    monkeypatch.setitem(files.IDX_SETS, "mnist", spec)
+    fed = load(dataset="mnist", root=str(tmp_path / "data"), download=True)
+    assert torch.equal(fed.x_train[:, 0], torch.tensor(x_tr / 255.0, dtype=torch.float32))
+    assert sorted(p.name for p in (tmp_path / "data/MNIST/raw").iterdir()) == \
+        sorted(f"{n}.gz" for n in files.IDX_NAMES)
+    bad = spec._replace(md5={**md5, "t10k-labels-idx1-ubyte": "0" * 32})
+    monkeypatch.setitem(files.IDX_SETS, "mnist", bad)
+    with pytest.raises(DataError, match="data.download: .*md5"):
+        load(dataset="mnist", root=str(tmp_path / "other"), download=True)
+    assert not (tmp_path / "other/MNIST/raw/t10k-labels-idx1-ubyte.gz").exists()
+
+
+def test_cifar_download_unpacks_only_the_data_set_folder(tmp_path, monkeypatch):
+    import hashlib
+    import io
+    import tarfile
+
+    rng, archive = np.random.default_rng(2), tmp_path / "cifar-10-python.tar.gz"
+    names = [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]
+    with tarfile.open(archive, "w:gz") as tar:
+        for name in [f"cifar-10-batches-py/{n}" for n in names] + ["../escape"]:
+            blob = pickle.dumps(cifar_batch(rng, 2, b"labels"), protocol=2)
+            info = tarfile.TarInfo(name)
+            info.size = len(blob)
+            tar.addfile(info, io.BytesIO(blob))
+    spec = files.CIFAR_SETS["cifar10"]._replace(
+        url=archive.as_uri(), md5=hashlib.md5(archive.read_bytes()).hexdigest())
+    monkeypatch.setitem(files.CIFAR_SETS, "cifar10", spec)
+    fed = load(n=2, dataset="cifar10", root=str(tmp_path / "data"), download=True)
+    assert len(fed.y_train) == 10 and len(fed.y_test) == 2
+    assert not (tmp_path / "escape").exists()
