@@ -19,7 +19,6 @@ only: the features count as precomputed (the paper does not say which it did).
 from __future__ import annotations
 
 import functools
-from pathlib import Path
 
 import numpy as np
 import torch

@@ -90,8 +90,8 @@ def shards(labels: np.ndarray, num_clients: int, classes_per_client: int,
             parts[owner].append(piece)
     out = [np.sort(np.concatenate(p)).astype(np.int64) for p in parts]
     if min(len(p) for p in out) == 0:
-        raise ScenarioError(f"some classes have fewer samples than the clients that share "
-                            f"them; use fewer clients or more classes per client",
+        raise ScenarioError("some classes have fewer samples than the clients that share "
+                            "them; use fewer clients or more classes per client",
                             field="data.partition.classes_per_client")
     return out
 
