@@ -1,7 +1,9 @@
 """Evaluation of one model: test accuracy and loss, and how accuracy spreads over clients.
 
-Per-client accuracy is the global model's accuracy on each client's own training share, so a
-skewed partition shows its worst-served clients.
+Per-client accuracy is the global model's accuracy on each client's local test split when the
+data has them (``data.local_test_fraction``, or a natural partition's own held-out rows), and
+on each client's own training share otherwise, so a skewed partition shows its worst-served
+clients either way.
 """
 
 from __future__ import annotations
@@ -19,13 +21,14 @@ class Evaluator:
         self.model = model
         self.data = data
         self.chunk = chunk
-        sizes = data.num_samples
+        self._local_test = data.client_test_indices is not None
+        per_client = data.client_test_indices if self._local_test else data.client_indices
+        sizes = np.array([len(ix) for ix in per_client])
+        device = data.x_train.device
         self._client_of_row = torch.as_tensor(
-            np.concatenate([np.full(n, k) for k, n in enumerate(sizes)]),
-            device=data.x_train.device)
-        self._rows = torch.as_tensor(np.concatenate(data.client_indices),
-                                     device=data.x_train.device)
-        self._sizes = torch.as_tensor(sizes, dtype=torch.float64, device=data.x_train.device)
+            np.concatenate([np.full(n, k) for k, n in enumerate(sizes)]), device=device)
+        self._rows = torch.as_tensor(np.concatenate(per_client), device=device)
+        self._sizes = torch.as_tensor(sizes, dtype=torch.float64, device=device)
 
     def _logits(self, params: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         with torch.no_grad():
@@ -36,13 +39,16 @@ class Evaluator:
         """params [P] -> accuracy and loss on the test set; client accuracy mean/worst/p10."""
         logits = self._logits(params, self.data.x_test)
         test_loss = F.cross_entropy(logits, self.data.y_test).item()
-        test_acc = (logits.argmax(1) == self.data.y_test).double().mean().item()
-        correct = (self._logits(params, self.data.x_train[self._rows]).argmax(1)
-                   == self.data.y_train[self._rows]).double()
+        test_correct = (logits.argmax(1) == self.data.y_test).double()
+        if self._local_test:  # local test rows are test-set rows: reuse their logits
+            correct = test_correct[self._rows]
+        else:
+            correct = (self._logits(params, self.data.x_train[self._rows]).argmax(1)
+                       == self.data.y_train[self._rows]).double()
         per_client = torch.zeros_like(self._sizes).index_add_(0, self._client_of_row, correct)
         per_client = (per_client / self._sizes).cpu().numpy()
         return {
-            "test_accuracy": test_acc,
+            "test_accuracy": test_correct.mean().item(),
             "test_loss": test_loss,
             "client_accuracy_mean": float(per_client.mean()),
             "client_accuracy_worst": float(per_client.min()),

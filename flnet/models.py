@@ -2,6 +2,24 @@
 
 One client's parameters are ``[P]``; a cohort's are stacked ``[C, P]``. `Model.forward` runs one
 client's parameters on a batch; `Model.forward_stacked` vmaps it over the cohort.
+
+The papers' architectures (parameter counts at the papers' input sizes, checked in
+tests/test_models.py):
+
+| kind | source | input | params |
+|---|---|---|---|
+| `logistic` | DRDM's MNIST linear model, 784 -> 10 | any | 7,850 |
+| `mlp` | hidden ReLU layers | any | |
+| `cnn_mcmahan` | McMahan et al. 2017, the MNIST "CNN" | [1, 28, 28] | 1,663,370 |
+| `cnn_dfl_mnist` | DFL paper (Liu et al.), Table II left | [1, 28, 28] | 20,490 |
+| `cnn_dfl_cifar` | DFL paper, Table II right | [3, 32, 32] | 576,778 |
+| `cnn_tutorial` | the PyTorch-tutorial CIFAR CNN of the block-cyclic paper | [3, 32, 32] | 62,006 |
+| `cnn_kmnist` | DRDM's KMNIST CNN (Sec. 4.1) | [1, 28, 28] | 794,310 |
+| `resnet18` | CIFAR ResNet-18, GroupNorm for BatchNorm (OledFL/DisPFL) | [3, 32, 32] | 11,173,962 |
+
+CNN layer widths after flattening are found by running the convolutional part once on the
+actual input shape, so the CNNs also build on smaller images (e.g. digits' 8x8) when their
+convolutions and pools fit.
 """
 
 from __future__ import annotations
@@ -13,18 +31,132 @@ from torch import nn
 from torch.func import functional_call, vmap
 from torch.utils.flop_counter import FlopCounterMode
 
+from flnet.errors import ScenarioError
+
+
+def _mlp(in_features: int, hidden: list[int], num_classes: int) -> list[nn.Module]:
+    layers: list[nn.Module] = []
+    width = in_features
+    for h in hidden:
+        layers += [nn.Linear(width, h), nn.ReLU()]
+        width = h
+    return layers + [nn.Linear(width, num_classes)]
+
+
+def _cnn(features: list[nn.Module], input_shape: tuple[int, ...], head: list[int],
+         num_classes: int) -> nn.Sequential:
+    """features, flatten, then dense layers of widths `head` (ReLU between) to the classes."""
+    trunk = nn.Sequential(*features, nn.Flatten())
+    with torch.no_grad():
+        flat = trunk(torch.zeros(1, *input_shape)).shape[1]
+    return nn.Sequential(*trunk, *_mlp(flat, head, num_classes))
+
+
+def _conv_relu_pool(c_in: int, c_out: int, kernel: int, padding: int, pool: int,
+                    pool_stride: int | None = None) -> list[nn.Module]:
+    return [nn.Conv2d(c_in, c_out, kernel, padding=padding), nn.ReLU(),
+            nn.MaxPool2d(pool, stride=pool_stride)]
+
+
+def cnn_mcmahan(shape, num_classes):
+    """McMahan et al. 2017 Sec. 3: two 5x5 convolutions (32, 64 channels), each followed by
+    2x2 max pooling, a 512-unit ReLU layer and a softmax layer; 'same' padding as in their
+    TensorFlow code, so 28 -> 14 -> 7. The paper gives 1,663,370 parameters."""
+    c = shape[0]
+    return _cnn(_conv_relu_pool(c, 32, 5, 2, 2) + _conv_relu_pool(32, 64, 5, 2, 2), shape,
+                [512], num_classes)
+
+
+def cnn_dfl_mnist(shape, num_classes):
+    """DFL paper Table II (MNIST): Conv[1,16,3x3], ReLU, MaxPool[2x2], Conv[16,32,3x3], ReLU,
+    MaxPool[2x2], Dense[32x7x7, 10]. The table's 32x7x7 needs padding 1 (28 -> 14 -> 7)."""
+    c = shape[0]
+    return _cnn(_conv_relu_pool(c, 16, 3, 1, 2) + _conv_relu_pool(16, 32, 3, 1, 2), shape, [],
+                num_classes)
+
+
+def cnn_dfl_cifar(shape, num_classes):
+    """DFL paper Table II (CIFAR-10): Conv[3,64,5x5], ReLU, MaxPool[3x3], twice, then Dense
+    64x4x4 -> 384 -> 192 -> 10. The paper gives no padding or pool stride; its 64x4x4 needs
+    'valid' convolutions and stride-2 pools (32 -> 28 -> 13 -> 9 -> 4)."""
+    c = shape[0]
+    return _cnn(_conv_relu_pool(c, 64, 5, 0, 3, 2) + _conv_relu_pool(64, 64, 5, 0, 3, 2), shape,
+                [384, 192], num_classes)
+
+
+def cnn_tutorial(shape, num_classes):
+    """The PyTorch CIFAR-10 tutorial CNN used by the block-cyclic paper ("two convolutional
+    layers and three fully connected layers"): conv 3->6 5x5, pool 2, conv 6->16 5x5, pool 2,
+    dense 400 -> 120 -> 84 -> 10. The paper names the tutorial; the widths are the tutorial's."""
+    c = shape[0]
+    return _cnn(_conv_relu_pool(c, 6, 5, 0, 2) + _conv_relu_pool(6, 16, 5, 0, 2), shape,
+                [120, 84], num_classes)
+
+
+def cnn_kmnist(shape, num_classes):
+    """DRDM Sec. 4.1 (KMNIST): 3x3 conv 16 channels, max-pool, 3x3 conv 32, max-pool, flatten
+    (32x7x7), FC 500, ReLU, FC 10. The paper names ReLU only after FC1 and gives no padding;
+    32x7x7 needs padding 1 and 2x2 pools, and we put ReLU after the convolutions too."""
+    c = shape[0]
+    return _cnn(_conv_relu_pool(c, 16, 3, 1, 2) + _conv_relu_pool(16, 32, 3, 1, 2), shape,
+                [500], num_classes)
+
+
+class BasicBlock(nn.Module):
+    """ResNet basic block with GroupNorm: conv3x3-GN-ReLU-conv3x3-GN, plus the shortcut."""
+
+    def __init__(self, c_in: int, c_out: int, stride: int, groups: int):
+        super().__init__()
+        self.conv1 = nn.Conv2d(c_in, c_out, 3, stride, 1, bias=False)
+        self.norm1 = nn.GroupNorm(groups, c_out)
+        self.conv2 = nn.Conv2d(c_out, c_out, 3, 1, 1, bias=False)
+        self.norm2 = nn.GroupNorm(groups, c_out)
+        self.shortcut = nn.Sequential()
+        if stride != 1 or c_in != c_out:
+            self.shortcut = nn.Sequential(nn.Conv2d(c_in, c_out, 1, stride, bias=False),
+                                          nn.GroupNorm(groups, c_out))
+
+    def forward(self, x):
+        out = torch.relu(self.norm1(self.conv1(x)))
+        return torch.relu(self.norm2(self.conv2(out)) + self.shortcut(x))
+
+
+def resnet18_trunk(in_channels: int, groups: int = 32) -> nn.Sequential:
+    """[B, C, H, W] -> [B, 512]: the CIFAR ResNet-18 (3x3 stem, stride 1, no max-pool; stages
+    of two basic blocks, 64/128/256/512 channels; global average pool) with every BatchNorm
+    replaced by GroupNorm(`groups`), as in DisPFL's ``customized_resnet18`` that OledFL builds
+    on. GroupNorm has no running statistics, so the model is a pure function of its weights."""
+    layers: list[nn.Module] = [nn.Conv2d(in_channels, 64, 3, 1, 1, bias=False),
+                               nn.GroupNorm(groups, 64), nn.ReLU()]
+    c_in = 64
+    for c_out, stride in ((64, 1), (128, 2), (256, 2), (512, 2)):
+        layers += [BasicBlock(c_in, c_out, stride, groups), BasicBlock(c_out, c_out, 1, groups)]
+        c_in = c_out
+    return nn.Sequential(*layers, nn.AdaptiveAvgPool2d(1), nn.Flatten())
+
+
+CNNS = {f.__name__: f for f in (cnn_mcmahan, cnn_dfl_mnist, cnn_dfl_cifar, cnn_tutorial,
+                                cnn_kmnist)}
+
 
 def build_module(config, input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
-    in_features = math.prod(input_shape)
-    if config.kind == "logistic":
-        return nn.Sequential(nn.Flatten(), nn.Linear(in_features, num_classes))
-    layers: list[nn.Module] = [nn.Flatten()]
-    width = in_features
-    for hidden in config.hidden:
-        layers += [nn.Linear(width, hidden), nn.ReLU()]
-        width = hidden
-    layers.append(nn.Linear(width, num_classes))
-    return nn.Sequential(*layers)
+    kind = config.kind
+    if kind == "logistic":
+        return nn.Sequential(nn.Flatten(), nn.Linear(math.prod(input_shape), num_classes))
+    if kind == "mlp":
+        return nn.Sequential(nn.Flatten(), *_mlp(math.prod(input_shape), config.hidden,
+                                                 num_classes))
+    if len(input_shape) != 3:
+        raise ScenarioError(f"{kind} needs image inputs [channels, height, width]; this data "
+                            f"set gives {list(input_shape)}", field="model.kind")
+    try:
+        if kind == "resnet18":
+            return nn.Sequential(*resnet18_trunk(input_shape[0], config.norm_groups),
+                                 nn.Linear(512, num_classes))
+        return CNNS[kind](input_shape, num_classes)
+    except RuntimeError as e:  # a convolution or pool larger than what is left of the image
+        raise ScenarioError(f"{kind} does not fit inputs of shape {list(input_shape)}: {e}",
+                            field="model.kind") from None
 
 
 class Model:

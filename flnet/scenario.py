@@ -31,19 +31,107 @@ class IidPartition(Strict):
 
 
 class DirichletPartition(Strict):
-    """Label skew: each class is spread over clients with proportions ~ Dir(alpha)."""
+    """Label skew (Hsu et al. 2019): each class is spread over clients with proportions
+    ~ Dir(alpha); client sizes come out unequal."""
 
     kind: Literal["dirichlet"]
     alpha: float = Field(gt=0, description="smaller alpha, stronger label skew")
     min_size: int = Field(2, ge=1, description="resample until every client has this many")
 
 
-Partition = Annotated[Union[IidPartition, DirichletPartition], Field(discriminator="kind")]
+class ShardsPartition(Strict):
+    """Pathological split: every client holds exactly `classes_per_client` classes, each class
+    cut into equal shards (McMahan et al. 2017; OledFL's Path(k))."""
+
+    kind: Literal["shards"]
+    classes_per_client: int = Field(ge=1)
+
+
+class SizeSkewPartition(Strict):
+    """Quantity skew. zipf (DRDM): client i (from 1) holds d i^-sigma / sum_j j^-sigma samples;
+    lognormal: sizes proportional to exp(N(0, sigma^2)) draws."""
+
+    kind: Literal["zipf", "lognormal"]
+    sigma: float = Field(ge=0, description="0: equal sizes; larger: more skew")
+    alpha: float | None = Field(
+        None, gt=0, description="each client's class mixture ~ Dir(alpha); none: iid labels")
+    min_size: int = Field(2, ge=1, description="smallest client size allowed")
+
+
+class NaturalPartition(Strict):
+    """The data set's own clients (synthetic: one generated user per client)."""
+
+    kind: Literal["natural"]
+
+
+Partition = Annotated[Union[IidPartition, DirichletPartition, ShardsPartition, SizeSkewPartition,
+                            NaturalPartition],
+                      Field(discriminator="kind")]
+
+
+class SyntheticConfig(Strict):
+    """FedProx's Synthetic(alpha, beta): per-client logistic models and inputs."""
+
+    alpha: float = Field(1.0, ge=0, description="how much the clients' models differ")
+    beta: float = Field(1.0, ge=0, description="how much the clients' inputs differ")
+    num_features: int = Field(60, ge=1)
+    num_classes: int = Field(10, ge=2)
+    size_log_mean: float = Field(4.0, description="client sizes: lognormal(mean, std) + min")
+    size_log_std: float = Field(2.0, ge=0)
+    min_samples: int = Field(50, ge=2)
+    test_fraction: float = Field(0.1, gt=0, lt=1, description="of each client's samples")
+
+
+class Mnist1dConfig(Strict):
+    """MNIST-1D's procedural generator (80/20 train/test split)."""
+
+    num_samples: int = Field(5000, ge=20)
+    seed: int = Field(42, ge=0, description="the generator's seed; 42 is the published set")
+
+
+class RandomReluFeatures(Strict):
+    kind: Literal["random_relu"]
+    dim: int = Field(512, ge=1)
+    seed: int = Field(0, ge=0, description="fixes the backbone, independent of the run seed")
+
+
+class Resnet18Features(Strict):
+    kind: Literal["resnet18"]
+    seed: int = Field(0, ge=0, description="fixes the backbone, independent of the run seed")
+
+
+class NpzFeatures(Strict):
+    kind: Literal["npz"]
+    path: str = Field(description="arrays x_train [N, F] and x_test [M, F]")
+
+
+Features = Annotated[Union[RandomReluFeatures, Resnet18Features, NpzFeatures],
+                     Field(discriminator="kind")]
+
+DATASETS = ("digits", "synthetic", "mnist1d", "mnist", "fashion_mnist", "kmnist", "cifar10",
+            "cifar100")
 
 
 class DataConfig(Strict):
-    dataset: Literal["digits"] = Field("digits", description="scikit-learn's 8x8 digits")
+    dataset: Literal[DATASETS] = Field("digits", description="see the README")
+    root: str = Field("data", description="folder holding the real data sets' files")
+    download: bool = Field(False, description="fetch missing real data sets (needs network)")
     partition: Partition = IidPartition()
+    local_test_fraction: float | None = Field(
+        None, gt=0, le=1, description="per-client test rows from the client's label mix")
+    features: Features | None = Field(None, description="frozen features instead of inputs")
+    synthetic: SyntheticConfig = SyntheticConfig()
+    mnist1d: Mnist1dConfig = Mnist1dConfig()
+
+    @model_validator(mode="after")
+    def _consistent(self):
+        if self.partition.kind == "natural" and self.dataset != "synthetic":
+            raise inconsistent("data.partition.kind", f"'natural' needs a data set with its "
+                               f"own clients ('synthetic'), not {self.dataset!r}")
+        if self.partition.kind == "natural" and self.local_test_fraction is not None:
+            raise inconsistent("data.local_test_fraction", "a natural partition already has "
+                               "each client's own test split (synthetic.test_fraction)")
+        return self
 
 
 class MlpConfig(Strict):
@@ -57,7 +145,28 @@ class LogisticConfig(Strict):
     kind: Literal["logistic"]
 
 
-ModelConfig = Annotated[Union[MlpConfig, LogisticConfig], Field(discriminator="kind")]
+class CnnConfig(Strict):
+    """One of the papers' CNNs, exactly as published (see flnet/models.py)."""
+
+    kind: Literal["cnn_mcmahan", "cnn_dfl_mnist", "cnn_dfl_cifar", "cnn_tutorial", "cnn_kmnist"]
+
+
+class Resnet18Config(Strict):
+    """CIFAR ResNet-18 with GroupNorm in place of BatchNorm."""
+
+    kind: Literal["resnet18"]
+    norm_groups: int = Field(32, ge=1, description="GroupNorm groups; must divide 64")
+
+    @model_validator(mode="after")
+    def _divides(self):
+        if 64 % self.norm_groups:
+            raise inconsistent("model.norm_groups", f"{self.norm_groups} does not divide the "
+                               f"64 channels of the first stage")
+        return self
+
+
+ModelConfig = Annotated[Union[MlpConfig, LogisticConfig, CnnConfig, Resnet18Config],
+                        Field(discriminator="kind")]
 
 # ---------------------------------------------------------------- devices and radio
 
@@ -311,7 +420,7 @@ def _walk(loc: tuple) -> tuple[str, Any]:
     node: Any = Scenario
     for seg in loc:
         if isinstance(node, tuple):
-            member = next((m for m in node if _tag_of(m) == seg), None)
+            member = next((m for m in node if seg in _tags_of(m)), None)
             if member is not None:
                 node = member
                 continue
@@ -340,17 +449,14 @@ def _unwrap(annotation):
     return annotation
 
 
-def _tag_of(model) -> str | None:
+def _tags_of(model) -> tuple:
+    """The values of a union member's tag field (a Literal may allow several)."""
+    from typing import get_args
     for key in ("name", "kind", "mode"):
         f = getattr(model, "model_fields", {}).get(key)
-        if f is not None and isinstance(f.default, str):
-            return f.default
         if f is not None:
-            from typing import get_args
-            args = get_args(f.annotation)
-            if args:
-                return args[0]
-    return None
+            return get_args(f.annotation) or (f.default,)
+    return ()
 
 
 def describe(err: dict) -> str:

@@ -1,0 +1,231 @@
+"""Real data sets read from files in their standard layout (torchvision's), with opt-in download.
+
+- MNIST, Fashion-MNIST, KMNIST: the four IDX files (``.gz`` or plain) in ``<root>/MNIST/raw``,
+  ``<root>/FashionMNIST/raw``, ``<root>/KMNIST/raw``.
+- CIFAR-10 / CIFAR-100: the python pickle batches in ``<root>/cifar-10-batches-py`` and
+  ``<root>/cifar-100-python``, read with an unpickler that only builds numpy arrays.
+
+Images become float32 in [0, 1]: [N, 1, 28, 28] and [N, 3, 32, 32].
+"""
+
+from __future__ import annotations
+
+import codecs
+import gzip
+import hashlib
+import pickle
+import shutil
+import tarfile
+import tempfile
+import urllib.request
+from pathlib import Path
+from typing import NamedTuple
+
+import numpy as np
+
+from flnet.data.embedded import Source
+from flnet.errors import DataError
+
+
+class IdxSet(NamedTuple):
+    folder: str
+    mirrors: tuple[str, ...]
+    md5: dict[str, str]  # .gz file name -> md5 of the official file
+
+
+class CifarSet(NamedTuple):
+    folder: str
+    url: str
+    md5: str  # of the .tar.gz archive
+    train: tuple[str, ...]
+    test: tuple[str, ...]
+    label_key: str
+    num_classes: int
+
+
+IDX_NAMES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte",
+             "t10k-labels-idx1-ubyte")
+
+IDX_SETS = {
+    "mnist": IdxSet("MNIST/raw", ("https://ossci-datasets.s3.amazonaws.com/mnist/",
+                                  "http://yann.lecun.com/exdb/mnist/"), dict(zip(
+        IDX_NAMES, ("f68b3c2dcbeaaa9fbdd348bbdeb94873", "d53e105ee54ea40749a09fcbcd1e9432",
+                    "9fb629c4189551a2d022fa330f9573f3", "ec29112dd5afa0611ce80d1b7f02629c")))),
+    "fashion_mnist": IdxSet("FashionMNIST/raw", (
+        "http://fashion-mnist.s3-website.eu-central-1.amazonaws.com/",), dict(zip(
+            IDX_NAMES, ("8d4fb7e6c68d591d4c3dfef9ec88bf0d", "25c81989df183df01b3e8a0aad5dffbe",
+                        "bef4ecab320f06d8554ea6380940ec79", "bb300cfdad3c16e7a12a480ee83cd310")))),
+    "kmnist": IdxSet("KMNIST/raw", ("http://codh.rois.ac.jp/kmnist/dataset/kmnist/",), dict(zip(
+        IDX_NAMES, ("bdb82020997e1d708af4cf47b453dcf7", "e144d726b3acfaa3e44228e80efcd344",
+                    "5c965bf0a639b31b8f53240b1b52f4d7", "7320c461ea6c1c855c0b718fb2a4b134")))),
+}
+
+CIFAR_SETS = {
+    "cifar10": CifarSet("cifar-10-batches-py",
+                        "https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz",
+                        "c58f30108f718f92721af3b95e74349a",
+                        tuple(f"data_batch_{i}" for i in range(1, 6)), ("test_batch",),
+                        "labels", 10),
+    "cifar100": CifarSet("cifar-100-python",
+                         "https://www.cs.toronto.edu/~kriz/cifar-100-python.tar.gz",
+                         "eb9058c3a382ffc7106e4002c42a8d85", ("train",), ("test",),
+                         "fine_labels", 100),
+}
+
+# ---------------------------------------------------------------- IDX
+
+_IDX_DTYPES = {0x08: ">u1", 0x09: ">i1", 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4", 0x0E: ">f8"}
+
+
+def read_idx(path: Path) -> np.ndarray:
+    """An IDX file (LeCun's format), gzipped or plain: zero, zero, type code, number of
+    dimensions; the sizes as big-endian int32; then the values, big-endian, row-major."""
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rb") as f:
+        raw = f.read()
+    if len(raw) < 4 or raw[0] != 0 or raw[1] != 0 or raw[2] not in _IDX_DTYPES:
+        raise DataError(f"{path} is not an IDX file (bad magic number)")
+    ndim = raw[3]
+    shape = tuple(np.frombuffer(raw, ">i4", count=ndim, offset=4))
+    dtype = np.dtype(_IDX_DTYPES[raw[2]])
+    count = int(np.prod(shape))
+    if len(raw) != 4 + 4 * ndim + count * dtype.itemsize:
+        raise DataError(f"{path}: size does not match its header's shape {shape}")
+    return np.frombuffer(raw, dtype, count=count, offset=4 + 4 * ndim).reshape(shape)
+
+
+def _idx_file(folder: Path, name: str) -> Path | None:
+    for candidate in (folder / name, folder / f"{name}.gz"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def load_idx_set(name: str, root: Path, download: bool) -> Source:
+    spec = IDX_SETS[name]
+    folder = root / spec.folder
+    if download:
+        for file, md5 in spec.md5.items():
+            if _idx_file(folder, file) is None:
+                _fetch([m + file + ".gz" for m in spec.mirrors], folder / f"{file}.gz", md5)
+    paths = {file: _idx_file(folder, file) for file in IDX_NAMES}
+    missing = [f for f, p in paths.items() if p is None]
+    if missing:
+        raise missing_error(name, folder, [f"{f}(.gz)" for f in missing])
+    x_tr, y_tr, x_te, y_te = (read_idx(paths[f]) for f in IDX_NAMES)
+    images = lambda a: (a.astype(np.float32) / 255.0)[:, None]  # noqa: E731
+    return Source(images(x_tr), y_tr.astype(np.int64), images(x_te), y_te.astype(np.int64), 10)
+
+
+# ---------------------------------------------------------------- CIFAR
+
+
+class _ArraysOnly(pickle.Unpickler):
+    """Unpickles dicts, lists, strings, numbers and numpy arrays, and refuses anything else.
+
+    The CIFAR batches hold only those; an array pickle names at most numpy's array
+    reconstructors, `ndarray`, `dtype`, `scalar`, and ``_codecs.encode`` (protocol-2 bytes).
+    """
+
+    _NUMPY_MODULES = {"numpy", "numpy.core.multiarray", "numpy._core.multiarray",
+                      "numpy.core.numeric", "numpy._core.numeric"}
+    _ARRAY = np.zeros(1)
+    _NUMPY_NAMES = {
+        "_reconstruct": _ARRAY.__reduce__()[0],
+        "_frombuffer": _ARRAY.__reduce_ex__(5)[0],
+        "scalar": np.float64(0).__reduce__()[0],
+        "ndarray": np.ndarray,
+        "dtype": np.dtype,
+    }
+
+    def find_class(self, module, name):
+        if module in self._NUMPY_MODULES and name in self._NUMPY_NAMES:
+            return self._NUMPY_NAMES[name]
+        if (module, name) == ("_codecs", "encode"):
+            return codecs.encode
+        raise pickle.UnpicklingError(f"refusing to load {module}.{name}")
+
+
+def read_cifar_batch(path: Path) -> dict:
+    """One CIFAR python batch: a dict with bytes or str keys, through `_ArraysOnly`."""
+    try:
+        with open(path, "rb") as f:
+            batch = _ArraysOnly(f, encoding="latin1").load()
+    except (pickle.UnpicklingError, EOFError, ValueError) as e:
+        raise DataError(f"{path} is not a CIFAR python batch: {e}") from None
+    if not isinstance(batch, dict):
+        raise DataError(f"{path} is not a CIFAR python batch: it holds a "
+                        f"{type(batch).__name__}, not a dict")
+    return {k.decode() if isinstance(k, bytes) else k: v for k, v in batch.items()}
+
+
+def load_cifar_set(name: str, root: Path, download: bool) -> Source:
+    spec = CIFAR_SETS[name]
+    folder = root / spec.folder
+    expected = (*spec.train, *spec.test)
+    if download and not all((folder / f).is_file() for f in expected):
+        _fetch_archive(spec, root)
+    missing = [f for f in expected if not (folder / f).is_file()]
+    if missing:
+        raise missing_error(name, folder, missing)
+
+    def read(files):
+        batches = [read_cifar_batch(folder / f) for f in files]
+        x = np.concatenate([np.asarray(b["data"], dtype=np.uint8) for b in batches])
+        y = np.concatenate([np.asarray(b[spec.label_key], dtype=np.int64) for b in batches])
+        return (x.reshape(-1, 3, 32, 32).astype(np.float32) / 255.0), y
+
+    (x_tr, y_tr), (x_te, y_te) = read(spec.train), read(spec.test)
+    return Source(x_tr, y_tr, x_te, y_te, spec.num_classes)
+
+
+# ---------------------------------------------------------------- missing files and download
+
+
+def missing_error(name: str, folder: Path, files: list[str]) -> DataError:
+    return DataError(
+        f"data set {name!r} not found: {folder} must hold {', '.join(files)}. Put the files "
+        f"there (torchvision's layout under data.root), or set data.download: true on a "
+        f"machine with network access", field="data.root")
+
+
+def _md5(path: Path) -> str:
+    digest = hashlib.md5(usedforsecurity=False)
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _fetch(urls: list[str], dest: Path, md5: str) -> None:
+    """Download the first URL that answers to `dest`, checking its md5; nothing is left
+    behind on failure."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    errors = []
+    for url in urls:
+        with tempfile.NamedTemporaryFile(dir=dest.parent, delete=False) as tmp:
+            tmp_path = Path(tmp.name)
+        try:
+            with urllib.request.urlopen(url, timeout=60) as response, open(tmp_path, "wb") as f:
+                shutil.copyfileobj(response, f)
+            got = _md5(tmp_path)
+            if got != md5:
+                raise DataError(f"{url}: md5 {got}, expected {md5}")
+            tmp_path.replace(dest)
+            return
+        except (OSError, DataError) as e:
+            errors.append(f"{url}: {e}")
+        finally:
+            tmp_path.unlink(missing_ok=True)
+    raise DataError(f"could not download {dest.name}: " + "; ".join(errors), field="data.download")
+
+
+def _fetch_archive(spec: CifarSet, root: Path) -> None:
+    archive = root / spec.url.rsplit("/", 1)[1]
+    if not archive.is_file():
+        _fetch([spec.url], archive, spec.md5)
+    with tarfile.open(archive, "r:gz") as tar:
+        members = [m for m in tar.getmembers()
+                   if m.isfile() and Path(m.name).parts[0] == spec.folder and ".." not in m.name]
+        safe = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
+        tar.extractall(root, members=members, **safe)

@@ -1,0 +1,249 @@
+"""Data sets: tiny files in the real formats, the embedded generators, frozen features."""
+
+import gzip
+import os
+import pickle
+import random
+import struct
+
+import numpy as np
+import pytest
+import torch
+
+from flnet import data
+from flnet.data import embedded, features, files
+from flnet.errors import DataError, ScenarioError
+from flnet.scenario import DataConfig
+
+CPU = torch.device("cpu")
+
+
+def load(n=4, seed=0, **cfg):
+    return data.load(DataConfig.model_validate(cfg), n, seed, CPU)
+
+
+def write_idx(path, array: np.ndarray, type_code=0x08, gz=False):
+    """IDX written by hand: 0, 0, type code, ndim, big-endian int32 sizes, big-endian data."""
+    dtype = {0x08: ">u1", 0x0B: ">i2"}[type_code]
+    raw = bytes([0, 0, type_code, array.ndim]) + struct.pack(f">{array.ndim}i", *array.shape) \
+        + array.astype(dtype).tobytes()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    (gzip.open(f"{path}.gz", "wb") if gz else open(path, "wb")).write(raw)
+
+
+def tiny_idx_set(folder, rng, gz):
+    x_tr = rng.integers(0, 256, (12, 28, 28), dtype=np.uint8)
+    x_te = rng.integers(0, 256, (5, 28, 28), dtype=np.uint8)
+    y_tr, y_te = np.arange(12) % 10, np.arange(5) % 10
+    for name, a in (("train-images-idx3-ubyte", x_tr), ("train-labels-idx1-ubyte", y_tr),
+                    ("t10k-images-idx3-ubyte", x_te), ("t10k-labels-idx1-ubyte", y_te)):
+        write_idx(folder / name, a, gz=gz)
+    return x_tr, y_tr, x_te, y_te
+
+
+@pytest.mark.parametrize("name,folder,gz", [("mnist", "MNIST/raw", False),
+                                            ("fashion_mnist", "FashionMNIST/raw", True),
+                                            ("kmnist", "KMNIST/raw", True)])
+def test_idx_files_round_trip(tmp_path, name, folder, gz):
+    x_tr, y_tr, x_te, y_te = tiny_idx_set(tmp_path / folder, np.random.default_rng(0), gz)
+    fed = load(dataset=name, root=str(tmp_path))
+    assert fed.input_shape == (1, 28, 28)
+    assert torch.equal(fed.x_train[:, 0], torch.tensor(x_tr / 255.0, dtype=torch.float32))
+    assert torch.equal(fed.x_test[:, 0], torch.tensor(x_te / 255.0, dtype=torch.float32))
+    assert fed.y_train.tolist() == y_tr.tolist() and fed.y_test.tolist() == y_te.tolist()
+
+
+def test_idx_reader_handles_other_types_and_rejects_garbage(tmp_path):
+    a = np.array([[-3, 500], [7, -32000]])
+    write_idx(tmp_path / "short", a, type_code=0x0B)
+    assert files.read_idx(tmp_path / "short").tolist() == a.tolist()
+    (tmp_path / "junk").write_bytes(b"\x12\x34\x56\x78")
+    with pytest.raises(DataError, match="not an IDX file"):
+        files.read_idx(tmp_path / "junk")
+    (tmp_path / "short_cut").write_bytes((tmp_path / "short").read_bytes()[:-1])
+    with pytest.raises(DataError, match="size does not match"):
+        files.read_idx(tmp_path / "short_cut")
+
+
+def cifar_batch(rng, n, label_key):
+    return {b"batch_label": b"tiny", label_key: [int(v) for v in rng.integers(0, 10, n)],
+            b"data": rng.integers(0, 256, (n, 3072), dtype=np.uint8),
+            b"filenames": [b"f%d.png" % i for i in range(n)]}
+
+
+@pytest.mark.parametrize("protocol", [2, 5])
+def test_cifar10_batches_round_trip(tmp_path, protocol):
+    """Batches like the originals (bytes keys, Python-2-era protocol 2) and like a new pickle."""
+    rng, folder = np.random.default_rng(0), tmp_path / "cifar-10-batches-py"
+    folder.mkdir()
+    names = [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]
+    batches = {n: cifar_batch(rng, 3, b"labels") for n in names}
+    for n, b in batches.items():
+        (folder / n).write_bytes(pickle.dumps(b, protocol=protocol))
+    fed = load(dataset="cifar10", root=str(tmp_path))
+    x = np.concatenate([batches[n][b"data"] for n in names[:5]]).reshape(-1, 3, 32, 32)
+    assert fed.input_shape == (3, 32, 32) and fed.num_classes == 10
+    assert torch.equal(fed.x_train, torch.tensor(x / 255.0, dtype=torch.float32))
+    assert fed.y_train.tolist() == sum((batches[n][b"labels"] for n in names[:5]), [])
+    assert fed.y_test.tolist() == batches["test_batch"][b"labels"]
+
+
+def test_cifar100_uses_fine_labels(tmp_path):
+    rng, folder = np.random.default_rng(1), tmp_path / "cifar-100-python"
+    folder.mkdir()
+    train, test = cifar_batch(rng, 6, b"fine_labels"), cifar_batch(rng, 2, b"fine_labels")
+    train[b"coarse_labels"] = [0] * 6
+    (folder / "train").write_bytes(pickle.dumps(train, protocol=4))
+    (folder / "test").write_bytes(pickle.dumps(test, protocol=4))
+    fed = load(n=2, dataset="cifar100", root=str(tmp_path))
+    assert fed.num_classes == 100 and fed.y_train.tolist() == train[b"fine_labels"]
+
+
+class Exploit:
+    def __reduce__(self):
+        return (os.system, ("touch pwned",))
+
+
+def test_cifar_reader_refuses_anything_but_arrays(tmp_path):
+    path = tmp_path / "test_batch"
+    path.write_bytes(pickle.dumps({b"data": Exploit()}))
+    with pytest.raises(DataError, match="refusing to load"):
+        files.read_cifar_batch(path)
+    assert not (tmp_path / "pwned").exists() and not os.path.exists("pwned")
+
+
+@pytest.mark.parametrize("name,folder,expected", [
+    ("kmnist", "KMNIST/raw", ["train-images-idx3-ubyte(.gz)", "t10k-labels-idx1-ubyte(.gz)"]),
+    ("cifar10", "cifar-10-batches-py", ["data_batch_1", "data_batch_5", "test_batch"]),
+    ("cifar100", "cifar-100-python", ["train", "test"]),
+])
+def test_missing_real_data_set_names_the_folder_and_files(tmp_path, name, folder, expected):
+    with pytest.raises(DataError) as err:
+        load(dataset=name, root=str(tmp_path))
+    message = str(err.value)
+    assert message.startswith("data.root:") and str(tmp_path / folder) in message
+    assert all(f in message for f in expected) and "data.download: true" in message
+
+
+def test_mnist1d_comes_from_the_generator_and_leaves_global_rngs_alone():
+    from mnist1d.data import get_dataset_args, make_dataset
+
+    np.random.seed(123)
+    random.seed(123)
+    before_np, before_py = np.random.get_state()[1].copy(), random.getstate()
+    fed = load(dataset="mnist1d", mnist1d={"num_samples": 200, "seed": 7})
+    assert np.array_equal(np.random.get_state()[1], before_np)
+    assert random.getstate() == before_py
+    args = get_dataset_args()
+    args.num_samples, args.seed = 200, 7
+    ref = make_dataset(args)
+    assert fed.input_shape == (40,) and len(fed.y_train) == 160 and len(fed.y_test) == 40
+    assert np.allclose(fed.x_train.numpy(), ref["x"]) and fed.y_test.tolist() == list(ref["y_test"])
+
+
+def test_synthetic_natural_clients_follow_the_fedprox_generator():
+    """Each client's inputs are N(v_k, diag(j^-1.2)); its test rows are its own."""
+    cfg = {"num_features": 5, "size_log_std": 0.0, "size_log_mean": 0.0, "min_samples": 3999,
+           "alpha": 1.0, "beta": 1.0}
+    fed = load(n=3, dataset="synthetic", synthetic=cfg, partition={"kind": "natural"})
+    assert list(fed.num_samples) == [3600] * 3  # lognormal(0, 0) = 1, + 3999, 90% train
+    assert [len(ix) for ix in fed.client_test_indices] == [400] * 3
+    x = fed.x_train.numpy()
+    for rows in fed.client_indices:
+        var = x[rows].var(0)
+        assert np.allclose(var, np.arange(1, 6) ** -1.2, rtol=0.1)
+    means = np.stack([x[rows].mean(0) for rows in fed.client_indices])
+    assert means.std(0).mean() > 0.3  # v_k ~ N(B_k, 1) differ between clients
+
+
+def test_synthetic_client_input_means_spread_with_beta():
+    """v_k ~ N(B_k, 1) with B_k ~ N(0, beta): client means spread with std sqrt(1 + beta^2)."""
+    def spread(beta):
+        fed = load(n=60, dataset="synthetic", synthetic={"beta": beta, "min_samples": 400},
+                   partition={"kind": "natural"})
+        x = fed.x_train.numpy()
+        return np.stack([x[rows].mean(0) for rows in fed.client_indices]).std(0).mean()
+    assert 0.8 < spread(0.0) < 1.2 and 2.6 < spread(3.0) < 3.8
+
+
+def test_random_relu_features_feed_a_5130_parameter_head():
+    """DRDM's last-layer setting: 512 features, a 512 -> 10 head of 5,130 parameters."""
+    from flnet import models
+
+    fed = load(features={"kind": "random_relu", "dim": 512})
+    assert fed.input_shape == (512,)
+    x = fed.x_train.numpy()
+    assert np.allclose(x.mean(0), 0, atol=1e-4) and np.allclose(x.std(0)[x.std(0) > 0], 1, atol=1e-4)
+    model = models.build(type("C", (), {"kind": "logistic"}), fed.input_shape, 10, 0, CPU)
+    assert model.num_params == 5130
+    again = load(features={"kind": "random_relu", "dim": 512}, partition={"kind": "dirichlet",
+                                                                           "alpha": 1.0})
+    assert torch.equal(again.x_train, fed.x_train)  # same backbone: from the cache
+
+
+def test_resnet18_features_are_a_frozen_seeded_trunk():
+    src = embedded.Source(np.random.default_rng(0).random((6, 1, 8, 8), dtype=np.float32),
+                          np.zeros(6, np.int64), np.ones((2, 1, 8, 8), np.float32),
+                          np.zeros(2, np.int64), 10)
+    cfg = DataConfig.model_validate({"features": {"kind": "resnet18"}}).features
+    a = features.apply(cfg, src, ("tiny", 0))
+    b = features.apply(cfg.model_copy(update={"seed": 1}), src, ("tiny", 0))
+    assert a.x_train.shape == (6, 512) and a.x_test.shape == (2, 512)
+    assert not np.allclose(a.x_train, b.x_train)
+
+
+def test_npz_features_are_read_and_checked(tmp_path):
+    path = tmp_path / "f.npz"
+    np.savez(path, x_train=np.ones((1437, 3)), x_test=np.zeros((360, 3)))
+    fed = load(features={"kind": "npz", "path": str(path)})
+    assert fed.input_shape == (3,)
+    np.savez(path, x_train=np.ones((5, 3)), x_test=np.zeros((360, 3)))
+    with pytest.raises(DataError, match="data.features.path"):
+        load(n=3, features={"kind": "npz", "path": str(path)})
+
+
+def test_more_clients_than_samples_is_a_scenario_error():
+    with pytest.raises(ScenarioError, match="clients.count"):
+        load(n=2000)
+
+
+def test_download_fetches_checks_md5_and_refuses_a_bad_file(tmp_path, monkeypatch):
+    """The download path against a local file:// mirror (no network): good files land in the
+    data set's folder, a file whose md5 differs is refused and not kept."""
+    import hashlib
+
+    mirror = tmp_path / "mirror"
+    x_tr, *_ = tiny_idx_set(mirror, np.random.default_rng(0), gz=True)
+    md5 = {n: hashlib.md5((mirror / f"{n}.gz").read_bytes()).hexdigest() for n in files.IDX_NAMES}
+    spec = files.IdxSet("MNIST/raw", ("file:///nowhere/", mirror.as_uri() + "/"), md5)
+    monkeypatch.setitem(files.IDX_SETS, "mnist", spec)
+    fed = load(dataset="mnist", root=str(tmp_path / "data"), download=True)
+    assert torch.equal(fed.x_train[:, 0], torch.tensor(x_tr / 255.0, dtype=torch.float32))
+    assert sorted(p.name for p in (tmp_path / "data/MNIST/raw").iterdir()) == \
+        sorted(f"{n}.gz" for n in files.IDX_NAMES)
+    bad = spec._replace(md5={**md5, "t10k-labels-idx1-ubyte": "0" * 32})
+    monkeypatch.setitem(files.IDX_SETS, "mnist", bad)
+    with pytest.raises(DataError, match="data.download: .*md5"):
+        load(dataset="mnist", root=str(tmp_path / "other"), download=True)
+    assert not (tmp_path / "other/MNIST/raw/t10k-labels-idx1-ubyte.gz").exists()
+
+
+def test_cifar_download_unpacks_only_the_data_set_folder(tmp_path, monkeypatch):
+    import hashlib
+    import io
+    import tarfile
+
+    rng, archive = np.random.default_rng(2), tmp_path / "cifar-10-python.tar.gz"
+    names = [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]
+    with tarfile.open(archive, "w:gz") as tar:
+        for name in [f"cifar-10-batches-py/{n}" for n in names] + ["../escape"]:
+            blob = pickle.dumps(cifar_batch(rng, 2, b"labels"), protocol=2)
+            info = tarfile.TarInfo(name)
+            info.size = len(blob)
+            tar.addfile(info, io.BytesIO(blob))
+    spec = files.CIFAR_SETS["cifar10"]._replace(
+        url=archive.as_uri(), md5=hashlib.md5(archive.read_bytes()).hexdigest())
+    monkeypatch.setitem(files.CIFAR_SETS, "cifar10", spec)
+    fed = load(n=2, dataset="cifar10", root=str(tmp_path / "data"), download=True)
+    assert len(fed.y_train) == 10 and len(fed.y_test) == 2
+    assert not (tmp_path / "escape").exists()
