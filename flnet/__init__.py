@@ -9,7 +9,8 @@
 from flnet.errors import DataError, FlnetError, ScenarioError
 from flnet.run import Result, run
 from flnet.scenario import Scenario, load_scenario
+from flnet.sweep import sweep
 
-__all__ = ["run", "Result", "load_scenario", "Scenario", "FlnetError", "ScenarioError",
+__all__ = ["run", "sweep", "Result", "load_scenario", "Scenario", "FlnetError", "ScenarioError",
            "DataError"]
 __version__ = "0.1.0"

@@ -75,6 +75,22 @@ def cmd_run(args) -> int:
     return 0
 
 
+def cmd_sweep(args) -> int:
+    from flnet.sweep import parse_grid, sweep
+
+    table, _ = sweep(args.file, parse_grid(args.grid), workers=args.workers, out_dir=args.out)
+    shown = Table(title=f"sweep of {args.file}: {len(table)} points")
+    for col in table.columns:
+        if col != "error":
+            shown.add_column(col, justify="right")
+    for row in table.drop(columns="error", errors="ignore").itertuples(index=False):
+        shown.add_row(*(f"{v:.4g}" if isinstance(v, float) else str(v) for v in row))
+    Console().print(shown)
+    for row in table[table.status == "error"].itertuples():
+        err_console.print(f"point {row.point}: {escape(str(row.error))}")
+    return 0
+
+
 def cmd_validate(args) -> int:
     from flnet.scenario import load_scenario
 
@@ -107,6 +123,14 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--resume", action="store_true",
                    help="continue from the checkpoint in the output folder, if any")
     r.set_defaults(func=cmd_run)
+    w = sub.add_parser("sweep", help="run a scenario over a grid of field values")
+    w.add_argument("file")
+    w.add_argument("--grid", action="append", required=True, metavar="FIELD=V1,V2,...",
+                   help="values for one field, e.g. --grid algorithm.local.steps=1,5,10 "
+                        "(repeatable: the sweep is every combination)")
+    w.add_argument("--workers", type=int, default=1, help="processes running points at once")
+    w.add_argument("--out", help="sweep folder (default: runs/<name>-sweep)")
+    w.set_defaults(func=cmd_sweep)
     v = sub.add_parser("validate", help="check scenario files")
     v.add_argument("files", nargs="+")
     v.add_argument("--set", action="append", metavar="FIELD=VALUE")
