@@ -86,16 +86,20 @@ class Channel:
         if not self._active:
             return
         n = len(self._active)
-        delay = float(min(max(tx.remaining_bits, 0.0) / self._rate_bps(tx, n)
-                          for tx in self._active))
-        version = self._version
-        self.env.timeout(delay).callbacks.append(lambda _e: self._on_timer(version))
+        delays = [max(tx.remaining_bits, 0.0) / self._rate_bps(tx, n) for tx in self._active]
+        first = min(range(n), key=delays.__getitem__)
+        version, due = self._version, self._active[first]
+        self.env.timeout(float(delays[first])).callbacks.append(
+            lambda _e: self._on_timer(version, due))
 
-    def _on_timer(self, version: int) -> None:
+    def _on_timer(self, version: int, due: Transmission) -> None:
         if version != self._version:
             return  # the set of transfers changed since this timer was set
         self._settle()
-        finished = [tx for tx in self._active if tx.remaining_bits <= 1e-9 * tx.bits + 1e-6]
+        # `due` is finished by construction (rounding may leave it a hair short); others that
+        # end at the same instant go with it
+        finished = [tx for tx in self._active
+                    if tx is due or tx.remaining_bits <= 1e-9 * tx.bits + 1e-6]
         for tx in finished:
             self._active.remove(tx)
             tx.remaining_bits = 0.0

@@ -17,7 +17,8 @@ import simpy
 from flnet.channel import Channel
 from flnet.dists import sample
 from flnet.ledger import SERVER
-from flnet.radio import (dbm_to_w, path_loss_db, snr_hz_direct, snr_hz_physical)
+from flnet.errors import ScenarioError
+from flnet.radio import dbm_to_w, path_loss_db, shannon_rate_bps, snr_hz_direct, snr_hz_physical
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,33 @@ def star(env: simpy.Environment, radio, num_clients: int, rng: np.random.Generat
     circuit_w = sample(radio.tx_circuit_power_w, rng, n)
     rx_power_w = sample(radio.rx_power_w, rng, n)
     up_band, down_band = radio.uplink, radio.downlink
+    with np.errstate(over="ignore", divide="ignore", invalid="ignore"):  # checked below
+        up_snr, down_snr = _snr_hz(radio, tx_power_w, n, rng)
+        for name, snr, band in (("uplink", up_snr, up_band), ("downlink", down_snr, down_band)):
+            rate = shannon_rate_bps(band.bandwidth_hz, snr)
+            bad = np.flatnonzero(~(np.isfinite(rate) & (rate > 0)))
+            if len(bad):
+                k = int(bad[0])
+                raise ScenarioError(
+                    f"client {k}'s {name} has a rate of {float(rate[k]):.3g} bit/s (SNR "
+                    f"{float(snr[k] / band.bandwidth_hz):.3g} over the band): check the "
+                    "radio's powers, distances, path loss and noise", field="radio")
+    uplink = Channel(env, up_band.bandwidth_hz, shared=up_band.sharing == "shared")
+    downlink = Channel(env, down_band.bandwidth_hz, shared=down_band.sharing == "shared")
+    g = nx.DiGraph()
+    g.add_node(SERVER, role="server")
+    for k in range(n):
+        g.add_node(k, role="client")
+        g.add_edge(k, SERVER, link=Link(uplink, float(up_snr[k]),
+                                        float(tx_power_w[k] + circuit_w[k]), "upload"))
+        g.add_edge(SERVER, k, link=Link(downlink, float(down_snr[k]),
+                                        float(rx_power_w[k]), "download"))
+    return Network(g)
+
+
+def _snr_hz(radio, tx_power_w: np.ndarray, n: int, rng: np.random.Generator):
+    """[N] uplink and downlink ``P g / N0`` of every client."""
+    up_band, down_band = radio.uplink, radio.downlink
     if radio.mode == "physical":
         distance_m = sample(radio.distance_m, rng, n)
         loss_db = path_loss_db(distance_m, radio.path_loss_at_1km_db, radio.path_loss_slope_db)
@@ -60,14 +88,4 @@ def star(env: simpy.Environment, radio, num_clients: int, rng: np.random.Generat
     else:
         up_snr = snr_hz_direct(sample(radio.uplink_snr_db, rng, n), up_band.bandwidth_hz)
         down_snr = snr_hz_direct(sample(radio.downlink_snr_db, rng, n), down_band.bandwidth_hz)
-    uplink = Channel(env, up_band.bandwidth_hz, shared=up_band.sharing == "shared")
-    downlink = Channel(env, down_band.bandwidth_hz, shared=down_band.sharing == "shared")
-    g = nx.DiGraph()
-    g.add_node(SERVER, role="server")
-    for k in range(n):
-        g.add_node(k, role="client")
-        g.add_edge(k, SERVER, link=Link(uplink, float(np.broadcast_to(up_snr, n)[k]),
-                                        float(tx_power_w[k] + circuit_w[k]), "upload"))
-        g.add_edge(SERVER, k, link=Link(downlink, float(np.broadcast_to(down_snr, n)[k]),
-                                        float(rx_power_w[k]), "download"))
-    return Network(g)
+    return np.broadcast_to(up_snr, n), np.broadcast_to(down_snr, n)

@@ -34,8 +34,9 @@ def snr_hz_direct(snr_db, bandwidth_hz):
 
 
 def shannon_rate_bps(bandwidth_hz, snr_hz):
-    """``b log2(1 + snr_hz / b)`` bits per second on a band of `bandwidth_hz`."""
-    return bandwidth_hz * np.log2(1.0 + snr_hz / bandwidth_hz)
+    """``b log2(1 + snr_hz / b)`` bits per second on a band of `bandwidth_hz` (via log1p, so a
+    very weak link has a tiny rate, not zero)."""
+    return bandwidth_hz * np.log1p(snr_hz / bandwidth_hz) / np.log(2.0)
 
 
 def transfer_time_s(bits, bandwidth_hz, snr_hz):

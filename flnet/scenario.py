@@ -86,18 +86,21 @@ class Mnist1dConfig(Strict):
     """MNIST-1D's procedural generator (80/20 train/test split)."""
 
     num_samples: int = Field(5000, ge=20)
-    seed: int = Field(42, ge=0, description="the generator's seed; 42 is the published set")
+    seed: int = Field(42, ge=0, le=2**32 - 1,
+                      description="the generator's seed; 42 is the published set")
 
 
 class RandomReluFeatures(Strict):
     kind: Literal["random_relu"]
     dim: int = Field(512, ge=1)
-    seed: int = Field(0, ge=0, description="fixes the backbone, independent of the run seed")
+    seed: int = Field(0, ge=0, le=2**32 - 1,
+                      description="fixes the backbone, independent of the run seed")
 
 
 class Resnet18Features(Strict):
     kind: Literal["resnet18"]
-    seed: int = Field(0, ge=0, description="fixes the backbone, independent of the run seed")
+    seed: int = Field(0, ge=0, le=2**32 - 1,
+                      description="fixes the backbone, independent of the run seed")
 
 
 class NpzFeatures(Strict):
@@ -254,7 +257,7 @@ AlgorithmConfig = _algorithm_union()
 
 class Scenario(Strict):
     name: str = "scenario"
-    seed: int = Field(0, ge=0)
+    seed: int = Field(0, ge=0, le=2**32 - 1)
     device: Literal["auto", "cpu", "cuda"] = "auto"
     data: DataConfig = DataConfig()
     model: ModelConfig = MlpConfig()

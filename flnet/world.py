@@ -170,8 +170,8 @@ class World:
         key = (round, src, dst)
         count = self._fading_draws.get(key, 0)
         self._fading_draws[key] = count + 1
-        return float(generator(self.seed, Stream.FADING, round, src + 2, dst + 2, count)
-                     .exponential())
+        h2 = generator(self.seed, Stream.FADING, round, src + 2, dst + 2, count).exponential()
+        return max(float(h2), 1e-300)  # a draw of exactly 0 would stall the transfer forever
 
     def _transfer(self, src: int, dst: int, bits: float, round: int):
         link = self.network.link(src, dst)

@@ -132,3 +132,23 @@ def test_cross_field_yaml_roundtrip_of_resolved_scenario(scenario):
     sc = scenario()
     again = load_scenario(data=yaml.safe_load(yaml.safe_dump(sc.model_dump(mode="json"))))
     assert again == sc
+
+
+@pytest.mark.parametrize("radio", [
+    {"noise_psd_dbm_hz": 1e182},  # no signal: rate 0, a transfer would never end
+    {"path_loss_at_1km_db": -4551484},  # infinite gain: a transfer would take no time
+])
+def test_links_without_a_finite_positive_rate_are_refused(scenario, radio):
+    with pytest.raises(ScenarioError, match="radio: client 0's uplink has a rate"):
+        Run(scenario(radio=radio), write=False)
+
+
+def test_a_very_weak_link_is_slow_not_stalled():
+    from flnet.radio import shannon_rate_bps
+    rate = shannon_rate_bps(1e6, 1e-15)  # log2(1 + 1e-21) is 0 in floating point
+    assert rate == pytest.approx(1e-15 / __import__("math").log(2))
+
+
+def test_seed_out_of_range_is_named(scenario):
+    with pytest.raises(ScenarioError, match="seed: must be <= 4294967295"):
+        scenario(seed=2**32)
