@@ -34,6 +34,10 @@ class Network:
         self.graph = graph
         self._links = {(u, v): d["link"] for u, v, d in graph.edges(data=True)}
 
+    def add_link(self, src: int, dst: int, link: Link) -> None:
+        self.graph.add_edge(src, dst, link=link)
+        self._links[(src, dst)] = link
+
     def link(self, src: int, dst: int) -> Link:
         try:
             return self._links[(src, dst)]

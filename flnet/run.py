@@ -109,8 +109,8 @@ def record_row(scenario: Scenario, world: World, round: int, metrics: dict) -> d
         "round": round, "sim_time_s": float(world.now),
         "energy_j": world.ledger.total_energy_j,
         "energy_compute_j": e["compute"], "energy_uplink_j": e["upload"],
-        "energy_downlink_j": e["download"],
-        "bits_up": b["upload"], "bits_down": b["download"],
+        "energy_downlink_j": e["download"], "energy_d2d_j": e["d2d"],
+        "bits_up": b["upload"], "bits_down": b["download"], "bits_d2d": b["d2d"],
         **metrics,
     }
 

@@ -120,3 +120,9 @@ def test_every_shipped_scenario_validates():
     from pathlib import Path
     for path in Path("scenarios").glob("*.yaml"):
         load_scenario(path)
+
+
+def test_committed_json_schema_is_current():
+    """scenario.schema.json (for editors) matches the schema: regenerate with `flnet schema`."""
+    from pathlib import Path
+    assert json.loads(Path("scenario.schema.json").read_text()) == json.loads(json_schema())

@@ -116,3 +116,28 @@ def test_over_selection_keeps_the_first_k_and_cancels_the_rest(scenario):
     slowest = int(np.argmax(total))
     outcomes = res.ledger[(res.ledger.node == slowest) & (res.ledger.kind != "evaluate")].outcome
     assert "cancelled" in set(outcomes)
+
+
+def test_device_to_device_links_use_the_same_transfer_machinery(scenario):
+    """A client-to-client link is one more edge: the World times and charges it unchanged."""
+    from flnet.channel import Channel
+    from flnet.network import Link
+    from flnet.run import Run
+
+    sim = Run(three_clients(scenario), write=False)
+    world = sim.world
+    band = Channel(world.env, 1e6, shared=True)
+    snr_hz = 10 ** (10 / 10) * 1e6  # 10 dB over the band
+    for a, b in ((0, 1), (1, 2)):
+        world.network.add_link(a, b, Link(band, snr_hz, power_w=0.2 + 0.05, kind="d2d"))
+    start = world.now
+    p1 = world.transfer(0, 1, BITS, round=1)
+    p2 = world.transfer(1, 2, BITS, round=1)
+    world.env.run(until=p1 & p2)
+    half = 0.5e6 * math.log2(1 + 2 * 10)  # two transfers share the band
+    assert world.now - start == pytest.approx(BITS / half)
+    rows = world.ledger.frame()
+    rows = rows[rows.kind == "d2d"]
+    assert list(zip(rows.node, rows.peer)) == [(0, 1), (1, 2)]
+    assert rows.energy_j.to_numpy() == pytest.approx(np.full(2, 0.25 * BITS / half))
+    assert world.ledger.bits["d2d"] == 2 * BITS
