@@ -7,6 +7,7 @@ cancelled, the others' progress is settled and their finish times are recomputed
 
 from __future__ import annotations
 
+import numpy as np
 import simpy
 
 from flnet.radio import shannon_rate_bps
@@ -34,13 +35,22 @@ class Transmission:
 
 
 class Channel:
-    """A band of `bandwidth_hz`; `shared=True` splits it equally among active transfers."""
+    """A band of `bandwidth_hz`; `shared=True` splits it equally among active transfers.
+
+    A shared band keeps its active transfers' remaining bits, SNRs and sizes in the first n
+    entries of arrays, and their rates until the set changes, so settling and rescheduling are
+    a few vectorised operations however many transfers share the band. A transfer's
+    `remaining_bits` is settled when it ends or is cancelled.
+    """
 
     def __init__(self, env: simpy.Environment, bandwidth_hz: float, shared: bool):
         self.env = env
         self.bandwidth_hz = bandwidth_hz
         self.shared = shared
         self._active: list[Transmission] = []
+        self._pending: set[Transmission] = set()  # dedicated band: transfers under way
+        self._columns = np.empty((3, 16))  # shared band: remaining bits, snr_hz, bits; [3, cap]
+        self._rates: np.ndarray | None = None  # [n] rates of the current set, once computed
         self._settled_at = env.now
         self._version = 0
 
@@ -52,68 +62,89 @@ class Channel:
         elif not self.shared:
             delay = float(bits / shannon_rate_bps(self.bandwidth_hz, snr_hz))
             self.env.timeout(delay).callbacks.append(lambda _e, tx=tx: self._finish_one(tx))
-            self._active.append(tx)
+            self._pending.add(tx)
         else:
             self._settle()
+            n = len(self._active)
+            if n == self._columns.shape[1]:
+                self._columns = np.concatenate([self._columns, np.empty_like(self._columns)], 1)
+            self._columns[:, n] = (tx.bits, tx.snr_hz, tx.bits)
             self._active.append(tx)
+            self._rates = None
             self._schedule()
         return tx
 
     # ------------------------------------------------------------ dedicated
 
     def _finish_one(self, tx: Transmission) -> None:
-        if tx in self._active:
-            self._active.remove(tx)
+        if tx in self._pending:
+            self._pending.remove(tx)
             tx.remaining_bits = 0.0
             tx.done.succeed()
 
     # ------------------------------------------------------------ shared
 
-    def _rate_bps(self, tx: Transmission, n: int) -> float:
-        return shannon_rate_bps(self.bandwidth_hz / n, tx.snr_hz)
+    def _rates_bps(self) -> np.ndarray:
+        """[n] each active transfer's Shannon rate on its 1/n share of the band."""
+        if self._rates is None:
+            n = len(self._active)
+            self._rates = shannon_rate_bps(self.bandwidth_hz / n, self._columns[1, :n])
+        return self._rates
 
     def _settle(self) -> None:
         """Charge every active transfer the bits it sent since the last change."""
         elapsed = self.env.now - self._settled_at
         self._settled_at = self.env.now
-        if elapsed > 0 and self._active and self.shared:
-            n = len(self._active)
-            for tx in self._active:
-                tx.remaining_bits -= float(self._rate_bps(tx, n)) * elapsed
+        if elapsed > 0 and self._active:
+            self._columns[0, :len(self._active)] -= self._rates_bps() * elapsed
 
     def _schedule(self) -> None:
         self._version += 1
         if not self._active:
             return
-        n = len(self._active)
-        delays = [max(tx.remaining_bits, 0.0) / self._rate_bps(tx, n) for tx in self._active]
-        first = min(range(n), key=delays.__getitem__)
+        delays = self._columns[0, :len(self._active)] / self._rates_bps()
+        first = int(np.argmin(delays))
         version, due = self._version, self._active[first]
-        self.env.timeout(float(delays[first])).callbacks.append(
+        self.env.timeout(max(float(delays[first]), 0.0)).callbacks.append(
             lambda _e: self._on_timer(version, due))
+
+    def _remove(self, gone: np.ndarray) -> list[Transmission]:
+        """Drop the active transfers where `gone` ([n] bool) is true, settling their remaining
+        bits; returns them in the order they started."""
+        n = len(self._active)
+        idx = np.flatnonzero(gone)
+        out = [self._active[i] for i in idx]
+        for tx, rest in zip(out, self._columns[0, idx]):
+            tx.remaining_bits = max(float(rest), 0.0)
+        for i in idx[::-1]:
+            del self._active[i]
+        self._columns[:, :n - len(idx)] = self._columns[:, :n][:, ~gone]
+        self._rates = None
+        return out
 
     def _on_timer(self, version: int, due: Transmission) -> None:
         if version != self._version:
             return  # the set of transfers changed since this timer was set
         self._settle()
+        n = len(self._active)
+        left, bits = self._columns[0, :n], self._columns[2, :n]
         # `due` is finished by construction (rounding may leave it a hair short); others that
         # end at the same instant go with it
-        finished = [tx for tx in self._active
-                    if tx is due or tx.remaining_bits <= 1e-9 * tx.bits + 1e-6]
-        for tx in finished:
-            self._active.remove(tx)
+        finished = left <= 1e-9 * bits + 1e-6
+        finished[self._active.index(due)] = True
+        for tx in self._remove(finished):
             tx.remaining_bits = 0.0
             tx.done.succeed()
         self._schedule()
 
     def _cancel(self, tx: Transmission) -> None:
-        if tx not in self._active:
-            return
         if self.shared:
+            if tx not in self._active:
+                return
             self._settle()
-            self._active.remove(tx)
+            self._remove(np.array([other is tx for other in self._active], dtype=bool))
             self._schedule()
-        else:
-            self._active.remove(tx)
+        elif tx in self._pending:
+            self._pending.remove(tx)
             rate = shannon_rate_bps(self.bandwidth_hz, tx.snr_hz)
             tx.remaining_bits = max(tx.bits - float(rate) * (self.env.now - tx.start_s), 0.0)

@@ -6,9 +6,10 @@ Algorithms compose these (``local: LocalConfig``) rather than inherit them, so e
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, ClassVar, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import (BaseModel, ConfigDict, Field, ValidationInfo, field_validator,
+                      model_validator)
 
 
 class Strict(BaseModel):
@@ -19,15 +20,65 @@ class Strict(BaseModel):
 
 
 class SgdConfig(Strict):
-    """SGD with optional heavy-ball momentum and decoupled-from-loss L2 weight decay
-    (added to the gradient, as `torch.optim.SGD` does)."""
+    """SGD with optional heavy-ball momentum and L2 weight decay added to the gradient, as
+    `torch.optim.SGD` does. SGDM of the Delta-SGD paper is momentum 0.9."""
 
+    default_lr: ClassVar[float] = 0.05
     name: Literal["sgd"] = "sgd"
     momentum: float = Field(0.0, ge=0, lt=1)
     weight_decay: float = Field(0.0, ge=0)
 
 
-OptimizerConfig = SgdConfig
+class AdamConfig(Strict):
+    """Adam (Kingma & Ba 2015) as `torch.optim.Adam`; default lr 0.001 (the Delta-SGD paper's
+    tuned value and torch's default)."""
+
+    default_lr: ClassVar[float] = 1e-3
+    name: Literal["adam"]
+    b1: float = Field(0.9, ge=0, lt=1)
+    b2: float = Field(0.999, ge=0, lt=1)
+    eps: float = Field(1e-8, gt=0)
+    weight_decay: float = Field(0.0, ge=0)
+
+
+class AdagradConfig(Strict):
+    """Adagrad (Duchi et al. 2011) as `torch.optim.Adagrad`; default lr 0.01 (the Delta-SGD
+    paper's tuned value and torch's default)."""
+
+    default_lr: ClassVar[float] = 1e-2
+    name: Literal["adagrad"]
+    eps: float = Field(1e-10, gt=0)
+    initial_accumulator: float = Field(0.0, ge=0)
+    weight_decay: float = Field(0.0, ge=0)
+
+
+class SpsConfig(Strict):
+    """Stochastic Polyak step (Loizou et al. 2021): (f_i(x) - f*) / (c ||g||^2 + eps). Defaults
+    are those the Delta-SGD paper used: f* = 0, c = 0.5, no cap."""
+
+    default_lr: ClassVar[None] = None
+    name: Literal["sps"]
+    c: float = Field(0.5, gt=0)
+    f_star: float = 0.0
+    max_step: float | None = Field(None, gt=0, description="SPS_max cap on the step size")
+    eps: float = Field(1e-8, ge=0)
+
+
+class DeltaSgdConfig(Strict):
+    """Delta-SGD (Kim et al.), Algorithm 1 with the paper's defaults gamma 2, delta 0.1,
+    eta0 0.2, theta0 1; two gradients a step on the same minibatch."""
+
+    default_lr: ClassVar[None] = None
+    name: Literal["delta_sgd"]
+    eta0: float = Field(0.2, gt=0, description="first step size")
+    theta0: float = Field(1.0, gt=0, description="first step-size ratio")
+    gamma: float = Field(2.0, gt=0, description="amplifier of the curvature term")
+    delta: float = Field(0.1, gt=0, description="factor of theta in the growth term")
+
+
+OptimizerConfig = Annotated[
+    Union[SgdConfig, AdamConfig, AdagradConfig, SpsConfig, DeltaSgdConfig],
+    Field(discriminator="name")]
 
 
 class LocalConfig(Strict):
@@ -35,11 +86,36 @@ class LocalConfig(Strict):
 
     steps: int = Field(10, ge=1, le=1_000_000, description="local steps tau per round")
     batch_size: int = Field(32, ge=1, le=1_000_000)
-    lr: float = Field(0.05, gt=0, description="client learning rate")
     sampling: Literal["with_replacement"] = Field(
         "with_replacement",
         description="minibatches drawn with replacement from the client's samples")
     optimizer: OptimizerConfig = SgdConfig()
+    lr: float | None = Field(
+        None, gt=0, description="learning rate of sgd, adam, adagrad; default: the optimizer's")
+    sam_rho: float | None = Field(
+        None, gt=0, description="wrap the optimizer in SAM with this radius (2x gradients)")
+    optimizer_state: Literal["reset", "persist"] = Field(
+        "reset", description="reset: fresh each round; persist: kept per client across rounds")
+    path: Literal["auto", "batched", "sequential"] = Field(
+        "auto", description="train the cohort in one batched call, one client at a time, or "
+                            "in as large batches as fit in memory (auto)")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _sgd_by_default(cls, data):
+        """`optimizer:` without `name:` is SGD, as before optimizers had names."""
+        opt = data.get("optimizer") if isinstance(data, dict) else None
+        if isinstance(opt, dict) and "name" not in opt:
+            data = {**data, "optimizer": {"name": "sgd", **opt}}
+        return data
+
+    @field_validator("lr")
+    @classmethod
+    def _lr_is_used(cls, lr, info: ValidationInfo):
+        opt = info.data.get("optimizer")
+        if lr is not None and opt is not None and opt.default_lr is None:
+            raise ValueError(f"{opt.name} sets its own step size and takes no lr")
+        return lr
 
 
 class CohortConfig(Strict):

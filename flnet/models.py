@@ -24,12 +24,16 @@ convolutions and pools fit.
 
 from __future__ import annotations
 
+import functools
 import math
+from typing import NamedTuple
 
 import torch
 from torch import nn
 from torch.func import functional_call, vmap
-from torch.utils.flop_counter import FlopCounterMode
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
+from torch.utils.flop_counter import flop_registry
 
 from flnet.errors import ScenarioError
 
@@ -192,18 +196,50 @@ class Model:
         """[C, P], [C, B, *input] -> [C, B, classes]."""
         return self._forward_stacked(params, x)
 
-    def training_flops_per_sample(self) -> float:
-        """FLOPs of forward + backward (weight gradients) for one sample, counted by torch."""
+    @functools.cached_property
+    def training_cost_per_sample(self) -> "TrainingCost":
+        """Forward + backward (weight gradients) of one sample, counted by running the model."""
         batch = 8
         device = next(self.module.parameters()).device
         x = torch.zeros((batch, *self.input_shape), device=device)
         params = self.init_params().requires_grad_(True)
-        with FlopCounterMode(display=False) as counter:
+        with _WorkCounter() as counter:
             logits = self.forward(params, x)
             loss = nn.functional.cross_entropy(
                 logits, torch.zeros(batch, dtype=torch.long, device=device))
             torch.autograd.grad(loss, params)
-        return counter.get_total_flops() / batch
+        return TrainingCost(counter.flops / batch, counter.floats / batch)
+
+    def training_flops_per_sample(self) -> float:
+        return self.training_cost_per_sample.flops
+
+
+class TrainingCost(NamedTuple):
+    flops: float  # torch's own FLOP formulas (matmuls, convolutions, attention)
+    floats: float  # elements of every tensor an op produced: a bound on activation memory
+
+
+class _WorkCounter(TorchDispatchMode):
+    """FLOPs and floats of the ops run inside it. It counts what `FlopCounterMode` counts
+    without importing torch._dynamo (over a second, more than a small run takes)."""
+
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        return False  # else torch wraps __torch_dispatch__ in a dynamo guard, importing dynamo
+
+    def __init__(self):
+        super().__init__()
+        self.flops = 0
+        self.floats = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        formula = flop_registry.get(func.overloadpacket)
+        if formula is not None:
+            self.flops += formula(*args, **kwargs, out_val=out)
+        self.floats += sum(t.numel() for t in tree_leaves(out) if isinstance(t, torch.Tensor))
+        return out
 
 
 def build(config, input_shape: tuple[int, ...], num_classes: int, seed: int,

@@ -1,10 +1,28 @@
 """Client optimizers as pure functions over stacked parameters, in optax's shape.
 
 A `GradientTransformation` is ``init(params [C, P]) -> state`` and
-``update(grads [C, P], state, params [C, P], *, grad_fn) -> (updates [C, P], state)``; the
-caller applies ``params + updates``. `grad_fn(params) -> grads` lets transforms that need extra
-gradients (SAM, Delta-SGD) take them; `grads_per_step` tells the cost model how many a step
-takes. The sign flip of descent happens only in `scale_by_learning_rate`.
+``update(grads [C, P], state, params [C, P], *, grad_fn, loss) -> (updates [C, P], state)``;
+the caller applies ``params + updates``. Every row is one client, so one call steps a whole
+cohort. Two extra inputs serve the methods that need more than a gradient:
+
+- ``grad_fn(params [C, P]) -> grads [C, P]`` evaluates the gradient at other points on the
+  *same* minibatch (SAM's ascent point, Delta-SGD's previous iterate). Each call is a gradient
+  evaluation that the trainer counts and the cost model charges; `grads_per_step` declares the
+  most a step takes.
+- ``loss [C]`` is each client's minibatch loss at `params` (SPS's f_i(x)); the trainer has it
+  anyway, so passing it costs nothing (optax calls it ``value``).
+
+States are NamedTuples whose tensors have the clients as their first dimension, so a trainer can
+mask, gather and scatter clients' rows.
+
+Buffers are handed over, as JAX donates them: `update` may overwrite `grads` and typically
+returns it as the updates, and the caller may overwrite the updates and update `params` in
+place afterwards. So a transform never returns a tensor it keeps in its state, and copies
+`params` if it keeps them. (On small models a fresh ``[C, P]`` tensor per transform and step
+costs more than its arithmetic, in page faults and cache misses.) The sign flip of descent happens only in
+`scale_by_learning_rate`. A gradient-only term (FedProx's mu (w - x_t), SCAFFOLD's c - c_i) is
+one more transform at the front of a `chain`; a term that `grad_fn` must also see (because
+Delta-SGD or SAM evaluate it elsewhere) belongs in the trainer's loss instead.
 """
 
 from __future__ import annotations
@@ -19,7 +37,7 @@ GradFn = Callable[[torch.Tensor], torch.Tensor]
 class GradientTransformation(NamedTuple):
     init: Callable[[torch.Tensor], Any]
     update: Callable[..., tuple[torch.Tensor, Any]]
-    grads_per_step: int = 1
+    grads_per_step: int = 1  # most gradient evaluations a step takes, the one given included
 
 
 class EmptyState(NamedTuple):
@@ -30,15 +48,37 @@ class TraceState(NamedTuple):
     momentum: torch.Tensor  # [C, P]
 
 
+class AdamState(NamedTuple):
+    count: torch.Tensor  # [C] steps taken, for the bias correction
+    mu: torch.Tensor  # [C, P] first moment
+    nu: torch.Tensor  # [C, P] second moment
+
+
+class AdagradState(NamedTuple):
+    sum_of_squares: torch.Tensor  # [C, P]
+
+
+class DeltaSgdState(NamedTuple):
+    prev_params: torch.Tensor  # [C, P] x_{k-1}
+    has_prev: torch.Tensor  # [C] bool: x_{k-1} exists (false before a client's first step)
+    eta: torch.Tensor  # [C] eta_{k-1}
+    theta: torch.Tensor  # [C] theta_{k-1}
+
+
 def _stateless(fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> GradientTransformation:
-    def update(grads, state, params, *, grad_fn=None):
+    def update(grads, state, params, *, grad_fn=None, loss=None):
         return fn(grads, params), state
     return GradientTransformation(lambda params: EmptyState(), update)
 
 
+def _col(v: torch.Tensor) -> torch.Tensor:
+    """[C] -> [C, 1], to scale each client's row."""
+    return v.unsqueeze(1)
+
+
 def add_decayed_weights(weight_decay: float) -> GradientTransformation:
-    """g + wd * w: L2 regularisation folded into the gradient, as `torch.optim.SGD` does."""
-    return _stateless(lambda g, w: g + weight_decay * w)
+    """g + wd * w: L2 regularisation folded into the gradient, as `torch.optim` does."""
+    return _stateless(lambda g, w: g.add_(w, alpha=weight_decay))
 
 
 def trace(momentum: float) -> GradientTransformation:
@@ -47,16 +87,107 @@ def trace(momentum: float) -> GradientTransformation:
     def init(params):
         return TraceState(torch.zeros_like(params))
 
-    def update(grads, state, params, *, grad_fn=None):
+    def update(grads, state, params, *, grad_fn=None, loss=None):
         buf = state.momentum.mul(momentum).add_(grads)
-        return buf, TraceState(buf)
+        return grads.copy_(buf), TraceState(buf)
 
     return GradientTransformation(init, update)
 
 
+def scale_by_adam(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8) -> GradientTransformation:
+    """m_hat / (sqrt(v_hat) + eps) with bias-corrected moments (Kingma & Ba 2015, Alg. 1)."""
+
+    def init(params):
+        return AdamState(torch.zeros(params.shape[0], dtype=params.dtype, device=params.device),
+                         torch.zeros_like(params), torch.zeros_like(params))
+
+    def update(grads, state, params, *, grad_fn=None, loss=None):
+        count = state.count + 1
+        mu = state.mu.mul(b1).add_(grads, alpha=1 - b1)
+        nu = state.nu.mul(b2).addcmul_(grads, grads, value=1 - b2)
+        denom = nu.div(_col(1 - b2 ** count)).sqrt_().add_(eps)
+        updates = torch.div(mu, _col(1 - b1 ** count), out=grads).div_(denom)
+        return updates, AdamState(count, mu, nu)
+
+    return GradientTransformation(init, update)
+
+
+def scale_by_rss(eps: float = 1e-10, initial_accumulator: float = 0.0) -> GradientTransformation:
+    """Adagrad: g / (sqrt(sum of squared gradients) + eps) (Duchi et al. 2011), as torch."""
+
+    def init(params):
+        return AdagradState(torch.full_like(params, initial_accumulator))
+
+    def update(grads, state, params, *, grad_fn=None, loss=None):
+        acc = state.sum_of_squares.addcmul(grads, grads)
+        return grads.div_(acc.sqrt().add_(eps)), AdagradState(acc)
+
+    return GradientTransformation(init, update)
+
+
+def scale_by_polyak(c: float = 0.5, f_star: float = 0.0, max_step: float | None = None,
+                    eps: float = 1e-8) -> GradientTransformation:
+    """SPS (Loizou et al. 2021): g * (f_i(x) - f*) / (c ||g||^2 + eps), optionally capped.
+
+    A loss below f* gives step 0; `max_step` is SPS_max's cap (None: none, as in the Delta-SGD
+    paper's SPS runs).
+    """
+
+    def update(grads, state, params, *, grad_fn=None, loss=None):
+        if loss is None:
+            raise ValueError("scale_by_polyak needs the minibatch loss (update(..., loss=))")
+        step = (loss - f_star).clamp_min(0) / (c * grads.square().sum(1) + eps)  # [C]
+        if max_step is not None:
+            step = step.clamp_max(max_step)
+        return grads.mul_(_col(step)), state
+
+    return GradientTransformation(lambda params: EmptyState(), update)
+
+
+def scale_by_delta(eta0: float = 0.2, theta0: float = 1.0, gamma: float = 2.0,
+                   delta: float = 0.1) -> GradientTransformation:
+    """Delta-SGD's locality-adaptive step (Kim et al., "Adaptive Federated Learning with
+    Auto-Tuned Clients", Algorithm 1 with the delta of their experiments): eta_k * g.
+
+        eta_k   = min(gamma ||x_k - x_{k-1}|| / (2 ||g(x_k) - g(x_{k-1})||),
+                      sqrt(1 + delta theta_{k-1}) eta_{k-1})
+        theta_k = eta_k / eta_{k-1}
+
+    Both gradients are taken on the current minibatch (the paper's "same batch" option), so a
+    step after the first costs two gradients. Norms are over each client's whole parameter
+    vector. The first step uses eta0 as it is: Algorithm 1 (lines 6 and 8) steps with
+    eta_{t,0} = eta0, whereas the authors' code grows it to eta0 sqrt(1 + delta theta0) first;
+    the paper's text decides. As in their code, the curvature term is skipped while
+    ||x_k - x_{k-1}|| or ||g(x_k) - g(x_{k-1})|| is 0 (it carries no information).
+    """
+
+    def init(params):
+        c = params.shape[0]
+        full = lambda v: torch.full((c,), v, dtype=params.dtype, device=params.device)  # noqa: E731
+        return DeltaSgdState(params.clone(), torch.zeros(c, dtype=torch.bool, device=params.device),
+                             full(eta0), full(theta0))
+
+    def update(grads, state, params, *, grad_fn=None, loss=None):
+        eta, theta = state.eta, state.theta
+        if bool(state.has_prev.any()):
+            if grad_fn is None:
+                raise ValueError("scale_by_delta needs grad_fn (the gradient at x_{k-1})")
+            dx = (params - state.prev_params).norm(dim=1)
+            dg = (grads - grad_fn(state.prev_params)).norm(dim=1)
+            curvature = torch.where((dx > 0) & (dg > 0), gamma * dx / (2 * dg),
+                                    torch.full_like(dx, float("inf")))
+            new_eta = torch.minimum(curvature, (1 + delta * theta).sqrt() * eta)
+            theta = torch.where(state.has_prev, new_eta / eta, theta)
+            eta = torch.where(state.has_prev, new_eta, eta)
+        done = torch.ones_like(state.has_prev)
+        return grads.mul_(_col(eta)), DeltaSgdState(params.clone(), done, eta, theta)
+
+    return GradientTransformation(init, update, grads_per_step=2)
+
+
 def scale_by_learning_rate(lr: float) -> GradientTransformation:
     """The descent step: updates = -lr * g."""
-    return _stateless(lambda g, w: g * (-lr))
+    return _stateless(lambda g, w: g.mul_(-lr))
 
 
 def chain(*transforms: GradientTransformation) -> GradientTransformation:
@@ -65,29 +196,90 @@ def chain(*transforms: GradientTransformation) -> GradientTransformation:
     def init(params):
         return tuple(t.init(params) for t in transforms)
 
-    def update(grads, state, params, *, grad_fn=None):
+    def update(grads, state, params, *, grad_fn=None, loss=None):
         new_state = []
         for t, s in zip(transforms, state):
-            grads, s = t.update(grads, s, params, grad_fn=grad_fn)
+            grads, s = t.update(grads, s, params, grad_fn=grad_fn, loss=loss)
             new_state.append(s)
         return grads, tuple(new_state)
 
     return GradientTransformation(init, update, max(t.grads_per_step for t in transforms))
 
 
+def sam(inner: GradientTransformation, rho: float) -> GradientTransformation:
+    """Sharpness-aware minimisation (Foret et al. 2021) around any optimizer.
+
+    The inner optimizer sees the SAM gradient g(x + rho g(x) / ||g(x)||) (per-client norm) in
+    place of g(x), and a `grad_fn` that answers with SAM gradients too, so an inner method that
+    probes other points (Delta-SGD) stays consistent. Costs twice the inner's gradients.
+    """
+
+    def ascent(params, grads, grad_fn):
+        norm = grads.norm(dim=1, keepdim=True).clamp_min(1e-12)
+        return grad_fn(params + (rho / norm) * grads)
+
+    def update(grads, state, params, *, grad_fn=None, loss=None):
+        if grad_fn is None:
+            raise ValueError("sam needs grad_fn (the gradient at the ascent point)")
+        sam_grad_fn = lambda p: ascent(p, grad_fn(p), grad_fn)  # noqa: E731
+        return inner.update(ascent(params, grads, grad_fn), state, params,
+                            grad_fn=sam_grad_fn, loss=loss)
+
+    return GradientTransformation(inner.init, update, 2 * inner.grads_per_step)
+
+
+# ---------------------------------------------------------------- named optimizers
+
+
+def _with_weight_decay(weight_decay: float, *rest: GradientTransformation):
+    return chain(*((add_decayed_weights(weight_decay),) if weight_decay else ()), *rest)
+
+
 def sgd(lr: float, momentum: float = 0.0, weight_decay: float = 0.0) -> GradientTransformation:
-    parts = []
-    if weight_decay:
-        parts.append(add_decayed_weights(weight_decay))
-    if momentum:
-        parts.append(trace(momentum))
-    parts.append(scale_by_learning_rate(lr))
-    return chain(*parts)
+    """`torch.optim.SGD(lr, momentum, weight_decay)` (no dampening, no Nesterov)."""
+    return _with_weight_decay(weight_decay, *((trace(momentum),) if momentum else ()),
+                              scale_by_learning_rate(lr))
+
+
+def adam(lr: float = 1e-3, b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8,
+         weight_decay: float = 0.0) -> GradientTransformation:
+    """`torch.optim.Adam(lr, (b1, b2), eps, weight_decay)`."""
+    return _with_weight_decay(weight_decay, scale_by_adam(b1, b2, eps), scale_by_learning_rate(lr))
+
+
+def adagrad(lr: float = 1e-2, eps: float = 1e-10, initial_accumulator: float = 0.0,
+            weight_decay: float = 0.0) -> GradientTransformation:
+    """`torch.optim.Adagrad(lr, initial_accumulator_value=..., eps=..., weight_decay=...)`."""
+    return _with_weight_decay(weight_decay, scale_by_rss(eps, initial_accumulator),
+                              scale_by_learning_rate(lr))
+
+
+def sps(c: float = 0.5, f_star: float = 0.0, max_step: float | None = None,
+        eps: float = 1e-8) -> GradientTransformation:
+    """SGD with the stochastic Polyak step size; no learning rate of its own."""
+    return chain(scale_by_polyak(c, f_star, max_step, eps), scale_by_learning_rate(1.0))
+
+
+def delta_sgd(eta0: float = 0.2, theta0: float = 1.0, gamma: float = 2.0,
+              delta: float = 0.1) -> GradientTransformation:
+    """SGD with Delta-SGD's step size; eta0 plays the learning rate's part."""
+    return chain(scale_by_delta(eta0, theta0, gamma, delta), scale_by_learning_rate(1.0))
 
 
 def from_config(local) -> GradientTransformation:
-    """The client optimizer a scenario's `local:` section asks for."""
+    """The client optimizer a scenario's `local:` section asks for (`flnet.config`)."""
     opt = local.optimizer
+    lr = opt.default_lr if local.lr is None else local.lr
     if opt.name == "sgd":
-        return sgd(local.lr, opt.momentum, opt.weight_decay)
-    raise ValueError(f"unknown optimizer {opt.name!r}")
+        base = sgd(lr, opt.momentum, opt.weight_decay)
+    elif opt.name == "adam":
+        base = adam(lr, opt.b1, opt.b2, opt.eps, opt.weight_decay)
+    elif opt.name == "adagrad":
+        base = adagrad(lr, opt.eps, opt.initial_accumulator, opt.weight_decay)
+    elif opt.name == "sps":
+        base = sps(opt.c, opt.f_star, opt.max_step, opt.eps)
+    elif opt.name == "delta_sgd":
+        base = delta_sgd(opt.eta0, opt.theta0, opt.gamma, opt.delta)
+    else:
+        raise ValueError(f"unknown optimizer {opt.name!r}")
+    return base if local.sam_rho is None else sam(base, local.sam_rho)

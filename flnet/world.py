@@ -66,6 +66,8 @@ class World:
         self.data = data
         self.model = model
         self.flops_per_sample = model.training_flops_per_sample()
+        self.trainer = cohort.Trainer(model, data.x_train, data.y_train)
+        self.optimizer_states = cohort.ClientStore(scenario.clients.count)  # persist only
         n = scenario.clients.count
         rng = generator(self.seed, Stream.DEVICES)
         c = scenario.clients
@@ -122,15 +124,24 @@ class World:
 
     def local_train(self, clients: np.ndarray, start: torch.Tensor, local, round: int,
                     optimizer: optim.GradientTransformation | None = None,
-                    opt_state: Any = None) -> LocalWork:
-        """Every client in `clients` runs `local.steps` steps from `start` ([P] or [C, P])."""
+                    loss_fn: cohort.LossFn | None = None) -> LocalWork:
+        """Every client in `clients` runs `local.steps` steps from `start` ([P] or [C, P]).
+
+        `optimizer` replaces the scenario's client optimizer and `loss_fn` the mean
+        cross-entropy. With ``local.optimizer_state: persist`` a client's optimizer continues
+        from its state at the end of its previous participation.
+        """
         steps = np.full(len(clients), local.steps)
         batches = data_mod.minibatches(self.data, clients, round, steps, local.batch_size,
                                        self.seed)
         params = start.expand(len(clients), -1) if start.dim() == 1 else start
         optimizer = optimizer or optim.from_config(local)
-        res = cohort.train(self.model, self.data.x_train, self.data.y_train, params, batches,
-                           torch.as_tensor(steps, device=params.device), optimizer, opt_state)
+        persist = local.optimizer_state == "persist"
+        state = self.optimizer_states.gather(clients, optimizer, params) if persist else None
+        res = self.trainer.train(params, batches, torch.as_tensor(steps, device=params.device),
+                                 optimizer, state, loss_fn=loss_fn, path=local.path)
+        if persist:
+            self.optimizer_states.scatter(clients, res.opt_state)
         flops = res.grad_evals.cpu().numpy() * local.batch_size * self.flops_per_sample
         return LocalWork(res.params, res.opt_state, res.loss, flops.astype(float))
 

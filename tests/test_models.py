@@ -69,7 +69,8 @@ def test_cohort_training_equals_one_client_at_a_time(kind, shape):
     start = model.init_params() + 0.01 * torch.randn(2, model.num_params)
     batches = torch.randint(0, 12, (2, 2, 3))
     lr = 0.1
-    res = cohort.train(model, x, y, start, batches, torch.tensor([2, 2]), optim.sgd(lr))
+    res = cohort.Trainer(model, x, y).train(start, batches, torch.tensor([2, 2]), optim.sgd(lr),
+                                            path="batched")
     for c in range(2):
         params = {n: p.detach().clone().requires_grad_(True)
                   for n, p in model.unflatten(start[c].clone()).items()}
