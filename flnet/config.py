@@ -114,7 +114,7 @@ class LocalConfig(Strict):
     def _lr_is_used(cls, lr, info: ValidationInfo):
         opt = info.data.get("optimizer")
         if lr is not None and opt is not None and opt.default_lr is None:
-            raise ValueError(f"{opt.name} sets its own step size and takes no lr")
+            raise ValueError(f"{opt.name} sets its own step size; remove lr or set it to null")
         return lr
 
 

@@ -1,0 +1,169 @@
+"""The cohort trainer: its two engines agree, batched and sequential agree, masks, counts, state."""
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from flnet import cohort, optim
+from flnet.models import Model
+from flnet.run import run
+
+N, C, T, B = 60, 4, 5, 8
+
+
+def mlp(bias=True) -> Model:
+    torch.manual_seed(0)
+    return Model(nn.Sequential(nn.Flatten(), nn.Linear(12, 7, bias=bias), nn.ReLU(),
+                               nn.Linear(7, 6), nn.ReLU(), nn.Linear(6, 3, bias=bias)), (3, 4))
+
+
+def cnn() -> Model:
+    torch.manual_seed(0)
+    return Model(nn.Sequential(nn.Conv2d(1, 2, 3), nn.GroupNorm(1, 2), nn.ReLU(), nn.Flatten(),
+                               nn.Linear(2 * 4 * 4, 3)), (1, 6, 6))
+
+
+def dataset(model: Model):
+    g = torch.Generator().manual_seed(2)
+    x = torch.randn(N, *model.input_shape, generator=g) * 2
+    return x, torch.randint(0, 3, (N,), generator=g)
+
+
+def start(model: Model) -> torch.Tensor:
+    g = torch.Generator().manual_seed(3)
+    return model.init_params() + 0.1 * torch.randn(C, model.num_params, generator=g)
+
+
+def batches() -> torch.Tensor:
+    return torch.randint(0, N, (C, T, B), generator=torch.Generator().manual_seed(4))
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_dense_fast_path_is_the_autograd_maths(bias):
+    model = mlp(bias)
+    layers = cohort.dense_layers(model)
+    assert layers is not None and [layer.relu for layer in layers] == [True, True, False]
+    x, y = dataset(model)
+    rows = batches()[:, 0]
+    params = start(model)
+    fast_loss, fast_grad = cohort.DenseStack(model, layers)(params, x[rows], y[rows])
+    loss, grad = cohort.autograd_value_and_grad(model)(params, x[rows], y[rows])
+    assert torch.allclose(fast_loss, loss, atol=1e-6)
+    assert torch.allclose(fast_grad, grad, atol=1e-6)
+
+
+def test_only_dense_stacks_take_the_fast_path():
+    assert cohort.dense_layers(cnn()) is None
+    relu_last = Model(nn.Sequential(nn.Linear(4, 3), nn.ReLU()), (4,))
+    assert cohort.dense_layers(relu_last) is None
+    unflattened_image = Model(nn.Sequential(nn.Linear(4, 3)), (2, 4))
+    assert cohort.dense_layers(unflattened_image) is None
+
+
+@pytest.mark.parametrize("make_model", [mlp, cnn], ids=["dense", "generic"])
+@pytest.mark.parametrize("make_opt", [lambda: optim.sgd(0.1, momentum=0.9),
+                                      lambda: optim.delta_sgd(),
+                                      lambda: optim.sam(optim.adam(0.01), 0.05)],
+                         ids=["sgdm", "delta_sgd", "sam_adam"])
+def test_batched_and_sequential_paths_give_the_same_clients(make_model, make_opt):
+    model = make_model()
+    x, y = dataset(model)
+    trainer = cohort.Trainer(model, x, y)
+    steps = torch.tensor([T, 2, T, 1])
+    results = [trainer.train(start(model), batches(), steps, make_opt(), path=path)
+               for path in ("batched", "sequential")]
+    for a, b in zip(torch.utils._pytree.tree_leaves(results[0]),
+                    torch.utils._pytree.tree_leaves(results[1])):
+        assert torch.allclose(a.double(), b.double(), atol=1e-5, rtol=0)
+
+
+def test_a_masked_client_is_the_client_trained_alone():
+    model = cnn()
+    x, y = dataset(model)
+    trainer = cohort.Trainer(model, x, y)
+    rows, p0 = batches(), start(model)
+    steps = torch.tensor([T, 3, 1, T])
+    res = trainer.train(p0, rows, steps, optim.adam(0.01))
+    alone = trainer.train(p0[1:2], rows[1:2, :3], steps[1:2], optim.adam(0.01))
+    assert torch.allclose(res.params[1], alone.params[0], atol=1e-6)
+    assert torch.allclose(res.loss[1], alone.loss[0])
+
+
+def test_auto_path_slices_the_cohort_to_fit_its_memory_budget():
+    model = mlp()
+    x, y = dataset(model)
+    per_client = cohort.Trainer(model, x, y).clients_per_call(1_000_000, B, "auto", optim.sgd(1))
+    small = cohort.Trainer(model, x, y, memory_bytes=1)
+    assert small.clients_per_call(C, B, "auto", optim.sgd(1)) == 1
+    assert small.clients_per_call(C, B, "batched", optim.sgd(1)) == C
+    assert 1 < per_client < 1_000_000
+
+
+def test_work_counts_every_gradient_evaluation():
+    model = mlp()
+    x, y = dataset(model)
+    trainer = cohort.Trainer(model, x, y)
+    steps = torch.tensor([T, 2, 3, 1])
+    count = lambda opt: trainer.train(start(model), batches(), steps, opt).grad_evals  # noqa
+    assert count(optim.sgd(0.1)).tolist() == steps.tolist()
+    assert count(optim.sam(optim.sgd(0.1), 0.1)).tolist() == (2 * steps).tolist()
+    # Delta-SGD: its first step has no previous iterate; each later one takes a second gradient
+    assert count(optim.delta_sgd()).tolist() == (2 * steps - 1).tolist()
+    assert trainer.train(start(model), batches(), steps, optim.sgd(1)).samples.tolist() == \
+        (B * steps).tolist()
+
+
+def test_custom_loss_adds_a_term_to_the_gradient():
+    """A FedProx-style proximal term through the loss hook: gradient + mu (w - anchor)."""
+    model, mu = mlp(), 0.3
+    x, y = dataset(model)
+    anchor = model.init_params()
+
+    def proximal(model_, params, xb, yb):
+        return (cohort.cross_entropy(model_, params, xb, yb)
+                + 0.5 * mu * (params - anchor).square().sum(1))
+
+    trainer = cohort.Trainer(model, x, y)
+    p0, rows, one = start(model), batches()[:, :1], torch.ones(C, dtype=torch.long)
+    plain = trainer.train(p0, rows, one, optim.sgd(1.0))
+    prox = trainer.train(p0, rows, one, optim.sgd(1.0), loss_fn=proximal)
+    assert torch.allclose(prox.params, plain.params - mu * (p0 - anchor), atol=1e-6)
+
+
+def test_client_store_continues_each_clients_state():
+    opt = optim.adam()
+    store = cohort.ClientStore(num_clients=5)
+    params = torch.zeros(2, 3)
+    first = store.gather(np.array([1, 3]), opt, params)
+    assert first[0].count.tolist() == [0, 0]
+    store.scatter(np.array([1, 3]), (first[0]._replace(count=torch.tensor([4.0, 7.0])), first[1]))
+    again = store.gather(np.array([3, 4]), opt, params)
+    assert again[0].count.tolist() == [7.0, 0.0]  # client 3 continues, client 4 is new
+
+
+def test_flops_are_counted_from_the_model():
+    model = Model(nn.Sequential(nn.Conv2d(1, 4, 3), nn.Flatten(), nn.Linear(4 * 6 * 6, 10)),
+                  (1, 8, 8))
+    conv = 2 * (4 * 6 * 6) * (1 * 3 * 3)  # forward; the weight gradient costs the same
+    linear = 2 * (4 * 6 * 6) * 10  # forward, weight gradient, input gradient (for the conv)
+    assert model.training_flops_per_sample() == 2 * conv + 3 * linear
+
+
+def test_delta_sgd_is_charged_for_its_second_gradients(scenario):
+    local = {"steps": 4, "batch_size": 8}
+    sgd = run(scenario(algorithm={"name": "fedavg", "local": local}), write=False)
+    delta = run(scenario(algorithm={"name": "fedavg", "local": {
+        **local, "lr": None, "optimizer": {"name": "delta_sgd"}}}), write=False)
+    flops = lambda res: res.ledger[res.ledger.kind == "compute"].flops.to_numpy()  # noqa: E731
+    fps = sgd.summary["training_flops_per_sample"]
+    assert flops(sgd) == pytest.approx(np.full(15, 4 * 8 * fps))
+    assert flops(delta) == pytest.approx(np.full(15, (2 * 4 - 1) * 8 * fps))
+
+
+def test_persistent_optimizer_state_changes_the_run(scenario):
+    local = {"optimizer": {"name": "adam"}, "lr": 0.01}
+    runs = [run(scenario(algorithm={"name": "fedavg", "local": {**local, "optimizer_state": s}}),
+                write=False)
+            for s in ("reset", "persist")]
+    assert not np.allclose(runs[0].records.test_loss, runs[1].records.test_loss)
