@@ -203,11 +203,16 @@ class Model:
         device = next(self.module.parameters()).device
         x = torch.zeros((batch, *self.input_shape), device=device)
         params = self.init_params().requires_grad_(True)
-        with _WorkCounter() as counter:
-            logits = self.forward(params, x)
-            loss = nn.functional.cross_entropy(
-                logits, torch.zeros(batch, dtype=torch.long, device=device))
-            torch.autograd.grad(loss, params)
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)  # a batch of 8 needs no thread pool, and starting one costs
+        try:
+            with _WorkCounter() as counter:
+                logits = self.forward(params, x)
+                loss = nn.functional.cross_entropy(
+                    logits, torch.zeros(batch, dtype=torch.long, device=device))
+                torch.autograd.grad(loss, params)
+        finally:
+            torch.set_num_threads(threads)
         return TrainingCost(counter.flops / batch, counter.floats / batch)
 
     def training_flops_per_sample(self) -> float:
