@@ -16,6 +16,9 @@ quickstart: $(VENV)/.installed
 test: $(VENV)/.installed
 	$(BIN)/python -m pytest
 
+bench: $(VENV)/.installed
+	$(BIN)/python benchmarks/bench.py
+
 setup: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml

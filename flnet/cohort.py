@@ -84,8 +84,8 @@ def dense_layers(model: Model) -> list[_Dense] | None:
         model.names.index(name)])
     layers: list[_Dense] = []
     for name, child in module.named_children():
-        if isinstance(child, nn.Flatten) and not layers and (child.start_dim, child.end_dim) == (1, -1):
-            flat = True
+        if isinstance(child, nn.Flatten) and not layers:
+            flat = (child.start_dim, child.end_dim) == (1, -1)
         elif isinstance(child, nn.Linear) and flat:
             bias = span(f"{name}.bias") if child.bias is not None else None
             layers.append(_Dense(span(f"{name}.weight"), bias,
@@ -198,6 +198,8 @@ class Trainer:
         self.x_data = x_data  # [N, *input]
         self.y_data = y_data  # [N]
         self.memory_bytes = memory_bytes
+        self._has_conv = any(isinstance(m, nn.modules.conv._ConvNd)
+                             for m in model.module.modules())
         layers = dense_layers(model)
         self.default_value_and_grad: ValueAndGrad = (
             DenseStack(model, layers) if layers else autograd_value_and_grad(model))
@@ -207,10 +209,12 @@ class Trainer:
         """How many clients one batched computation takes: all (batched), one (sequential),
         or as many as fit in `memory_bytes` (auto): per client, parameters, gradients, updates
         and optimizer state (about 3 + 2 * grads_per_step copies of P) and one minibatch's
-        forward and backward tensors."""
+        forward and backward tensors. Except that auto trains models with convolutions one
+        client at a time on the CPU: vmap turns the cohort's convolutions into one grouped
+        convolution, which runs slower there than a loop (benchmarks/bench.py, workload b)."""
         if path == "batched":
             return num_clients
-        if path == "sequential":
+        if path == "sequential" or (self._has_conv and self.x_data.device.type == "cpu"):
             return 1
         m = self.model
         floats = (m.num_params * (3 + 2 * optimizer.grads_per_step)

@@ -19,10 +19,12 @@ Buffers are handed over, as JAX donates them: `update` may overwrite `grads` and
 returns it as the updates, and the caller may overwrite the updates and update `params` in
 place afterwards. So a transform never returns a tensor it keeps in its state, and copies
 `params` if it keeps them. (On small models a fresh ``[C, P]`` tensor per transform and step
-costs more than its arithmetic, in page faults and cache misses.) The sign flip of descent happens only in
-`scale_by_learning_rate`. A gradient-only term (FedProx's mu (w - x_t), SCAFFOLD's c - c_i) is
-one more transform at the front of a `chain`; a term that `grad_fn` must also see (because
-Delta-SGD or SAM evaluate it elsewhere) belongs in the trainer's loss instead.
+costs more than its arithmetic, in page faults and cache misses.)
+
+The sign flip of descent happens only in `scale_by_learning_rate`. A gradient-only term
+(FedProx's mu (w - x_t), SCAFFOLD's c - c_i) is one more transform at the front of a `chain`;
+a term that `grad_fn` must also see (because Delta-SGD or SAM evaluate it elsewhere) belongs
+in the trainer's loss instead.
 """
 
 from __future__ import annotations

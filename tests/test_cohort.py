@@ -98,6 +98,8 @@ def test_auto_path_slices_the_cohort_to_fit_its_memory_budget():
     assert small.clients_per_call(C, B, "auto", optim.sgd(1)) == 1
     assert small.clients_per_call(C, B, "batched", optim.sgd(1)) == C
     assert 1 < per_client < 1_000_000
+    x, y = dataset(cnn())
+    assert cohort.Trainer(cnn(), x, y).clients_per_call(C, B, "auto", optim.sgd(1)) == 1
 
 
 def test_work_counts_every_gradient_evaluation():
@@ -167,3 +169,11 @@ def test_persistent_optimizer_state_changes_the_run(scenario):
                 write=False)
             for s in ("reset", "persist")]
     assert not np.allclose(runs[0].records.test_loss, runs[1].records.test_loss)
+
+
+def test_benchmark_w1_scenario_is_the_w1_the_tests_check():
+    from test_fedavg import W1
+
+    from flnet.scenario import load_scenario
+    assert load_scenario("benchmarks/w1.yaml") == load_scenario(data=W1)
+    load_scenario("benchmarks/digits_1000.yaml")

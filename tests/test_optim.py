@@ -70,7 +70,8 @@ TORCH_EQUIVALENTS = [
 ]
 
 
-@pytest.mark.parametrize("name,opt,make_torch", TORCH_EQUIVALENTS, ids=[t[0] for t in TORCH_EQUIVALENTS])
+@pytest.mark.parametrize("name,opt,make_torch", TORCH_EQUIVALENTS,
+                         ids=[t[0] for t in TORCH_EQUIVALENTS])
 def test_matches_torch_optim_step_for_step(name, opt, make_torch):
     model = small_model()
     x, y = data()
@@ -139,7 +140,8 @@ def test_sps_max_step_caps_the_step():
 
 def test_delta_sgd_by_hand():
     """Algorithm 1 with the paper's defaults: eta0 for the first step, then
-    eta_k = min(gamma |dx| / (2 |dg|), sqrt(1 + delta theta) eta_{k-1}), theta = eta_k / eta_{k-1}."""
+    eta_k = min(gamma |dx| / (2 |dg|), sqrt(1 + delta theta) eta_{k-1}),
+    theta_k = eta_k / eta_{k-1}."""
     gamma, delta, eta0, theta0, steps = 2.0, 0.1, 0.2, 1.0, 4
     got, calls = quadratic_run(optim.delta_sgd(), steps)
     assert calls == steps - 1  # the first step has no previous iterate to compare with

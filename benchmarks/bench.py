@@ -1,0 +1,179 @@
+"""flnet's benchmark: how close local training runs to this machine's limit, and what the
+simulation around it costs. One command; it prints throughput and ratios and asserts nothing.
+
+    .venv/bin/python benchmarks/bench.py [--quick]        # or: make bench
+
+- the machine's single-thread float32 matmul peak (GFLOP/s);
+- local training throughput, batched vs sequential path, in samples and GFLOP per CPU-second
+  and % of that peak: (a) the W1 MLP on digits, 100 clients x 10 steps of batch 32;
+  (b) a small CNN (the Delta-SGD paper's MNIST CNN, without dropout) on 28x28 inputs,
+  50 clients x 10 steps of batch 32;
+- scenarios, each in a fresh process (imports excluded, as in BENCHMARKS.md): W1 end to end,
+  the quickstart's share of wall time spent outside training (simulation, bookkeeping,
+  evaluation, writing results), and the peak memory of a 1000-client digits run.
+
+Training is timed in CPU seconds of this process on one torch thread, the best of a few
+repeats, so the numbers hold on a shared, noisy machine; scenario times are wall seconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+from torch import nn
+
+HERE = Path(__file__).resolve().parent
+FLOWER_W1_WALL_S = 60.3  # quoted from ../shared/BENCHMARKS.md, not measured here
+
+
+def cpu_seconds(fn) -> float:
+    start = time.process_time()
+    fn()
+    return time.process_time() - start
+
+
+def matmul_peak_gflops(reps: int, n: int = 1024) -> float:
+    """Best single-thread GFLOP/s of an n x n float32 matrix product."""
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    a @ b
+    return 2 * n ** 3 / min(cpu_seconds(lambda: a @ b) for _ in range(reps)) / 1e9
+
+
+def paper_cnn() -> nn.Module:
+    """The MNIST CNN of the Delta-SGD paper's code, without its dropout layers."""
+    return nn.Sequential(nn.Conv2d(1, 10, 5), nn.MaxPool2d(2), nn.ReLU(),
+                         nn.Conv2d(10, 20, 5), nn.MaxPool2d(2), nn.ReLU(), nn.Flatten(),
+                         nn.Linear(320, 50), nn.ReLU(), nn.Linear(50, 10))
+
+
+def workloads():
+    """(name, trainer, start params [C, P], batches [C, T, B]) for (a) and (b)."""
+    from flnet import cohort, data as data_mod, models
+    from flnet.scenario import DataConfig, MlpConfig
+
+    cpu = torch.device("cpu")
+    digits = data_mod.load(DataConfig(), 100, seed=0, device=cpu)
+    mlp = models.build(MlpConfig(hidden=[64]), digits.input_shape, 10, seed=0, device=cpu)
+    clients = torch.arange(100).numpy()
+    rows = data_mod.minibatches(digits, clients, 1, [10] * 100, 32, seed=0)
+    yield ("(a) MLP 64-64-10, digits, 100 clients x 10 steps, batch 32",
+           cohort.Trainer(mlp, digits.x_train, digits.y_train),
+           mlp.init_params().expand(100, -1), rows)
+    g = torch.Generator().manual_seed(0)
+    x, y = torch.randn(5000, 1, 28, 28, generator=g), torch.randint(0, 10, (5000,), generator=g)
+    torch.manual_seed(0)
+    cnn = models.Model(paper_cnn(), (1, 28, 28))
+    yield ("(b) CNN 2 conv + 2 fc, 28x28, 50 clients x 10 steps, batch 32",
+           cohort.Trainer(cnn, x, y), cnn.init_params().expand(50, -1),
+           torch.randint(0, 5000, (50, 10, 32), generator=g))
+
+
+def training_table(peak_gflops: float, reps: int) -> None:
+    from flnet import optim
+
+    print(f"{'':64} {'samples/CPU-s':>14} {'GFLOP/CPU-s':>12} {'% of peak':>10}")
+    for name, trainer, params, rows in workloads():
+        c, t, b = rows.shape
+        steps = torch.full((c,), t)
+        samples = c * t * b
+        gflop = samples * trainer.model.training_flops_per_sample() / 1e9
+        best = {}
+        for path in ("batched", "sequential"):
+            train = lambda: trainer.train(params, rows, steps, optim.sgd(0.05), path=path)  # noqa
+            train()
+            best[path] = min(cpu_seconds(train) for _ in range(reps))
+            rate = gflop / best[path]
+            print(f"{name if path == 'batched' else '':64.64} {samples / best[path]:14,.0f} "
+                  f"{rate:12.2f} {100 * rate / peak_gflops:9.1f}%  {path}")
+        print(f"{'':64} batched / sequential: {best['sequential'] / best['batched']:.1f}x")
+
+
+# ---------------------------------------------------------------- scenarios, in fresh processes
+
+
+def scenario_child(path: str, rounds: int | None, write: bool) -> None:
+    """Run one scenario and print what the parent reports, as JSON."""
+    import pyarrow.parquet  # noqa: F401  imported before timing, as in BENCHMARKS.md
+    import sklearn.datasets  # noqa: F401
+    import sklearn.model_selection  # noqa: F401
+
+    from flnet import cohort
+    from flnet.run import run
+
+    spent = {"train_wall_s": 0.0, "train_cpu_s": 0.0}
+    train = cohort.Trainer.train
+
+    def timed(*args, **kwargs):
+        wall, cpu = time.perf_counter(), time.process_time()
+        try:
+            return train(*args, **kwargs)
+        finally:
+            spent["train_wall_s"] += time.perf_counter() - wall
+            spent["train_cpu_s"] += time.process_time() - cpu
+
+    cohort.Trainer.train = timed
+    overrides = [f"run.rounds={rounds}"] if rounds else []
+    with tempfile.TemporaryDirectory() as out:
+        overrides.append(f"output.dir={out}")
+        wall, cpu = time.perf_counter(), time.process_time()
+        res = run(path, overrides, write=write)
+        spent.update(wall_s=time.perf_counter() - wall, cpu_s=time.process_time() - cpu)
+    acc = res.records.set_index("round").test_accuracy
+    spent.update(accuracy={int(r): round(float(a), 4) for r, a in acc.items() if r % 10 == 0},
+                 peak_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+    print(json.dumps(spent))
+
+
+def scenario(path: Path, rounds: int | None = None, write: bool = False) -> dict:
+    cmd = [sys.executable, __file__, "--child", str(path), "--child-rounds", str(rounds or 0)]
+    out = subprocess.run(cmd + (["--child-write"] if write else []), capture_output=True,
+                         text=True, check=True)
+    return json.loads(out.stdout.splitlines()[-1])
+
+
+def scenarios_report(reps: int, quick: bool) -> None:
+    w1 = min((scenario(HERE / "w1.yaml") for _ in range(reps)), key=lambda r: r["wall_s"])
+    acc = {int(k): v for k, v in w1["accuracy"].items()}
+    curve = " ".join(f"{acc[k]:.4f}" for k in sorted(acc) if k)
+    print(f"W1 scenario (benchmarks/w1.yaml): {w1['wall_s']:.2f} s wall ({w1['cpu_s']:.2f} CPU-s), "
+          f"training {w1['train_wall_s']:.2f} s; accuracy {curve}")
+    print(f"  Flower's 60.3 s (BENCHMARKS.md) / this: {FLOWER_W1_WALL_S / w1['wall_s']:.0f}x")
+    qs = min((scenario(HERE.parent / "scenarios" / "quickstart.yaml", write=True)
+              for _ in range(reps)), key=lambda r: r["wall_s"])
+    print(f"quickstart (scenarios/quickstart.yaml, results written): {qs['wall_s']:.2f} s wall, "
+          f"outside training {100 * (1 - qs['train_wall_s'] / qs['wall_s']):.0f}% of wall "
+          f"({100 * (1 - qs['train_cpu_s'] / qs['cpu_s']):.0f}% of CPU)")
+    rounds = 20 if quick else None
+    big = scenario(HERE / "digits_1000.yaml", rounds=rounds)
+    print(f"1000 clients (benchmarks/digits_1000.yaml, {rounds or 100} rounds): peak memory "
+          f"{big['peak_rss_mb']:.0f} MB, {big['wall_s']:.2f} s wall")
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--quick", action="store_true", help="one repeat; a shorter 1000-client run")
+    p.add_argument("--child", help=argparse.SUPPRESS)
+    p.add_argument("--child-rounds", type=int, default=0, help=argparse.SUPPRESS)
+    p.add_argument("--child-write", action="store_true", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    torch.set_num_threads(1)
+    if args.child:
+        return scenario_child(args.child, args.child_rounds or None, args.child_write)
+    reps = 1 if args.quick else 3
+    peak = matmul_peak_gflops(reps=max(reps, 3))
+    print(f"torch {torch.__version__}, 1 thread; float32 matmul peak: {peak:.1f} GFLOP/s\n")
+    training_table(peak, reps)
+    print()
+    scenarios_report(reps, args.quick)
+
+
+if __name__ == "__main__":
+    main()
