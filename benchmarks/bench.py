@@ -105,21 +105,27 @@ def scenario_child(path: str, rounds: int | None, write: bool) -> None:
     import sklearn.datasets  # noqa: F401
     import sklearn.model_selection  # noqa: F401
 
-    from flnet import cohort
+    from flnet import cohort, world
     from flnet.run import run
 
-    spent = {"train_wall_s": 0.0, "train_cpu_s": 0.0}
-    train = cohort.Trainer.train
+    spent: dict = {}
 
-    def timed(*args, **kwargs):
-        wall, cpu = time.perf_counter(), time.process_time()
-        try:
-            return train(*args, **kwargs)
-        finally:
-            spent["train_wall_s"] += time.perf_counter() - wall
-            spent["train_cpu_s"] += time.process_time() - cpu
+    def timed(owner, name: str, key: str) -> None:
+        inner = getattr(owner, name)
+        spent[key + "_wall_s"] = spent[key + "_cpu_s"] = 0.0
 
-    cohort.Trainer.train = timed
+        def wrapper(*args, **kwargs):
+            wall, cpu = time.perf_counter(), time.process_time()
+            try:
+                return inner(*args, **kwargs)
+            finally:
+                spent[key + "_wall_s"] += time.perf_counter() - wall
+                spent[key + "_cpu_s"] += time.process_time() - cpu
+
+        setattr(owner, name, wrapper)
+
+    timed(cohort.Trainer, "train", "trainer")  # the cohort's local steps
+    timed(world.World, "local_train", "train")  # those, plus drawing and gathering minibatches
     overrides = [f"run.rounds={rounds}"] if rounds else []
     with tempfile.TemporaryDirectory() as out:
         overrides.append(f"output.dir={out}")
@@ -144,13 +150,14 @@ def scenarios_report(reps: int, quick: bool) -> None:
     acc = {int(k): v for k, v in w1["accuracy"].items()}
     curve = " ".join(f"{acc[k]:.4f}" for k in sorted(acc) if k)
     print(f"W1 scenario (benchmarks/w1.yaml): {w1['wall_s']:.2f} s wall ({w1['cpu_s']:.2f} CPU-s), "
-          f"training {w1['train_wall_s']:.2f} s; accuracy {curve}")
+          f"local training {w1['train_wall_s']:.2f} s; accuracy {curve}")
     print(f"  Flower's 60.3 s (BENCHMARKS.md) / this: {FLOWER_W1_WALL_S / w1['wall_s']:.0f}x")
     qs = min((scenario(HERE.parent / "scenarios" / "quickstart.yaml", write=True)
               for _ in range(reps)), key=lambda r: r["wall_s"])
-    print(f"quickstart (scenarios/quickstart.yaml, results written): {qs['wall_s']:.2f} s wall, "
-          f"outside training {100 * (1 - qs['train_wall_s'] / qs['wall_s']):.0f}% of wall "
-          f"({100 * (1 - qs['train_cpu_s'] / qs['cpu_s']):.0f}% of CPU)")
+    outside = lambda key: 100 * (1 - qs[key + "_wall_s"] / qs["wall_s"])  # noqa: E731
+    print(f"quickstart (scenarios/quickstart.yaml, results written): {qs['wall_s']:.2f} s wall; "
+          f"outside local training (World.local_train) {outside('train'):.0f}%, "
+          f"outside the trainer's steps {outside('trainer'):.0f}%")
     rounds = 20 if quick else None
     big = scenario(HERE / "digits_1000.yaml", rounds=rounds)
     print(f"1000 clients (benchmarks/digits_1000.yaml, {rounds or 100} rounds): peak memory "

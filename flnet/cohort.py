@@ -120,8 +120,10 @@ class DenseStack:
             self._buffers[key] = {
                 "act": [new(c, b, layer.shape[0]) for layer in hidden],
                 "logits": new(c, k, b), "exp": new(c, k, b),
-                "minus_one": torch.full((c, 1, b), -1.0, dtype=like.dtype, device=like.device),
+                "minus_1_over_b": torch.full((c, 1, b), -1.0 / b, dtype=like.dtype,
+                                             device=like.device),
                 "dweight": [new(c, *layer.shape) for layer in self.layers],
+                "dact": [new(c, b, layer.shape[0]) for layer in hidden],
             }
         return self._buffers[key]
 
@@ -152,7 +154,7 @@ class DenseStack:
         total = e.sum(1, keepdim=True)
         label = y.unsqueeze(1)  # [C, 1, B]
         loss = (top + total.log() - z.gather(1, label)).mean((1, 2))  # [C]
-        dz = e.div_(total).scatter_add_(1, label, buf["minus_one"]).mul_(1.0 / b)  # [C, K, B]
+        dz = e.div_(total.mul_(b)).scatter_add_(1, label, buf["minus_1_over_b"])  # [C, K, B]
         # backward: dz is [C, out, B] for the last layer, then d is [C, B, out]
         parts = []
         d_t, d = dz, None
@@ -167,10 +169,11 @@ class DenseStack:
                 db = d.sum(1)
             parts[:0] = [dw.view(c, -1)] + ([db] if layer.bias is not None else [])
             if i:
-                w = weight(layer)
-                d = torch.bmm(d_t.transpose(1, 2), w) if d is None else torch.bmm(d, w)
+                w, d_in = weight(layer), buf["dact"][i - 1]
+                torch.bmm(d_t.transpose(1, 2) if d is None else d, w, out=d_in)
                 if self.layers[i - 1].relu:
-                    d = torch.ops.aten.threshold_backward(d, a_in, 0)
+                    torch.ops.aten.threshold_backward.grad_input(d_in, a_in, 0, grad_input=d_in)
+                d = d_in
         grads = torch.cat(parts, 1, out=out) if out is not None else torch.cat(parts, 1)
         return loss, grads
 
