@@ -25,7 +25,7 @@ import numpy as np
 import torch
 from torch import nn
 from torch.nn import functional as F
-from torch.utils._pytree import tree_leaves, tree_map
+from torch.utils._pytree import tree_flatten, tree_leaves, tree_map, tree_unflatten
 
 from flnet.models import Model
 from flnet.optim import GradientTransformation
@@ -293,34 +293,42 @@ class Trainer:
 class ClientStore:
     """Optimizer state kept per client across rounds (``optimizer_state: persist``).
 
-    Holds one row per client, ``[N, ...]`` for every state tensor, allocated on first use;
-    a client's first participation starts from ``optimizer.init`` of its start parameters.
+    Holds one row per client, ``[N, ...]`` for every per-client state tensor (in the order of
+    the state's leaves), allocated on first use; a client's first participation starts from
+    ``optimizer.init`` of its start parameters. Plain tensors, so checkpoints can hold it.
     """
 
     def __init__(self, num_clients: int):
         self.num_clients = num_clients
-        self.state: Any = None
-        self.seen: torch.Tensor | None = None  # [N] bool
+        self.leaves: list[torch.Tensor] = []  # [N, ...] each
+        self.seen: torch.Tensor | None = None  # [N] bool: has a stored row
 
     def gather(self, clients: np.ndarray, optimizer: GradientTransformation,
                params: torch.Tensor) -> Any:
         """The cohort's state rows: stored ones, fresh ``optimizer.init(params)`` for newcomers."""
-        fresh = optimizer.init(params)
-        if self.state is None:
-            return fresh
-        idx = torch.as_tensor(clients, device=params.device)
+        fresh, spec = tree_flatten(optimizer.init(params))
+        if self.seen is None:
+            return tree_unflatten(fresh, spec)
+        idx = torch.as_tensor(clients, device=self.seen.device)
         seen = self.seen[idx]
-        return tree_map(lambda new, stored: _where_rows(seen, stored[idx], new)
-                        if _per_client(stored) else new, fresh, self.state)
+        stored = iter(self.leaves)
+        return tree_unflatten([_where_rows(seen, next(stored)[idx], leaf)
+                               if _per_client(leaf) else leaf for leaf in fresh], spec)
 
     def scatter(self, clients: np.ndarray, state: Any) -> None:
-        leaves = tree_leaves(state)
-        device = leaves[0].device if leaves else torch.device("cpu")
-        idx = torch.as_tensor(clients, device=device)
-        if self.state is None:
-            self.state = tree_map(lambda leaf: leaf.new_zeros((self.num_clients, *leaf.shape[1:]))
-                                  if _per_client(leaf) else leaf, state)
-            self.seen = torch.zeros(self.num_clients, dtype=torch.bool, device=device)
-        self.state = tree_map(lambda store, new: store.index_copy_(0, idx, new)
-                              if _per_client(store) else new, self.state, state)
+        rows = [leaf for leaf in tree_leaves(state) if _per_client(leaf)]
+        if not rows:
+            return
+        idx = torch.as_tensor(clients, device=rows[0].device)
+        if self.seen is None:
+            self.leaves = [r.new_zeros((self.num_clients, *r.shape[1:])) for r in rows]
+            self.seen = torch.zeros(self.num_clients, dtype=torch.bool, device=rows[0].device)
+        for store, new in zip(self.leaves, rows):
+            store.index_copy_(0, idx, new)
         self.seen[idx] = True
+
+    def state_dict(self) -> dict:
+        return {} if self.seen is None else {"leaves": list(self.leaves), "seen": self.seen}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.leaves, self.seen = list(state.get("leaves", [])), state.get("seen")

@@ -109,10 +109,10 @@ class World:
 
     def state_dict(self) -> dict:
         """Per-client state that outlives a round (saved in checkpoints)."""
-        return {}
+        return {"optimizer_states": self.optimizer_states.state_dict()}
 
     def load_state_dict(self, state: dict) -> None:
-        pass
+        self.optimizer_states.load_state_dict(state.get("optimizer_states", {}))
 
     # ------------------------------------------------------------------ maths, now
 

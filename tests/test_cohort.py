@@ -163,6 +163,18 @@ def test_delta_sgd_is_charged_for_its_second_gradients(scenario):
     assert flops(delta) == pytest.approx(np.full(15, (2 * 4 - 1) * 8 * fps))
 
 
+def test_persistent_optimizer_state_survives_a_resume(tmp_path):
+    from test_checkpoint import write_scenario
+
+    path = write_scenario(tmp_path, rounds=10, checkpoint_every=4)
+    persist = ["algorithm.local.optimizer_state=persist", "algorithm.local.lr=0.01",
+               "algorithm.local.optimizer.name=adam"]
+    run(path, overrides=persist)
+    longer = run(path, overrides=[*persist, "run.rounds=20"], resume=True)
+    whole = run(path, overrides=[*persist, "run.rounds=20", f"output.dir={tmp_path / 'whole'}"])
+    assert longer.records.equals(whole.records)
+
+
 def test_persistent_optimizer_state_changes_the_run(scenario):
     local = {"optimizer": {"name": "adam"}, "lr": 0.01}
     runs = [run(scenario(algorithm={"name": "fedavg", "local": {**local, "optimizer_state": s}}),
