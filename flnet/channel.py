@@ -108,19 +108,18 @@ class Channel:
         self.env.timeout(max(float(delays[first]), 0.0)).callbacks.append(
             lambda _e: self._on_timer(version, due))
 
-    def _remove(self, gone: np.ndarray) -> list[Transmission]:
-        """Drop the active transfers where `gone` ([n] bool) is true, settling their remaining
-        bits; returns them in the order they started."""
-        n = len(self._active)
-        idx = np.flatnonzero(gone)
-        out = [self._active[i] for i in idx]
-        for tx, rest in zip(out, self._columns[0, idx]):
-            tx.remaining_bits = max(float(rest), 0.0)
-        for i in idx[::-1]:
-            del self._active[i]
-        self._columns[:, :n - len(idx)] = self._columns[:, :n][:, ~gone]
+    def _remove(self, positions: list[int]) -> list[Transmission]:
+        """Drop the active transfers at `positions` (ascending), settling their remaining bits;
+        returns them in that order."""
+        out = []
+        for i in reversed(positions):
+            n = len(self._active)
+            tx = self._active.pop(i)
+            tx.remaining_bits = max(float(self._columns[0, i]), 0.0)
+            self._columns[:, i:n - 1] = self._columns[:, i + 1:n]
+            out.append(tx)
         self._rates = None
-        return out
+        return out[::-1]
 
     def _on_timer(self, version: int, due: Transmission) -> None:
         if version != self._version:
@@ -130,9 +129,9 @@ class Channel:
         left, bits = self._columns[0, :n], self._columns[2, :n]
         # `due` is finished by construction (rounding may leave it a hair short); others that
         # end at the same instant go with it
-        finished = left <= 1e-9 * bits + 1e-6
-        finished[self._active.index(due)] = True
-        for tx in self._remove(finished):
+        finished = set(np.flatnonzero(left <= 1e-9 * bits + 1e-6).tolist())
+        finished.add(self._active.index(due))
+        for tx in self._remove(sorted(finished)):
             tx.remaining_bits = 0.0
             tx.done.succeed()
         self._schedule()
@@ -142,7 +141,7 @@ class Channel:
             if tx not in self._active:
                 return
             self._settle()
-            self._remove(np.array([other is tx for other in self._active], dtype=bool))
+            self._remove([self._active.index(tx)])
             self._schedule()
         elif tx in self._pending:
             self._pending.remove(tx)
