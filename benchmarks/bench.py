@@ -77,7 +77,7 @@ def workloads():
 
 
 def training_table(peak_gflops: float, reps: int) -> None:
-    from flnet import optim
+    from flnet import cohort, optim
 
     print(f"{'':64} {'samples/CPU-s':>14} {'GFLOP/CPU-s':>12} {'% of peak':>10}")
     for name, trainer, params, rows in workloads():
@@ -85,15 +85,22 @@ def training_table(peak_gflops: float, reps: int) -> None:
         steps = torch.full((c,), t)
         samples = c * t * b
         gflop = samples * trainer.model.training_flops_per_sample() / 1e9
+        variants = {"batched": {"path": "batched"}, "sequential": {"path": "sequential"}}
+        if isinstance(trainer.default_value_and_grad, cohort.DenseStack):
+            # the same maths through the generic engine (vmap + autograd), for comparison
+            variants["batched, generic engine"] = {"path": "batched",
+                                                   "loss_fn": cohort.cross_entropy}
         best = {}
-        for path in ("batched", "sequential"):
-            train = lambda: trainer.train(params, rows, steps, optim.sgd(0.05), path=path)  # noqa
+        for label, kwargs in variants.items():
+            train = lambda: trainer.train(params, rows, steps, optim.sgd(0.05), **kwargs)  # noqa
             train()
-            best[path] = min(cpu_seconds(train) for _ in range(reps))
-            rate = gflop / best[path]
-            print(f"{name if path == 'batched' else '':64.64} {samples / best[path]:14,.0f} "
-                  f"{rate:12.2f} {100 * rate / peak_gflops:9.1f}%  {path}")
-        print(f"{'':64} batched / sequential: {best['sequential'] / best['batched']:.1f}x")
+            best[label] = min(cpu_seconds(train) for _ in range(reps))
+            rate = gflop / best[label]
+            print(f"{name if label == 'batched' else '':64.64} {samples / best[label]:14,.0f} "
+                  f"{rate:12.2f} {100 * rate / peak_gflops:9.1f}%  {label}")
+        auto = trainer.clients_per_call(c, b, "auto", optim.sgd(0.05))
+        print(f"{'':64} batched / sequential: {best['sequential'] / best['batched']:.1f}x; "
+              f"path auto takes {auto} client{'s' * (auto > 1)} per call")
 
 
 # ---------------------------------------------------------------- scenarios, in fresh processes

@@ -10,7 +10,7 @@ Two engines compute a step's losses and gradients, with the same maths:
 - `autograd_value_and_grad`: any `nn.Module` without buffers and any per-client loss
   (`loss_fn(model, params [C, P], x [C, B, ...], y [C, B]) -> [C]`), via vmap and autograd;
 - `DenseStack`: Flatten/Linear/ReLU stacks with the default cross-entropy, written out as
-  batched matmuls into reused buffers, about twice as fast on small MLPs.
+  batched matmuls into reused buffers (benchmarks/bench.py compares the two on an MLP).
 
 A cohort too large to stack trains in slices of clients (`path: sequential` is slices of one);
 the numbers are the same, since every row's maths is independent of the others.
@@ -30,6 +30,7 @@ from torch.utils._pytree import tree_flatten, tree_leaves, tree_map, tree_unflat
 from flnet.models import Model
 from flnet.optim import GradientTransformation
 
+# (model, params [C, P], x [C, B, ...], y [C, B]) -> loss [C]
 LossFn = Callable[[Model, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 # (params [C, P], x [C, B, ...], y [C, B], out [C, P] or None) -> (loss [C], grads [C, P])
 ValueAndGrad = Callable[..., tuple[torch.Tensor, torch.Tensor]]
@@ -107,7 +108,7 @@ class DenseStack:
     backward pass reuses the activations. Activations live in buffers reused across calls.
     """
 
-    def __init__(self, model: Model, layers: list[_Dense]):
+    def __init__(self, layers: list[_Dense]):
         self.layers = layers
         self._buffers: dict[tuple, dict[str, Any]] = {}
 
@@ -205,7 +206,7 @@ class Trainer:
                              for m in model.module.modules())
         layers = dense_layers(model)
         self.default_value_and_grad: ValueAndGrad = (
-            DenseStack(model, layers) if layers else autograd_value_and_grad(model))
+            DenseStack(layers) if layers else autograd_value_and_grad(model))
 
     def clients_per_call(self, num_clients: int, batch_size: int, path: str,
                          optimizer: GradientTransformation) -> int:

@@ -47,7 +47,7 @@ def test_dense_fast_path_is_the_autograd_maths(bias):
     x, y = dataset(model)
     rows = batches()[:, 0]
     params = start(model)
-    fast_loss, fast_grad = cohort.DenseStack(model, layers)(params, x[rows], y[rows])
+    fast_loss, fast_grad = cohort.DenseStack(layers)(params, x[rows], y[rows])
     loss, grad = cohort.autograd_value_and_grad(model)(params, x[rows], y[rows])
     assert torch.allclose(fast_loss, loss, atol=1e-6)
     assert torch.allclose(fast_grad, grad, atol=1e-6)
