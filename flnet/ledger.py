@@ -54,12 +54,18 @@ class Ledger:
         df["outcome"] = pd.Categorical(df["outcome"], categories=OUTCOMES)
         return df
 
-    def columns(self) -> dict[str, list]:
-        return {c: list(v) for c, v in self._cols.items()}
+    def columns(self) -> dict:
+        """The rows for a checkpoint: numbers as float64/int64 arrays (saved in one piece, not
+        value by value, which made every checkpoint cost more than the rounds between them),
+        kind and outcome as lists of strings."""
+        return {c: list(v) if c in ("kind", "outcome")
+                else np.asarray(v, dtype=np.int64 if c in ("round", "node", "peer") else np.float64)
+                for c, v in self._cols.items()}
 
     def load_columns(self, columns: dict) -> None:
         """Replay saved rows in order (resuming a run): the running totals come out identical."""
-        values = [list(map(_py, columns[c])) for c in COLUMNS]
+        values = [columns[c].tolist() if hasattr(columns[c], "tolist")
+                  else list(map(_py, columns[c])) for c in COLUMNS]
         for row in zip(*values):
             self.add(*row)
 
