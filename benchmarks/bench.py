@@ -5,12 +5,13 @@ simulation around it costs. One command; it prints throughput and ratios and ass
 
 - the machine's single-thread float32 matmul peak (GFLOP/s);
 - local training throughput, batched vs sequential path, in samples and GFLOP per CPU-second
-  and % of that peak: (a) the W1 MLP on digits, 100 clients x 10 steps of batch 32;
-  (b) a small CNN (the Delta-SGD paper's MNIST CNN, without dropout) on 28x28 inputs,
-  50 clients x 10 steps of batch 32;
-- scenarios, each in a fresh process (imports excluded, as in BENCHMARKS.md): W1 end to end,
-  the quickstart's share of wall time spent outside training (simulation, bookkeeping,
-  evaluation, writing results), and the peak memory of a 1000-client digits run.
+  and % of that peak: (a) the W1 MLP on digits, 100 clients x 10 steps of batch 32 (also
+  through the generic vmap + autograd engine); (b) a small CNN (the Delta-SGD paper's MNIST
+  CNN, without dropout) on 28x28 inputs, 50 clients x 10 steps of batch 32;
+- scenarios, each in a fresh process (imports excluded, as in BENCHMARKS.md): W1 end to end;
+  the quickstart's share of wall time spent outside local training (simulation, bookkeeping,
+  evaluation, checkpoints, writing results), as `flnet run` runs it and with checkpoints only
+  at the end; the peak memory of a 1000-client digits run.
 
 Training is timed in CPU seconds of this process on one torch thread, the best of a few
 repeats, so the numbers hold on a shared, noisy machine; scenario times are wall seconds.
@@ -106,7 +107,7 @@ def training_table(peak_gflops: float, reps: int) -> None:
 # ---------------------------------------------------------------- scenarios, in fresh processes
 
 
-def scenario_child(path: str, rounds: int | None, write: bool) -> None:
+def scenario_child(path: str, overrides: list[str], write: bool) -> None:
     """Run one scenario and print what the parent reports, as JSON."""
     import pyarrow.parquet  # noqa: F401  imported before timing, as in BENCHMARKS.md
     import sklearn.datasets  # noqa: F401
@@ -133,11 +134,9 @@ def scenario_child(path: str, rounds: int | None, write: bool) -> None:
 
     timed(cohort.Trainer, "train", "trainer")  # the cohort's local steps
     timed(world.World, "local_train", "train")  # those, plus drawing and gathering minibatches
-    overrides = [f"run.rounds={rounds}"] if rounds else []
     with tempfile.TemporaryDirectory() as out:
-        overrides.append(f"output.dir={out}")
         wall, cpu = time.perf_counter(), time.process_time()
-        res = run(path, overrides, write=write)
+        res = run(path, [*overrides, f"output.dir={out}"], write=write)
         spent.update(wall_s=time.perf_counter() - wall, cpu_s=time.process_time() - cpu)
     acc = res.records.set_index("round").test_accuracy
     spent.update(accuracy={int(r): round(float(a), 4) for r, a in acc.items() if r % 10 == 0},
@@ -145,29 +144,33 @@ def scenario_child(path: str, rounds: int | None, write: bool) -> None:
     print(json.dumps(spent))
 
 
-def scenario(path: Path, rounds: int | None = None, write: bool = False) -> dict:
-    cmd = [sys.executable, __file__, "--child", str(path), "--child-rounds", str(rounds or 0)]
-    out = subprocess.run(cmd + (["--child-write"] if write else []), capture_output=True,
-                         text=True, check=True)
-    return json.loads(out.stdout.splitlines()[-1])
+def scenario(path: Path, *overrides: str, write: bool = False, reps: int = 1) -> dict:
+    """The fastest of `reps` runs, each in a fresh process."""
+    cmd = [sys.executable, __file__, "--child", str(path), *(f"--child-set={o}" for o in overrides),
+           *(["--child-write"] if write else [])]
+    runs = [json.loads(subprocess.run(cmd, capture_output=True, text=True, check=True)
+                       .stdout.splitlines()[-1]) for _ in range(reps)]
+    return min(runs, key=lambda r: r["wall_s"])
 
 
 def scenarios_report(reps: int, quick: bool) -> None:
-    w1 = min((scenario(HERE / "w1.yaml") for _ in range(reps)), key=lambda r: r["wall_s"])
+    w1 = scenario(HERE / "w1.yaml", reps=reps)
     acc = {int(k): v for k, v in w1["accuracy"].items()}
     curve = " ".join(f"{acc[k]:.4f}" for k in sorted(acc) if k)
     print(f"W1 scenario (benchmarks/w1.yaml): {w1['wall_s']:.2f} s wall ({w1['cpu_s']:.2f} CPU-s), "
           f"local training {w1['train_wall_s']:.2f} s; accuracy {curve}")
     print(f"  Flower's 60.3 s (BENCHMARKS.md) / this: {FLOWER_W1_WALL_S / w1['wall_s']:.0f}x")
-    qs = min((scenario(HERE.parent / "scenarios" / "quickstart.yaml", write=True)
-              for _ in range(reps)), key=lambda r: r["wall_s"])
-    outside = lambda key: 100 * (1 - qs[key + "_wall_s"] / qs["wall_s"])  # noqa: E731
-    print(f"quickstart (scenarios/quickstart.yaml, results written): {qs['wall_s']:.2f} s wall; "
-          f"outside local training (World.local_train) {outside('train'):.0f}%, "
-          f"outside the trainer's steps {outside('trainer'):.0f}%")
-    rounds = 20 if quick else None
-    big = scenario(HERE / "digits_1000.yaml", rounds=rounds)
-    print(f"1000 clients (benchmarks/digits_1000.yaml, {rounds or 100} rounds): peak memory "
+    quickstart = HERE.parent / "scenarios" / "quickstart.yaml"
+    for label, overrides in (("as `flnet run` runs it", ()),
+                             ("checkpoints only at the end", ("run.checkpoint_every=null",))):
+        qs = scenario(quickstart, *overrides, write=True, reps=reps)
+        outside = lambda key: 100 * (1 - qs[key + "_wall_s"] / qs["wall_s"])  # noqa: E731
+        print(f"quickstart, {label}: {qs['wall_s']:.2f} s wall; outside local training "
+              f"(World.local_train) {outside('train'):.0f}%, outside the trainer's steps "
+              f"{outside('trainer'):.0f}%")
+    rounds = 20 if quick else 100
+    big = scenario(HERE / "digits_1000.yaml", f"run.rounds={rounds}")
+    print(f"1000 clients (benchmarks/digits_1000.yaml, {rounds} rounds): peak memory "
           f"{big['peak_rss_mb']:.0f} MB, {big['wall_s']:.2f} s wall")
 
 
@@ -175,12 +178,12 @@ def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="one repeat; a shorter 1000-client run")
     p.add_argument("--child", help=argparse.SUPPRESS)
-    p.add_argument("--child-rounds", type=int, default=0, help=argparse.SUPPRESS)
+    p.add_argument("--child-set", action="append", default=[], help=argparse.SUPPRESS)
     p.add_argument("--child-write", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     torch.set_num_threads(1)
     if args.child:
-        return scenario_child(args.child, args.child_rounds or None, args.child_write)
+        return scenario_child(args.child, args.child_set, args.child_write)
     reps = 1 if args.quick else 3
     peak = matmul_peak_gflops(reps=max(reps, 3))
     print(f"torch {torch.__version__}, 1 thread; float32 matmul peak: {peak:.1f} GFLOP/s\n")
