@@ -56,8 +56,7 @@ def main(argv=None) -> pd.DataFrame:
     if args.smoke:
         taus, rounds, workers, args.target = [1, 10], 20, 1, 0.5
     base = flnet.load_scenario(args.scenario, [f"run.rounds={rounds}", "run.eval_every=1",
-                                               f"run.target_accuracy={args.target}",
-                                               "run.checkpoint_every=null"])
+                                               f"run.target_accuracy={args.target}"])
     points, records = flnet.sweep(base.model_dump(mode="json"), {"algorithm.local.steps": taus},
                                   workers=workers, out_dir=args.out)
     table = to_target(records, args.target)

@@ -114,7 +114,7 @@ def scenario_child(path: str, overrides: list[str], write: bool) -> None:
     import sklearn.model_selection  # noqa: F401
 
     from flnet import cohort, world
-    from flnet.run import run
+    from flnet.runner import run
 
     spent: dict = {}
 
@@ -162,7 +162,7 @@ def scenarios_report(reps: int, quick: bool) -> None:
     print(f"  Flower's 60.3 s (BENCHMARKS.md) / this: {FLOWER_W1_WALL_S / w1['wall_s']:.0f}x")
     quickstart = HERE.parent / "scenarios" / "quickstart.yaml"
     for label, overrides in (("as `flnet run` runs it", ()),
-                             ("checkpoints only at the end", ("run.checkpoint_every=null",))):
+                             ("a checkpoint every 10 rounds", ("run.checkpoint_every=10",))):
         qs = scenario(quickstart, *overrides, write=True, reps=reps)
         outside = lambda key: 100 * (1 - qs[key + "_wall_s"] / qs["wall_s"])  # noqa: E731
         print(f"quickstart, {label}: {qs['wall_s']:.2f} s wall; outside local training "

@@ -7,7 +7,7 @@
 """
 
 from flnet.errors import DataError, FlnetError, ScenarioError
-from flnet.run import Result, run
+from flnet.runner import Result, run
 from flnet.scenario import Scenario, load_scenario
 from flnet.sweep import sweep
 

@@ -18,20 +18,20 @@ class Transmission:
 
     __slots__ = ("bits", "snr_hz", "remaining_bits", "done", "channel", "start_s")
 
-    def __init__(self, channel: "Channel", bits: float, snr_hz: float):
+    def __init__(self, channel: "Channel", bits: float, snr_hz: float, done: simpy.Event):
         self.channel = channel
         self.bits = bits
         self.snr_hz = snr_hz
-        self.remaining_bits = bits
+        self.remaining_bits = bits  # settled when the transfer is cancelled
         self.start_s = channel.env.now
-        self.done = channel.env.event()
+        self.done = done
 
     def cancel(self) -> None:
         self.channel._cancel(self)
 
     @property
     def sent_bits(self) -> float:
-        return self.bits - self.remaining_bits
+        return self.bits if self.done.processed else self.bits - self.remaining_bits
 
 
 class Channel:
@@ -48,39 +48,25 @@ class Channel:
         self.bandwidth_hz = bandwidth_hz
         self.shared = shared
         self._active: list[Transmission] = []
-        self._pending: set[Transmission] = set()  # dedicated band: transfers under way
         self._columns = np.empty((3, 16))  # shared band: remaining bits, snr_hz, bits; [3, cap]
         self._rates: np.ndarray | None = None  # [n] rates of the current set, once computed
         self._settled_at = env.now
         self._version = 0
 
     def transmit(self, bits: float, snr_hz: float) -> Transmission:
-        tx = Transmission(self, float(bits), float(snr_hz))
-        if bits <= 0:
-            tx.remaining_bits = 0.0
-            tx.done.succeed()
-        elif not self.shared:
-            delay = float(bits / shannon_rate_bps(self.bandwidth_hz, snr_hz))
-            self.env.timeout(delay).callbacks.append(lambda _e, tx=tx: self._finish_one(tx))
-            self._pending.add(tx)
-        else:
-            self._settle()
-            n = len(self._active)
-            if n == self._columns.shape[1]:
-                self._columns = np.concatenate([self._columns, np.empty_like(self._columns)], 1)
-            self._columns[:, n] = (tx.bits, tx.snr_hz, tx.bits)
-            self._active.append(tx)
-            self._rates = None
-            self._schedule()
+        if bits <= 0 or not self.shared:  # the transfer is one timeout: nothing to track
+            delay = float(bits / shannon_rate_bps(self.bandwidth_hz, snr_hz)) if bits > 0 else 0.0
+            return Transmission(self, float(bits), float(snr_hz), self.env.timeout(delay))
+        tx = Transmission(self, float(bits), float(snr_hz), self.env.event())
+        self._settle()
+        n = len(self._active)
+        if n == self._columns.shape[1]:
+            self._columns = np.concatenate([self._columns, np.empty_like(self._columns)], 1)
+        self._columns[:, n] = (tx.bits, tx.snr_hz, tx.bits)
+        self._active.append(tx)
+        self._rates = None
+        self._schedule()
         return tx
-
-    # ------------------------------------------------------------ dedicated
-
-    def _finish_one(self, tx: Transmission) -> None:
-        if tx in self._pending:
-            self._pending.remove(tx)
-            tx.remaining_bits = 0.0
-            tx.done.succeed()
 
     # ------------------------------------------------------------ shared
 
@@ -143,7 +129,6 @@ class Channel:
             self._settle()
             self._remove([self._active.index(tx)])
             self._schedule()
-        elif tx in self._pending:
-            self._pending.remove(tx)
+        elif not tx.done.processed:
             rate = shannon_rate_bps(self.bandwidth_hz, tx.snr_hz)
             tx.remaining_bits = max(tx.bits - float(rate) * (self.env.now - tx.start_s), 0.0)

@@ -52,7 +52,7 @@ def summary_table(summary: dict) -> Table:
 
 
 def cmd_run(args) -> int:
-    from flnet.run import run
+    from flnet.runner import run
     from flnet.scenario import load_scenario
 
     overrides = list(args.set or [])

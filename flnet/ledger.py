@@ -22,21 +22,24 @@ COLUMNS = ("round", "node", "peer", "kind", "start_s", "end_s", "energy_j", "bit
 
 class Ledger:
     def __init__(self):
-        self._cols: dict[str, list] = {c: [] for c in COLUMNS}
+        self._rows: list[tuple] = []
         self.energy_j: dict[str, float] = defaultdict(float)  # by kind
         self.bits: dict[str, float] = defaultdict(float)  # by kind
 
     def add(self, round: int, node: int, peer: int, kind: str, start_s: float, end_s: float,
             energy_j: float = 0.0, bits: float = 0.0, flops: float = 0.0,
             outcome: str = "ok") -> None:
-        row = (round, node, peer, kind, start_s, end_s, energy_j, bits, flops, outcome)
-        for col, value in zip(self._cols.values(), row):
-            col.append(value)
+        self._rows.append((round, node, peer, kind, start_s, end_s, energy_j, bits, flops,
+                           outcome))
         self.energy_j[kind] += energy_j
         self.bits[kind] += bits
 
     def __len__(self) -> int:
-        return len(self._cols["round"])
+        return len(self._rows)
+
+    @property
+    def _cols(self) -> dict[str, tuple]:
+        return dict(zip(COLUMNS, zip(*self._rows))) if self._rows else {c: () for c in COLUMNS}
 
     @property
     def total_energy_j(self) -> float:
@@ -44,7 +47,7 @@ class Ledger:
 
     def frame(self, start: int = 0) -> pd.DataFrame:
         """Rows from `start` on, with typed columns (kind and outcome categorical)."""
-        df = pd.DataFrame({c: v[start:] for c, v in self._cols.items()})
+        df = pd.DataFrame({c: v[start:] for c, v in self._cols.items()}, columns=COLUMNS)
         df["round"] = df["round"].astype(np.int64)
         df["node"] = df["node"].astype(np.int64)
         df["peer"] = df["peer"].astype(np.int64)
@@ -54,21 +57,26 @@ class Ledger:
         df["outcome"] = pd.Categorical(df["outcome"], categories=OUTCOMES)
         return df
 
-    def columns(self) -> dict:
-        """The rows for a checkpoint: numbers as float64/int64 arrays (saved in one piece, not
-        value by value, which made every checkpoint cost more than the rounds between them),
-        kind and outcome as lists of strings."""
-        return {c: list(v) if c in ("kind", "outcome")
-                else np.asarray(v, dtype=np.int64 if c in ("round", "node", "peer") else np.float64)
-                for c, v in self._cols.items()}
+    def columns(self) -> dict[str, np.ndarray]:
+        """The rows for a checkpoint, every column an array (saved in one piece, not value by
+        value): kind and outcome as their index in KINDS and OUTCOMES."""
+        out = {}
+        for c, v in self._cols.items():
+            if c in _CODES:
+                out[c] = np.fromiter(map(_CODES[c].__getitem__, v), dtype=np.int8, count=len(v))
+            else:
+                out[c] = np.asarray(v, dtype=np.int64 if c in _INTS else np.float64)
+        return out
 
     def load_columns(self, columns: dict) -> None:
         """Replay saved rows in order (resuming a run): the running totals come out identical."""
-        values = [columns[c].tolist() if hasattr(columns[c], "tolist")
-                  else list(map(_py, columns[c])) for c in COLUMNS]
+        names = {"kind": KINDS, "outcome": OUTCOMES}
+        values = [[names[c][i] for i in columns[c].tolist()] if c in names
+                  else columns[c].tolist() for c in COLUMNS]
         for row in zip(*values):
             self.add(*row)
 
 
-def _py(value):
-    return value.item() if hasattr(value, "item") else value
+_INTS = ("round", "node", "peer")
+_CODES = {"kind": {k: i for i, k in enumerate(KINDS)},
+          "outcome": {o: i for i, o in enumerate(OUTCOMES)}}

@@ -236,8 +236,9 @@ class RunConfig(Strict):
     target_accuracy: float | None = Field(None, gt=0, le=1)
     eval_every: int = Field(1, ge=1, description="rounds between evaluations")
     checkpoint_every: int | None = Field(
-        10, ge=1, description="rounds between checkpoints and partial writes (null: only at "
-                              "the end)")
+        None, ge=1, description="rounds between checkpoints (null: by wall time only)")
+    checkpoint_interval_s: float | None = Field(
+        60.0, gt=0, description="wall-clock seconds between checkpoints (null: by rounds only)")
 
 
 class OutputConfig(Strict):

@@ -53,7 +53,7 @@ def _point_overrides(point: dict) -> dict:
 
 def _run_point(args) -> tuple[dict, pd.DataFrame]:
     """Worker: run one point; failures become a status, never an exception."""
-    from flnet.run import run
+    from flnet.runner import run
 
     index, scenario_data, point, out_dir = args
     data = merge(merge(scenario_data, _point_overrides(point)),

@@ -51,6 +51,29 @@ class Delivery(NamedTuple):
     end_s: float
 
 
+class _Gather:
+    """The server's side of a round trip: arrivals in order; `done` fires once `keep` clients
+    have delivered or nobody is left to wait for. Arrivals after it closes are not used."""
+
+    def __init__(self, env: simpy.Environment, n: int, keep: int):
+        self.outcomes = [""] * n
+        self.delivered: list[int] = []
+        self.waiting = n
+        self.keep = keep
+        self.closed = False
+        self.done = env.event()
+
+    def arrive(self, pos: int, outcome: str) -> None:
+        self.outcomes[pos] = outcome
+        if self.closed or self.done.triggered:
+            return
+        self.waiting -= 1
+        if outcome == "ok":
+            self.delivered.append(pos)
+        if self.waiting == 0 or len(self.delivered) >= self.keep:
+            self.done.succeed()
+
+
 class Observer(Protocol):
     def on_round(self, world: "World", state: Any, stopping: str | None) -> str | None:
         """Called after each round with the algorithm's state (fields `round` and `x`, the
@@ -73,6 +96,7 @@ class World:
         c = scenario.clients
         self.devices = Devices(sample(c.cpu_hz, rng, n), sample(c.flops_per_cycle, rng, n),
                                sample(c.kappa, rng, n))
+        self._device_rows = list(zip(*(a.tolist() for a in self.devices)))  # [N] of floats
         self.network: Network = star(self.env, scenario.radio, n, generator(self.seed, Stream.RADIO))
         self.num_samples = data.num_samples
         self.observers: list[Observer] = []
@@ -200,7 +224,7 @@ class World:
         return outcome
 
     def _compute(self, node: int, flops: float, round: int):
-        f, fpc, kappa = (float(a[node]) for a in self.devices)
+        f, fpc, kappa = self._device_rows[node]
         duration = compute_time_s(flops, f, fpc)
         start = self.env.now
         try:
@@ -214,36 +238,27 @@ class World:
         return outcome
 
     def _pipeline(self, pos: int, client: int, round: int, down_bits: float, flops: float,
-                  up_bits: float, inbox: simpy.Store):
+                  up_bits: float, gather: "_Gather"):
         outcome = yield from self._transfer(SERVER, client, down_bits, round)
         if outcome == "ok":
             outcome = yield from self._compute(client, flops, round)
         if outcome == "ok":
             outcome = yield from self._transfer(client, SERVER, up_bits, round)
-        inbox.put((pos, outcome))
+        gather.arrive(pos, outcome)
 
     def _round_trip(self, clients, round, down_bits, flops, up_bits, deadline_s, keep):
         start = self.env.now
-        inbox = simpy.Store(self.env)
-        procs = [self.env.process(self._pipeline(pos, int(c), round, down_bits, float(flops[pos]),
-                                                 up_bits, inbox))
-                 for pos, c in enumerate(clients)]
         keep = len(clients) if keep is None else keep
-        deadline = self.env.timeout(deadline_s) if deadline_s is not None else None
-        outcomes = [""] * len(clients)
-        delivered: list[int] = []
-        waiting = len(clients)
-        while waiting and len(delivered) < keep:
-            get = inbox.get()
-            fired = yield (get if deadline is None else get | deadline)
-            if deadline is not None and get not in fired:
-                get.cancel()
-                break
-            pos, outcome = get.value
-            waiting -= 1
-            outcomes[pos] = outcome
-            if outcome == "ok":
-                delivered.append(pos)
+        gather = _Gather(self.env, len(clients), keep)
+        procs = [self.env.process(self._pipeline(pos, int(c), round, down_bits, float(flops[pos]),
+                                                 up_bits, gather))
+                 for pos, c in enumerate(clients)]
+        if deadline_s is None:
+            yield gather.done
+        else:
+            yield gather.done | self.env.timeout(deadline_s)
+        gather.closed = True
+        outcomes, delivered = gather.outcomes, gather.delivered
         cause = "cancelled" if len(delivered) >= keep else "deadline"
         for pos, proc in enumerate(procs):
             if proc.is_alive:

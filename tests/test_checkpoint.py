@@ -12,7 +12,7 @@ import torch
 import yaml
 
 from flnet.errors import FlnetError, ScenarioError
-from flnet.run import run
+from flnet.runner import run
 
 SCENARIO = {
     "name": "resumable", "seed": 3, "device": "cpu",

@@ -7,7 +7,7 @@ from torch import nn
 
 from flnet import cohort, optim
 from flnet.models import Model
-from flnet.run import run
+from flnet.runner import run
 
 N, C, T, B = 60, 4, 5, 8
 

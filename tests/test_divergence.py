@@ -7,7 +7,7 @@ import sys
 
 import pandas as pd
 
-from flnet.run import run
+from flnet.runner import run
 
 
 def test_huge_learning_rate_ends_as_diverged_with_records_kept(scenario):

@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from flnet.algorithms.fedavg import weighted_mean
-from flnet.run import run
+from flnet.runner import run
 
 
 def test_weighted_mean_by_hand():

@@ -7,7 +7,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from flnet.errors import FlnetError, ScenarioError
-from flnet.run import Run
+from flnet.runner import Run
 from flnet.scenario import Scenario, load_scenario
 
 from conftest import FUZZ_SCALE
@@ -18,7 +18,7 @@ VALID = {
     "name": "hostile", "device": "cpu",
     "algorithm": {"name": "fedavg", "cohort": {"clients_per_round": 3},
                   "local": {"steps": 2, "batch_size": 4}},
-    "clients": {"count": 6}, "run": {"rounds": 1, "checkpoint_every": None},
+    "clients": {"count": 6}, "run": {"rounds": 1},
 }
 
 junk = st.one_of(
@@ -74,7 +74,7 @@ def test_valid_looking_scenarios_run_or_fail_with_flnet_error(changes, tmp_path_
     if not _small(sc):
         return
     sc = load_scenario(data={**sc.model_dump(mode="json"),
-                             "run": {"rounds": 1, "checkpoint_every": None},
+                             "run": {"rounds": 1},
                              "output": {"dir": str(tmp_path_factory.mktemp("o"))}})
     try:
         sim = Run(sc, write=False)

@@ -9,7 +9,7 @@ from torch.nn import functional as F
 
 from flnet import cohort, models, optim
 from flnet.errors import ScenarioError
-from flnet.run import run
+from flnet.runner import run
 
 CPU = torch.device("cpu")
 

@@ -155,7 +155,7 @@ def test_client_accuracy_uses_the_local_test_splits_by_hand():
 
 
 def test_run_reports_the_partition_and_local_accuracy(scenario):
-    from flnet.run import run
+    from flnet.runner import run
 
     res = run(scenario(data={"partition": {"kind": "zipf", "sigma": 0.5, "alpha": 0.3},
                              "local_test_fraction": 0.5}, run={"rounds": 2}), write=False)

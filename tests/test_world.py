@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from flnet.run import run
+from flnet.runner import run
 
 P = 64 * 64 + 64 + 64 * 10 + 10  # MLP 64-64-10 parameters
 BITS = P * 32
@@ -122,7 +122,7 @@ def test_device_to_device_links_use_the_same_transfer_machinery(scenario):
     """A client-to-client link is one more edge: the World times and charges it unchanged."""
     from flnet.channel import Channel
     from flnet.network import Link
-    from flnet.run import Run
+    from flnet.runner import Run
 
     sim = Run(three_clients(scenario), write=False)
     world = sim.world

@@ -1,8 +1,8 @@
 """Build the world for a scenario, run its algorithm, record and write the results.
 
-A run writes as it goes: every `run.checkpoint_every` rounds it saves a checkpoint and the
-records and ledger so far, so a killed run keeps its finished work and `resume=True` continues
-it on the same trajectory.
+A run writes as it goes: every `run.checkpoint_every` rounds or `run.checkpoint_interval_s`
+wall-clock seconds it saves a checkpoint and the records so far, so a killed run keeps its
+finished work and `resume=True` continues it on the same trajectory.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ class Result:
     """What a run returns: the two tables, a summary, and where they were written."""
 
     records: pd.DataFrame
-    ledger: pd.DataFrame
+    ledger: pd.DataFrame | None  # None only in the partial results written at checkpoints
     summary: dict
     scenario: Scenario
     output_dir: Path | None = None
@@ -83,17 +83,29 @@ class Recorder:
 
 
 class Checkpointer:
-    """Observer: every `every` rounds and at the end, saves a checkpoint and the tables so far."""
+    """Observer: every `every` rounds or `interval_s` wall seconds, whichever comes first, and
+    at the end, saves a checkpoint and the records so far (the ledger is in the checkpoint; its
+    table is written when the run ends). Checkpoints never change the trajectory, so a
+    wall-clock trigger keeps runs reproducible while bounding both the work lost to a kill and
+    the time spent writing."""
 
-    def __init__(self, run: "Run", every: int | None):
+    def __init__(self, run: "Run", every: int | None, interval_s: float | None):
         self.run = run
         self.every = every
+        self.interval_s = interval_s
+        self.last_s = time.monotonic()
+
+    def _due(self, round: int) -> bool:
+        if self.every is not None and round % self.every == 0:
+            return True
+        return self.interval_s is not None and time.monotonic() - self.last_s >= self.interval_s
 
     def on_round(self, world, state, stopping):
-        if stopping is None and (self.every is None or state.round % self.every):
+        if stopping is None and not self._due(state.round):
             return None
+        self.last_s = time.monotonic()
         if stopping is None:  # the end of the run writes its own final tables
-            write_results(self.run.result("running"))
+            write_results(self.run.result("running", ledger=False))
         checkpoint.save(self.run.output_dir, checkpoint.Checkpoint(
             round=state.round, now_s=world.now, state=state._asdict(),
             world=world.state_dict(), ledger=world.ledger.columns(),
@@ -169,11 +181,14 @@ class Run:
                     f"the checkpoint in {self.output_dir} was written by a scenario that "
                     f"differs in {', '.join(changed)}; only run and output may change on resume")
         self.world = build_world(scenario, start_time_s=ckpt.now_s if ckpt else 0.0)
+        self.partition = self.world.data.label_histogram()
+        if write:
+            write_inputs(scenario, self.partition, self.output_dir)
         self.recorder = Recorder(scenario, Evaluator(self.world.model, self.world.data))
-        every = scenario.run.checkpoint_every if write else None
         self.world.observers = [self.recorder, *observers]
         if write:
-            self.world.observers.insert(1, Checkpointer(self, every))
+            self.world.observers.insert(1, Checkpointer(self, scenario.run.checkpoint_every,
+                                                        scenario.run.checkpoint_interval_s))
         self.algorithm = ALGORITHMS[scenario.algorithm.name]
         if ckpt is None:
             self.state = self.algorithm.init(self.world, scenario.algorithm)
@@ -196,13 +211,13 @@ class Run:
         env.run(until=env.process(self.algorithm.protocol(self.world, self.scenario.algorithm,
                                                           self.state)))
 
-    def result(self, status: str | None = None) -> Result:
+    def result(self, status: str | None = None, *, ledger: bool = True) -> Result:
         world, rec = self.world, self.recorder
         records = pd.DataFrame(rec.rows)
         summary = summarize(self.scenario, world, rec, records,
                             time.perf_counter() - self.wall_start, status)
-        return Result(records, world.ledger.frame(), summary, self.scenario, self.output_dir,
-                      world.data.label_histogram())
+        return Result(records, world.ledger.frame() if ledger else None, summary, self.scenario,
+                      self.output_dir, self.partition)
 
 
 def run(scenario: Scenario | str | Path, overrides: list[str] | dict | None = None, *,
@@ -261,16 +276,23 @@ def summarize(scenario: Scenario, world: World, recorder: Recorder, records: pd.
     }
 
 
+def write_inputs(scenario: Scenario, partition: pd.DataFrame, out: Path) -> None:
+    """What the run starts from: the resolved scenario and the partition, written once."""
+    out.mkdir(parents=True, exist_ok=True)
+    _write_table(partition, out / f"partition.{scenario.output.format}")
+    _write_text(out / "scenario.yaml",
+                yaml.safe_dump(scenario.model_dump(mode="json"), sort_keys=False))
+
+
 def write_results(result: Result) -> Path:
-    """Write tables, the resolved scenario and the summary; each file atomically."""
+    """Write the records, the ledger (when the result has it) and the summary; each file
+    atomically."""
     out = result.output_dir or result.scenario.output_dir()
     out.mkdir(parents=True, exist_ok=True)
     fmt = result.scenario.output.format
-    for name, df in (("records", result.records), ("ledger", result.ledger),
-                     ("partition", result.partition)):
-        _write_table(df, out / f"{name}.{fmt}")
-    _write_text(out / "scenario.yaml",
-                yaml.safe_dump(result.scenario.model_dump(mode="json"), sort_keys=False))
+    _write_table(result.records, out / f"records.{fmt}")
+    if result.ledger is not None:
+        _write_table(result.ledger, out / f"ledger.{fmt}")
     _write_text(out / "summary.json", json.dumps(result.summary, indent=2, default=_jsonable))
     return out
 
