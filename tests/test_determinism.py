@@ -1,0 +1,34 @@
+"""Same scenario and seed, same records: across training paths, processes and sweep workers
+(the sweep case is in test_sweep.py)."""
+
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+
+from flnet.runner import run
+from flnet.scenario import load_scenario, merge
+
+from conftest import BASE
+
+
+@pytest.mark.parametrize("model", [{"kind": "mlp"}, {"kind": "cnn_dfl_mnist"}])
+def test_batched_and_sequential_paths_give_identical_records(model):
+    results = [run(load_scenario(data=merge(BASE, {
+        "model": model, "run": {"rounds": 3},
+        "data": {"partition": {"kind": "dirichlet", "alpha": 0.5}},
+        "algorithm": {"local": {"path": path, "optimizer": {"name": "sgd", "momentum": 0.9}}}})),
+        write=False) for path in ("batched", "sequential")]
+    pd.testing.assert_frame_equal(results[0].records, results[1].records, check_exact=True)
+    pd.testing.assert_frame_equal(results[0].ledger, results[1].ledger, check_exact=True)
+
+
+def test_another_process_gives_identical_records(tmp_path):
+    here = run(load_scenario(data=BASE), write=False)
+    code = ("import sys; sys.path.insert(0, 'tests'); from conftest import BASE; "
+            "from flnet.runner import run; from flnet.scenario import load_scenario; "
+            f"run(load_scenario(data=BASE), write=False).records.to_parquet({str(tmp_path / 'r.parquet')!r})")
+    subprocess.run([sys.executable, "-c", code], check=True)
+    pd.testing.assert_frame_equal(here.records, pd.read_parquet(tmp_path / "r.parquet"),
+                                  check_exact=True)
