@@ -333,20 +333,39 @@ def _same_variant(base: dict, override: dict) -> bool:
     return all(override.get(t, base.get(t)) == base.get(t) for t in TAG_KEYS)
 
 
-def merge(base: dict, override: dict) -> dict:
+def merge(base: dict, override: dict, _path: tuple = ()) -> dict:
     """Deep-merge mappings; `override` wins, lists and scalars are replaced whole.
 
-    A section whose variant changes (another `name`, `kind` or `mode`) is replaced whole: the
-    old variant's fields do not belong to the new one.
+    A section whose variant changes (another `name`, `kind` or `mode`) keeps only the fields the
+    new variant has too: switching `algorithm.name` keeps `cohort` and `local`, switching
+    `model.kind` from mlp to logistic drops `hidden`.
     """
     out = copy.deepcopy(base)
     for key, value in override.items():
-        if isinstance(value, dict) and isinstance(out.get(key), dict) \
-                and _same_variant(out[key], value):
-            out[key] = merge(out[key], value)
+        old = out.get(key)
+        if isinstance(value, dict) and isinstance(old, dict):
+            if not _same_variant(old, value):
+                keep = _variant_fields((*_path, key), value)
+                old = {k: v for k, v in old.items() if k in keep and k not in TAG_KEYS}
+            out[key] = merge(old, value, (*_path, key))
         else:
             out[key] = copy.deepcopy(value)
     return out
+
+
+def _variant_fields(path: tuple, section: dict) -> set[str]:
+    """Field names of the union member that `section`'s tag picks at `path` (empty if none)."""
+    node: Any = Scenario
+    for seg in path:
+        members = node if isinstance(node, tuple) else (node,)
+        owner = next((m for m in members if seg in getattr(m, "model_fields", {})), None)
+        if owner is None:
+            return set()
+        node = _unwrap(owner.model_fields[seg].annotation)
+    tag = next((section[t] for t in TAG_KEYS if t in section), None)
+    members = node if isinstance(node, tuple) else (node,)
+    chosen = next((m for m in members if tag in _tags_of(m)), None)
+    return set(getattr(chosen, "model_fields", {}))
 
 
 def resolve(path: str | Path, _seen: tuple = ()) -> dict:

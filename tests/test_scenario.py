@@ -10,7 +10,7 @@ OK = {"algorithm": {"name": "fedavg"}}
 
 BROKEN = [  # (scenario fragment, field named in the message, words the message must hold)
     ({"foo": 1}, "foo", "unknown field"),
-    ({"algorithm": {"name": "fedavgg"}}, "algorithm.name", "'fedavg'"),
+    ({"algorithm": {"name": "fedavgg"}}, "algorithm", "unknown name 'fedavgg'; allowed: 'fedavg', "),
     ({"algorithm": {"name": "fedavg", "local": {"lr": -1}}}, "algorithm.local.lr", "> 0"),
     ({"algorithm": {"name": "fedavg", "local": {"lrr": 1}}}, "algorithm.local.lrr",
      "allowed fields here: batch_size, lr"),
@@ -126,3 +126,15 @@ def test_committed_json_schema_is_current():
     """scenario.schema.json (for editors) matches the schema: regenerate with `flnet schema`."""
     from pathlib import Path
     assert json.loads(Path("scenario.schema.json").read_text()) == json.loads(json_schema())
+
+
+def test_switching_a_variant_keeps_only_the_fields_the_new_one_has():
+    from flnet.scenario import merge
+    base = {"algorithm": {"name": "fedavg", "cohort": {"clients_per_round": 5}},
+            "model": {"kind": "mlp", "hidden": [32]}}
+    switched = merge(base, {"algorithm": {"name": "fedprox", "mu": 0.1},
+                            "model": {"kind": "logistic"}})
+    assert switched["algorithm"] == {"name": "fedprox", "mu": 0.1,
+                                     "cohort": {"clients_per_round": 5}}
+    assert switched["model"] == {"kind": "logistic"}
+    load_scenario(data=switched)

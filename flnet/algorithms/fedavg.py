@@ -40,12 +40,14 @@ def weighted_mean(params: torch.Tensor, weights: np.ndarray) -> torch.Tensor:
     return (w @ params) / w.sum()
 
 
-def protocol(world, cfg: Config, state: State):
+def protocol(world, cfg: Config, state: State, local_loss=None):
+    """`local_loss(x_t)`, if given, is the clients' loss in round t (FedProx adds a term)."""
     x = state.x
     k = cfg.cohort.k(world.num_clients)
     for t in world.rounds(state.round):
         cohort = world.sample_clients(k, t, cfg.cohort.over_selection)          # S_t
-        work = world.local_train(cohort, x, cfg.local, t)                      # ClientUpdate(k, x_t)
+        work = world.local_train(cohort, x, cfg.local, t,                      # ClientUpdate(k, x_t)
+                                 loss_fn=local_loss(x) if local_loss else None)
         done = yield world.round_trip(cohort, t, bits(ModelMessage(x)), work.flops,
                                       bits(ModelMessage(work.params[0])),
                                       cfg.cohort.deadline_s, keep=k)

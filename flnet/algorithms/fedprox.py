@@ -1,0 +1,44 @@
+"""FedProx: Li et al., "Federated Optimization in Heterogeneous Networks", MLSys 2020,
+Algorithm 2.
+
+FedAvg whose clients minimise h_k(w; x_t) = F_k(w) + (mu / 2) ||w - x_t||^2 instead of F_k(w).
+The proximal term is part of the loss, not a gradient correction, so optimizers that evaluate
+gradients elsewhere (Delta-SGD's previous iterate, SAM's ascent point) see it there too, as the
+Delta-SGD authors' `update_weights_prox` does. Algorithm 2 lets a device stop early (gamma-inexact
+solutions); here every client runs its `local.steps`, as in the papers' experiments. The server
+aggregates exactly as FedAvg (sample-size weighted mean of the delivered models).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+from pydantic import Field
+
+from flnet.algorithms import fedavg
+from flnet.cohort import cross_entropy
+from flnet.config import CohortConfig, LocalConfig, Strict
+
+State = fedavg.State
+init = fedavg.init
+
+
+class Config(Strict):
+    name: Literal["fedprox"] = "fedprox"
+    mu: float = Field(0.01, ge=0, description="proximal weight (the Delta-SGD code's example)")
+    cohort: CohortConfig = CohortConfig()
+    local: LocalConfig = LocalConfig()
+
+
+def proximal_loss(mu: float, anchor: torch.Tensor):
+    """Per-client cross-entropy + (mu / 2) ||w - anchor||^2; anchor [P] is x_t."""
+
+    def loss_fn(model, params, x, y):
+        return cross_entropy(model, params, x, y) + 0.5 * mu * (params - anchor).square().sum(1)
+
+    return loss_fn
+
+
+def protocol(world, cfg: Config, state: State):
+    return fedavg.protocol(world, cfg, state, local_loss=lambda x: proximal_loss(cfg.mu, x))
