@@ -68,7 +68,8 @@ def main(argv=None) -> pd.DataFrame:
     if len(reached):
         best_e = reached.loc[reached.energy_j.idxmin()]
         best_t = reached.loc[reached.sim_time_s.idxmin()]
-        print(f"\nfewest joules to {args.target:.0%}: tau = {best_e.tau} ({best_e.energy_j:.4g} J); "
+        print(f"\nfewest joules to {args.target:.0%}: tau = {best_e.tau} "
+              f"({best_e.energy_j:.4g} J); "
               f"fewest seconds: tau = {best_t.tau} ({best_t.sim_time_s:.4g} s)")
     print(f"written to {out}/tau_to_target.csv")
     return table

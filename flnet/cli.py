@@ -61,7 +61,8 @@ def cmd_run(args) -> int:
     scenario = load_scenario(args.file, overrides)
     observers = ()
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                  TimeElapsedColumn(), console=err_console, disable=args.quiet, transient=True) as progress:
+                  TimeElapsedColumn(), console=err_console, disable=args.quiet,
+                  transient=True) as progress:
         if not args.quiet:
             observers = (ProgressBar(progress, scenario.run.rounds),)
         result = run(scenario, observers=observers, resume=args.resume)

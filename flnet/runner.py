@@ -232,7 +232,8 @@ def run(scenario: Scenario | str | Path, overrides: list[str] | dict | None = No
         scenario = load_scenario(data=scenario.model_dump(mode="json"), overrides=overrides)
     threads = torch.get_num_threads()
     sim = Run(scenario, resume=resume, write=write, observers=observers)
-    if sim.world.model.num_params < SMALL_MODEL_PARAMS and sim.world.data.x_train.device.type == "cpu":
+    world = sim.world
+    if world.model.num_params < SMALL_MODEL_PARAMS and world.data.x_train.device.type == "cpu":
         torch.set_num_threads(1)
     try:
         sim.simulate()

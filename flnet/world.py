@@ -97,7 +97,8 @@ class World:
         self.devices = Devices(sample(c.cpu_hz, rng, n), sample(c.flops_per_cycle, rng, n),
                                sample(c.kappa, rng, n))
         self._device_rows = list(zip(*(a.tolist() for a in self.devices)))  # [N] of floats
-        self.network: Network = star(self.env, scenario.radio, n, generator(self.seed, Stream.RADIO))
+        self.network: Network = star(self.env, scenario.radio, n,
+                                     generator(self.seed, Stream.RADIO))
         self.num_samples = data.num_samples
         self.observers: list[Observer] = []
         self.stop_reason: str | None = None

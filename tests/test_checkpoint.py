@@ -64,8 +64,8 @@ def test_killed_run_resumes_to_the_same_records(tmp_path):
     got_records = pd.read_parquet(out / "records.parquet")
     got_ledger = pd.read_parquet(out / "ledger.parquet")
     pd.testing.assert_frame_equal(got_records, whole.records, check_exact=True)
-    pd.testing.assert_frame_equal(got_ledger, pd.read_parquet(tmp_path / "whole" / "ledger.parquet"),
-                                  check_exact=True)
+    whole_ledger = pd.read_parquet(tmp_path / "whole" / "ledger.parquet")
+    pd.testing.assert_frame_equal(got_ledger, whole_ledger, check_exact=True)
 
 
 def test_resume_with_more_rounds_extends_the_run(tmp_path):

@@ -173,7 +173,8 @@ def test_random_relu_features_feed_a_5130_parameter_head():
     fed = load(features={"kind": "random_relu", "dim": 512})
     assert fed.input_shape == (512,)
     x = fed.x_train.numpy()
-    assert np.allclose(x.mean(0), 0, atol=1e-4) and np.allclose(x.std(0)[x.std(0) > 0], 1, atol=1e-4)
+    assert np.allclose(x.mean(0), 0, atol=1e-4)
+    assert np.allclose(x.std(0)[x.std(0) > 0], 1, atol=1e-4)
     model = models.build(type("C", (), {"kind": "logistic"}), fed.input_shape, 10, 0, CPU)
     assert model.num_params == 5130
     again = load(features={"kind": "random_relu", "dim": 512}, partition={"kind": "dirichlet",

@@ -28,7 +28,8 @@ def test_another_process_gives_identical_records(tmp_path):
     here = run(load_scenario(data=BASE), write=False)
     code = ("import sys; sys.path.insert(0, 'tests'); from conftest import BASE; "
             "from flnet.runner import run; from flnet.scenario import load_scenario; "
-            f"run(load_scenario(data=BASE), write=False).records.to_parquet({str(tmp_path / 'r.parquet')!r})")
+            "run(load_scenario(data=BASE), write=False).records"
+            f".to_parquet({str(tmp_path / 'r.parquet')!r})")
     subprocess.run([sys.executable, "-c", code], check=True)
     pd.testing.assert_frame_equal(here.records, pd.read_parquet(tmp_path / "r.parquet"),
                                   check_exact=True)

@@ -43,7 +43,8 @@ mutations = st.lists(st.tuples(st.one_of(st.sampled_from(PATHS), st.text(min_siz
                                junk), min_size=1, max_size=3)
 
 
-@settings(max_examples=300 * FUZZ_SCALE, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=300 * FUZZ_SCALE, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow])
 @given(changes=mutations)
 def test_any_mutation_validates_or_fails_with_scenario_error(changes):
     data = copy.deepcopy(VALID)

@@ -10,7 +10,8 @@ OK = {"algorithm": {"name": "fedavg"}}
 
 BROKEN = [  # (scenario fragment, field named in the message, words the message must hold)
     ({"foo": 1}, "foo", "unknown field"),
-    ({"algorithm": {"name": "fedavgg"}}, "algorithm", "unknown name 'fedavgg'; allowed: 'fedavg', "),
+    ({"algorithm": {"name": "fedavgg"}}, "algorithm",
+     "unknown name 'fedavgg'; allowed: 'fedavg', "),
     ({"algorithm": {"name": "fedavg", "local": {"lr": -1}}}, "algorithm.local.lr", "> 0"),
     ({"algorithm": {"name": "fedavg", "local": {"lrr": 1}}}, "algorithm.local.lrr",
      "allowed fields here: batch_size, lr"),

@@ -1,4 +1,5 @@
-"""The World against hand computation: round time, energy, shared uplink, deadline, over-selection."""
+"""The World against hand computation: round time, energy, shared uplink, deadline and
+over-selection."""
 
 import math
 
@@ -53,7 +54,8 @@ def test_round_time_is_slowest_download_compute_upload(scenario):
     for k in range(3):
         rows = led[led.node == k].set_index("kind")
         assert rows.loc["download", "end_s"] == pytest.approx(down[k])
-        assert rows.loc["compute", "end_s"] - rows.loc["compute", "start_s"] == pytest.approx(comp[k])
+        compute = rows.loc["compute"]
+        assert compute.end_s - compute.start_s == pytest.approx(comp[k])
         assert rows.loc["upload", "end_s"] == pytest.approx(down[k] + comp[k] + up[k])
         assert rows.loc["upload", "bits"] == BITS
 

@@ -46,7 +46,7 @@ def protocol(world, cfg: Config, state: State, local_loss=None):
     k = cfg.cohort.k(world.num_clients)
     for t in world.rounds(state.round):
         cohort = world.sample_clients(k, t, cfg.cohort.over_selection)          # S_t
-        work = world.local_train(cohort, x, cfg.local, t,                      # ClientUpdate(k, x_t)
+        work = world.local_train(cohort, x, cfg.local, t,                  # ClientUpdate(k, x_t)
                                  loss_fn=local_loss(x) if local_loss else None)
         done = yield world.round_trip(cohort, t, bits(ModelMessage(x)), work.flops,
                                       bits(ModelMessage(work.params[0])),
