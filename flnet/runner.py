@@ -319,6 +319,3 @@ def _jsonable(value: Any):
     except AttributeError:
         return str(value)
 
-
-def read_table(path: Path) -> pd.DataFrame:
-    return pd.read_csv(path) if path.suffix == ".csv" else pd.read_parquet(path)
