@@ -38,34 +38,25 @@ class Ledger:
         return len(self._rows)
 
     @property
-    def _cols(self) -> dict[str, tuple]:
-        return dict(zip(COLUMNS, zip(*self._rows))) if self._rows else {c: () for c in COLUMNS}
-
-    @property
     def total_energy_j(self) -> float:
         return sum(self.energy_j.values())
 
-    def frame(self, start: int = 0) -> pd.DataFrame:
-        """Rows from `start` on, with typed columns (kind and outcome categorical)."""
-        df = pd.DataFrame({c: v[start:] for c, v in self._cols.items()}, columns=COLUMNS)
-        df["round"] = df["round"].astype(np.int64)
-        df["node"] = df["node"].astype(np.int64)
-        df["peer"] = df["peer"].astype(np.int64)
-        for c in ("start_s", "end_s", "energy_j", "bits", "flops"):
-            df[c] = df[c].astype(np.float64)
-        df["kind"] = pd.Categorical(df["kind"], categories=KINDS)
-        df["outcome"] = pd.Categorical(df["outcome"], categories=OUTCOMES)
-        return df
+    def frame(self) -> pd.DataFrame:
+        """The rows as a DataFrame, kind and outcome categorical."""
+        cols = self.columns()
+        for c, names in (("kind", KINDS), ("outcome", OUTCOMES)):
+            cols[c] = pd.Categorical.from_codes(cols[c], categories=names)
+        return pd.DataFrame(cols, columns=COLUMNS)
 
     def columns(self) -> dict[str, np.ndarray]:
-        """The rows for a checkpoint, every column an array (saved in one piece, not value by
-        value): kind and outcome as their index in KINDS and OUTCOMES."""
+        """Every column as an array (a checkpoint saves them in one piece, not value by value):
+        kind and outcome as their index in KINDS and OUTCOMES."""
         out = {}
-        for c, v in self._cols.items():
+        for c, v in zip(COLUMNS, zip(*self._rows) if self._rows else [()] * len(COLUMNS)):
             if c in _CODES:
                 out[c] = np.fromiter(map(_CODES[c].__getitem__, v), dtype=np.int8, count=len(v))
             else:
-                out[c] = np.asarray(v, dtype=np.int64 if c in _INTS else np.float64)
+                out[c] = np.array(v, dtype=np.int64 if c in _INTS else np.float64)
         return out
 
     def load_columns(self, columns: dict) -> None:

@@ -67,7 +67,7 @@ class Recorder:
 
     def on_round(self, world, state, stopping):
         t = state.round
-        if not bool(torch.isfinite(state.x).all()):
+        if not all_finite(state.x):
             self.diverged_round = t
             return "diverged"
         reason = stopping or self.limit_reached(world, t)
@@ -112,6 +112,12 @@ class Checkpointer:
             records=self.run.recorder.rows, stop_reason=stopping,
             scenario=checkpoint.trajectory_fields(self.run.scenario)))
         return None
+
+
+def all_finite(x: torch.Tensor) -> bool:
+    """Whether every entry is finite, by one float64 sum: finite float32 values cannot overflow
+    it, and any NaN or infinity makes it non-finite."""
+    return math.isfinite(float(x.sum(dtype=torch.float64)))
 
 
 def record_row(scenario: Scenario, world: World, round: int, metrics: dict) -> dict:

@@ -33,3 +33,15 @@ def test_cli_says_diverged_and_writes_what_it_has(tmp_path):
     assert json.loads((tmp_path / "summary.json").read_text())["status"] == "diverged"
     records = pd.read_parquet(tmp_path / "records.parquet")
     assert records.test_accuracy.notna().all()
+
+
+def test_all_finite_sees_every_nan_and_inf_and_no_overflow():
+    import torch
+
+    from flnet.runner import all_finite
+    x = torch.full((1000,), 3.0e38)  # its float32 sum would overflow; the values are finite
+    assert all_finite(x)
+    for bad in (float("nan"), float("inf"), -float("inf")):
+        y = x.clone()
+        y[17] = bad
+        assert not all_finite(y)
