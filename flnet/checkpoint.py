@@ -28,7 +28,7 @@ class Checkpoint(NamedTuple):
     now_s: float
     state: dict  # the algorithm's State fields
     world: dict  # World.state_dict(): per-client state (e.g. optimizer states)
-    ledger: dict  # column -> list / tensor
+    ledger: dict  # column -> array (Ledger.columns)
     records: list[dict]
     stop_reason: str | None
     scenario: dict  # the scenario's fields that define the trajectory

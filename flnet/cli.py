@@ -25,7 +25,7 @@ class ProgressBar:
         self.task = progress.add_task("starting", total=rounds)
 
     def on_round(self, world, state, stopping):
-        rows = world.observers[0].rows
+        rows = next(o.rows for o in world.observers if hasattr(o, "rows"))  # the Recorder's
         acc = f"acc {rows[-1]['test_accuracy']:.3f}" if rows else ""
         self.progress.update(self.task, completed=state.round, description=(
             f"{acc}  {world.now:10.2f} sim-s  {world.ledger.total_energy_j:10.3g} J"))

@@ -27,7 +27,6 @@ from flnet.scenario import Scenario, load_scenario
 from flnet.world import World
 
 SMALL_MODEL_PARAMS = 5_000_000  # below this, one torch thread: batching is the parallelism
-LIMITS = ("rounds", "time_budget", "energy_budget", "target_accuracy")
 
 
 @dataclass
@@ -60,7 +59,10 @@ class Recorder:
             return "time_budget"
         if run.energy_budget_j is not None and world.ledger.total_energy_j >= run.energy_budget_j:
             return "energy_budget"
-        target = run.target_accuracy
+        return self.target_reached()
+
+    def target_reached(self) -> str | None:
+        target = self.scenario.run.target_accuracy
         if target is not None and self.rows and self.rows[-1]["test_accuracy"] >= target:
             return "target_accuracy"
         return None
@@ -79,7 +81,7 @@ class Recorder:
             return "diverged"
         world.ledger.add(t, SERVER, NOBODY, "evaluate", world.now, world.now)
         self.rows.append(record_row(self.scenario, world, t, metrics))
-        return reason or self.limit_reached(world, t)
+        return reason or self.target_reached()  # the other limits were checked above
 
 
 class Checkpointer:

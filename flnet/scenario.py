@@ -394,10 +394,14 @@ def parse_override(text: str) -> dict:
         value = yaml.safe_load(raw)
     except yaml.YAMLError:
         value = raw
-    out: Any = value
-    for part in reversed(key.strip().split(".")):
-        out = {part: out}
-    return out
+    return nest(key.strip(), value)
+
+
+def nest(path: str, value: Any) -> dict:
+    """``"algorithm.local.lr", 0.1`` -> ``{"algorithm": {"local": {"lr": 0.1}}}``."""
+    for part in reversed(path.split(".")):
+        value = {part: value}
+    return value
 
 
 def load_scenario(path: str | Path | None = None, overrides: list[str] | dict | None = None,

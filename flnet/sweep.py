@@ -16,7 +16,7 @@ import pandas as pd
 import yaml
 
 from flnet.errors import FlnetError, ScenarioError
-from flnet.scenario import load_scenario, merge
+from flnet.scenario import load_scenario, merge, nest
 
 
 def parse_grid(items: list[str]) -> dict[str, list]:
@@ -45,9 +45,7 @@ def _point_overrides(point: dict) -> dict:
     """{"algorithm.local.steps": 5} -> {"algorithm": {"local": {"steps": 5}}}."""
     out: dict = {}
     for key, value in point.items():
-        for part in reversed(key.split(".")):
-            value = {part: value}
-        out = merge(out, value)
+        out = merge(out, nest(key, value))
     return out
 
 

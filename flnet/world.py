@@ -102,7 +102,7 @@ class World:
         self.num_samples = data.num_samples
         self.observers: list[Observer] = []
         self.stop_reason: str | None = None
-        self._fading_draws: dict[tuple, int] = {}
+        self._fading_draws: dict[int, dict[tuple, int]] = {}  # round -> link -> draws so far
 
     @property
     def num_clients(self) -> int:
@@ -203,9 +203,11 @@ class World:
     def _fading(self, src: int, dst: int, round: int) -> float:
         if not self.scenario.radio.rayleigh_fading:
             return 1.0
-        key = (round, src, dst)
-        count = self._fading_draws.get(key, 0)
-        self._fading_draws[key] = count + 1
+        draws = self._fading_draws.setdefault(round, {})
+        if len(self._fading_draws) > 2:  # only the current and the previous round can transfer
+            del self._fading_draws[min(self._fading_draws)]
+        count = draws.get((src, dst), 0)
+        draws[(src, dst)] = count + 1
         h2 = generator(self.seed, Stream.FADING, round, src + 2, dst + 2, count).exponential()
         return max(float(h2), 1e-300)  # a draw of exactly 0 would stall the transfer forever
 
