@@ -2,133 +2,207 @@
 
 A shared band is a fluid processor-sharing queue: while n transfers are active each gets
 ``bandwidth_hz / n`` and its own Shannon rate on that share; whenever one starts, ends or is
-cancelled, the others' progress is settled and their finish times are recomputed.
+cancelled, the others' progress is settled and their finish times are recomputed. That is
+O(n) work per event however it is done; `band()` picks plain Python floats when few transfers
+can share a band (cheaper below about a hundred) and numpy arrays when many can.
 """
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import simpy
 
-from flnet.radio import shannon_rate_bps
+LN2 = math.log(2.0)
+ARRAYS_ABOVE_USERS = 128  # measured crossover: benchmarks/bench.py --channel
+
+
+def rate_bps(bandwidth_hz: float, snr_hz: float) -> float:
+    """`radio.shannon_rate_bps` for one float, without numpy's per-call cost."""
+    return bandwidth_hz * math.log1p(snr_hz / bandwidth_hz) / LN2
+
+
+def band(env: simpy.Environment, bandwidth_hz: float, shared: bool,
+         users: int = 1) -> "Channel":
+    """A channel for `users` senders: dedicated, or shared by however many are active."""
+    if not shared:
+        return Channel(env, bandwidth_hz)
+    return (SharedBandArrays if users > ARRAYS_ABOVE_USERS else SharedBand)(env, bandwidth_hz)
 
 
 class Transmission:
     """One transfer on a channel. Wait on `done`; call `cancel()` if the sender gives up."""
 
-    __slots__ = ("bits", "snr_hz", "remaining_bits", "done", "channel", "start_s")
+    __slots__ = ("bits", "snr_hz", "remaining_bits", "rate_bps", "done", "channel", "start_s",
+                 "cancelled")
 
     def __init__(self, channel: "Channel", bits: float, snr_hz: float, done: simpy.Event):
         self.channel = channel
         self.bits = bits
         self.snr_hz = snr_hz
         self.remaining_bits = bits  # settled when the transfer is cancelled
+        self.rate_bps = 0.0  # on a shared band: its rate while the active set is unchanged
         self.start_s = channel.env.now
         self.done = done
+        self.cancelled = False
 
     def cancel(self) -> None:
-        self.channel._cancel(self)
+        """Stop sending; `sent_bits` keeps what went out until now."""
+        if not self.cancelled and not self.done.processed:
+            self.channel._cancel(self)
+            self.cancelled = True
 
     @property
     def sent_bits(self) -> float:
-        return self.bits if self.done.processed else self.bits - self.remaining_bits
+        done = self.done.processed and not self.cancelled
+        return self.bits if done else self.bits - self.remaining_bits
 
 
 class Channel:
-    """A band of `bandwidth_hz`; `shared=True` splits it equally among active transfers.
+    """A band of `bandwidth_hz` that every transfer has to itself: one timeout each."""
 
-    A shared band keeps its active transfers' remaining bits, SNRs and sizes in the first n
-    entries of arrays, and their rates until the set changes, so settling and rescheduling are
-    a few vectorised operations however many transfers share the band. A transfer's
-    `remaining_bits` is settled when it ends or is cancelled.
-    """
+    shared = False
 
-    def __init__(self, env: simpy.Environment, bandwidth_hz: float, shared: bool):
+    def __init__(self, env: simpy.Environment, bandwidth_hz: float):
         self.env = env
         self.bandwidth_hz = bandwidth_hz
-        self.shared = shared
-        self._active: list[Transmission] = []
-        self._columns = np.empty((3, 16))  # shared band: remaining bits, snr_hz, bits; [3, cap]
-        self._rates: np.ndarray | None = None  # [n] rates of the current set, once computed
-        self._settled_at = env.now
-        self._version = 0
 
     def transmit(self, bits: float, snr_hz: float) -> Transmission:
-        if bits <= 0 or not self.shared:  # the transfer is one timeout: nothing to track
-            delay = float(bits / shannon_rate_bps(self.bandwidth_hz, snr_hz)) if bits > 0 else 0.0
-            return Transmission(self, float(bits), float(snr_hz), self.env.timeout(delay))
+        bits, snr_hz = float(bits), float(snr_hz)
+        delay = bits / rate_bps(self.bandwidth_hz, snr_hz) if bits > 0 else 0.0
+        return Transmission(self, bits, snr_hz, self.env.timeout(delay))
+
+    def _cancel(self, tx: Transmission) -> None:
+        sent = rate_bps(self.bandwidth_hz, tx.snr_hz) * (self.env.now - tx.start_s)
+        tx.remaining_bits = max(tx.bits - sent, 0.0)
+
+
+class SharedBand(Channel):
+    """A band split equally among its active transfers, kept as Python floats on them."""
+
+    shared = True
+
+    def __init__(self, env: simpy.Environment, bandwidth_hz: float):
+        super().__init__(env, bandwidth_hz)
+        self._active: list[Transmission] = []
+        self._settled_at = env.now
+        self._version = 0  # a timer set for an older active set is ignored
+
+    def transmit(self, bits: float, snr_hz: float) -> Transmission:
+        if bits <= 0:
+            return super().transmit(bits, snr_hz)
         tx = Transmission(self, float(bits), float(snr_hz), self.env.event())
         self._settle()
-        n = len(self._active)
-        if n == self._columns.shape[1]:
-            self._columns = np.concatenate([self._columns, np.empty_like(self._columns)], 1)
-        self._columns[:, n] = (tx.bits, tx.snr_hz, tx.bits)
-        self._active.append(tx)
-        self._rates = None
+        self._join(tx)
         self._schedule()
         return tx
-
-    # ------------------------------------------------------------ shared
-
-    def _rates_bps(self) -> np.ndarray:
-        """[n] each active transfer's Shannon rate on its 1/n share of the band."""
-        if self._rates is None:
-            n = len(self._active)
-            self._rates = shannon_rate_bps(self.bandwidth_hz / n, self._columns[1, :n])
-        return self._rates
-
-    def _settle(self) -> None:
-        """Charge every active transfer the bits it sent since the last change."""
-        elapsed = self.env.now - self._settled_at
-        self._settled_at = self.env.now
-        if elapsed > 0 and self._active:
-            self._columns[0, :len(self._active)] -= self._rates_bps() * elapsed
-
-    def _schedule(self) -> None:
-        self._version += 1
-        if not self._active:
-            return
-        delays = self._columns[0, :len(self._active)] / self._rates_bps()
-        first = int(np.argmin(delays))
-        version, due = self._version, self._active[first]
-        self.env.timeout(max(float(delays[first]), 0.0)).callbacks.append(
-            lambda _e: self._on_timer(version, due))
-
-    def _remove(self, positions: list[int]) -> list[Transmission]:
-        """Drop the active transfers at `positions` (ascending), settling their remaining bits;
-        returns them in that order."""
-        out = []
-        for i in reversed(positions):
-            n = len(self._active)
-            tx = self._active.pop(i)
-            tx.remaining_bits = max(float(self._columns[0, i]), 0.0)
-            self._columns[:, i:n - 1] = self._columns[:, i + 1:n]
-            out.append(tx)
-        self._rates = None
-        return out[::-1]
 
     def _on_timer(self, version: int, due: Transmission) -> None:
         if version != self._version:
             return  # the set of transfers changed since this timer was set
         self._settle()
-        n = len(self._active)
-        left, bits = self._columns[0, :n], self._columns[2, :n]
         # `due` is finished by construction (rounding may leave it a hair short); others that
         # end at the same instant go with it
-        finished = set(np.flatnonzero(left <= 1e-9 * bits + 1e-6).tolist())
-        finished.add(self._active.index(due))
-        for tx in self._remove(sorted(finished)):
+        for tx in self._leave(self._finished(due)):
             tx.remaining_bits = 0.0
             tx.done.succeed()
         self._schedule()
 
     def _cancel(self, tx: Transmission) -> None:
-        if self.shared:
-            if tx not in self._active:
-                return
-            self._settle()
-            self._remove([self._active.index(tx)])
-            self._schedule()
-        elif not tx.done.processed:
-            rate = shannon_rate_bps(self.bandwidth_hz, tx.snr_hz)
-            tx.remaining_bits = max(tx.bits - float(rate) * (self.env.now - tx.start_s), 0.0)
+        if tx not in self._active:  # nothing to send (bits <= 0)
+            return
+        self._settle()
+        self._leave([tx])
+        self._schedule()
+
+    def _arm(self, delay_s: float, due: Transmission) -> None:
+        self._version += 1
+        version = self._version
+        self.env.timeout(max(delay_s, 0.0)).callbacks.append(
+            lambda _e: self._on_timer(version, due))
+
+    # the state, as floats on the transfers
+
+    def _join(self, tx: Transmission) -> None:
+        self._active.append(tx)
+
+    def _leave(self, txs: list[Transmission]) -> list[Transmission]:
+        """Drop `txs` (in arrival order) from the active set, their remaining bits settled."""
+        self._active = [tx for tx in self._active if tx not in txs]
+        for tx in txs:
+            tx.remaining_bits = max(tx.remaining_bits, 0.0)
+        return txs
+
+    def _finished(self, due: Transmission) -> list[Transmission]:
+        return [tx for tx in self._active
+                if tx is due or tx.remaining_bits <= 1e-9 * tx.bits + 1e-6]
+
+    def _settle(self) -> None:
+        """Charge every active transfer the bits it sent since the last change."""
+        elapsed = self.env.now - self._settled_at
+        self._settled_at = self.env.now
+        if elapsed > 0:
+            for tx in self._active:
+                tx.remaining_bits -= tx.rate_bps * elapsed
+
+    def _schedule(self) -> None:
+        """New rates for the current set; a timer for the first to finish."""
+        if not self._active:
+            self._version += 1
+            return
+        share = self.bandwidth_hz / len(self._active)
+        due, delay = None, math.inf
+        for tx in self._active:
+            tx.rate_bps = share * math.log1p(tx.snr_hz / share) / LN2
+            if tx.remaining_bits / tx.rate_bps < delay:
+                due, delay = tx, tx.remaining_bits / tx.rate_bps
+        self._arm(delay, due)
+
+
+class SharedBandArrays(SharedBand):
+    """The same band with its active transfers' remaining bits, SNRs and sizes in the first n
+    entries of arrays, so an event is a few vectorised operations however many share it."""
+
+    def __init__(self, env: simpy.Environment, bandwidth_hz: float):
+        super().__init__(env, bandwidth_hz)
+        self._columns = np.empty((3, 16))  # remaining bits, snr_hz, bits; [3, capacity]
+        self._rates = np.empty(0)  # [n] rates of the current set
+
+    def _join(self, tx: Transmission) -> None:
+        n = len(self._active)
+        if n == self._columns.shape[1]:
+            self._columns = np.concatenate([self._columns, np.empty_like(self._columns)], 1)
+        self._columns[:, n] = (tx.bits, tx.snr_hz, tx.bits)
+        self._active.append(tx)
+
+    def _leave(self, txs: list[Transmission]) -> list[Transmission]:
+        for tx in reversed(txs):  # arrival order = ascending positions
+            i, n = self._active.index(tx), len(self._active)
+            tx.remaining_bits = max(float(self._columns[0, i]), 0.0)
+            self._columns[:, i:n - 1] = self._columns[:, i + 1:n]
+            del self._active[i]
+        return txs
+
+    def _finished(self, due: Transmission) -> list[Transmission]:
+        n = len(self._active)
+        done = self._columns[0, :n] <= 1e-9 * self._columns[2, :n] + 1e-6
+        done[self._active.index(due)] = True
+        return [self._active[i] for i in np.flatnonzero(done)]
+
+    def _settle(self) -> None:
+        elapsed = self.env.now - self._settled_at
+        self._settled_at = self.env.now
+        if elapsed > 0 and self._active:
+            self._columns[0, :len(self._active)] -= self._rates * elapsed
+
+    def _schedule(self) -> None:
+        n = len(self._active)
+        if not n:
+            self._version += 1
+            return
+        share = self.bandwidth_hz / n
+        self._rates = share * np.log1p(self._columns[1, :n] / share) / LN2
+        delays = self._columns[0, :n] / self._rates
+        first = int(delays.argmin())
+        self._arm(float(delays[first]), self._active[first])

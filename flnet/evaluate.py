@@ -31,9 +31,8 @@ class Evaluator:
         self._sizes = torch.as_tensor(sizes, dtype=torch.float64, device=device)
 
     def _logits(self, params: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-        with torch.no_grad():
-            return torch.cat([self.model.forward(params, x[i:i + self.chunk])
-                              for i in range(0, len(x), self.chunk)])
+        return torch.cat([self.model.predict(params, x[i:i + self.chunk])
+                          for i in range(0, len(x), self.chunk)])
 
     def __call__(self, params: torch.Tensor) -> dict[str, float]:
         """params [P] -> accuracy and loss on the test set; client accuracy mean/worst/p10."""

@@ -24,6 +24,7 @@ convolutions and pools fit.
 
 from __future__ import annotations
 
+import copy
 import functools
 import math
 from typing import NamedTuple
@@ -191,6 +192,19 @@ class Model:
     def forward(self, flat: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         """[P], [B, *input] -> [B, classes] logits."""
         return functional_call(self.module, self.unflatten(flat), (x,))
+
+    def predict(self, flat: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        """[P], [B, *input] -> [B, classes] logits, without gradients: a copy of the module
+        with its parameters pointed at `flat`, which costs a fraction of `forward`'s
+        functional_call on the small models evaluation runs every few rounds."""
+        with torch.no_grad():
+            for p, view in zip(self._predictor.parameters(), self.unflatten(flat).values()):
+                p.data = view
+            return self._predictor(x)
+
+    @functools.cached_property
+    def _predictor(self) -> nn.Module:
+        return copy.deepcopy(self.module).requires_grad_(False)
 
     def forward_stacked(self, params: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         """[C, P], [C, B, *input] -> [C, B, classes]."""

@@ -14,7 +14,7 @@ import networkx as nx
 import numpy as np
 import simpy
 
-from flnet.channel import Channel
+from flnet.channel import Channel, band
 from flnet.dists import sample
 from flnet.ledger import SERVER
 from flnet.errors import ScenarioError
@@ -57,17 +57,17 @@ def star(env: simpy.Environment, radio, num_clients: int, rng: np.random.Generat
     up_band, down_band = radio.uplink, radio.downlink
     with np.errstate(over="ignore", divide="ignore", invalid="ignore"):  # checked below
         up_snr, down_snr = _snr_hz(radio, tx_power_w, n, rng)
-        for name, snr, band in (("uplink", up_snr, up_band), ("downlink", down_snr, down_band)):
-            rate = shannon_rate_bps(band.bandwidth_hz, snr)
+        for name, snr, spec in (("uplink", up_snr, up_band), ("downlink", down_snr, down_band)):
+            rate = shannon_rate_bps(spec.bandwidth_hz, snr)
             bad = np.flatnonzero(~(np.isfinite(rate) & (rate > 0)))
             if len(bad):
                 k = int(bad[0])
                 raise ScenarioError(
                     f"client {k}'s {name} has a rate of {float(rate[k]):.3g} bit/s (SNR "
-                    f"{float(snr[k] / band.bandwidth_hz):.3g} over the band): check the "
+                    f"{float(snr[k] / spec.bandwidth_hz):.3g} over the band): check the "
                     "radio's powers, distances, path loss and noise", field="radio")
-    uplink = Channel(env, up_band.bandwidth_hz, shared=up_band.sharing == "shared")
-    downlink = Channel(env, down_band.bandwidth_hz, shared=down_band.sharing == "shared")
+    uplink = band(env, up_band.bandwidth_hz, up_band.sharing == "shared", users=n)
+    downlink = band(env, down_band.bandwidth_hz, down_band.sharing == "shared", users=n)
     g = nx.DiGraph()
     g.add_node(SERVER, role="server")
     for k in range(n):

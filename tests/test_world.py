@@ -122,13 +122,13 @@ def test_over_selection_keeps_the_first_k_and_cancels_the_rest(scenario):
 
 def test_device_to_device_links_use_the_same_transfer_machinery(scenario):
     """A client-to-client link is one more edge: the World times and charges it unchanged."""
-    from flnet.channel import Channel
+    from flnet.channel import band as open_band
     from flnet.network import Link
     from flnet.runner import Run
 
     sim = Run(three_clients(scenario), write=False)
     world = sim.world
-    band = Channel(world.env, 1e6, shared=True)
+    band = open_band(world.env, 1e6, shared=True, users=3)
     snr_hz = 10 ** (10 / 10) * 1e6  # 10 dB over the band
     for a, b in ((0, 1), (1, 2)):
         world.network.add_link(a, b, Link(band, snr_hz, power_w=0.2 + 0.05, kind="d2d"))
