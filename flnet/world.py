@@ -20,9 +20,13 @@ from flnet import cohort, data as data_mod, optim
 from flnet.device import compute_energy_j, compute_time_s
 from flnet.dists import sample
 from flnet.ledger import NOBODY, SERVER, Ledger
-from flnet.network import Network, star
+from flnet.channel import Transmission
+from flnet.network import Link, Network, star
 from flnet.radio import shannon_rate_bps
 from flnet.rng import Stream, generator
+
+
+SELECTION_AHEAD = 16  # rounds of client selection drawn at once
 
 
 class Devices(NamedTuple):
@@ -103,6 +107,7 @@ class World:
         self.observers: list[Observer] = []
         self.stop_reason: str | None = None
         self._fading_draws: dict[int, dict[tuple, int]] = {}  # round -> link -> draws so far
+        self._selections: dict[tuple[int, int], np.ndarray] = {}  # (size, round) -> clients
 
     @property
     def num_clients(self) -> int:
@@ -142,10 +147,18 @@ class World:
     # ------------------------------------------------------------------ maths, now
 
     def sample_clients(self, k: int, round: int, over_selection: float = 1.0) -> np.ndarray:
-        """ceil(k * over_selection) distinct clients, uniformly, from the selection stream."""
+        """ceil(k * over_selection) distinct clients, uniformly, from the selection stream.
+
+        Each round's draw comes from its own generator. They are made SELECTION_AHEAD rounds at
+        a time: the same draws, at a third of the cost of making each between training steps,
+        which leave numpy's code cold in the CPU caches.
+        """
         m = min(self.num_clients, math.ceil(k * over_selection - 1e-9))
-        return np.sort(generator(self.seed, Stream.SELECTION, round).choice(
-            self.num_clients, size=m, replace=False))
+        if (m, round) not in self._selections:
+            self._selections = {(m, r): np.sort(generator(self.seed, Stream.SELECTION, r).choice(
+                self.num_clients, size=m, replace=False))
+                for r in range(round, round + SELECTION_AHEAD)}
+        return self._selections[(m, round)].copy()
 
     def local_train(self, clients: np.ndarray, start: torch.Tensor, local, round: int,
                     optimizer: optim.GradientTransformation | None = None,
@@ -211,60 +224,126 @@ class World:
         h2 = generator(self.seed, Stream.FADING, round, src + 2, dst + 2, count).exponential()
         return max(float(h2), 1e-300)  # a draw of exactly 0 would stall the transfer forever
 
-    def _transfer(self, src: int, dst: int, bits: float, round: int):
+    def _send(self, src: int, dst: int, bits: float, round: int) -> tuple[Link, Transmission]:
         link = self.network.link(src, dst)
-        start = self.env.now
-        tx = link.channel.transmit(bits, link.snr_hz * self._fading(src, dst, round))
+        return link, link.channel.transmit(bits, link.snr_hz * self._fading(src, dst, round))
+
+    def _charge_transfer(self, round: int, src: int, dst: int, link: Link, tx: Transmission,
+                         outcome: str) -> None:
+        node, peer = (dst, src) if link.kind == "download" else (src, dst)
+        self.ledger.add(round, node, peer, link.kind, tx.start_s, self.env.now,
+                        link.power_w * (self.env.now - tx.start_s), tx.sent_bits, 0.0, outcome)
+
+    def _charge_compute(self, round: int, node: int, flops: float, start_s: float,
+                        duration_s: float, outcome: str) -> None:
+        """Work interrupted before its end is charged pro rata."""
+        f, fpc, kappa = self._device_rows[node]
+        if outcome != "ok":
+            flops *= min(1.0, (self.env.now - start_s) / duration_s) if duration_s > 0 else 0.0
+        self.ledger.add(round, node, NOBODY, "compute", start_s, self.env.now,
+                        compute_energy_j(flops, f, fpc, kappa), 0.0, flops, outcome)
+
+    def _transfer(self, src: int, dst: int, bits: float, round: int):
+        link, tx = self._send(src, dst, bits, round)
         try:
             yield tx.done
             outcome = "ok"
         except simpy.Interrupt as stop:
             tx.cancel()
             outcome = stop.cause
-        node, peer = (dst, src) if link.kind == "download" else (src, dst)
-        self.ledger.add(round, node, peer, link.kind, start, self.env.now,
-                        link.power_w * (self.env.now - start), tx.sent_bits, 0.0, outcome)
+        self._charge_transfer(round, src, dst, link, tx, outcome)
         return outcome
 
     def _compute(self, node: int, flops: float, round: int):
-        f, fpc, kappa = self._device_rows[node]
-        duration = compute_time_s(flops, f, fpc)
+        duration = self._compute_time_s(node, flops)
         start = self.env.now
         try:
             yield self.env.timeout(duration)
-            outcome, done = "ok", flops
+            outcome = "ok"
         except simpy.Interrupt as stop:
             outcome = stop.cause
-            done = flops * min(1.0, (self.env.now - start) / duration) if duration > 0 else 0.0
-        self.ledger.add(round, node, NOBODY, "compute", start, self.env.now,
-                        compute_energy_j(done, f, fpc, kappa), 0.0, done, outcome)
+        self._charge_compute(round, node, flops, start, duration, outcome)
         return outcome
 
-    def _pipeline(self, pos: int, client: int, round: int, down_bits: float, flops: float,
-                  up_bits: float, gather: "_Gather"):
-        outcome = yield from self._transfer(SERVER, client, down_bits, round)
-        if outcome == "ok":
-            outcome = yield from self._compute(client, flops, round)
-        if outcome == "ok":
-            outcome = yield from self._transfer(client, SERVER, up_bits, round)
-        gather.arrive(pos, outcome)
+    def _compute_time_s(self, node: int, flops: float) -> float:
+        f, fpc, _ = self._device_rows[node]
+        return compute_time_s(flops, f, fpc)
 
     def _round_trip(self, clients, round, down_bits, flops, up_bits, deadline_s, keep):
         start = self.env.now
         keep = len(clients) if keep is None else keep
         gather = _Gather(self.env, len(clients), keep)
-        procs = [self.env.process(self._pipeline(pos, int(c), round, down_bits, float(flops[pos]),
-                                                 up_bits, gather))
+        trips = [_Trip(self, gather, pos, int(c), round, down_bits, float(flops[pos]), up_bits)
                  for pos, c in enumerate(clients)]
         if deadline_s is None:
             yield gather.done
         else:
             yield gather.done | self.env.timeout(deadline_s)
         gather.closed = True
-        outcomes, delivered = gather.outcomes, gather.delivered
-        cause = "cancelled" if len(delivered) >= keep else "deadline"
-        for pos, proc in enumerate(procs):
-            if proc.is_alive:
-                proc.interrupt(cause)
-                outcomes[pos] = cause
-        return Delivery(np.asarray(delivered, dtype=np.int64), outcomes, start, self.env.now)
+        cause = "cancelled" if len(gather.delivered) >= keep else "deadline"
+        for trip in trips:
+            trip.stop(cause)
+        return Delivery(np.asarray(gather.delivered, dtype=np.int64), gather.outcomes, start,
+                        self.env.now)
+
+
+class _Trip:
+    """One client's download, compute and upload in a round trip, as a chain of callbacks on
+    its events: the same timing and charges as `transfer` then `compute` then `transfer`
+    processes, at half the cost of a SimPy process per client. `stop` charges the phase under
+    way up to now; the events it leaves pending then find the trip over and do nothing."""
+
+    __slots__ = ("world", "gather", "pos", "client", "round", "flops", "up_bits", "phase",
+                 "link", "tx", "start_s", "duration_s")
+
+    def __init__(self, world: World, gather: _Gather, pos: int, client: int, round: int,
+                 down_bits: float, flops: float, up_bits: float):
+        self.world, self.gather, self.pos, self.client, self.round = (world, gather, pos,
+                                                                      client, round)
+        self.flops, self.up_bits = flops, up_bits
+        self._transfer("download", SERVER, client, down_bits, self._downloaded)
+
+    def _transfer(self, phase: str, src: int, dst: int, bits: float, then) -> None:
+        self.phase = phase
+        self.link, self.tx = self.world._send(src, dst, bits, self.round)
+        self.tx.done.callbacks.append(then)
+
+    def _ends(self, src: int, dst: int, outcome: str) -> None:
+        self.world._charge_transfer(self.round, src, dst, self.link, self.tx, outcome)
+
+    def _downloaded(self, _event) -> None:
+        if self.phase != "download":
+            return
+        self._ends(SERVER, self.client, "ok")
+        self.phase, self.start_s = "compute", self.world.env.now
+        self.duration_s = self.world._compute_time_s(self.client, self.flops)
+        self.world.env.timeout(self.duration_s).callbacks.append(self._computed)
+
+    def _computed(self, _event) -> None:
+        if self.phase != "compute":
+            return
+        self.world._charge_compute(self.round, self.client, self.flops, self.start_s,
+                                   self.duration_s, "ok")
+        self._transfer("upload", self.client, SERVER, self.up_bits, self._uploaded)
+
+    def _uploaded(self, _event) -> None:
+        if self.phase != "upload":
+            return
+        self._ends(self.client, SERVER, "ok")
+        self.phase = "over"
+        self.gather.arrive(self.pos, "ok")
+
+    def stop(self, cause: str) -> None:
+        """Stop where the trip is (no-op once it is over), charging that phase up to now."""
+        if self.phase == "compute":
+            self.world._charge_compute(self.round, self.client, self.flops, self.start_s,
+                                       self.duration_s, cause)
+        elif self.phase in ("download", "upload"):
+            self.tx.cancel()
+            src, dst = (SERVER, self.client) if self.phase == "download" else (self.client,
+                                                                               SERVER)
+            self._ends(src, dst, cause)
+        else:
+            return
+        self.phase = "over"
+        self.gather.arrive(self.pos, cause)
