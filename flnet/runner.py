@@ -316,12 +316,17 @@ def _write_table(df: pd.DataFrame, path: Path) -> None:
     tmp = path.with_suffix(path.suffix + ".tmp")
     if path.suffix == ".csv":
         df.to_csv(tmp, index=False)
-    else:  # one thread: a pool costs more than it saves on tables of this size
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-
-        pq.write_table(pa.Table.from_pandas(df, preserve_index=False, nthreads=1), tmp)
+    else:
+        _write_parquet(df, tmp)
     tmp.replace(path)
+
+
+def _write_parquet(df: pd.DataFrame, path: Path) -> None:
+    """On one thread: a pool costs more than it saves on tables of this size."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.Table.from_pandas(df, preserve_index=False, nthreads=1), path)
 
 
 def _jsonable(value: Any):

@@ -52,6 +52,7 @@ def protocol(world, cfg: Config, state: State, local_loss=None):
                                       bits(ModelMessage(work.params[0])),
                                       cfg.cohort.deadline_s, keep=k)
         if len(done.positions):
-            x = weighted_mean(work.params[done.positions],                     # line 8
+            delivered = torch.as_tensor(done.positions, device=x.device)
+            x = weighted_mean(work.params.index_select(0, delivered),          # line 8
                               world.num_samples[cohort[done.positions]])
         world.publish(State(t, x))
