@@ -294,7 +294,7 @@ class _Trip:
     way up to now; the events it leaves pending then find the trip over and do nothing."""
 
     __slots__ = ("world", "gather", "pos", "client", "round", "flops", "up_bits", "phase",
-                 "link", "tx", "start_s", "duration_s")
+                 "src", "dst", "link", "tx", "start_s", "duration_s")
 
     def __init__(self, world: World, gather: _Gather, pos: int, client: int, round: int,
                  down_bits: float, flops: float, up_bits: float):
@@ -304,46 +304,43 @@ class _Trip:
         self._transfer("download", SERVER, client, down_bits, self._downloaded)
 
     def _transfer(self, phase: str, src: int, dst: int, bits: float, then) -> None:
-        self.phase = phase
+        self.phase, self.src, self.dst = phase, src, dst
         self.link, self.tx = self.world._send(src, dst, bits, self.round)
         self.tx.done.callbacks.append(then)
 
-    def _ends(self, src: int, dst: int, outcome: str) -> None:
-        self.world._charge_transfer(self.round, src, dst, self.link, self.tx, outcome)
+    def _transferred(self, outcome: str) -> None:
+        self.world._charge_transfer(self.round, self.src, self.dst, self.link, self.tx, outcome)
+
+    def _computed(self, outcome: str) -> None:
+        self.world._charge_compute(self.round, self.client, self.flops, self.start_s,
+                                   self.duration_s, outcome)
 
     def _downloaded(self, _event) -> None:
-        if self.phase != "download":
-            return
-        self._ends(SERVER, self.client, "ok")
-        self.phase, self.start_s = "compute", self.world.env.now
-        self.duration_s = self.world._compute_time_s(self.client, self.flops)
-        self.world.env.timeout(self.duration_s).callbacks.append(self._computed)
+        if self.phase == "download":
+            self._transferred("ok")
+            self.phase, self.start_s = "compute", self.world.env.now
+            self.duration_s = self.world._compute_time_s(self.client, self.flops)
+            self.world.env.timeout(self.duration_s).callbacks.append(self._trained)
 
-    def _computed(self, _event) -> None:
-        if self.phase != "compute":
-            return
-        self.world._charge_compute(self.round, self.client, self.flops, self.start_s,
-                                   self.duration_s, "ok")
-        self._transfer("upload", self.client, SERVER, self.up_bits, self._uploaded)
+    def _trained(self, _event) -> None:
+        if self.phase == "compute":
+            self._computed("ok")
+            self._transfer("upload", self.client, SERVER, self.up_bits, self._uploaded)
 
     def _uploaded(self, _event) -> None:
-        if self.phase != "upload":
-            return
-        self._ends(self.client, SERVER, "ok")
-        self.phase = "over"
-        self.gather.arrive(self.pos, "ok")
+        if self.phase == "upload":
+            self._transferred("ok")
+            self.phase = "over"
+            self.gather.arrive(self.pos, "ok")
 
     def stop(self, cause: str) -> None:
-        """Stop where the trip is (no-op once it is over), charging that phase up to now."""
-        if self.phase == "compute":
-            self.world._charge_compute(self.round, self.client, self.flops, self.start_s,
-                                       self.duration_s, cause)
-        elif self.phase in ("download", "upload"):
-            self.tx.cancel()
-            src, dst = (SERVER, self.client) if self.phase == "download" else (self.client,
-                                                                               SERVER)
-            self._ends(src, dst, cause)
-        else:
+        """Stop where the trip is (nothing, once it is over), charging that phase up to now."""
+        if self.phase == "over":
             return
+        if self.phase == "compute":
+            self._computed(cause)
+        else:
+            self.tx.cancel()
+            self._transferred(cause)
         self.phase = "over"
         self.gather.arrive(self.pos, cause)

@@ -4,6 +4,7 @@ over-selection."""
 import math
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from flnet.runner import run
@@ -143,3 +144,49 @@ def test_device_to_device_links_use_the_same_transfer_machinery(scenario):
     assert list(zip(rows.node, rows.peer)) == [(0, 1), (1, 2)]
     assert rows.energy_j.to_numpy() == pytest.approx(np.full(2, 0.25 * BITS / half))
     assert world.ledger.bits["d2d"] == 2 * BITS
+
+
+def _pipeline_processes(world, clients, flops, bits, deadline_s):
+    """The round trip as one SimPy process per client over the World's own `_transfer` and
+    `_compute` processes, stopped by interrupts: what `round_trip`'s callbacks must match."""
+    import simpy
+
+    from flnet.ledger import SERVER
+
+    def pipeline(c, f):
+        outcome = yield from world._transfer(SERVER, c, bits, 1)
+        if outcome == "ok":
+            outcome = yield from world._compute(c, f, 1)
+        if outcome == "ok":
+            yield from world._transfer(c, SERVER, bits, 1)
+
+    procs = [world.env.process(pipeline(int(c), float(f))) for c, f in zip(clients, flops)]
+    world.env.run(until=world.env.now + deadline_s)
+    for proc in procs:
+        if proc.is_alive:
+            proc.interrupt("deadline")
+    world.env.run()
+    assert not any(isinstance(p.value, simpy.Interrupt) for p in procs)
+
+
+@pytest.mark.parametrize("deadline", [0.005, 0.3, 0.52, 1.0, 2.02, 5.0])
+def test_round_trip_charges_what_one_process_per_client_would(scenario, deadline):
+    """Deadlines that stop clients in their download, compute or upload, on a shared uplink:
+    downloads take 8-22 ms, computing 0.5, 0.5 and 2 s, uploads tens of ms."""
+    from flnet.runner import Run
+
+    sc = three_clients(scenario, radio={"uplink": {"bandwidth_hz": UP_HZ, "sharing": "shared"}})
+    flops = np.array([4e9, 1e9, 8e9])
+    ledgers = []
+    for by_callbacks in (True, False):
+        world = Run(sc, write=False).world
+        if by_callbacks:
+            done = world.round_trip(np.arange(3), 1, BITS, flops, BITS, deadline_s=deadline)
+            world.env.run(until=done)
+        else:
+            _pipeline_processes(world, np.arange(3), flops, BITS, deadline)
+        led = world.ledger.frame()
+        led = led[led.kind != "evaluate"].sort_values(["node", "kind"]).reset_index(drop=True)
+        ledgers.append(led)
+    assert set(ledgers[0].outcome) <= {"ok", "deadline"}
+    pd.testing.assert_frame_equal(ledgers[0], ledgers[1], check_exact=False, rtol=1e-12)
