@@ -8,6 +8,8 @@ simulation around it costs. One command; it prints throughput and ratios and ass
   and % of that peak: (a) the W1 MLP on digits, 100 clients x 10 steps of batch 32 (also
   through the generic vmap + autograd engine); (b) a small CNN (the Delta-SGD paper's MNIST
   CNN, without dropout) on 28x28 inputs, 50 clients x 10 steps of batch 32;
+- a shared band's cost per transfer with 10, 100 and 1000 transfers under way at once, kept as
+  Python floats and as numpy arrays (`flnet.channel.band` picks floats up to 128 users);
 - scenarios, each in a fresh process (imports excluded, as in BENCHMARKS.md): W1 end to end;
   the quickstart's share of wall time spent outside local training (simulation, bookkeeping,
   evaluation, checkpoints, writing results), as `flnet run` runs it and with checkpoints only
@@ -104,6 +106,35 @@ def training_table(peak_gflops: float, reps: int) -> None:
               f"path auto takes {auto} client{'s' * (auto > 1)} per call")
 
 
+# ---------------------------------------------------------------- shared band
+
+
+def channel_report(reps: int) -> None:
+    import numpy as np
+    import simpy
+
+    from flnet.channel import SharedBand, SharedBandArrays
+
+    def per_transfer_us(kind, n: int) -> float:
+        rng = np.random.default_rng(0)
+        snr_hz = (10 ** rng.uniform(6, 9, n)).tolist()
+        best = float("inf")
+        for _ in range(max(reps, 3)):
+            env = simpy.Environment()
+            band = kind(env, 20e6)
+            start = time.process_time()
+            for k in range(n):  # all start at once: every start and end re-times n transfers
+                band.transmit(1e6, snr_hz[k])
+            env.run()
+            best = min(best, time.process_time() - start)
+        return best / n * 1e6
+
+    print("shared band, CPU-us per transfer (n under way at once):")
+    for n in (10, 100, 1000):
+        floats, arrays = per_transfer_us(SharedBand, n), per_transfer_us(SharedBandArrays, n)
+        print(f"  n = {n:4d}: Python floats {floats:7.1f}, numpy arrays {arrays:7.1f}")
+
+
 # ---------------------------------------------------------------- scenarios, in fresh processes
 
 
@@ -193,6 +224,8 @@ def main(argv=None) -> None:
     peak = matmul_peak_gflops(reps=max(reps, 3))
     print(f"torch {torch.__version__}, 1 thread; float32 matmul peak: {peak:.1f} GFLOP/s\n")
     training_table(peak, reps)
+    print()
+    channel_report(reps)
     print()
     scenarios_report(reps, args.quick)
 

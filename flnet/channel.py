@@ -15,7 +15,7 @@ import numpy as np
 import simpy
 
 LN2 = math.log(2.0)
-ARRAYS_ABOVE_USERS = 128  # measured crossover: benchmarks/bench.py --channel
+ARRAYS_ABOVE_USERS = 128  # about where arrays overtake floats (benchmarks/bench.py)
 
 
 def rate_bps(bandwidth_hz: float, snr_hz: float) -> float:
