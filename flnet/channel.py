@@ -152,11 +152,12 @@ class SharedBand(Channel):
             self._version += 1
             return
         share = self.bandwidth_hz / len(self._active)
+        scale, log1p = share / LN2, math.log1p
         due, delay = None, math.inf
         for tx in self._active:
-            tx.rate_bps = share * math.log1p(tx.snr_hz / share) / LN2
-            if tx.remaining_bits / tx.rate_bps < delay:
-                due, delay = tx, tx.remaining_bits / tx.rate_bps
+            rate = tx.rate_bps = scale * log1p(tx.snr_hz / share)
+            if tx.remaining_bits / rate < delay:
+                due, delay = tx, tx.remaining_bits / rate
         self._arm(delay, due)
 
 
