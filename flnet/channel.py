@@ -14,13 +14,9 @@ import math
 import numpy as np
 import simpy
 
-LN2 = math.log(2.0)
+from flnet.radio import LN2, shannon_rate_bps
+
 ARRAYS_ABOVE_USERS = 128  # about where arrays overtake floats (benchmarks/bench.py)
-
-
-def rate_bps(bandwidth_hz: float, snr_hz: float) -> float:
-    """`radio.shannon_rate_bps` for one float, without numpy's per-call cost."""
-    return bandwidth_hz * math.log1p(snr_hz / bandwidth_hz) / LN2
 
 
 def band(env: simpy.Environment, bandwidth_hz: float, shared: bool,
@@ -70,11 +66,11 @@ class Channel:
 
     def transmit(self, bits: float, snr_hz: float) -> Transmission:
         bits, snr_hz = float(bits), float(snr_hz)
-        delay = bits / rate_bps(self.bandwidth_hz, snr_hz) if bits > 0 else 0.0
+        delay = bits / shannon_rate_bps(self.bandwidth_hz, snr_hz) if bits > 0 else 0.0
         return Transmission(self, bits, snr_hz, self.env.timeout(delay))
 
     def _cancel(self, tx: Transmission) -> None:
-        sent = rate_bps(self.bandwidth_hz, tx.snr_hz) * (self.env.now - tx.start_s)
+        sent = shannon_rate_bps(self.bandwidth_hz, tx.snr_hz) * (self.env.now - tx.start_s)
         tx.remaining_bits = max(tx.bits - sent, 0.0)
 
 
@@ -152,7 +148,7 @@ class SharedBand(Channel):
             self._version += 1
             return
         share = self.bandwidth_hz / len(self._active)
-        scale, log1p = share / LN2, math.log1p
+        scale, log1p = share / LN2, math.log1p  # shannon_rate_bps, inlined: the hot loop
         due, delay = None, math.inf
         for tx in self._active:
             rate = tx.rate_bps = scale * log1p(tx.snr_hz / share)
@@ -203,7 +199,7 @@ class SharedBandArrays(SharedBand):
             self._version += 1
             return
         share = self.bandwidth_hz / n
-        self._rates = share * np.log1p(self._columns[1, :n] / share) / LN2
+        self._rates = shannon_rate_bps(share, self._columns[1, :n])
         delays = self._columns[0, :n] / self._rates
         first = int(delays.argmin())
         self._arm(float(delays[first]), self._active[first])

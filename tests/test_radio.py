@@ -30,6 +30,15 @@ def test_shannon_rate_time_and_energy_by_hand():
     assert radio.dbm_to_w(23) * t == pytest.approx(0.199526 * 0.150196, rel=1e-4)
 
 
+def test_shannon_rate_of_floats_equals_that_of_arrays():
+    snr_hz = np.array([1e-300, 1.0, 1e6, 3.7e9, 1e300])
+    as_array = radio.shannon_rate_bps(2e7, snr_hz)
+    as_floats = [radio.shannon_rate_bps(2e7, float(s)) for s in snr_hz]
+    assert all(isinstance(r, float) for r in as_floats)
+    assert as_floats == pytest.approx(as_array.tolist(), rel=1e-15)
+    assert as_floats[0] > 0  # a very weak link is slow, not stalled
+
+
 def test_half_the_band_has_half_the_noise():
     """On a share b of the band, the SNR grows by B/b: rate(B/2) > rate(B)/2."""
     snr_hz = radio.snr_hz_direct(10.0, 2e6)
