@@ -45,7 +45,12 @@ def test_partition_is_disjoint_covers_the_data_and_depends_only_on_the_seed(part
     a = load(partition=part)
     rows = np.concatenate(a.client_indices)
     assert len(rows) == len(np.unique(rows)) == DIGITS_TRAIN
-    assert a.label_histogram().num_samples.sum() == DIGITS_TRAIN
+    hist = a.label_histogram()
+    assert hist.num_samples.sum() == DIGITS_TRAIN
+    labels = a.y_train.numpy()
+    expected = [np.bincount(labels[ix], minlength=10) for ix in a.client_indices]
+    assert np.array_equal(hist.filter(like="label_").to_numpy(), np.array(expected))
+    assert list(hist.columns[:2]) == ["client", "num_samples"]
     b, c = load(partition=part), load(partition=part, seed=1)
     assert all(np.array_equal(x, y) for x, y in zip(a.client_indices, b.client_indices))
     assert not all(np.array_equal(x, y) for x, y in zip(a.client_indices, c.client_indices))

@@ -55,15 +55,16 @@ class FederatedData:
     def label_histogram(self) -> pd.DataFrame:
         """One row per client: its size, how many samples of each label it holds and, with
         local test splits, how many test rows it has."""
-        labels = self.y_train.cpu().numpy()
-        counts = np.stack([np.bincount(labels[ix], minlength=self.num_classes)
-                           for ix in self.client_indices])
-        df = pd.DataFrame(counts, columns=[f"label_{c}" for c in range(self.num_classes)])
-        df.insert(0, "num_samples", counts.sum(1))
-        df.insert(0, "client", np.arange(self.num_clients))
+        n, k = self.num_clients, self.num_classes
+        sizes = np.array([len(ix) for ix in self.client_indices])
+        labels = self.y_train.cpu().numpy()[np.concatenate(self.client_indices)]
+        counts = np.bincount(np.repeat(np.arange(n), sizes) * k + labels,
+                             minlength=n * k).reshape(n, k)
+        columns = {"client": np.arange(n), "num_samples": sizes}
         if self.client_test_indices is not None:
-            df.insert(2, "num_test_samples", [len(ix) for ix in self.client_test_indices])
-        return df
+            columns["num_test_samples"] = np.array([len(ix) for ix in self.client_test_indices])
+        columns.update({f"label_{c}": counts[:, c] for c in range(k)})
+        return pd.DataFrame(columns)
 
 
 def source(config, num_clients: int, seed: int) -> tuple[Source, tuple]:
