@@ -6,17 +6,41 @@ Algorithms compose these (``local: LocalConfig``) rather than inherit them, so e
 
 from __future__ import annotations
 
-from typing import Annotated, ClassVar, Literal, Union
+import types
+from typing import Annotated, Any, ClassVar, Literal, Union, get_args, get_origin
 
-from pydantic import (BaseModel, ConfigDict, Field, ValidationInfo, field_validator,
-                      model_validator)
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 
 
 class Strict(BaseModel):
-    """Base for every scenario section: unknown fields are errors, values are immutable."""
+    """Base for every scenario section: unknown fields are errors, values are immutable, and
+    true/false is not a number (pydantic would read them as 1 and 0)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True,
                               allow_inf_nan=False)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _booleans_are_not_numbers(cls, data: Any) -> Any:
+        for name, value in data.items() if isinstance(data, dict) else ():
+            if isinstance(value, bool) and name in cls.model_fields:
+                kinds = _types_in(cls.model_fields[name].annotation)
+                if bool not in kinds and kinds & {int, float}:
+                    raise PydanticCustomError(
+                        "not_a_number", "{field_name}: expected a number, got {value}",
+                        {"field_name": name, "value": str(value).lower()})
+        return data
+
+
+def _types_in(annotation: Any) -> set:
+    """The plain types an annotation admits: float | None -> {float, NoneType}."""
+    args = get_args(annotation)
+    if get_origin(annotation) is Annotated:
+        return _types_in(args[0])
+    if args and get_origin(annotation) in (Union, types.UnionType):
+        return set().union(*map(_types_in, args))
+    return {annotation} if isinstance(annotation, type) else set()
 
 
 class SgdConfig(Strict):

@@ -10,17 +10,14 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal, Union
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import Field, ValidationError, model_validator
 from pydantic.functional_validators import BeforeValidator
 from pydantic.json_schema import WithJsonSchema
 
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True,
-                              allow_inf_nan=False)
+from flnet.config import Strict
 
 
-class Lognormal(_Strict):
+class Lognormal(Strict):
     """exp(N(log median, sigma^2)): the usual model of device-speed spread."""
 
     kind: Literal["lognormal"]
@@ -35,7 +32,7 @@ class Lognormal(_Strict):
         return self.median * np.exp(-40 * self.sigma)  # positive; the far tail is never drawn
 
 
-class Uniform(_Strict):
+class Uniform(Strict):
     kind: Literal["uniform"]
     low: float
     high: float
@@ -50,7 +47,7 @@ class Uniform(_Strict):
         return rng.uniform(self.low, self.high, n)
 
 
-class Normal(_Strict):
+class Normal(Strict):
     kind: Literal["normal"]
     mean: float
     std: float = Field(ge=0)
@@ -63,7 +60,7 @@ class Normal(_Strict):
         return -np.inf if self.std > 0 else self.mean
 
 
-class Choice(_Strict):
+class Choice(Strict):
     """One of `values` per client, with optional `weights` (device tiers)."""
 
     kind: Literal["choice"]
@@ -88,7 +85,7 @@ class Choice(_Strict):
         return min(self.values)
 
 
-class PerClient(_Strict):
+class PerClient(Strict):
     """An explicit value for each client, in client order."""
 
     kind: Literal["per_client"]
@@ -105,7 +102,7 @@ class PerClient(_Strict):
         return min(self.values)
 
 
-class Constant(_Strict):
+class Constant(Strict):
     kind: Literal["constant"] = "constant"
     value: float
 

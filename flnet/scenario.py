@@ -510,5 +510,7 @@ def describe(err: dict) -> str:
         return f"{path}: must be {op} {bound} (got {got!r})"
     if kind == "inconsistent":
         return f"{path}: {err['msg']}"
+    if kind == "not_a_number":  # raised by the section that holds the field
+        return f"{_walk((*loc, ctx['field_name']))[0]}: expected a number, got {ctx['value']}"
     msg = err["msg"].removeprefix("Value error, ")
     return f"{path}: {msg} (got {got!r})" if not isinstance(got, dict) else f"{path}: {msg}"

@@ -49,6 +49,16 @@ BROKEN = [  # (scenario fragment, field named in the message, words the message 
      "algorithm.cohort.clients_per_round", "clients.count is 5"),
     ({"run": {"rounds": 1.5}}, "run.rounds", "integer"),
     ({"device": "tpu"}, "device", "'auto'"),
+    # YAML's true/false would pass as 1/0 wherever a number goes
+    ({"radio": {"uplink": {"bandwidth_hz": True}}}, "radio.uplink.bandwidth_hz",
+     "expected a number, got true"),
+    ({"seed": False}, "seed", "expected a number, got false"),
+    ({"run": {"time_budget_s": True}}, "run.time_budget_s", "expected a number"),
+    ({"algorithm": {"name": "fedavg", "local": {"optimizer": {"name": "sgd", "momentum": True}}}},
+     "algorithm.local.optimizer.momentum", "expected a number"),
+    ({"clients": {"cpu_hz": True}}, "clients.cpu_hz", "boolean"),
+    ({"clients": {"cpu_hz": {"kind": "lognormal", "median": True, "sigma": 0.1}}},
+     "clients.cpu_hz", "median: expected a number, got true"),
 ]
 
 
@@ -58,6 +68,11 @@ def test_malformed_scenario_names_field_and_what_is_allowed(fragment, field, wor
         load_scenario(data={**OK, **fragment})
     lines = str(err.value).splitlines()[1:]
     assert any(line.strip().startswith(f"{field}:") and words in line for line in lines), lines
+
+
+def test_booleans_stay_booleans():
+    sc = load_scenario(data={**OK, "radio": {"rayleigh_fading": True}})
+    assert sc.radio.rayleigh_fading is True
 
 
 def test_missing_algorithm_is_named():
