@@ -190,3 +190,18 @@ def test_round_trip_charges_what_one_process_per_client_would(scenario, deadline
         ledgers.append(led)
     assert set(ledgers[0].outcome) <= {"ok", "deadline"}
     pd.testing.assert_frame_equal(ledgers[0], ledgers[1], check_exact=False, rtol=1e-12)
+
+
+def test_client_selection_is_each_rounds_own_draw_in_any_order(scenario):
+    """Selections are drawn ahead in blocks; each must still be its round's own generator's
+    draw, whatever order rounds and cohort sizes are asked in (a resumed run starts mid-block)."""
+    from flnet.rng import Stream, generator
+    from flnet.runner import Run
+
+    world = Run(scenario(clients={"count": 30}), write=False).world
+    for k, t in [(5, 40), (5, 3), (7, 3), (5, 41), (5, 3), (30, 2)]:
+        expected = np.sort(generator(world.seed, Stream.SELECTION, t).choice(30, k, replace=False))
+        got = world.sample_clients(k, t)
+        assert np.array_equal(got, expected)
+        got[:] = -1  # the caller owns its array: the next ask is unaffected
+        assert np.array_equal(world.sample_clients(k, t), expected)
