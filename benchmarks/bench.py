@@ -12,8 +12,8 @@ simulation around it costs. One command; it prints throughput and ratios and ass
   Python floats and as numpy arrays (`flnet.channel.band` picks floats up to 128 users);
 - scenarios, each in a fresh process (imports excluded, as in BENCHMARKS.md): W1 end to end;
   the quickstart's share of wall time spent outside local training (simulation, bookkeeping,
-  evaluation, checkpoints, writing results), as `flnet run` runs it and with checkpoints only
-  at the end; the peak memory of a 1000-client digits run.
+  evaluation, checkpoints, writing results; median and range of 7 runs), as `flnet run` runs
+  it and with a checkpoint every 10 rounds; the peak memory of a 1000-client digits run.
 
 Training is timed in CPU seconds of this process on one torch thread, the best of a few
 repeats, so the numbers hold on a shared, noisy machine; scenario times are wall seconds.
@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import resource
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -180,13 +181,17 @@ def scenario_child(path: str, overrides: list[str], write: bool) -> None:
     print(json.dumps(spent))
 
 
-def scenario(path: Path, *overrides: str, write: bool = False, reps: int = 1) -> dict:
-    """The fastest of `reps` runs, each in a fresh process."""
+def scenario_runs(path: Path, *overrides: str, write: bool = False, reps: int = 1) -> list:
+    """`reps` runs, each in a fresh process."""
     cmd = [sys.executable, __file__, "--child", str(path), *(f"--child-set={o}" for o in overrides),
            *(["--child-write"] if write else [])]
-    runs = [json.loads(subprocess.run(cmd, capture_output=True, text=True, check=True)
+    return [json.loads(subprocess.run(cmd, capture_output=True, text=True, check=True)
                        .stdout.splitlines()[-1]) for _ in range(reps)]
-    return min(runs, key=lambda r: r["wall_s"])
+
+
+def scenario(path: Path, *overrides: str, write: bool = False, reps: int = 1) -> dict:
+    """The fastest of `reps` runs, each in a fresh process."""
+    return min(scenario_runs(path, *overrides, write=write, reps=reps), key=lambda r: r["wall_s"])
 
 
 def scenarios_report(reps: int, quick: bool) -> None:
@@ -199,11 +204,14 @@ def scenarios_report(reps: int, quick: bool) -> None:
     quickstart = HERE.parent / "scenarios" / "quickstart.yaml"
     for label, overrides in (("as `flnet run` runs it", ()),
                              ("a checkpoint every 10 rounds", ("run.checkpoint_every=10",))):
-        qs = scenario(quickstart, *overrides, write=True, reps=reps)
-        outside = lambda key: 100 * (1 - qs[key + "_wall_s"] / qs["wall_s"])  # noqa: E731
-        print(f"quickstart, {label}: {qs['wall_s']:.2f} s wall; outside local training "
-              f"(World.local_train) {outside('train'):.0f}%, outside the trainer's steps "
-              f"{outside('trainer'):.0f}%")
+        runs = scenario_runs(quickstart, *overrides, write=True, reps=1 if quick else 7)
+        wall = statistics.median(r["wall_s"] for r in runs)
+        train, steps = ([100 * (1 - r[key + "_wall_s"] / r["wall_s"]) for r in runs]
+                        for key in ("train", "trainer"))
+        print(f"quickstart, {label}, median of {len(runs)}: {wall:.2f} s wall; outside local "
+              f"training (World.local_train) {statistics.median(train):.0f}% "
+              f"[{min(train):.0f}-{max(train):.0f}], outside the trainer's steps "
+              f"{statistics.median(steps):.0f}%")
     rounds = 20 if quick else 100
     big = scenario(HERE / "digits_1000.yaml", f"run.rounds={rounds}")
     print(f"1000 clients (benchmarks/digits_1000.yaml, {rounds} rounds): peak memory "
