@@ -83,7 +83,7 @@ class SharedBand(Channel):
         super().__init__(env, bandwidth_hz)
         self._active: list[Transmission] = []
         self._settled_at = env.now
-        self._version = 0  # a timer set for an older active set is ignored
+        self._version = 0  # bumped whenever the active set changes
 
     def transmit(self, bits: float, snr_hz: float) -> Transmission:
         if bits <= 0:
@@ -112,11 +112,21 @@ class SharedBand(Channel):
         self._leave([tx])
         self._schedule()
 
-    def _arm(self, delay_s: float, due: Transmission) -> None:
-        self._version += 1
-        version = self._version
-        self.env.timeout(max(delay_s, 0.0)).callbacks.append(
-            lambda _e: self._on_timer(version, due))
+    def _settle(self) -> None:
+        """Charge every active transfer the bits it sent since the last change."""
+        elapsed = self.env.now - self._settled_at
+        self._settled_at = self.env.now
+        if elapsed > 0 and self._active:
+            self._send_for(elapsed)
+
+    def _schedule(self) -> None:
+        """New rates for the current set; a timer for the first to finish."""
+        self._version += 1  # timers set for the old set are ignored
+        if self._active:
+            delay, due = self._rerate(self.bandwidth_hz / len(self._active))
+            version = self._version
+            self.env.timeout(max(delay, 0.0)).callbacks.append(
+                lambda _e: self._on_timer(version, due))
 
     # the state, as floats on the transfers
 
@@ -134,27 +144,19 @@ class SharedBand(Channel):
         return [tx for tx in self._active
                 if tx is due or tx.remaining_bits <= 1e-9 * tx.bits + 1e-6]
 
-    def _settle(self) -> None:
-        """Charge every active transfer the bits it sent since the last change."""
-        elapsed = self.env.now - self._settled_at
-        self._settled_at = self.env.now
-        if elapsed > 0:
-            for tx in self._active:
-                tx.remaining_bits -= tx.rate_bps * elapsed
+    def _send_for(self, elapsed_s: float) -> None:
+        for tx in self._active:
+            tx.remaining_bits -= tx.rate_bps * elapsed_s
 
-    def _schedule(self) -> None:
-        """New rates for the current set; a timer for the first to finish."""
-        if not self._active:
-            self._version += 1
-            return
-        share = self.bandwidth_hz / len(self._active)
-        scale, log1p = share / LN2, math.log1p  # shannon_rate_bps, inlined: the hot loop
+    def _rerate(self, share_hz: float) -> tuple[float, Transmission]:
+        """Every active transfer's rate on `share_hz`; the delay to the first finish and who."""
+        scale, log1p = share_hz / LN2, math.log1p  # shannon_rate_bps, inlined: the hot loop
         due, delay = None, math.inf
         for tx in self._active:
-            rate = tx.rate_bps = scale * log1p(tx.snr_hz / share)
+            rate = tx.rate_bps = scale * log1p(tx.snr_hz / share_hz)
             if tx.remaining_bits / rate < delay:
                 due, delay = tx, tx.remaining_bits / rate
-        self._arm(delay, due)
+        return delay, due
 
 
 class SharedBandArrays(SharedBand):
@@ -187,19 +189,12 @@ class SharedBandArrays(SharedBand):
         done[self._active.index(due)] = True
         return [self._active[i] for i in np.flatnonzero(done)]
 
-    def _settle(self) -> None:
-        elapsed = self.env.now - self._settled_at
-        self._settled_at = self.env.now
-        if elapsed > 0 and self._active:
-            self._columns[0, :len(self._active)] -= self._rates * elapsed
+    def _send_for(self, elapsed_s: float) -> None:
+        self._columns[0, :len(self._active)] -= self._rates * elapsed_s
 
-    def _schedule(self) -> None:
+    def _rerate(self, share_hz: float) -> tuple[float, Transmission]:
         n = len(self._active)
-        if not n:
-            self._version += 1
-            return
-        share = self.bandwidth_hz / n
-        self._rates = shannon_rate_bps(share, self._columns[1, :n])
+        self._rates = shannon_rate_bps(share_hz, self._columns[1, :n])
         delays = self._columns[0, :n] / self._rates
         first = int(delays.argmin())
-        self._arm(float(delays[first]), self._active[first])
+        return float(delays[first]), self._active[first]
