@@ -39,21 +39,35 @@ def main(argv=None) -> dict[str, pd.DataFrame]:
     p.add_argument("--taus", help="default 1,2,5,10,20,50, or the scenario's sweep: section")
     p.add_argument("--seeds", help="default 0,1,2, or the scenario's sweep: section")
     p.add_argument("--target", type=float, default=0.9)
-    p.add_argument("--metric", default="test_accuracy",
-                   help="accuracy column the target applies to, e.g. client_accuracy_worst")
+    p.add_argument(
+        "--metric",
+        default="test_accuracy",
+        help="accuracy column the target applies to, e.g. client_accuracy_worst",
+    )
     p.add_argument("--cost", default="joules", choices=("joules", "seconds", "rounds", "bits"))
     p.add_argument("--rounds", type=int, help="run.rounds (default: the scenario's)")
     p.add_argument("--workers", type=int, default=2)
-    p.add_argument("--ray", nargs="?", const="local", metavar="ADDRESS",
-                   help="run the points on Ray (a local instance, or the cluster at ADDRESS)")
+    p.add_argument(
+        "--ray",
+        nargs="?",
+        const="local",
+        metavar="ADDRESS",
+        help="run the points on Ray (a local instance, or the cluster at ADDRESS)",
+    )
     p.add_argument("--out", default="runs/tau_energy")
     p.add_argument("--smoke", action="store_true", help="two taus, two seeds, few rounds")
     args = p.parse_args(argv)
     _, in_file = load_base(args.scenario)
-    taus = None if TAU in in_file.grid and not args.taus else \
-        [int(t) for t in (args.taus or "1,2,5,10,20,50").split(",")]
-    seeds = None if in_file.seeds and not args.seeds else \
-        [int(s) for s in (args.seeds or "0,1,2").split(",")]
+    taus = (
+        None
+        if TAU in in_file.grid and not args.taus
+        else [int(t) for t in (args.taus or "1,2,5,10,20,50").split(",")]
+    )
+    seeds = (
+        None
+        if in_file.seeds and not args.seeds
+        else [int(s) for s in (args.seeds or "0,1,2").split(",")]
+    )
     fixed = ["run.eval_every=1"]
     if args.rounds:
         fixed.append(f"run.rounds={args.rounds}")
@@ -63,9 +77,14 @@ def main(argv=None) -> dict[str, pd.DataFrame]:
     if args.metric == "test_accuracy":  # the run can stop there; later rounds change nothing
         fixed.append(f"run.target_accuracy={args.target}")
     spec = spec_from({TAU: taus} if taus else None, seeds=seeds, fixed=fixed)
-    result = run_sweep(args.scenario, spec, workers=args.workers, out_dir=args.out,
-                       backend="ray" if args.ray else "local",
-                       address=None if args.ray in (None, "local") else args.ray)
+    result = run_sweep(
+        args.scenario,
+        spec,
+        workers=args.workers,
+        out_dir=args.out,
+        backend="ray" if args.ray else "local",
+        address=None if args.ray in (None, "local") else args.ray,
+    )
     bad = result.table[~result.table.status.isin(("completed", "diverged"))]
     if len(bad):
         print(f"{len(bad)} points did not finish:\n{show(bad)}\n")
@@ -82,16 +101,29 @@ def main(argv=None) -> dict[str, pd.DataFrame]:
     table = per_run.pivot_table(index=[*cell, TAU], columns="seed", values=cost, dropna=False)
     print(show(table.rename(columns=lambda s: f"seed {s}").reset_index()))
     print(f"\nbest tau per cell, chosen per seed on {cost} (not reached = infinite):")
-    shown = [*cell, "best_tau", "best_tau_per_seed", "best_tau_median", "best_tau_min",
-             "best_tau_max", f"{cost}_median", f"{cost}_min", f"{cost}_max", "runner_up_tau",
-             "within_spread"]
+    shown = [
+        *cell,
+        "best_tau",
+        "best_tau_per_seed",
+        "best_tau_median",
+        "best_tau_min",
+        "best_tau_max",
+        f"{cost}_median",
+        f"{cost}_min",
+        f"{cost}_max",
+        "runner_up_tau",
+        "within_spread",
+    ]
     print(show(per_cell[shown]))
-    print(f"\nwithin_spread: another tau's median {args.cost} lies inside the winner's range "
-          "over seeds, so the winner is not clear")
-    print(f"sweep wall time {result.wall_s:.1f} s ({len(result.ran)} points run, "
-          f"{len(result.skipped)} reused from {out}/); tables in {out}/")
-    return {"per_run": per_run, "per_seed": per_seed, "per_cell": per_cell,
-            "points": result.table}
+    print(
+        f"\nwithin_spread: another tau's median {args.cost} lies inside the winner's range "
+        "over seeds, so the winner is not clear"
+    )
+    print(
+        f"sweep wall time {result.wall_s:.1f} s ({len(result.ran)} points run, "
+        f"{len(result.skipped)} reused from {out}/); tables in {out}/"
+    )
+    return {"per_run": per_run, "per_seed": per_seed, "per_cell": per_cell, "points": result.table}
 
 
 if __name__ == "__main__":

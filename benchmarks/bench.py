@@ -48,19 +48,29 @@ def matmul_peak_gflops(reps: int, n: int = 1024) -> float:
     """Best single-thread GFLOP/s of an n x n float32 matrix product."""
     a, b = torch.randn(n, n), torch.randn(n, n)
     a @ b
-    return 2 * n ** 3 / min(cpu_seconds(lambda: a @ b) for _ in range(reps)) / 1e9
+    return 2 * n**3 / min(cpu_seconds(lambda: a @ b) for _ in range(reps)) / 1e9
 
 
 def paper_cnn() -> nn.Module:
     """The MNIST CNN of the Delta-SGD paper's code, without its dropout layers."""
-    return nn.Sequential(nn.Conv2d(1, 10, 5), nn.MaxPool2d(2), nn.ReLU(),
-                         nn.Conv2d(10, 20, 5), nn.MaxPool2d(2), nn.ReLU(), nn.Flatten(),
-                         nn.Linear(320, 50), nn.ReLU(), nn.Linear(50, 10))
+    return nn.Sequential(
+        nn.Conv2d(1, 10, 5),
+        nn.MaxPool2d(2),
+        nn.ReLU(),
+        nn.Conv2d(10, 20, 5),
+        nn.MaxPool2d(2),
+        nn.ReLU(),
+        nn.Flatten(),
+        nn.Linear(320, 50),
+        nn.ReLU(),
+        nn.Linear(50, 10),
+    )
 
 
 def workloads():
     """(name, trainer, start params [C, P], batches [C, T, B]) for (a) and (b)."""
-    from flnet.learn import cohort, data as data_mod, models
+    from flnet.learn import cohort, models
+    from flnet.learn import data as data_mod
     from flnet.scenario import DataConfig, MlpConfig
 
     cpu = torch.device("cpu")
@@ -68,16 +78,22 @@ def workloads():
     mlp = models.build(MlpConfig(hidden=[64]), digits.input_shape, 10, seed=0, device=cpu)
     clients = torch.arange(100).numpy()
     rows = data_mod.minibatches(digits, clients, 1, [10] * 100, 32, seed=0)
-    yield ("(a) MLP 64-64-10, digits, 100 clients x 10 steps, batch 32",
-           cohort.Trainer(mlp, digits.x_train, digits.y_train),
-           mlp.init_params().expand(100, -1), rows)
+    yield (
+        "(a) MLP 64-64-10, digits, 100 clients x 10 steps, batch 32",
+        cohort.Trainer(mlp, digits.x_train, digits.y_train),
+        mlp.init_params().expand(100, -1),
+        rows,
+    )
     g = torch.Generator().manual_seed(0)
     x, y = torch.randn(5000, 1, 28, 28, generator=g), torch.randint(0, 10, (5000,), generator=g)
     torch.manual_seed(0)
     cnn = models.Model(paper_cnn(), (1, 28, 28))
-    yield ("(b) CNN 2 conv + 2 fc, 28x28, 50 clients x 10 steps, batch 32",
-           cohort.Trainer(cnn, x, y), cnn.init_params().expand(50, -1),
-           torch.randint(0, 5000, (50, 10, 32), generator=g))
+    yield (
+        "(b) CNN 2 conv + 2 fc, 28x28, 50 clients x 10 steps, batch 32",
+        cohort.Trainer(cnn, x, y),
+        cnn.init_params().expand(50, -1),
+        torch.randint(0, 5000, (50, 10, 32), generator=g),
+    )
 
 
 def training_table(peak_gflops: float, reps: int) -> None:
@@ -92,19 +108,25 @@ def training_table(peak_gflops: float, reps: int) -> None:
         variants = {"batched": {"path": "batched"}, "sequential": {"path": "sequential"}}
         if isinstance(trainer.default_value_and_grad, cohort.DenseStack):
             # the same maths through the generic engine (vmap + autograd), for comparison
-            variants["batched, generic engine"] = {"path": "batched",
-                                                   "loss_fn": cohort.cross_entropy}
+            variants["batched, generic engine"] = {
+                "path": "batched",
+                "loss_fn": cohort.cross_entropy,
+            }
         best = {}
         for label, kwargs in variants.items():
             train = lambda: trainer.train(params, rows, steps, optim.sgd(0.05), **kwargs)  # noqa
             train()
             best[label] = min(cpu_seconds(train) for _ in range(reps))
             rate = gflop / best[label]
-            print(f"{name if label == 'batched' else '':64.64} {samples / best[label]:14,.0f} "
-                  f"{rate:12.2f} {100 * rate / peak_gflops:9.1f}%  {label}")
+            print(
+                f"{name if label == 'batched' else '':64.64} {samples / best[label]:14,.0f} "
+                f"{rate:12.2f} {100 * rate / peak_gflops:9.1f}%  {label}"
+            )
         auto = trainer.clients_per_call(c, b, "auto", optim.sgd(0.05))
-        print(f"{'':64} batched / sequential: {best['sequential'] / best['batched']:.1f}x; "
-              f"path auto takes {auto} client{'s' * (auto > 1)} per call")
+        print(
+            f"{'':64} batched / sequential: {best['sequential'] / best['batched']:.1f}x; "
+            f"path auto takes {auto} client{'s' * (auto > 1)} per call"
+        )
 
 
 # ---------------------------------------------------------------- shared band
@@ -143,10 +165,10 @@ def scenario_child(path: str, overrides: list[str], write: bool) -> None:
     """Run one scenario and print what the parent reports, as JSON."""
     # imports are excluded from the timing, as in BENCHMARKS.md, including the ones pandas,
     # scikit-learn and torch make lazily on first use
-    import pyarrow.pandas_compat  # noqa: F401
+    import pyarrow.pandas_compat
     import pyarrow.parquet  # noqa: F401
-    import sklearn.datasets  # noqa: F401
-    import sklearn.datasets.descr  # noqa: F401
+    import sklearn.datasets
+    import sklearn.datasets.descr
     import sklearn.model_selection  # noqa: F401
     import torch.utils.serialization  # noqa: F401
 
@@ -176,17 +198,29 @@ def scenario_child(path: str, overrides: list[str], write: bool) -> None:
         res = run(path, [*overrides, f"output.dir={out}"], write=write)
         spent.update(wall_s=time.perf_counter() - wall, cpu_s=time.process_time() - cpu)
     acc = res.records.set_index("round").test_accuracy
-    spent.update(accuracy={int(r): round(float(a), 4) for r, a in acc.items() if r % 10 == 0},
-                 peak_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+    spent.update(
+        accuracy={int(r): round(float(a), 4) for r, a in acc.items() if r % 10 == 0},
+        peak_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    )
     print(json.dumps(spent))
 
 
 def scenario_runs(path: Path, *overrides: str, write: bool = False, reps: int = 1) -> list:
     """`reps` runs, each in a fresh process."""
-    cmd = [sys.executable, __file__, "--child", str(path), *(f"--child-set={o}" for o in overrides),
-           *(["--child-write"] if write else [])]
-    return [json.loads(subprocess.run(cmd, capture_output=True, text=True, check=True)
-                       .stdout.splitlines()[-1]) for _ in range(reps)]
+    cmd = [
+        sys.executable,
+        __file__,
+        "--child",
+        str(path),
+        *(f"--child-set={o}" for o in overrides),
+        *(["--child-write"] if write else []),
+    ]
+    return [
+        json.loads(
+            subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.splitlines()[-1]
+        )
+        for _ in range(reps)
+    ]
 
 
 def scenario(path: Path, *overrides: str, write: bool = False, reps: int = 1) -> dict:
@@ -198,24 +232,34 @@ def scenarios_report(reps: int, quick: bool) -> None:
     w1 = scenario(HERE / "w1.yaml", reps=reps)
     acc = {int(k): v for k, v in w1["accuracy"].items()}
     curve = " ".join(f"{acc[k]:.4f}" for k in sorted(acc) if k)
-    print(f"W1 scenario (benchmarks/w1.yaml): {w1['wall_s']:.2f} s wall ({w1['cpu_s']:.2f} CPU-s), "
-          f"local training {w1['train_wall_s']:.2f} s; accuracy {curve}")
+    print(
+        f"W1 scenario (benchmarks/w1.yaml): {w1['wall_s']:.2f} s wall ({w1['cpu_s']:.2f} CPU-s), "
+        f"local training {w1['train_wall_s']:.2f} s; accuracy {curve}"
+    )
     print(f"  Flower's 60.3 s (BENCHMARKS.md) / this: {FLOWER_W1_WALL_S / w1['wall_s']:.0f}x")
     quickstart = HERE.parent / "scenarios" / "quickstart.yaml"
-    for label, overrides in (("as `flnet run` runs it", ()),
-                             ("a checkpoint every 10 rounds", ("run.checkpoint_every=10",))):
+    for label, overrides in (
+        ("as `flnet run` runs it", ()),
+        ("a checkpoint every 10 rounds", ("run.checkpoint_every=10",)),
+    ):
         runs = scenario_runs(quickstart, *overrides, write=True, reps=1 if quick else 7)
         wall = statistics.median(r["wall_s"] for r in runs)
-        train, steps = ([100 * (1 - r[key + "_wall_s"] / r["wall_s"]) for r in runs]
-                        for key in ("train", "trainer"))
-        print(f"quickstart, {label}, median of {len(runs)}: {wall:.2f} s wall; outside local "
-              f"training (World.local_train) {statistics.median(train):.0f}% "
-              f"[{min(train):.0f}-{max(train):.0f}], outside the trainer's steps "
-              f"{statistics.median(steps):.0f}%")
+        train, steps = (
+            [100 * (1 - r[key + "_wall_s"] / r["wall_s"]) for r in runs]
+            for key in ("train", "trainer")
+        )
+        print(
+            f"quickstart, {label}, median of {len(runs)}: {wall:.2f} s wall; outside local "
+            f"training (World.local_train) {statistics.median(train):.0f}% "
+            f"[{min(train):.0f}-{max(train):.0f}], outside the trainer's steps "
+            f"{statistics.median(steps):.0f}%"
+        )
     rounds = 20 if quick else 100
     big = scenario(HERE / "digits_1000.yaml", f"run.rounds={rounds}")
-    print(f"1000 clients (benchmarks/digits_1000.yaml, {rounds} rounds): peak memory "
-          f"{big['peak_rss_mb']:.0f} MB, {big['wall_s']:.2f} s wall")
+    print(
+        f"1000 clients (benchmarks/digits_1000.yaml, {rounds} rounds): peak memory "
+        f"{big['peak_rss_mb']:.0f} MB, {big['wall_s']:.2f} s wall"
+    )
 
 
 def compare_w1(other: Path, reps: int = 7) -> None:
@@ -225,8 +269,12 @@ def compare_w1(other: Path, reps: int = 7) -> None:
 
     def child(root: Path) -> dict:
         env = {**os.environ, "PYTHONPATH": str(root)}
-        cmd = [sys.executable, str(root / "benchmarks" / "bench.py"), "--child",
-               str(HERE / "w1.yaml")]
+        cmd = [
+            sys.executable,
+            str(root / "benchmarks" / "bench.py"),
+            "--child",
+            str(HERE / "w1.yaml"),
+        ]
         out = subprocess.run(cmd, capture_output=True, text=True, check=True, env=env, cwd=root)
         return json.loads(out.stdout.splitlines()[-1])
 
@@ -276,56 +324,81 @@ def population_child(path: str, overrides: list[str]) -> None:
     run(path, overrides, write=False, observers=(clock,))
     steps = clock.steps_s[1:]
     per_round = [[b[i] - a[i] for a, b in zip(steps, steps[1:])] for i in (0, 1)]
-    print(json.dumps({"build_s": clock.start_s - wall, "build_cpu_s": clock.start_cpu_s - cpu,
-                      "round_s": statistics.median(per_round[0]),
-                      "round_cpu_s": statistics.median(per_round[1]),
-                      "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+    print(
+        json.dumps(
+            {
+                "build_s": clock.start_s - wall,
+                "build_cpu_s": clock.start_cpu_s - cpu,
+                "round_s": statistics.median(per_round[0]),
+                "round_cpu_s": statistics.median(per_round[1]),
+                "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+            }
+        )
+    )
 
 
 def population_case(*overrides: str) -> dict:
-    cmd = [sys.executable, __file__, "--population-child",
-           str(HERE.parent / "scenarios" / "million.yaml"),
-           *(f"--child-set={o}" for o in overrides)]
-    return json.loads(subprocess.run(cmd, capture_output=True, text=True, check=True)
-                      .stdout.splitlines()[-1])
+    cmd = [
+        sys.executable,
+        __file__,
+        "--population-child",
+        str(HERE.parent / "scenarios" / "million.yaml"),
+        *(f"--child-set={o}" for o in overrides),
+    ]
+    return json.loads(
+        subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.splitlines()[-1]
+    )
 
 
 def population_report(quick: bool) -> None:
     """The issue's cases for populations at scale, each in a fresh process."""
     rounds = 5 if quick else 10
-    print(f"FedAvg on scenarios/million.yaml (synthetic, natural partition, logistic, 100 "
-          f"clients a round, {rounds} rounds), by registered clients:")
+    print(
+        f"FedAvg on scenarios/million.yaml (synthetic, natural partition, logistic, 100 "
+        f"clients a round, {rounds} rounds), by registered clients:"
+    )
     base = None
     for n in POPULATION_SIZES:
         r = population_case(f"clients.count={n}", f"run.rounds={rounds}")
         base = base or r
-        print(f"  {n:>10,}: built in {r['build_s']:5.2f} s ({r['build_cpu_s']:5.2f} CPU-s); a "
-              f"round {r['round_s'] * 1e3:5.0f} ms ({r['round_cpu_s'] * 1e3:4.0f} CPU-ms, "
-              f"{r['round_cpu_s'] / base['round_cpu_s']:.2f}x 10k's); peak RSS "
-              f"{r['peak_rss_mb']:5.0f} MB (+{r['peak_rss_mb'] - base['peak_rss_mb']:.0f} MB "
-              f"over 10k)")
+        print(
+            f"  {n:>10,}: built in {r['build_s']:5.2f} s ({r['build_cpu_s']:5.2f} CPU-s); a "
+            f"round {r['round_s'] * 1e3:5.0f} ms ({r['round_cpu_s'] * 1e3:4.0f} CPU-ms, "
+            f"{r['round_cpu_s'] / base['round_cpu_s']:.2f}x 10k's); peak RSS "
+            f"{r['peak_rss_mb']:5.0f} MB (+{r['peak_rss_mb'] - base['peak_rss_mb']:.0f} MB "
+            f"over 10k)"
+        )
     from flnet.algorithms import ALGORITHMS
+
     if "scaffold" not in ALGORITHMS:
         print("SCAFFOLD: not in this checkout")
         return
     rounds = 10 if quick else 50
-    r = population_case("algorithm.name=scaffold", "data.synthetic.num_features=784",
-                        f"run.rounds={rounds}")
-    print(f"SCAFFOLD, 1,000,000 clients, 100 a round, {rounds} rounds, logistic on 784 "
-          f"features (7,850 parameters): built in {r['build_s']:.2f} s; a round "
-          f"{r['round_s'] * 1e3:.0f} ms ({r['round_cpu_s'] * 1e3:.0f} CPU-ms); peak RSS "
-          f"{r['peak_rss_mb']:.0f} MB")
+    r = population_case(
+        "algorithm.name=scaffold", "data.synthetic.num_features=784", f"run.rounds={rounds}"
+    )
+    print(
+        f"SCAFFOLD, 1,000,000 clients, 100 a round, {rounds} rounds, logistic on 784 "
+        f"features (7,850 parameters): built in {r['build_s']:.2f} s; a round "
+        f"{r['round_s'] * 1e3:.0f} ms ({r['round_cpu_s'] * 1e3:.0f} CPU-ms); peak RSS "
+        f"{r['peak_rss_mb']:.0f} MB"
+    )
 
 
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="one repeat; a shorter 1000-client run")
-    p.add_argument("--compare-w1", metavar="CHECKOUT", type=Path,
-                   help="only W1's median wall time over 7 fresh runs here and in CHECKOUT, "
-                   "interleaved")
-    p.add_argument("--population", action="store_true",
-                   help="only the population cases: FedAvg at 10k, 1M and 10M clients, "
-                        "SCAFFOLD at 1M")
+    p.add_argument(
+        "--compare-w1",
+        metavar="CHECKOUT",
+        type=Path,
+        help="only W1's median wall time over 7 fresh runs here and in CHECKOUT, interleaved",
+    )
+    p.add_argument(
+        "--population",
+        action="store_true",
+        help="only the population cases: FedAvg at 10k, 1M and 10M clients, SCAFFOLD at 1M",
+    )
     p.add_argument("--population-child", help=argparse.SUPPRESS)
     p.add_argument("--child", help=argparse.SUPPRESS)
     p.add_argument("--child-set", action="append", default=[], help=argparse.SUPPRESS)

@@ -19,9 +19,11 @@ import tempfile
 import time
 
 COMMANDS = (["--help"], ["--version"], ["schema", "-o", os.devnull])
-PROBE = ("import sys, runpy\nsys.argv = ['flnet', *sys.argv[1:]]\ntry:\n"
-         "    runpy.run_module('flnet.cli', run_name='__main__')\nexcept SystemExit:\n    pass\n"
-         "print('torch' in sys.modules, file=sys.stderr)")
+PROBE = (
+    "import sys, runpy\nsys.argv = ['flnet', *sys.argv[1:]]\ntry:\n"
+    "    runpy.run_module('flnet.cli', run_name='__main__')\nexcept SystemExit:\n    pass\n"
+    "print('torch' in sys.modules, file=sys.stderr)"
+)
 
 
 def main() -> None:
@@ -33,17 +35,21 @@ def main() -> None:
             walls, cpus, code = [], [], 0
             for _ in range(n):
                 start, before = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
-                code = subprocess.run([sys.executable, "-m", "flnet.cli", *argv],
-                                      capture_output=True).returncode
+                code = subprocess.run(
+                    [sys.executable, "-m", "flnet.cli", *argv], capture_output=True
+                ).returncode
                 walls.append(time.perf_counter() - start)
                 after = resource.getrusage(resource.RUSAGE_CHILDREN)
                 cpus.append(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime)
-            probe = subprocess.run([sys.executable, "-c", PROBE, *argv], capture_output=True,
-                                   text=True)
+            probe = subprocess.run(
+                [sys.executable, "-c", PROBE, *argv], capture_output=True, text=True
+            )
             torch = probe.stderr.strip().splitlines()[-1]
-            print(f"flnet {argv[0]:10s} wall median {statistics.median(walls):.3f} s (range "
-                  f"{min(walls):.3f}-{max(walls):.3f}), CPU median {statistics.median(cpus):.3f} "
-                  f"s, {n} runs, exit {code}; torch imported: {torch}")
+            print(
+                f"flnet {argv[0]:10s} wall median {statistics.median(walls):.3f} s (range "
+                f"{min(walls):.3f}-{max(walls):.3f}), CPU median {statistics.median(cpus):.3f} "
+                f"s, {n} runs, exit {code}; torch imported: {torch}"
+            )
 
 
 if __name__ == "__main__":

@@ -13,13 +13,30 @@ from importlib import import_module
 
 from flnet.errors import DataError, FlnetError, ScenarioError, UnitWarning
 
-__all__ = ["run", "sweep", "Result", "load_scenario", "Scenario", "Observer", "Progress",
-           "FlnetError", "ScenarioError", "DataError", "UnitWarning"]
+__all__ = [
+    "run",
+    "sweep",
+    "Result",
+    "load_scenario",
+    "Scenario",
+    "Observer",
+    "Progress",
+    "FlnetError",
+    "ScenarioError",
+    "DataError",
+    "UnitWarning",
+]
 __version__ = "0.1.0"
 
-_LAZY = {"run": "flnet.runner", "Result": "flnet.runner", "sweep": "flnet.sweeps",
-         "load_scenario": "flnet.scenario", "Scenario": "flnet.scenario",
-         "Observer": "flnet.sim.world", "Progress": "flnet.sim.world"}
+_LAZY = {
+    "run": "flnet.runner",
+    "Result": "flnet.runner",
+    "sweep": "flnet.sweeps",
+    "load_scenario": "flnet.scenario",
+    "Scenario": "flnet.scenario",
+    "Observer": "flnet.sim.world",
+    "Progress": "flnet.sim.world",
+}
 
 
 def __getattr__(name: str):

@@ -32,8 +32,12 @@ def swept_columns(df: pd.DataFrame) -> list[str]:
     return [c for c in df.columns if "." in c]
 
 
-def to_target(records: pd.DataFrame, target: float, metric: str = "test_accuracy",
-              keys: list[str] | None = None) -> pd.DataFrame:
+def to_target(
+    records: pd.DataFrame,
+    target: float,
+    metric: str = "test_accuracy",
+    keys: list[str] | None = None,
+) -> pd.DataFrame:
     """One row per run: the rounds, seconds, joules (compute and radio) and bits spent up to
     the first evaluation with `metric` >= `target`.
 
@@ -43,16 +47,17 @@ def to_target(records: pd.DataFrame, target: float, metric: str = "test_accuracy
     Columns that are constant within a run (swept fields, seed) are carried along.
     """
     if metric not in records:
-        raise FlnetError(f"no column {metric!r} in the records; accuracy columns: "
-                         f"{', '.join(c for c in records.columns if 'accuracy' in c)}")
+        raise FlnetError(
+            f"no column {metric!r} in the records; accuracy columns: "
+            f"{', '.join(c for c in records.columns if 'accuracy' in c)}"
+        )
     if not 0 < target <= 1:
         raise FlnetError(f"target must be in (0, 1], got {target}")
     keys = keys or _run_keys(records)
     rows = []
     for _, run in records.groupby(keys, sort=False, dropna=False):  # in the sweep's order
         run = run.sort_values("round", kind="stable")
-        carried = {c: run[c].iloc[0] for c in run.columns
-                   if c in keys or c == "seed" or "." in c}
+        carried = {c: run[c].iloc[0] for c in run.columns if c in keys or c == "seed" or "." in c}
         hit = run[run[metric] >= target]
         first = hit.iloc[0] if len(hit) else None
         last = run.iloc[-1]
@@ -70,19 +75,28 @@ def to_target(records: pd.DataFrame, target: float, metric: str = "test_accuracy
 def _costs(row) -> dict:
     """Cumulative costs at one evaluation (NaN for none)."""
     if row is None:
-        return dict.fromkeys(("rounds", "seconds", "joules", "joules_compute", "joules_radio",
-                              "bits"), math.nan)
-    radio = sum(row.get(c, 0.0) for c in ("energy_uplink_j", "energy_downlink_j",
-                                         "energy_d2d_j"))
+        return dict.fromkeys(
+            ("rounds", "seconds", "joules", "joules_compute", "joules_radio", "bits"), math.nan
+        )
+    radio = sum(row.get(c, 0.0) for c in ("energy_uplink_j", "energy_downlink_j", "energy_d2d_j"))
     bits = sum(row.get(c, 0.0) for c in ("bits_up", "bits_down", "bits_d2d"))
-    return {"rounds": row["round"], "seconds": row["sim_time_s"], "joules": row["energy_j"],
-            "joules_compute": row.get("energy_compute_j", math.nan), "joules_radio": radio,
-            "bits": bits}
+    return {
+        "rounds": row["round"],
+        "seconds": row["sim_time_s"],
+        "joules": row["energy_j"],
+        "joules_compute": row.get("energy_compute_j", math.nan),
+        "joules_radio": radio,
+        "bits": bits,
+    }
 
 
-def best_tau(per_run: pd.DataFrame, cost: str = "joules", tau: str = TAU,
-             cell: list[str] | None = None, seed: str = "seed") -> tuple[pd.DataFrame,
-                                                                          pd.DataFrame]:
+def best_tau(
+    per_run: pd.DataFrame,
+    cost: str = "joules",
+    tau: str = TAU,
+    cell: list[str] | None = None,
+    seed: str = "seed",
+) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The tau that minimises `cost`-to-target (rounds, seconds, joules or bits), per seed in
     each cell of the other swept fields; not reached counts as infinity.
 
@@ -108,10 +122,14 @@ def best_tau(per_run: pd.DataFrame, cost: str = "joules", tau: str = TAU,
         key = key if isinstance(key, tuple) else (key,)
         group = group.sort_values(tau, kind="stable")  # a tie goes to the smaller tau
         best = group.loc[group._cost.idxmin()] if np.isfinite(group._cost).any() else None
-        per_seed.append({**dict(zip([*cell, *seeds], key)),
-                         "best_tau": best[tau] if best is not None else math.nan,
-                         f"best_{column}": best._cost if best is not None else math.inf,
-                         "taus_tried": len(group)})
+        per_seed.append(
+            {
+                **dict(zip([*cell, *seeds], key)),
+                "best_tau": best[tau] if best is not None else math.nan,
+                f"best_{column}": best._cost if best is not None else math.inf,
+                "taus_tried": len(group),
+            }
+        )
     per_seed = pd.DataFrame(per_seed)
 
     per_cell = []
@@ -129,20 +147,22 @@ def best_tau(per_run: pd.DataFrame, cost: str = "joules", tau: str = TAU,
         row.update(
             seeds=len(mine),
             best_tau=winner if winner is not None else math.nan,
-            **{f"{column}_median": median.get(winner, math.inf),
-               f"{column}_min": by_tau.min().get(winner, math.inf),
-               f"{column}_max": by_tau.max().get(winner, math.inf)},
+            **{
+                f"{column}_median": median.get(winner, math.inf),
+                f"{column}_min": by_tau.min().get(winner, math.inf),
+                f"{column}_max": by_tau.max().get(winner, math.inf),
+            },
             best_tau_per_seed=", ".join(_fmt(t) for t in mine.best_tau),
             best_tau_median=taus.median() if len(taus) else math.nan,
             best_tau_min=taus.min() if len(taus) else math.nan,
             best_tau_max=taus.max() if len(taus) else math.nan,
         )
         others = median.drop(winner) if winner is not None else median
-        row["runner_up_tau"] = others.idxmin() if len(others) and np.isfinite(others).any() \
-            else math.nan
+        row["runner_up_tau"] = (
+            others.idxmin() if len(others) and np.isfinite(others).any() else math.nan
+        )
         row[f"runner_up_{column}_median"] = others.min() if len(others) else math.inf
-        row["within_spread"] = winner is None or bool(
-            (others <= by_tau.max()[winner]).any())
+        row["within_spread"] = winner is None or bool((others <= by_tau.max()[winner]).any())
         per_cell.append(row)
     return per_seed, pd.DataFrame(per_cell)
 
@@ -162,14 +182,19 @@ def pareto(df: pd.DataFrame, objectives: dict[str, str] | None = None) -> pd.Dat
     (at least as good on all, better on one). `objectives` maps columns to "max" or "min";
     the default is final accuracy up, simulated seconds and joules down. Rows with a missing
     objective are never on the front and beat nothing."""
-    objectives = objectives or {"final_test_accuracy": "max", "sim_time_s": "min",
-                                "energy_j": "min"}
+    objectives = objectives or {
+        "final_test_accuracy": "max",
+        "sim_time_s": "min",
+        "energy_j": "min",
+    }
     for c, sense in objectives.items():
         if c not in df or sense not in ("max", "min"):
-            raise FlnetError(f"objective {c!r}: {sense!r}; columns must exist and be 'max' or "
-                             "'min'")
-    values = np.column_stack([df[c].to_numpy(float) * (-1 if s == "max" else 1)
-                              for c, s in objectives.items()])  # all to be minimised
+            raise FlnetError(
+                f"objective {c!r}: {sense!r}; columns must exist and be 'max' or 'min'"
+            )
+    values = np.column_stack(
+        [df[c].to_numpy(float) * (-1 if s == "max" else 1) for c, s in objectives.items()]
+    )  # all to be minimised
     ok = ~np.isnan(values).any(axis=1)
     front = ok.copy()
     for i in np.flatnonzero(ok):

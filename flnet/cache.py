@@ -24,7 +24,7 @@ def load_arrays(path: Path) -> dict[str, np.ndarray] | None:
     try:
         with np.load(path, allow_pickle=False) as f:
             return {k: f[k] for k in f.files}
-    except Exception:  # noqa: BLE001 - a damaged cache entry is regenerated, never an error
+    except Exception:
         return None
 
 

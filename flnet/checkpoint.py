@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import json
 import numbers
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -58,8 +59,11 @@ def _plain(value: Any) -> Any:
     if isinstance(value, dict):
         return {k: _plain(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return type(value)(_plain(v) for v in value) if not hasattr(value, "_fields") \
+        return (
+            type(value)(_plain(v) for v in value)
+            if not hasattr(value, "_fields")
             else {k: _plain(v) for k, v in value._asdict().items()}
+        )
     return value
 
 
@@ -89,13 +93,17 @@ def load(directory: Path, device: torch.device) -> Checkpoint | None:
         payload = torch.load(path, map_location=device, weights_only=True)
     except Exception as e:  # torn, foreign, or not loadable without running code
         first = str(e).strip().splitlines()[0][:160] if str(e).strip() else ""
-        raise FlnetError(f"cannot read checkpoint {path}: it is truncated or not an flnet "
-                         f"checkpoint ({e.__class__.__name__}{': ' + first if first else ''}); "
-                         "start afresh with --force") from None
+        raise FlnetError(
+            f"cannot read checkpoint {path}: it is truncated or not an flnet "
+            f"checkpoint ({e.__class__.__name__}{': ' + first if first else ''}); "
+            "start afresh with --force"
+        ) from None
     problem = _problem(payload)
     if problem:
-        raise FlnetError(f"checkpoint {path} is not an flnet checkpoint of format {FORMAT}: "
-                         f"{problem}; start afresh with --force")
+        raise FlnetError(
+            f"checkpoint {path} is not an flnet checkpoint of format {FORMAT}: "
+            f"{problem}; start afresh with --force"
+        )
     payload.pop("format")
     payload["scenario"] = json.loads(payload["scenario"])
     return Checkpoint(**payload)
@@ -110,12 +118,27 @@ def _problem(payload: Any) -> str | None:
     expected = {"format", *Checkpoint._fields}
     if set(payload) != expected:
         missing, extra = sorted(expected - set(payload)), sorted(set(payload) - expected)
-        return "; ".join(filter(None, (missing and f"missing {', '.join(missing)}",
-                                       extra and f"unexpected {', '.join(map(str, extra))}")))
-    types = {"round": numbers.Integral, "events": numbers.Integral, "now_s": numbers.Real,
-             "state": dict, "world": dict, "ledger_rows": numbers.Integral,
-             "ledger_bytes": numbers.Integral, "records": list,
-             "stop_reason": (str, type(None)), "scenario": str}
+        return "; ".join(
+            filter(
+                None,
+                (
+                    missing and f"missing {', '.join(missing)}",
+                    extra and f"unexpected {', '.join(map(str, extra))}",
+                ),
+            )
+        )
+    types = {
+        "round": numbers.Integral,
+        "events": numbers.Integral,
+        "now_s": numbers.Real,
+        "state": dict,
+        "world": dict,
+        "ledger_rows": numbers.Integral,
+        "ledger_bytes": numbers.Integral,
+        "records": list,
+        "stop_reason": (str, type(None)),
+        "scenario": str,
+    }
     for name, kind in types.items():
         if not isinstance(payload[name], kind) or isinstance(payload[name], bool):
             return f"{name} is a {type(payload[name]).__name__}"

@@ -15,8 +15,14 @@ from pathlib import Path
 
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
-                           TimeElapsedColumn, TimeRemainingColumn)
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 from rich.table import Table
 
 from flnet.errors import FlnetError
@@ -89,14 +95,27 @@ def cmd_run(args) -> int:
     stop = StopOnSignal()
     observers: tuple = (stop,)
     try:
-        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                      TimeElapsedColumn(), console=err_console,
-                      disable=args.quiet or not err_console.is_terminal,
-                      transient=True) as progress, stop.installed():
+        with (
+            Progress(
+                TextColumn("{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                console=err_console,
+                disable=args.quiet or not err_console.is_terminal,
+                transient=True,
+            ) as progress,
+            stop.installed(),
+        ):
             if not args.quiet:
                 observers = (ProgressBar(progress, scenario.run.rounds, err_console), stop)
-            result = run(scenario, observers=observers, resume=args.resume, force=args.force,
-                         say=lambda text: err_console.print(escape(text), highlight=False))
+            result = run(
+                scenario,
+                observers=observers,
+                resume=args.resume,
+                force=args.force,
+                say=lambda text: err_console.print(escape(text), highlight=False),
+            )
     except Interrupted as e:
         err_console.print(f"[bold red]{escape(str(e))}[/]", highlight=False)
         if e.resumable:
@@ -108,13 +127,17 @@ def cmd_run(args) -> int:
         err_console.print(
             f"[bold]interrupted[/] ({stop.signal}) at round {result.checkpoint_round}: the "
             f"checkpoint of that round, the records, ledger and summary so far are in "
-            f"{escape(str(result.output_dir))}", highlight=False)
+            f"{escape(str(result.output_dir))}",
+            highlight=False,
+        )
         err_console.print(f"continue with: {escape(resume_command(args))}", highlight=False)
         return 130
     if result.summary["status"] == "diverged":
-        err_console.print(f"[bold red]diverged[/] at round {result.summary['diverged_round']}: "
-                          "the model or its loss is no longer finite; the records up to the "
-                          "last finite round are kept")
+        err_console.print(
+            f"[bold red]diverged[/] at round {result.summary['diverged_round']}: "
+            "the model or its loss is no longer finite; the records up to the "
+            "last finite round are kept"
+        )
         return 3
     return 0
 
@@ -134,46 +157,76 @@ def resume_command(args) -> str:
 def cmd_sweep(args) -> int:
     from flnet.sweeps import parse_grid, parse_seeds, run_sweep, spec_from
 
-    spec = spec_from(parse_grid(args.grid or []),
-                     [parse_grid(args.paired, "--paired")] if args.paired else None,
-                     parse_seeds(args.seeds) if args.seeds else None, list(args.set or []))
+    spec = spec_from(
+        parse_grid(args.grid or []),
+        [parse_grid(args.paired, "--paired")] if args.paired else None,
+        parse_seeds(args.seeds) if args.seeds else None,
+        list(args.set or []),
+    )
     backend = "ray" if args.ray is not None else "local"
     address = None if args.ray in (None, "local") else args.ray
-    with Progress(TextColumn("points"), BarColumn(), MofNCompleteColumn(), TextColumn("elapsed"),
-                  TimeElapsedColumn(), TextColumn("left"), TimeRemainingColumn(),
-                  console=err_console, disable=args.quiet, transient=True) as progress:
+    with Progress(
+        TextColumn("points"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("elapsed"),
+        TimeElapsedColumn(),
+        TextColumn("left"),
+        TimeRemainingColumn(),
+        console=err_console,
+        disable=args.quiet,
+        transient=True,
+    ) as progress:
         task = progress.add_task("points", total=None)
 
         def on_progress(done: int, total: int) -> None:
             progress.update(task, completed=done, total=total)
 
         try:
-            result = run_sweep(args.file, spec, workers=args.workers, out_dir=args.out,
-                               backend=backend, address=address, on_progress=on_progress)
+            result = run_sweep(
+                args.file,
+                spec,
+                workers=args.workers,
+                out_dir=args.out,
+                backend=backend,
+                address=address,
+                on_progress=on_progress,
+            )
         except KeyboardInterrupt:
             progress.stop()
-            err_console.print("interrupted: the points that finished are kept; run the same "
-                              "flnet sweep command again to run the others (finished points "
-                              "are not rerun)", soft_wrap=True)
+            err_console.print(
+                "interrupted: the points that finished are kept; run the same "
+                "flnet sweep command again to run the others (finished points "
+                "are not rerun)",
+                soft_wrap=True,
+            )
             return 130
     table = result.table
     print(sweep_text(table))
     for row in table[~table.status.isin(("completed", "diverged"))].to_dict("records"):
         where = ", ".join(f"{k}={row[k]}" for k in spec_columns(table))
         name = row["point"] if isinstance(row["point"], str) else "-"
-        err_console.print(f"point {name} ({where}): {row['status']}: "
-                          f"{escape(str(row['error']))}", highlight=False, soft_wrap=True)
+        err_console.print(
+            f"point {name} ({where}): {row['status']}: {escape(str(row['error']))}",
+            highlight=False,
+            soft_wrap=True,
+        )
     for row in table[table.note.notna()].to_dict("records"):
         where = ", ".join(f"{k}={row[k]}" for k in spec_columns(table))
-        err_console.print(f"note: point {row['point']} ({where}): {row['note']}",
-                          highlight=False, soft_wrap=True)
+        err_console.print(
+            f"note: point {row['point']} ({where}): {row['note']}", highlight=False, soft_wrap=True
+        )
     for warning in result.warnings:
         err_console.print(f"[bold yellow]warning:[/] {escape(warning)}")
     bad = (~table.status.isin(("completed", "diverged"))).sum()
-    print(f"{len(table)} points: {len(result.ran)} run now, {len(result.skipped)} already "
-          f"finished, {bad} not finished; wall time {result.wall_s:.1f} s")
-    print(f"tables in {result.out}/points.csv and {result.out}/records.parquet; each point in "
-          f"{result.out}/<point>/")
+    print(
+        f"{len(table)} points: {len(result.ran)} run now, {len(result.skipped)} already "
+        f"finished, {bad} not finished; wall time {result.wall_s:.1f} s"
+    )
+    print(
+        f"tables in {result.out}/points.csv and {result.out}/records.parquet; each point in "
+        f"{result.out}/<point>/"
+    )
     return 1 if bad else 0
 
 
@@ -183,14 +236,15 @@ SWEEP_SHOWN = ("status", "rounds", "final_test_accuracy", "sim_time_s", "energy_
 def spec_columns(table) -> list[str]:
     """The swept columns of a points table (between `point` and `status`)."""
     cols = list(table.columns)
-    return cols[cols.index("point") + 1:cols.index("status")]
+    return cols[cols.index("point") + 1 : cols.index("status")]
 
 
 def sweep_text(table) -> str:
     """The points table as plain text: full headers, numbers to 4 significant digits."""
     shown = table[["point", *spec_columns(table), *SWEEP_SHOWN]]
-    return shown.to_string(index=False, na_rep="-",
-                           float_format=lambda v: f"{v:.4g}", max_colwidth=40)
+    return shown.to_string(
+        index=False, na_rep="-", float_format=lambda v: f"{v:.4g}", max_colwidth=40
+    )
 
 
 def cmd_analyze(args) -> int:
@@ -211,17 +265,44 @@ def cmd_analyze(args) -> int:
 
     keys = [c for c in per_run.columns if c == "point" or "." in c or c == "seed"]
     print(f"to {args.metric} >= {args.target} (one row per run; '-': not reached)")
-    print(text(per_run[[*keys, "reached", "rounds_to_target", "seconds_to_target",
-                        "joules_to_target", "bits_to_target"]]))
+    print(
+        text(
+            per_run[
+                [
+                    *keys,
+                    "reached",
+                    "rounds_to_target",
+                    "seconds_to_target",
+                    "joules_to_target",
+                    "bits_to_target",
+                ]
+            ]
+        )
+    )
     if args.tau in per_run and per_run[args.tau].nunique() > 1:
         per_seed, per_cell = best_tau(per_run, args.cost, args.tau)
         per_seed.to_csv(out / "best_tau_per_seed.csv", index=False)
         per_cell.to_csv(out / "best_tau.csv", index=False)
         cell = [c for c in per_cell.columns if "." in c]
         print(f"\nbest {args.tau} per cell, chosen per seed on {cost} (not reached = infinite)")
-        print(text(per_cell[[*cell, "best_tau", "best_tau_per_seed", "best_tau_median",
-                             "best_tau_min", "best_tau_max", f"{cost}_median", f"{cost}_min",
-                             f"{cost}_max", "within_spread"]]))
+        print(
+            text(
+                per_cell[
+                    [
+                        *cell,
+                        "best_tau",
+                        "best_tau_per_seed",
+                        "best_tau_median",
+                        "best_tau_min",
+                        "best_tau_max",
+                        f"{cost}_median",
+                        f"{cost}_min",
+                        f"{cost}_max",
+                        "within_spread",
+                    ]
+                ]
+            )
+        )
     points = src / "points.csv" if src.is_dir() else None
     if points is not None and points.exists():
         table = pd.read_csv(points)
@@ -231,8 +312,11 @@ def cmd_analyze(args) -> int:
             front[front.on_front].to_csv(out / "pareto.csv", index=False)
             shown = [c for c in done.columns if c == "point" or "." in c or c == "seed"]
             print("\nPareto front (final accuracy up, simulated seconds and joules down)")
-            print(text(front[front.on_front][[*shown, "final_test_accuracy", "sim_time_s",
-                                              "energy_j"]]))
+            print(
+                text(
+                    front[front.on_front][[*shown, "final_test_accuracy", "sim_time_s", "energy_j"]]
+                )
+            )
     print(f"\ntables in {out}/")
     return 0
 
@@ -242,8 +326,7 @@ def cmd_plot(args) -> int:
 
     out = Path(args.output) if args.output else default_output(args.results, "plots")
     check_target(args.target)
-    written = make_plots(load_results(*args.results), out, target=args.target,
-                         only=args.only)
+    written = make_plots(load_results(*args.results), out, target=args.target, only=args.only)
     for path in written.values():
         print(path)
     return 0
@@ -275,12 +358,15 @@ def cmd_validate(args) -> int:
             _, learner = check(scenario)
         except FlnetError as e:
             text = str(e) if str(e).startswith(str(path)) else f"{path}: {e}"
-            err_console.print(f"[bold red]error:[/] {escape(text)}", highlight=False,
-                              soft_wrap=True)
+            err_console.print(
+                f"[bold red]error:[/] {escape(text)}", highlight=False, soft_wrap=True
+            )
             failed = True
             continue
-        print(f"{path}: ok ({scenario.algorithm.name}, {scenario.clients.count} clients, "
-              f"{learner.model.num_params:,} parameters)")
+        print(
+            f"{path}: ok ({scenario.algorithm.name}, {scenario.clients.count} clients, "
+            f"{learner.model.num_params:,} parameters)"
+        )
     return 2 if failed else 0
 
 
@@ -295,16 +381,24 @@ def cmd_schema(args) -> int:
     return 0
 
 
-def _results_parser(sub, name: str, help: str, *, output: tuple[str, str],
-                    target: str) -> argparse.ArgumentParser:
+def _results_parser(
+    sub, name: str, help: str, *, output: tuple[str, str], target: str
+) -> argparse.ArgumentParser:
     """A command that reads results folders: RESULTS..., -o/--output and --target."""
     p = sub.add_parser(name, help=help)
-    p.add_argument("results", nargs="+", metavar="RESULTS",
-                   help="a run's or a sweep's output folder (several run folders: compared)")
+    p.add_argument(
+        "results",
+        nargs="+",
+        metavar="RESULTS",
+        help="a run's or a sweep's output folder (several run folders: compared)",
+    )
     p.add_argument("-o", "--output", metavar=output[0], help=output[1])
-    p.add_argument("--target", type=float, metavar="ACC",
-                   help=f"{target}, a fraction (default: the scenario's run.target_accuracy, "
-                        "else 0.9)")
+    p.add_argument(
+        "--target",
+        type=float,
+        metavar="ACC",
+        help=f"{target}, a fraction (default: the scenario's run.target_accuracy, else 0.9)",
+    )
     return p
 
 
@@ -312,66 +406,123 @@ def parser() -> argparse.ArgumentParser:
     from flnet import __version__
 
     p = argparse.ArgumentParser(
-        prog="flnet", description="flnet: a discrete-event network-and-energy simulator for "
-        "federated learning. `flnet COMMAND --help` tells more about each command.")
+        prog="flnet",
+        description="flnet: a discrete-event network-and-energy simulator for "
+        "federated learning. `flnet COMMAND --help` tells more about each command.",
+    )
     p.add_argument("--version", action="version", version=f"flnet {__version__}")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
     r = sub.add_parser("run", help="simulate a scenario and write its results")
     r.add_argument("file")
-    r.add_argument("--set", action="append", metavar="FIELD=VALUE",
-                   help="override a field, e.g. --set algorithm.local.lr=0.1 (repeatable)")
+    r.add_argument(
+        "--set",
+        action="append",
+        metavar="FIELD=VALUE",
+        help="override a field, e.g. --set algorithm.local.lr=0.1 (repeatable)",
+    )
     r.add_argument("--out", help="output folder (default: output.dir, or runs/<name>)")
     r.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     again = r.add_mutually_exclusive_group()
-    again.add_argument("--resume", action="store_true",
-                       help="continue the run in the output folder from its checkpoint")
-    again.add_argument("--force", action="store_true",
-                       help="replace the run in the output folder: delete its files first")
+    again.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the run in the output folder from its checkpoint",
+    )
+    again.add_argument(
+        "--force",
+        action="store_true",
+        help="replace the run in the output folder: delete its files first",
+    )
     r.set_defaults(func=cmd_run)
     w = sub.add_parser("sweep", help="run a scenario over a grid of field values and seeds")
-    w.add_argument("file", help="a scenario; its optional sweep: section gives grid, paired, "
-                                "seeds")
-    w.add_argument("--grid", action="append", metavar="FIELD=V1,V2,...",
-                   help="values for one field, e.g. --grid algorithm.local.steps=1,5,10 "
-                        "(repeatable: the sweep is every combination)")
-    w.add_argument("--paired", action="append", metavar="FIELD=V1,V2,...",
-                   help="lists that move together, not crossed (repeatable; equal lengths)")
+    w.add_argument("file", help="a scenario; its optional sweep: section gives grid, paired, seeds")
+    w.add_argument(
+        "--grid",
+        action="append",
+        metavar="FIELD=V1,V2,...",
+        help="values for one field, e.g. --grid algorithm.local.steps=1,5,10 "
+        "(repeatable: the sweep is every combination)",
+    )
+    w.add_argument(
+        "--paired",
+        action="append",
+        metavar="FIELD=V1,V2,...",
+        help="lists that move together, not crossed (repeatable; equal lengths)",
+    )
     w.add_argument("--seeds", metavar="S1,S2,...", help="seeds, e.g. --seeds 0,1,2")
-    w.add_argument("--set", action="append", metavar="FIELD=VALUE",
-                   help="fixed override for every point (repeatable)")
-    w.add_argument("--workers", type=int, default=1,
-                   help="worker processes running points at once (0: in this process)")
-    w.add_argument("--ray", nargs="?", const="local", metavar="ADDRESS",
-                   help="run the points as Ray tasks: on a new local Ray instance, or on the "
-                        "cluster at ADDRESS (e.g. auto, ray://host:10001)")
+    w.add_argument(
+        "--set",
+        action="append",
+        metavar="FIELD=VALUE",
+        help="fixed override for every point (repeatable)",
+    )
+    w.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="worker processes running points at once (0: in this process)",
+    )
+    w.add_argument(
+        "--ray",
+        nargs="?",
+        const="local",
+        metavar="ADDRESS",
+        help="run the points as Ray tasks: on a new local Ray instance, or on the "
+        "cluster at ADDRESS (e.g. auto, ray://host:10001)",
+    )
     w.add_argument("--out", help="sweep folder (default: runs/<name>-sweep)")
     w.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     w.set_defaults(func=cmd_sweep)
     a = sub.add_parser("analyze", help="cost to a target accuracy, best tau, Pareto front")
     a.add_argument("results", help="a sweep or run folder, or a records file")
     a.add_argument("--target", type=float, required=True, help="accuracy to reach, e.g. 0.9")
-    a.add_argument("--metric", default="test_accuracy",
-                   help="accuracy column, e.g. client_accuracy_worst (default test_accuracy)")
-    a.add_argument("--cost", default="joules", choices=("joules", "seconds", "rounds", "bits"),
-                   help="what the best tau minimises (default joules)")
-    a.add_argument("--tau", default="algorithm.local.steps",
-                   help="the swept field to choose (default algorithm.local.steps)")
+    a.add_argument(
+        "--metric",
+        default="test_accuracy",
+        help="accuracy column, e.g. client_accuracy_worst (default test_accuracy)",
+    )
+    a.add_argument(
+        "--cost",
+        default="joules",
+        choices=("joules", "seconds", "rounds", "bits"),
+        help="what the best tau minimises (default joules)",
+    )
+    a.add_argument(
+        "--tau",
+        default="algorithm.local.steps",
+        help="the swept field to choose (default algorithm.local.steps)",
+    )
     a.add_argument("--out", help="where to write the tables (default: the results folder)")
     a.set_defaults(func=cmd_analyze)
-    pl = _results_parser(sub, "plot", "PNG plots of a results folder, a sweep or several runs",
-                         output=("DIR", "folder for the PNGs (default: RESULTS/plots)"),
-                         target="test accuracy for the best-tau heatmap")
-    pl.add_argument("--only", action="append", metavar="NAME",
-                    help="just this plot (repeatable): accuracy_vs_time, accuracy_vs_energy, "
-                         "accuracy_vs_rounds, energy_split, energy_by_device_class, best_tau, "
-                         "consensus_distance")
+    pl = _results_parser(
+        sub,
+        "plot",
+        "PNG plots of a results folder, a sweep or several runs",
+        output=("DIR", "folder for the PNGs (default: RESULTS/plots)"),
+        target="test accuracy for the best-tau heatmap",
+    )
+    pl.add_argument(
+        "--only",
+        action="append",
+        metavar="NAME",
+        help="just this plot (repeatable): accuracy_vs_time, accuracy_vs_energy, "
+        "accuracy_vs_rounds, energy_split, energy_by_device_class, best_tau, "
+        "consensus_distance",
+    )
     pl.set_defaults(func=cmd_plot)
-    rp = _results_parser(sub, "report", "one self-contained HTML report of a results folder",
-                         output=("FILE", "the HTML file (default: RESULTS/report.html)"),
-                         target="test accuracy of the to-target table")
-    rp.add_argument("--screenshot", metavar="PNG",
-                    help="also save a screenshot of the report's first screen (needs selenium "
-                         "and Chromium with its driver)")
+    rp = _results_parser(
+        sub,
+        "report",
+        "one self-contained HTML report of a results folder",
+        output=("FILE", "the HTML file (default: RESULTS/report.html)"),
+        target="test accuracy of the to-target table",
+    )
+    rp.add_argument(
+        "--screenshot",
+        metavar="PNG",
+        help="also save a screenshot of the report's first screen (needs selenium "
+        "and Chromium with its driver)",
+    )
     rp.set_defaults(func=cmd_report)
     v = sub.add_parser("validate", help="check scenario files as run would, without training")
     v.add_argument("files", nargs="+")
@@ -397,8 +548,9 @@ def show_unit_warnings() -> None:
 
     def show(message, category, filename, lineno, file=None, line=None):
         if issubclass(category, UnitWarning):
-            err_console.print(f"[bold yellow]warning:[/] {escape(str(message))}",
-                              highlight=False, soft_wrap=True)
+            err_console.print(
+                f"[bold yellow]warning:[/] {escape(str(message))}", highlight=False, soft_wrap=True
+            )
         else:
             shown(message, category, filename, lineno, file, line)
 
@@ -417,8 +569,9 @@ def main(argv: list[str] | None = None) -> int:
         err_console.print(f"[bold red]error:[/] {escape(str(e))}", highlight=False)
         return 4
     except FlnetError as e:
-        err_console.print(f"[bold red]error:[/] {escape(str(e))}", highlight=False,
-                          soft_wrap=True)  # one line per offending field, however long
+        err_console.print(
+            f"[bold red]error:[/] {escape(str(e))}", highlight=False, soft_wrap=True
+        )  # one line per offending field, however long
         return 2
     except KeyboardInterrupt:
         err_console.print("interrupted")

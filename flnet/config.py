@@ -19,8 +19,9 @@ class Strict(BaseModel):
     """Base for every scenario section: unknown fields are errors, values are immutable, and
     true/false is not a number (pydantic would read them as 1 and 0)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True,
-                              allow_inf_nan=False)
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, validate_default=True, allow_inf_nan=False
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -30,8 +31,10 @@ class Strict(BaseModel):
                 kinds = _types_in(cls.model_fields[name].annotation)
                 if bool not in kinds and kinds & {int, float}:
                     raise PydanticCustomError(
-                        "not_a_number", "{field_name}: expected a number, got {value}",
-                        {"field_name": name, "value": str(value).lower()})
+                        "not_a_number",
+                        "{field_name}: expected a number, got {value}",
+                        {"field_name": name, "value": str(value).lower()},
+                    )
         return data
 
 
@@ -103,8 +106,8 @@ class DeltaSgdConfig(Strict):
 
 
 OptimizerConfig = Annotated[
-    Union[SgdConfig, AdamConfig, AdagradConfig, SpsConfig, DeltaSgdConfig],
-    Field(discriminator="name")]
+    SgdConfig | AdamConfig | AdagradConfig | SpsConfig | DeltaSgdConfig, Field(discriminator="name")
+]
 
 
 class LocalConfig(Strict):
@@ -112,27 +115,38 @@ class LocalConfig(Strict):
     steps on minibatches drawn with replacement, or `epochs` passes over its own data in
     minibatches drawn without replacement (a client with more data takes more steps)."""
 
-    steps: int | None = Field(10, ge=1, le=1_000_000,
-                              description="local steps tau per round (null with epochs)")
+    steps: int | None = Field(
+        10, ge=1, le=1_000_000, description="local steps tau per round (null with epochs)"
+    )
     epochs: int | None = Field(
-        None, ge=1, le=10_000,
-        description="E passes over the client's data per round, ceil(n_k / B) * E steps")
+        None,
+        ge=1,
+        le=10_000,
+        description="E passes over the client's data per round, ceil(n_k / B) * E steps",
+    )
     drop_last: bool = Field(
-        False, description="epochs: drop each epoch's short last batch (floor(n_k / B) * E)")
+        False, description="epochs: drop each epoch's short last batch (floor(n_k / B) * E)"
+    )
     batch_size: int = Field(32, ge=1, le=1_000_000)
     sampling: Literal["with_replacement"] = Field(
         "with_replacement",
-        description="steps: minibatches drawn with replacement from the client's samples")
+        description="steps: minibatches drawn with replacement from the client's samples",
+    )
     optimizer: OptimizerConfig = SgdConfig()
     lr: float | None = Field(
-        None, gt=0, description="learning rate of sgd, adam, adagrad; default: the optimizer's")
+        None, gt=0, description="learning rate of sgd, adam, adagrad; default: the optimizer's"
+    )
     sam_rho: float | None = Field(
-        None, gt=0, description="wrap the optimizer in SAM with this radius (2x gradients)")
+        None, gt=0, description="wrap the optimizer in SAM with this radius (2x gradients)"
+    )
     optimizer_state: Literal["reset", "persist"] = Field(
-        "reset", description="reset: fresh each round; persist: kept per client across rounds")
+        "reset", description="reset: fresh each round; persist: kept per client across rounds"
+    )
     path: Literal["auto", "batched", "sequential"] = Field(
-        "auto", description="train the cohort in one batched call, one client at a time, or "
-                            "in as large batches as fit in memory (auto)")
+        "auto",
+        description="train the cohort in one batched call, one client at a time, or "
+        "in as large batches as fit in memory (auto)",
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -150,7 +164,8 @@ class LocalConfig(Strict):
         if isinstance(data, dict) and data.get("epochs") is not None:
             if data.get("steps") is not None:
                 raise PydanticCustomError(
-                    "steps_or_epochs", "give steps or epochs, not both (set the other to null)")
+                    "steps_or_epochs", "give steps or epochs, not both (set the other to null)"
+                )
             data = {**data, "steps": None}
         return data
 
@@ -180,11 +195,14 @@ class CohortConfig(Strict):
 
     clients_per_round: int | None = Field(None, ge=1, description="K clients per round")
     client_fraction: float | None = Field(
-        None, gt=0, le=1, description="K = max(1, C * N rounded half up); 0.1 when neither is given")
+        None, gt=0, le=1, description="K = max(1, C * N rounded half up); 0.1 when neither is given"
+    )
     over_selection: float = Field(
-        1.0, ge=1, le=100, description="select ceil(K * over_selection), keep the first K")
+        1.0, ge=1, le=100, description="select ceil(K * over_selection), keep the first K"
+    )
     deadline_s: float | None = Field(
-        None, gt=0, description="drop clients not delivered this long after the round starts")
+        None, gt=0, description="drop clients not delivered this long after the round starts"
+    )
 
     def k(self, num_clients: int) -> int:
         """K, or C * N rounded half up (0.15 of 10 clients is 2, 0.25 is 3), at least 1. The
@@ -205,7 +223,8 @@ class _TopologyCommon(Strict):
     weights: Literal["metropolis_hastings", "uniform"] = Field(
         "metropolis_hastings",
         description="metropolis_hastings: 1/(1+max(deg_i,deg_j)), doubly stochastic on any "
-                    "graph; uniform: 1/(deg_i+1) over self and neighbours, row-stochastic")
+        "graph; uniform: 1/(deg_i+1) over self and neighbours, row-stochastic",
+    )
     laziness: float = Field(0.0, ge=0, lt=1, description="W <- (1-a) W + a I")
 
 
@@ -229,16 +248,19 @@ class MatrixTopology(Strict):
     matrix: list[list[float]] = Field(description="n x n, non-negative, rows summing to 1")
 
 
-TopologyConfig = Annotated[Union[GraphTopology, ErdosRenyiTopology, MatrixTopology],
-                           Field(discriminator="kind")]
+TopologyConfig = Annotated[
+    GraphTopology | ErdosRenyiTopology | MatrixTopology, Field(discriminator="kind")
+]
 
 
 def topology_problem(topology, num_nodes: int) -> tuple[str, str] | None:
     """(field, message) when a topology cannot be built on `num_nodes` nodes, else None; what
     depends on random draws (Erdos-Renyi connectivity) is checked when the graph is drawn."""
     if topology.kind in ("grid", "torus") and math.isqrt(num_nodes) ** 2 != num_nodes:
-        return ("kind", f"a {topology.kind} needs a square number of nodes, "
-                        f"but there are {num_nodes}")
+        return (
+            "kind",
+            f"a {topology.kind} needs a square number of nodes, but there are {num_nodes}",
+        )
     if topology.kind == "matrix" and len(topology.matrix) != num_nodes:
         return ("matrix", f"has {len(topology.matrix)} rows for {num_nodes} nodes")
     return None

@@ -8,7 +8,7 @@ sigma: 0.5}`` for a lognormal spread of CPU speeds.
 from __future__ import annotations
 
 import math
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal
 
 import numpy as np
 from pydantic import Field, ValidationError, model_validator
@@ -95,6 +95,7 @@ class PerClient(Strict):
     def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
         if n != len(self.values):
             from flnet.errors import ScenarioError
+
             raise ScenarioError(f"per_client lists {len(self.values)} values for {n} clients")
         return np.asarray(self.values, dtype=float)
 
@@ -115,9 +116,15 @@ class Constant(Strict):
         return self.value
 
 
-_KINDS = {"lognormal": Lognormal, "uniform": Uniform, "normal": Normal, "choice": Choice,
-          "per_client": PerClient, "constant": Constant}
-AnyDist = Union[Constant, Lognormal, Uniform, Normal, Choice, PerClient]
+_KINDS = {
+    "lognormal": Lognormal,
+    "uniform": Uniform,
+    "normal": Normal,
+    "choice": Choice,
+    "per_client": PerClient,
+    "constant": Constant,
+}
+AnyDist = Constant | Lognormal | Uniform | Normal | Choice | PerClient
 
 
 def _parse(value: Any) -> AnyDist:
@@ -137,36 +144,50 @@ def _parse(value: Any) -> AnyDist:
     if isinstance(value, dict):
         kind = value.get("kind")
         if not isinstance(kind, str) or kind not in _KINDS:
-            raise ValueError(f"distribution kind {str(kind)[:40]!r} is not known; allowed: "
-                             + ", ".join(_KINDS))
+            raise ValueError(
+                f"distribution kind {str(kind)[:40]!r} is not known; allowed: " + ", ".join(_KINDS)
+            )
         for key in ("values", "weights"):
             items = value.get(key)
             if isinstance(items, list) and any(isinstance(v, bool) for v in items):
                 at = next(i for i, v in enumerate(items) if isinstance(v, bool))
-                raise ValueError(f"{kind} distribution: {key}[{at}]: expected a number, got "
-                                 f"{str(items[at]).lower()}")
+                raise ValueError(
+                    f"{kind} distribution: {key}[{at}]: expected a number, got "
+                    f"{str(items[at]).lower()}"
+                )
         try:
             return _KINDS[kind].model_validate(value)
         except ValidationError as e:
             err = e.errors()[0]
             where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in err["loc"])
             where = where.removeprefix(".")
-            raise ValueError(f"{kind} distribution: {where + ': ' if where else ''}"
-                             f"{err['msg'].removeprefix('Value error, ')}") from None
-    raise ValueError("expected a number or a distribution such as "
-                     "{kind: lognormal, median: ..., sigma: ...}; kinds: " + ", ".join(_KINDS))
+            raise ValueError(
+                f"{kind} distribution: {where + ': ' if where else ''}"
+                f"{err['msg'].removeprefix('Value error, ')}"
+            ) from None
+    raise ValueError(
+        "expected a number or a distribution such as "
+        "{kind: lognormal, median: ..., sigma: ...}; kinds: " + ", ".join(_KINDS)
+    )
 
 
-_SCHEMA = {"anyOf": [{"type": "number"}] + [
-    {"type": "object", "properties": {"kind": {"const": k}}, "required": ["kind"]} for k in _KINDS]}
+_SCHEMA = {
+    "anyOf": [{"type": "number"}]
+    + [
+        {"type": "object", "properties": {"kind": {"const": k}}, "required": ["kind"]}
+        for k in _KINDS
+    ]
+}
 
 Dist = Annotated[AnyDist, BeforeValidator(_parse), WithJsonSchema(_SCHEMA)]
 
 
 def _positive(d: AnyDist) -> AnyDist:
     if not d.low > 0:
-        raise ValueError("must be positive for every client: use a number > 0, a lognormal, "
-                         "or a uniform/choice with values > 0")
+        raise ValueError(
+            "must be positive for every client: use a number > 0, a lognormal, "
+            "or a uniform/choice with values > 0"
+        )
     return d
 
 
@@ -177,9 +198,11 @@ def _nonnegative(d: AnyDist) -> AnyDist:
 
 
 PositiveDist = Annotated[
-    AnyDist, BeforeValidator(lambda v: _positive(_parse(v))), WithJsonSchema(_SCHEMA)]
+    AnyDist, BeforeValidator(lambda v: _positive(_parse(v))), WithJsonSchema(_SCHEMA)
+]
 NonNegativeDist = Annotated[
-    AnyDist, BeforeValidator(lambda v: _nonnegative(_parse(v))), WithJsonSchema(_SCHEMA)]
+    AnyDist, BeforeValidator(lambda v: _nonnegative(_parse(v))), WithJsonSchema(_SCHEMA)
+]
 
 
 def sample(d: AnyDist, rng: np.random.Generator, n: int) -> np.ndarray:

@@ -23,8 +23,9 @@ import os
 import re
 import secrets
 import signal
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterator
+from typing import TYPE_CHECKING
 
 from flnet.errors import FlnetError
 
@@ -36,8 +37,13 @@ CHECKPOINT = "checkpoint.pt"
 JOURNAL = "ledger-journal.csv"  # the ledger, appended as the run goes (flnet.sim.ledger)
 TABLES = ("records", "ledger", "partition")
 FORMATS = ("parquet", "csv")
-RUN_FILES = ("scenario.yaml", "summary.json", CHECKPOINT, JOURNAL,
-             *(f"{t}.{f}" for t in TABLES for f in FORMATS))
+RUN_FILES = (
+    "scenario.yaml",
+    "summary.json",
+    CHECKPOINT,
+    JOURNAL,
+    *(f"{t}.{f}" for t in TABLES for f in FORMATS),
+)
 _TMP = re.compile(r"^\.(?P<name>.+)\.\d+\.[0-9a-f]+\.tmp$")
 _LEGACY_TMP = tuple(f"{name}.tmp" for name in RUN_FILES)  # names older versions wrote to
 
@@ -72,7 +78,7 @@ class Folder:
             os.close(self._lock_fd)  # closing the descriptor drops the flock
             self._lock_fd = None
 
-    def __enter__(self) -> "Folder":
+    def __enter__(self) -> Folder:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -93,13 +99,17 @@ def open_folder(path: str | Path, *, resume: bool = False, force: bool = False) 
     is given, and `resume` where there is no checkpoint to resume from.
     """
     if resume and force:
-        raise FlnetError("--resume continues the run in the output folder and --force deletes "
-                         "it: give one of them")
+        raise FlnetError(
+            "--resume continues the run in the output folder and --force deletes "
+            "it: give one of them"
+        )
     path = absolute(path)
     if resume and not (path / CHECKPOINT).is_file():
-        raise FlnetError(f"nothing to resume: {path} has no {CHECKPOINT}"
-                         + ("" if path.is_dir() else " (the folder does not exist)")
-                         + "; run without --resume to start afresh")
+        raise FlnetError(
+            f"nothing to resume: {path} has no {CHECKPOINT}"
+            + ("" if path.is_dir() else " (the folder does not exist)")
+            + "; run without --resume to start afresh"
+        )
     made = create(path)
     folder = Folder(path, _lock(path), made)
     try:
@@ -107,7 +117,8 @@ def open_folder(path: str | Path, *, resume: bool = False, force: bool = False) 
         if held and not resume and not force:
             raise FlnetError(
                 f"{path} already holds a run ({', '.join(held)}); continue it with --resume, "
-                "replace it with --force (deletes that run's files), or choose another --out")
+                "replace it with --force (deletes that run's files), or choose another --out"
+            )
         if force:
             for name in held:
                 (path / name).unlink()
@@ -131,11 +142,14 @@ def create(path: Path) -> list[Path]:
         for part in [*reversed(path.parents), path]:
             if os.path.lexists(part):
                 if part.is_symlink() and not part.exists():
-                    raise FlnetError(f"cannot create the output folder {path}: {part} is a "
-                                     f"symbolic link to {os.readlink(part)}, which does not exist")
+                    raise FlnetError(
+                        f"cannot create the output folder {path}: {part} is a "
+                        f"symbolic link to {os.readlink(part)}, which does not exist"
+                    )
                 if not part.is_dir():
-                    raise FlnetError(f"cannot create the output folder {path}: {part} exists and "
-                                     "is not a folder")
+                    raise FlnetError(
+                        f"cannot create the output folder {path}: {part} exists and is not a folder"
+                    )
                 continue
             os.mkdir(part)
             made.append(part)
@@ -157,8 +171,10 @@ def _why(e: OSError) -> str:
     say which part)."""
     if e.errno == errno.ENAMETOOLONG:
         longest = max(Path(e.filename or "").parts or [""], key=len)
-        return (f"{e.strerror} (a name of {len(longest)} characters; this file system allows "
-                f"{_name_max(Path(e.filename or '/').parent)})")
+        return (
+            f"{e.strerror} (a name of {len(longest)} characters; this file system allows "
+            f"{_name_max(Path(e.filename or '/').parent)})"
+        )
     where = f" ({e.filename})" if e.filename else ""
     return f"{e.strerror or e}{where}"
 
@@ -182,8 +198,10 @@ def _lock(path: Path) -> int:
         holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
         os.close(fd)
         if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-            raise FlnetError(f"{path} is being written by another flnet run (pid {holder}); "
-                             "wait for it to end, or choose another --out") from None
+            raise FlnetError(
+                f"{path} is being written by another flnet run (pid {holder}); "
+                "wait for it to end, or choose another --out"
+            ) from None
         raise FlnetError(f"cannot lock the output folder {path}: {_why(e)}") from None
     os.ftruncate(fd, 0)
     os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
@@ -193,8 +211,9 @@ def _lock(path: Path) -> int:
 def remove_temporaries(path: Path) -> None:
     """Delete temporary files left by killed writers (call only while holding the lock)."""
     for entry in os.scandir(path):
-        if (_TMP.match(entry.name) or entry.name in _LEGACY_TMP) and \
-                entry.is_file(follow_symlinks=False):
+        if (_TMP.match(entry.name) or entry.name in _LEGACY_TMP) and entry.is_file(
+            follow_symlinks=False
+        ):
             with contextlib.suppress(OSError):
                 os.unlink(entry.path)
 
@@ -281,5 +300,6 @@ def _write_parquet(df: pd.DataFrame, path: Path) -> None:
     import pyarrow.parquet as pq
 
     labels = [c for c in df.columns if not pd.api.types.is_numeric_dtype(df[c])]
-    pq.write_table(pa.Table.from_pandas(df, preserve_index=False, nthreads=1), path,
-                   use_dictionary=labels)
+    pq.write_table(
+        pa.Table.from_pandas(df, preserve_index=False, nthreads=1), path, use_dictionary=labels
+    )

@@ -34,8 +34,18 @@ from flnet.errors import FlnetError
 
 RECORD_FILES = ("records.parquet", "records.csv")
 # points.csv columns that are a point's outcome, not a swept field (flnet/sweeps.py)
-POINT_OUTCOMES = {"point", "status", "stop_reason", "rounds", "final_test_accuracy",
-                  "sim_time_s", "energy_j", "wall_s", "error", "note"}
+POINT_OUTCOMES = {
+    "point",
+    "status",
+    "stop_reason",
+    "rounds",
+    "final_test_accuracy",
+    "sim_time_s",
+    "energy_j",
+    "wall_s",
+    "error",
+    "note",
+}
 NEEDED_COLUMNS = ("round", "sim_time_s", "energy_j", "test_accuracy")
 # resolved-scenario fields that differ between runs without making them different experiments
 IGNORED_FIELDS = ("output.", "run.checkpoint", "device")
@@ -68,13 +78,19 @@ class Results:
     @property
     def groups(self) -> list[str]:
         """Group labels in the order their first run appears."""
-        return list(dict.fromkeys(self.runs.loc[self.runs.run_id.isin(
-            self.records.run_id.unique()), "group"]))
+        return list(
+            dict.fromkeys(
+                self.runs.loc[self.runs.run_id.isin(self.records.run_id.unique()), "group"]
+            )
+        )
 
     def folder(self, run_id) -> Path | None:
         value = self.runs.set_index("run_id").folder.get(run_id)
-        return None if value is None or (isinstance(value, float) and math.isnan(value)) \
+        return (
+            None
+            if value is None or (isinstance(value, float) and math.isnan(value))
             else Path(value)
+        )
 
     def ledger(self, run_id, columns=None) -> pd.DataFrame | None:
         """The run's ledger; a killed run's journal (`ledger-journal.csv`, the same columns,
@@ -89,8 +105,9 @@ class Results:
         """The run's own `run.target_accuracy` when it set one, else DEFAULT_TARGET."""
         if self.scenario_text:
             try:
-                value = (yaml.safe_load(self.scenario_text) or {}).get("run", {}) \
-                    .get("target_accuracy")
+                value = (
+                    (yaml.safe_load(self.scenario_text) or {}).get("run", {}).get("target_accuracy")
+                )
             except (yaml.YAMLError, AttributeError):
                 value = None
             if isinstance(value, (int, float)) and 0 < value <= 1:
@@ -118,8 +135,7 @@ def load_results(*paths: str | Path) -> Results:
     else:
         res = _load_run(folders[0])
     if not len(res.records):
-        raise ResultsError(f"{', '.join(map(str, folders))}: no records yet (nothing "
-                           "evaluated)")
+        raise ResultsError(f"{', '.join(map(str, folders))}: no records yet (nothing evaluated)")
     return res
 
 
@@ -137,15 +153,22 @@ def as_results(obj) -> Results:
 
 def _check_folder(folder: Path) -> None:
     if not folder.exists():
-        raise ResultsError(f"{folder}: no such folder; expected a flnet results folder "
-                           "(records.parquet or records.csv) or a sweep (points.csv)")
+        raise ResultsError(
+            f"{folder}: no such folder; expected a flnet results folder "
+            "(records.parquet or records.csv) or a sweep (points.csv)"
+        )
     if not folder.is_dir():
-        raise ResultsError(f"{folder}: is a file; expected a flnet results folder "
-                           "(records.parquet or records.csv) or a sweep (points.csv)")
-    if not (folder / "points.csv").exists() and not any((folder / f).exists()
-                                                        for f in RECORD_FILES):
-        raise ResultsError(f"{folder}: not a flnet results folder: expected records.parquet "
-                           "or records.csv (a run) or points.csv (a sweep)")
+        raise ResultsError(
+            f"{folder}: is a file; expected a flnet results folder "
+            "(records.parquet or records.csv) or a sweep (points.csv)"
+        )
+    if not (folder / "points.csv").exists() and not any(
+        (folder / f).exists() for f in RECORD_FILES
+    ):
+        raise ResultsError(
+            f"{folder}: not a flnet results folder: expected records.parquet "
+            "or records.csv (a run) or points.csv (a sweep)"
+        )
 
 
 def _read_table(folder: Path, stem: str, columns=None) -> pd.DataFrame | None:
@@ -155,9 +178,10 @@ def _read_table(folder: Path, stem: str, columns=None) -> pd.DataFrame | None:
             continue
         try:
             if path.suffix == ".csv":
-                return pd.read_csv(path, usecols=lambda c: columns is None or c in columns)
+                return pd.read_csv(path, usecols=lambda c: columns is None or c in columns)  # noqa: B023
             if columns is not None:
                 import pyarrow.parquet as pq
+
                 names = set(pq.read_schema(path).names)
                 columns = [c for c in columns if c in names]
             return pd.read_parquet(path, columns=columns)
@@ -172,8 +196,10 @@ def _read_records(folder: Path) -> pd.DataFrame:
         raise ResultsError(f"{folder}: no records.parquet or records.csv")
     missing = [c for c in NEEDED_COLUMNS if c not in records]
     if missing:
-        raise ResultsError(f"{folder}: its records lack the columns {missing}; expected flnet "
-                           "records (README, Results)")
+        raise ResultsError(
+            f"{folder}: its records lack the columns {missing}; expected flnet "
+            "records (README, Results)"
+        )
     return records.sort_values("round", kind="stable").reset_index(drop=True)
 
 
@@ -195,10 +221,18 @@ def _load_run(folder: Path) -> Results:
     summary = _read_json(folder / "summary.json")
     records.insert(0, "run_id", 0)
     label = _base_label(records)
-    runs = pd.DataFrame([{"run_id": 0, "label": label, "group": label,
-                          "seed": _first(records, "seed", summary.get("seed")),
-                          "status": summary.get("status", "unknown"),
-                          "folder": str(folder)}])
+    runs = pd.DataFrame(
+        [
+            {
+                "run_id": 0,
+                "label": label,
+                "group": label,
+                "seed": _first(records, "seed", summary.get("seed")),
+                "status": summary.get("status", "unknown"),
+                "folder": str(folder),
+            }
+        ]
+    )
     return Results(records, runs, [], "run", [folder], _read_text(folder / "scenario.yaml"))
 
 
@@ -206,24 +240,38 @@ def _load_runs(folders: list[Path]) -> Results:
     """Several run folders: the fields that differ between their resolved scenarios label
     them."""
     loaded = [_load_run(f) for f in folders]
-    flat = [_flatten(yaml.safe_load(r.scenario_text) or {}) if r.scenario_text else {}
-            for r in loaded]
+    flat = [
+        _flatten(yaml.safe_load(r.scenario_text) or {}) if r.scenario_text else {} for r in loaded
+    ]
     keys = sorted({k for f in flat for k in f})
-    varying = [k for k in keys if k != "seed" and not k.startswith(IGNORED_FIELDS)
-               and len({repr(f.get(k)) for f in flat}) > 1]
+    varying = [
+        k
+        for k in keys
+        if k != "seed"
+        and not k.startswith(IGNORED_FIELDS)
+        and len({repr(f.get(k)) for f in flat}) > 1
+    ]
     rows, frames = [], []
     for i, (res, values) in enumerate(zip(loaded, flat)):
         rec = res.records.assign(run_id=i)
         frames.append(rec)
-        rows.append({**res.runs.iloc[0].to_dict(), "run_id": i,
-                     **{k: values.get(k) for k in varying}})
+        rows.append(
+            {**res.runs.iloc[0].to_dict(), "run_id": i, **{k: values.get(k) for k in varying}}
+        )
     runs = pd.DataFrame(rows)
     if not varying:  # same scenario: tell runs apart by scenario name and algorithm
         runs["group"] = runs["label"]
     _label_runs(runs, varying)
     grid = {k: list(dict.fromkeys(runs[k])) for k in varying}
-    return Results(pd.concat(frames, ignore_index=True), runs, varying, "runs", folders,
-                   loaded[0].scenario_text, grid)
+    return Results(
+        pd.concat(frames, ignore_index=True),
+        runs,
+        varying,
+        "runs",
+        folders,
+        loaded[0].scenario_text,
+        grid,
+    )
 
 
 def _load_sweep(folder: Path) -> Results:
@@ -234,21 +282,28 @@ def _load_sweep(folder: Path) -> Results:
     except (OSError, ValueError) as e:
         raise ResultsError(f"{folder / 'points.csv'}: cannot read it as a table ({e})") from None
     if "point" not in points:
-        raise ResultsError(f"{folder / 'points.csv'}: no `point` column; expected the table "
-                           "flnet sweep writes")
+        raise ResultsError(
+            f"{folder / 'points.csv'}: no `point` column; expected the table flnet sweep writes"
+        )
     swept = [c for c in points.columns if c not in POINT_OUTCOMES]
     records = _read_table(folder, "records")
     if records is None:
-        frames = [_read_records(p).assign(point=i) for i in points.point
-                  if any(((p := _point_folder(folder, i)) / f).exists() for f in RECORD_FILES)]
+        frames = [
+            _read_records(p).assign(point=i)
+            for i in points.point
+            if any(((p := _point_folder(folder, i)) / f).exists() for f in RECORD_FILES)
+        ]
         if not frames:
-            raise ResultsError(f"{folder}: a sweep with no records (no point finished); see "
-                               "its points.csv")
+            raise ResultsError(
+                f"{folder}: a sweep with no records (no point finished); see its points.csv"
+            )
         records = pd.concat(frames, ignore_index=True)
     missing = [c for c in (*NEEDED_COLUMNS, "point") if c not in records]
     if missing:
-        raise ResultsError(f"{folder}: its records lack the columns {missing}; expected the "
-                           "records table flnet sweep writes")
+        raise ResultsError(
+            f"{folder}: its records lack the columns {missing}; expected the "
+            "records table flnet sweep writes"
+        )
     records = _in_run_order(records.rename(columns={"point": "run_id"}))
     for f in swept:  # fields already in the records (seed) keep their records' values
         if f not in records:
@@ -257,8 +312,9 @@ def _load_sweep(folder: Path) -> Results:
     seeds = records.groupby("run_id").seed.first() if "seed" in records else pd.Series()
     runs["seed"] = runs.run_id.map(seeds) if "seed" not in swept else runs["seed"]
     runs["status"] = runs.get("status", "unknown")
-    runs["folder"] = [str(p) if (p := _point_folder(folder, i)).is_dir() else None
-                      for i in runs.run_id]
+    runs["folder"] = [
+        str(p) if (p := _point_folder(folder, i)).is_dir() else None for i in runs.run_id
+    ]
     fields = [f for f in swept if f != "seed"]
     _label_runs(runs, fields, base=_base_label(records))
     first = next((f for f in runs.folder if f), None)
@@ -271,8 +327,12 @@ def _in_run_order(rec: pd.DataFrame) -> pd.DataFrame:
     """Records sorted by run in the order runs first appear (a sweep's order: its point names
     are hashes, whose sorted order means nothing), then by round."""
     order = rec.run_id.map({r: i for i, r in enumerate(dict.fromkeys(rec.run_id))})
-    return rec.assign(_order=order).sort_values(["_order", "round"], kind="stable") \
-        .drop(columns="_order").reset_index(drop=True)
+    return (
+        rec.assign(_order=order)
+        .sort_values(["_order", "round"], kind="stable")
+        .drop(columns="_order")
+        .reset_index(drop=True)
+    )
 
 
 def _point_folder(folder: Path, point) -> Path:
@@ -346,35 +406,62 @@ def _label_runs(runs: pd.DataFrame, fields: list[str], base: str | None = None) 
         names = [short_name(f) for f in fields]
         if len(set(names)) < len(names):
             names = list(fields)
-        runs["group"] = [", ".join(f"{n}={_fmt_value(v)}" for n, v in zip(names, row))
-                         for row in runs[fields].itertuples(index=False)]
+        runs["group"] = [
+            ", ".join(f"{n}={_fmt_value(v)}" for n, v in zip(names, row))
+            for row in runs[fields].itertuples(index=False)
+        ]
     elif "group" not in runs:
         runs["group"] = base or "run"
-    runs["label"] = [f"{g}, seed {_fmt_value(s)}" if s is not None and s == s else g
-                     for g, s in zip(runs.group, runs.seed)]
+    runs["label"] = [
+        f"{g}, seed {_fmt_value(s)}" if s is not None and s == s else g
+        for g, s in zip(runs.group, runs.seed)
+    ]
 
 
 # -- figures ----------------------------------------------------------------------------------
 
 STYLE = {
-    "figure.dpi": 100, "savefig.dpi": 100, "font.size": 10, "axes.titlesize": 11,
-    "axes.labelsize": 10, "legend.fontsize": 8.5, "axes.grid": True, "grid.alpha": 0.3,
-    "grid.linewidth": 0.6, "axes.spines.top": False, "axes.spines.right": False,
-    "lines.linewidth": 1.8, "legend.frameon": False, "figure.facecolor": "white",
-    "axes.facecolor": "white", "savefig.facecolor": "white",
+    "figure.dpi": 100,
+    "savefig.dpi": 100,
+    "font.size": 10,
+    "axes.titlesize": 11,
+    "axes.labelsize": 10,
+    "legend.fontsize": 8.5,
+    "axes.grid": True,
+    "grid.alpha": 0.3,
+    "grid.linewidth": 0.6,
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+    "lines.linewidth": 1.8,
+    "legend.frameon": False,
+    "figure.facecolor": "white",
+    "axes.facecolor": "white",
+    "savefig.facecolor": "white",
 }
-X_AXES = {"sim_time_s": "simulated time (s)", "energy_j": "energy (J)", "round": "round",
-          "events": "client results delivered"}  # events: for notebooks (asynchronous runs)
-ACCURACY_METRICS = {"test_accuracy": "test accuracy",
-                    "client_accuracy_mean": "mean client accuracy",
-                    "client_accuracy_worst": "worst-client accuracy"}
-ENERGY_PARTS = {"energy_compute_j": ("compute", "#4c72b0"),
-                "energy_uplink_j": ("uplink", "#dd8452"),
-                "energy_downlink_j": ("downlink", "#55a868"),
-                "energy_d2d_j": ("D2D", "#c44e52")}
-LEDGER_PARTS = {"compute": "energy_compute_j", "upload": "energy_uplink_j",
-                "download": "energy_downlink_j", "d2d": "energy_d2d_j",
-                "d2d_rx": "energy_d2d_j"}  # a D2D transfer: the sender's row, the receiver's
+X_AXES = {
+    "sim_time_s": "simulated time (s)",
+    "energy_j": "energy (J)",
+    "round": "round",
+    "events": "client results delivered",
+}  # events: for notebooks (asynchronous runs)
+ACCURACY_METRICS = {
+    "test_accuracy": "test accuracy",
+    "client_accuracy_mean": "mean client accuracy",
+    "client_accuracy_worst": "worst-client accuracy",
+}
+ENERGY_PARTS = {
+    "energy_compute_j": ("compute", "#4c72b0"),
+    "energy_uplink_j": ("uplink", "#dd8452"),
+    "energy_downlink_j": ("downlink", "#55a868"),
+    "energy_d2d_j": ("D2D", "#c44e52"),
+}
+LEDGER_PARTS = {
+    "compute": "energy_compute_j",
+    "upload": "energy_uplink_j",
+    "download": "energy_downlink_j",
+    "d2d": "energy_d2d_j",
+    "d2d_rx": "energy_d2d_j",
+}  # a D2D transfer: the sender's row, the receiver's
 MAX_LEGEND = 12  # more series than this: colours by order, no legend
 MAX_CLASS_PANELS = 6  # device-class panels: the first few run groups
 MAX_BAR_LABELS = 40
@@ -386,13 +473,14 @@ def _styled(fn):
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         import matplotlib as mpl
+
         with mpl.rc_context(STYLE):
             return fn(*args, **kwargs)
+
     return wrapper
 
 
-def _figure(ncols: int = 1, nrows: int = 1, width_in: float = 4.4, height_in: float = 3.6,
-            **kw):
+def _figure(ncols: int = 1, nrows: int = 1, width_in: float = 4.4, height_in: float = 3.6, **kw):
     """A Figure on an Agg canvas (no pyplot, no display) with a grid of axes."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
@@ -414,6 +502,7 @@ def save_figure(fig, path: str | Path) -> Path:
 
 def png_bytes(fig) -> bytes:
     import io
+
     buf = io.BytesIO()
     fig.savefig(buf, format="png")
     return buf.getvalue()
@@ -421,6 +510,7 @@ def png_bytes(fig) -> bytes:
 
 def _colors(n: int) -> list:
     import matplotlib as mpl
+
     if n <= 10:
         return [mpl.colormaps["tab10"](i) for i in range(n)]
     return [mpl.colormaps["viridis"](i / max(1, n - 1)) for i in range(n)]
@@ -453,8 +543,9 @@ def _group_curves(res: Results, x: str, y: str) -> list[tuple[str, list]]:
     curves: dict[str, list] = {g: [] for g in res.groups}
     for run_id, r in rec.groupby("run_id", sort=False):
         if len(r):
-            curves.setdefault(group_of[run_id], []).append((r[x].to_numpy(float),
-                                                            r[y].to_numpy(float)))
+            curves.setdefault(group_of[run_id], []).append(
+                (r[x].to_numpy(float), r[y].to_numpy(float))
+            )
     return [(g, c) for g, c in curves.items() if c]
 
 
@@ -490,10 +581,12 @@ def accuracy_figure(results, x: str = "sim_time_s", metrics=None):
     group of runs with a band over seeds."""
     res = as_results(results)
     if x not in X_AXES or x not in res.records:
-        raise ResultsError(f"x must be one of {[c for c in X_AXES if c in res.records]}; "
-                           f"got {x!r}")
-    metrics = [m for m in (metrics or ACCURACY_METRICS)
-               if m in res.records and res.records[m].notna().any()] or ["test_accuracy"]
+        raise ResultsError(f"x must be one of {[c for c in X_AXES if c in res.records]}; got {x!r}")
+    metrics = [
+        m
+        for m in (metrics or ACCURACY_METRICS)
+        if m in res.records and res.records[m].notna().any()
+    ] or ["test_accuracy"]
     fig, axes = _figure(ncols=len(metrics), sharey=True)
     n = 0
     for ax, metric in zip(axes, metrics):
@@ -549,18 +642,25 @@ def device_classes(ledger: pd.DataFrame) -> pd.Series:
     finished a computation form their own class.
     """
     nodes = pd.Index(ledger.node.unique())
-    comp = ledger[(ledger.kind == "compute") & (ledger.outcome == "ok")
-                  & (ledger.end_s > ledger.start_s) & (ledger.node >= 0)]
-    speed = (comp.groupby("node").flops.sum()
-             / (comp.end_s - comp.start_s).groupby(comp.node).sum())
+    comp = ledger[
+        (ledger.kind == "compute")
+        & (ledger.outcome == "ok")
+        & (ledger.end_s > ledger.start_s)
+        & (ledger.node >= 0)
+    ]
+    speed = comp.groupby("node").flops.sum() / (comp.end_s - comp.start_s).groupby(comp.node).sum()
     classes = pd.Series("no finished compute", index=nodes, dtype=object)
     classes[nodes < 0] = "server"
     if len(speed):
         q = min(3, len(speed))
-        names = CLASS_NAMES if q == 3 else CLASS_NAMES[:1] + CLASS_NAMES[-1:] if q == 2 \
+        names = (
+            CLASS_NAMES
+            if q == 3
+            else CLASS_NAMES[:1] + CLASS_NAMES[-1:]
+            if q == 2
             else ("clients",)
-        classes[speed.index] = pd.qcut(speed.rank(method="first"), q, labels=names) \
-            .astype(object)
+        )
+        classes[speed.index] = pd.qcut(speed.rank(method="first"), q, labels=names).astype(object)
     return classes
 
 
@@ -570,8 +670,9 @@ def _class_energy(ledger: pd.DataFrame) -> pd.DataFrame:
     cls = device_classes(ledger)
     part = led.kind.astype(str).map(LEDGER_PARTS).fillna("other")
     table = led.energy_j.groupby([led.node.map(cls), part]).sum().unstack(fill_value=0.0)
-    order = [c for c in ("server", *CLASS_NAMES, "clients", "no finished compute")
-             if c in table.index]
+    order = [
+        c for c in ("server", *CLASS_NAMES, "clients", "no finished compute") if c in table.index
+    ]
     return table.reindex(order)
 
 
@@ -584,19 +685,23 @@ def energy_by_class_figure(results):
     columns = ["node", "kind", "start_s", "end_s", "energy_j", "flops", "outcome"]
     panels = []
     for group in res.groups[:MAX_CLASS_PANELS]:
-        tables = [t for rid in res.runs.run_id[res.runs.group == group]
-                  if rid in set(res.records.run_id)
-                  if (t := res.ledger(rid, columns)) is not None and len(t)]
+        tables = [
+            t
+            for rid in res.runs.run_id[res.runs.group == group]
+            if rid in set(res.records.run_id)
+            if (t := res.ledger(rid, columns)) is not None and len(t)
+        ]
         if tables:
-            mean = pd.concat([_class_energy(t) for t in tables]).groupby(level=0, sort=False) \
-                .sum() / len(tables)
+            mean = pd.concat([_class_energy(t) for t in tables]).groupby(
+                level=0, sort=False
+            ).sum() / len(tables)
             panels.append((group, mean, len(tables)))
     if not panels:
         return None
     ncols = min(3, len(panels))
     nrows = math.ceil(len(panels) / ncols)
     fig, axes = _figure(ncols=ncols, nrows=nrows, width_in=3.6, height_in=3.6, sharey=True)
-    for ax in axes[len(panels):]:
+    for ax in axes[len(panels) :]:
         ax.set_visible(False)
     for ax, (group, table, seeds) in zip(axes, panels):
         bottom = np.zeros(len(table))
@@ -606,15 +711,19 @@ def energy_by_class_figure(results):
             values = table.get(column, pd.Series(0.0, index=table.index)).to_numpy()
             ax.bar(table.index, values, bottom=bottom, color=color, label=name, width=0.65)
             bottom += values
-        ax.set_title(textwrap.fill(group, 34) + ("" if seeds == 1 else
-                                                 f"\n(mean of {seeds} seeds)"), fontsize=9)
+        ax.set_title(
+            textwrap.fill(group, 34) + ("" if seeds == 1 else f"\n(mean of {seeds} seeds)"),
+            fontsize=9,
+        )
         ax.set_xlabel("device class")
         ax.tick_params(axis="x", labelrotation=20)
         ax.set_ylabel("energy (J)" if ax in axes[::ncols] else "")
         ax.grid(axis="x", visible=False)
     more = len(res.groups) - len(panels)
-    fig.suptitle("energy per device class (clients in thirds by measured compute speed)"
-                 + (f"; first {len(panels)} of {len(res.groups)} series" if more > 0 else ""))
+    fig.suptitle(
+        "energy per device class (clients in thirds by measured compute speed)"
+        + (f"; first {len(panels)} of {len(res.groups)} series" if more > 0 else "")
+    )
     fig.legend(*axes[0].get_legend_handles_labels(), loc="outside right upper")
     return fig
 
@@ -624,19 +733,24 @@ def _to_target(run: pd.DataFrame, target: float, metric: str = "test_accuracy") 
     analysis functions to come): its round, seconds and joules; NaN when never reached."""
     hit = run[run[metric] >= target]
     if not len(hit):
-        return {"reached": False, "round": math.nan, "sim_time_s": math.nan,
-                "energy_j": math.nan}
+        return {"reached": False, "round": math.nan, "sim_time_s": math.nan, "energy_j": math.nan}
     first = hit.iloc[0]
-    return {"reached": True, "round": int(first["round"]), "sim_time_s": float(first.sim_time_s),
-            "energy_j": float(first.energy_j)}
+    return {
+        "reached": True,
+        "round": int(first["round"]),
+        "sim_time_s": float(first.sim_time_s),
+        "energy_j": float(first.energy_j),
+    }
 
 
 def to_target_table(results, target: float, metric: str = "test_accuracy") -> pd.DataFrame:
     """Per run: whether it reached `target` and the round, simulated seconds and joules of the
     first record that did."""
     res = as_results(results)
-    rows = [{"run_id": rid, **_to_target(r, target, metric)}
-            for rid, r in res.records.groupby("run_id", sort=False)]
+    rows = [
+        {"run_id": rid, **_to_target(r, target, metric)}
+        for rid, r in res.records.groupby("run_id", sort=False)
+    ]
     return pd.DataFrame(rows, columns=["run_id", "reached", "round", "sim_time_s", "energy_j"])
 
 
@@ -646,9 +760,16 @@ def _pick_column(columns, suffix: str):
     return found[0] if found else None
 
 
-def best_tau_table(records: pd.DataFrame, target: float, *, snr: str | None = None,
-                   bandwidth: str | None = None, tau: str = "algorithm.local.steps",
-                   seed: str = "seed", metric: str = "test_accuracy") -> pd.DataFrame:
+def best_tau_table(
+    records: pd.DataFrame,
+    target: float,
+    *,
+    snr: str | None = None,
+    bandwidth: str | None = None,
+    tau: str = "algorithm.local.steps",
+    seed: str = "seed",
+    metric: str = "test_accuracy",
+) -> pd.DataFrame:
     """Per (SNR, bandwidth) cell: the median, min and max over seeds of the tau that reached
     `target` with the fewest joules.
 
@@ -661,8 +782,10 @@ def best_tau_table(records: pd.DataFrame, target: float, *, snr: str | None = No
     snr = snr or _pick_column(records.columns, "snr_db")
     bandwidth = bandwidth or _pick_column(records.columns, "bandwidth_hz")
     if tau not in records or not (snr or bandwidth):
-        raise ResultsError(f"a best-tau table needs a `{tau}` column and a swept SNR or "
-                           "bandwidth column (…snr_db, …bandwidth_hz)")
+        raise ResultsError(
+            f"a best-tau table needs a `{tau}` column and a swept SNR or "
+            "bandwidth column (…snr_db, …bandwidth_hz)"
+        )
     rec = records.copy()
     for name, col in (("snr", snr), ("bandwidth", bandwidth)):
         rec[f"_{name}"] = rec[col] if col else "as in scenario"
@@ -672,36 +795,51 @@ def best_tau_table(records: pd.DataFrame, target: float, *, snr: str | None = No
     for _, run in rec.sort_values("round", kind="stable").groupby(run_keys, sort=False):
         first = run.iloc[0]
         hit = run[run[metric] >= target]
-        rows.append({"snr": first._snr, "bandwidth": first._bandwidth, "seed": first._seed,
-                     "tau": first[tau],
-                     "energy_j": float(hit.energy_j.iloc[0]) if len(hit) else math.inf})
+        rows.append(
+            {
+                "snr": first._snr,
+                "bandwidth": first._bandwidth,
+                "seed": first._seed,
+                "tau": first[tau],
+                "energy_j": float(hit.energy_j.iloc[0]) if len(hit) else math.inf,
+            }
+        )
     per_run = pd.DataFrame(rows).sort_values(["energy_j", "tau"], kind="stable")
     best = per_run.groupby(["snr", "bandwidth", "seed"], sort=True).first().reset_index()
     best.loc[np.isinf(best.energy_j), "tau"] = np.nan
     best["tau"] = best.tau.astype(float)
-    out = best.groupby(["snr", "bandwidth"], sort=True).agg(
-        best_tau_median=("tau", "median"), best_tau_min=("tau", "min"),
-        best_tau_max=("tau", "max"), seeds=("seed", "size"),
-        seeds_reached=("tau", "count")).reset_index()
+    out = (
+        best.groupby(["snr", "bandwidth"], sort=True)
+        .agg(
+            best_tau_median=("tau", "median"),
+            best_tau_min=("tau", "min"),
+            best_tau_max=("tau", "max"),
+            seeds=("seed", "size"),
+            seeds_reached=("tau", "count"),
+        )
+        .reset_index()
+    )
     out.attrs.update(snr=snr, bandwidth=bandwidth, tau=tau, target=target, metric=metric)
     return out
 
 
 def axis_name(column: str | None) -> str:
     """A readable axis label with its unit, from a field name with a unit suffix."""
-    known = {"radio.uplink_snr_db": "uplink SNR (dB)", "radio.downlink_snr_db":
-             "downlink SNR (dB)", "radio.uplink.bandwidth_hz": "uplink bandwidth (Hz)",
-             "radio.downlink.bandwidth_hz": "downlink bandwidth (Hz)",
-             "algorithm.local.steps": "local steps tau"}
+    known = {
+        "radio.uplink_snr_db": "uplink SNR (dB)",
+        "radio.downlink_snr_db": "downlink SNR (dB)",
+        "radio.uplink.bandwidth_hz": "uplink bandwidth (Hz)",
+        "radio.downlink.bandwidth_hz": "downlink bandwidth (Hz)",
+        "algorithm.local.steps": "local steps tau",
+    }
     if column is None:
         return ""
     if column in known:
         return known[column]
-    units = {"_db": "dB", "_hz": "Hz", "_s": "s", "_j": "J", "_dbm": "dBm", "_w": "W",
-             "_m": "m"}
+    units = {"_db": "dB", "_hz": "Hz", "_s": "s", "_j": "J", "_dbm": "dBm", "_w": "W", "_m": "m"}
     for suffix, unit in units.items():
         if column.endswith(suffix):
-            return f"{column[:-len(suffix)]} ({unit})"
+            return f"{column[: -len(suffix)]} ({unit})"
     return column
 
 
@@ -715,27 +853,37 @@ def best_tau_figure(table: pd.DataFrame):
 
     snrs = sorted(table.snr.unique(), key=_sort_key)
     bws = sorted(table.bandwidth.unique(), key=_sort_key)
-    grid = table.pivot(index="snr", columns="bandwidth", values="best_tau_median") \
-        .reindex(index=snrs, columns=bws)
-    fig, (ax,) = _figure(width_in=max(4.8, 1.25 * len(bws) + 2.4),
-                         height_in=max(3.4, 0.75 * len(snrs) + 1.6))
+    grid = table.pivot(index="snr", columns="bandwidth", values="best_tau_median").reindex(
+        index=snrs, columns=bws
+    )
+    fig, (ax,) = _figure(
+        width_in=max(4.8, 1.25 * len(bws) + 2.4), height_in=max(3.4, 0.75 * len(snrs) + 1.6)
+    )
     values = grid.to_numpy(float)
     finite = values[np.isfinite(values)]
     lo, hi = (finite.min(), finite.max()) if finite.size else (1.0, 2.0)
     norm = LogNorm(vmin=lo, vmax=hi if hi > lo else lo * 2) if lo > 0 else None
     import matplotlib as mpl
+
     cmap = mpl.colormaps["viridis"].with_extremes(bad="0.85")
-    image = ax.imshow(np.ma.masked_invalid(values), cmap=cmap, norm=norm, origin="lower",
-                      aspect="auto")
+    image = ax.imshow(
+        np.ma.masked_invalid(values), cmap=cmap, norm=norm, origin="lower", aspect="auto"
+    )
     cells = table.set_index(["snr", "bandwidth"])
     for i, s in enumerate(snrs):
         for j, b in enumerate(bws):
             row = cells.loc[(s, b)]
-            ax.text(j, i, _cell_text(row), ha="center", va="center", fontsize=8,
-                    color=_text_color(image, values[i, j]))
+            ax.text(
+                j,
+                i,
+                _cell_text(row),
+                ha="center",
+                va="center",
+                fontsize=8,
+                color=_text_color(image, values[i, j]),
+            )
     fmt = EngFormatter(places=0, sep="")
-    ax.set_xticks(range(len(bws)), [fmt(b) if isinstance(b, (int, float)) else str(b)
-                                    for b in bws])
+    ax.set_xticks(range(len(bws)), [fmt(b) if isinstance(b, (int, float)) else str(b) for b in bws])
     ax.set_yticks(range(len(snrs)), [_fmt_value(s) for s in snrs])
     ax.set_xlabel(axis_name(table.attrs.get("bandwidth")) or "bandwidth (not swept)")
     ax.set_ylabel(axis_name(table.attrs.get("snr")) or "SNR (not swept)")
@@ -745,8 +893,10 @@ def best_tau_figure(table: pd.DataFrame):
     bar.set_ticks(taus, labels=[_fmt_value(float(t)) for t in taus])
     bar.minorticks_off()
     target = table.attrs.get("target")
-    ax.set_title(f"tau with the fewest joules to {target:.0%} test accuracy" if target else
-                 "best tau", fontsize=10)
+    ax.set_title(
+        f"tau with the fewest joules to {target:.0%} test accuracy" if target else "best tau",
+        fontsize=10,
+    )
     return fig
 
 
@@ -775,8 +925,11 @@ def best_tau_applies(res: Results) -> bool:
     """A best-tau heatmap needs tau swept with at least two values and an SNR or bandwidth
     field swept too."""
     tau = "algorithm.local.steps"
-    return (tau in res.fields and res.records[tau].nunique() > 1
-            and any(str(f).endswith(("snr_db", "bandwidth_hz")) for f in res.fields))
+    return (
+        tau in res.fields
+        and res.records[tau].nunique() > 1
+        and any(str(f).endswith(("snr_db", "bandwidth_hz")) for f in res.fields)
+    )
 
 
 def _sweep_records(res: Results) -> pd.DataFrame:
@@ -809,13 +962,18 @@ PLOTS = {
     "accuracy_vs_rounds": lambda res, target: accuracy_figure(res, "round"),
     "energy_split": lambda res, target: energy_split_figure(res),
     "energy_by_device_class": lambda res, target: energy_by_class_figure(res),
-    "best_tau": lambda res, target: best_tau_figure(best_tau_table(_sweep_records(res), target))
-    if best_tau_applies(res) else None,
+    "best_tau": lambda res, target: (
+        best_tau_figure(best_tau_table(_sweep_records(res), target))
+        if best_tau_applies(res)
+        else None
+    ),
     "consensus_distance": lambda res, target: consensus_figure(res),
 }
-NEEDS = {"energy_by_device_class": "a ledger in the run folders",
-         "best_tau": "a sweep over algorithm.local.steps and an SNR or bandwidth field",
-         "consensus_distance": "a consensus_distance column in the records (gossip runs)"}
+NEEDS = {
+    "energy_by_device_class": "a ledger in the run folders",
+    "best_tau": "a sweep over algorithm.local.steps and an SNR or bandwidth field",
+    "consensus_distance": "a consensus_distance column in the records (gossip runs)",
+}
 
 
 def figures(results, target: float | None = None, only=None) -> dict[str, object]:
@@ -825,13 +983,11 @@ def figures(results, target: float | None = None, only=None) -> dict[str, object
     target = res.target() if target is None else target
     unknown = sorted(set(only or ()) - set(PLOTS))
     if unknown:
-        raise ResultsError(f"no plot named {', '.join(unknown)}; the plots are "
-                           f"{', '.join(PLOTS)}")
+        raise ResultsError(f"no plot named {', '.join(unknown)}; the plots are {', '.join(PLOTS)}")
     out = {name: PLOTS[name](res, target) for name in PLOTS if not only or name in only}
     for name in only or ():
         if out[name] is None:
-            raise ResultsError(f"{name} does not apply to these results: it needs "
-                               f"{NEEDS[name]}")
+            raise ResultsError(f"{name} does not apply to these results: it needs {NEEDS[name]}")
     return {name: fig for name, fig in out.items() if fig is not None}
 
 
@@ -841,8 +997,9 @@ def check_target(target: float | None) -> float | None:
     return target
 
 
-def make_plots(results, out_dir: str | Path, target: float | None = None,
-               only=None) -> dict[str, Path]:
+def make_plots(
+    results, out_dir: str | Path, target: float | None = None, only=None
+) -> dict[str, Path]:
     """Write every figure that applies (or those named in `only`) as `out_dir/<name>.png`;
     returns {name: path}."""
     res = as_results(results)
@@ -855,6 +1012,7 @@ def make_plots(results, out_dir: str | Path, target: float | None = None,
 def default_output(paths: list[str | Path], name: str) -> Path:
     """`RESULTS/name` for one results folder; with several, the user must choose (-o)."""
     if len(paths) != 1:
-        raise ResultsError(f"several results folders given: choose where to write the {name} "
-                           "with -o")
+        raise ResultsError(
+            f"several results folders given: choose where to write the {name} with -o"
+        )
     return Path(paths[0]) / name

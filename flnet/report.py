@@ -20,20 +20,42 @@ from pathlib import Path
 
 import pandas as pd
 
-from flnet.plot import (ENERGY_PARTS, Results, ResultsError, as_results, best_tau_applies,
-                        best_tau_table, check_target, figures, png_bytes, short_name,
-                        to_target_table, _fmt_value, _sweep_records)
+from flnet.plot import (
+    ENERGY_PARTS,
+    Results,
+    ResultsError,
+    _fmt_value,
+    _sweep_records,
+    as_results,
+    best_tau_applies,
+    best_tau_table,
+    check_target,
+    figures,
+    png_bytes,
+    short_name,
+    to_target_table,
+)
 
-LIBRARIES = ("flnet", "torch", "numpy", "pandas", "pyarrow", "simpy", "networkx", "scipy",
-             "pydantic", "matplotlib")
+LIBRARIES = (
+    "flnet",
+    "torch",
+    "numpy",
+    "pandas",
+    "pyarrow",
+    "simpy",
+    "networkx",
+    "scipy",
+    "pydantic",
+    "matplotlib",
+)
 CAPTIONS = {
     "accuracy_vs_time": "Accuracy against simulated time.",
     "accuracy_vs_energy": "Accuracy against cumulative energy.",
     "accuracy_vs_rounds": "Accuracy against rounds.",
     "energy_split": "Energy at the last record, split into compute, uplink, downlink and D2D.",
     "energy_by_device_class": "Energy per device class: the server, and the clients in thirds "
-                              "by their measured compute speed (FLOP/s of their completed "
-                              "compute events in the ledger).",
+    "by their measured compute speed (FLOP/s of their completed "
+    "compute events in the ledger).",
     "best_tau": "Best local steps tau per cell: median over seeds, [min-max] below it.",
     "consensus_distance": "Consensus distance between the nodes' models (gossip runs).",
 }
@@ -71,16 +93,26 @@ def html_table(df: pd.DataFrame, table_id: str, headers: dict[str, str]) -> str:
     """A table whose cells carry their column's name (`data-col`) so a reader, or a test,
     finds a figure without counting columns."""
     cols = [c for c in headers if c in df]
-    text_cols = {c for c in cols if not pd.api.types.is_numeric_dtype(df[c])
-                 or pd.api.types.is_bool_dtype(df[c])}
+    text_cols = {
+        c
+        for c in cols
+        if not pd.api.types.is_numeric_dtype(df[c]) or pd.api.types.is_bool_dtype(df[c])
+    }
     cls = {c: ' class="text"' if c in text_cols else "" for c in cols}
     head = "".join(f"<th{cls[c]}>{html.escape(headers[c])}</th>" for c in cols)
     rows = "\n".join(
-        "<tr>" + "".join(f'<td{cls[c]} data-col="{html.escape(str(c))}">'
-                         f"{html.escape(_fmt(v))}</td>" for c, v in zip(cols, row)) + "</tr>"
-        for row in df[cols].itertuples(index=False))
-    return (f'<div class="scroll"><table id="{table_id}"><thead><tr>{head}</tr></thead>'
-            f"<tbody>\n{rows}\n</tbody></table></div>")
+        "<tr>"
+        + "".join(
+            f'<td{cls[c]} data-col="{html.escape(str(c))}">{html.escape(_fmt(v))}</td>'
+            for c, v in zip(cols, row)
+        )
+        + "</tr>"
+        for row in df[cols].itertuples(index=False)
+    )
+    return (
+        f'<div class="scroll"><table id="{table_id}"><thead><tr>{head}</tr></thead>'
+        f"<tbody>\n{rows}\n</tbody></table></div>"
+    )
 
 
 def final_table(res: Results) -> pd.DataFrame:
@@ -92,8 +124,16 @@ def final_table(res: Results) -> pd.DataFrame:
     out["rounds"] = last["round"]
     out["final_test_accuracy"] = last.test_accuracy
     out["best_test_accuracy"] = best
-    for c in ("client_accuracy_mean", "client_accuracy_worst", "sim_time_s", "energy_j",
-              *ENERGY_PARTS, "bits_up", "bits_down", "bits_d2d"):
+    for c in (
+        "client_accuracy_mean",
+        "client_accuracy_worst",
+        "sim_time_s",
+        "energy_j",
+        *ENERGY_PARTS,
+        "bits_up",
+        "bits_down",
+        "bits_d2d",
+    ):
         if c in last:
             out[c] = last[c]
     out = out.reset_index()
@@ -102,16 +142,30 @@ def final_table(res: Results) -> pd.DataFrame:
 
 
 FINAL_HEADERS = {
-    "label": "run", "status": "status", "rounds": "last round",
-    "final_test_accuracy": "final test accuracy", "best_test_accuracy": "best test accuracy",
-    "client_accuracy_mean": "mean client accuracy", "client_accuracy_worst": "worst client",
-    "sim_time_s": "simulated time (s)", "energy_j": "energy (J)",
-    "energy_compute_j": "compute (J)", "energy_uplink_j": "uplink (J)",
-    "energy_downlink_j": "downlink (J)", "energy_d2d_j": "D2D (J)", "bits_up": "bits up",
-    "bits_down": "bits down", "bits_d2d": "bits D2D",
+    "label": "run",
+    "status": "status",
+    "rounds": "last round",
+    "final_test_accuracy": "final test accuracy",
+    "best_test_accuracy": "best test accuracy",
+    "client_accuracy_mean": "mean client accuracy",
+    "client_accuracy_worst": "worst client",
+    "sim_time_s": "simulated time (s)",
+    "energy_j": "energy (J)",
+    "energy_compute_j": "compute (J)",
+    "energy_uplink_j": "uplink (J)",
+    "energy_downlink_j": "downlink (J)",
+    "energy_d2d_j": "D2D (J)",
+    "bits_up": "bits up",
+    "bits_down": "bits down",
+    "bits_d2d": "bits D2D",
 }
-TARGET_HEADERS = {"label": "run", "reached": "reached", "round": "round",
-                  "sim_time_s": "simulated time (s)", "energy_j": "energy (J)"}
+TARGET_HEADERS = {
+    "label": "run",
+    "reached": "reached",
+    "round": "round",
+    "sim_time_s": "simulated time (s)",
+    "energy_j": "energy (J)",
+}
 
 
 def target_table(res: Results, target: float) -> pd.DataFrame:
@@ -127,22 +181,42 @@ def group_table(res: Results, target: float) -> pd.DataFrame:
     final = final_table(res).set_index("run_id")
     tt = to_target_table(res, target).set_index("run_id")
     group = res.runs.set_index("run_id").group.reindex(final.index)
-    df = pd.DataFrame({"group": group, "acc": final.final_test_accuracy,
-                       "reached": tt.reached, "t": tt.sim_time_s, "e": tt.energy_j})
+    df = pd.DataFrame(
+        {
+            "group": group,
+            "acc": final.final_test_accuracy,
+            "reached": tt.reached,
+            "t": tt.sim_time_s,
+            "e": tt.energy_j,
+        }
+    )
     out = df.groupby("group", sort=False).agg(
-        seeds=("acc", "size"), final_test_accuracy=("acc", "median"),
-        seeds_reached=("reached", "sum"), sim_time_s=("t", "median"), energy_j=("e", "median"))
+        seeds=("acc", "size"),
+        final_test_accuracy=("acc", "median"),
+        seeds_reached=("reached", "sum"),
+        sim_time_s=("t", "median"),
+        energy_j=("e", "median"),
+    )
     return out.reindex(res.groups).reset_index()
 
 
-GROUP_HEADERS = {"group": "runs (all seeds)", "seeds": "seeds",
-                 "final_test_accuracy": "final test accuracy (median)",
-                 "seeds_reached": "seeds reaching target",
-                 "sim_time_s": "simulated time to target (s, median)",
-                 "energy_j": "energy to target (J, median)"}
-TAU_HEADERS = {"snr": "SNR", "bandwidth": "bandwidth", "seeds": "seeds",
-               "seeds_reached": "seeds reaching target", "best_tau_median": "best tau (median)",
-               "best_tau_min": "min", "best_tau_max": "max"}
+GROUP_HEADERS = {
+    "group": "runs (all seeds)",
+    "seeds": "seeds",
+    "final_test_accuracy": "final test accuracy (median)",
+    "seeds_reached": "seeds reaching target",
+    "sim_time_s": "simulated time to target (s, median)",
+    "energy_j": "energy to target (J, median)",
+}
+TAU_HEADERS = {
+    "snr": "SNR",
+    "bandwidth": "bandwidth",
+    "seeds": "seeds",
+    "seeds_reached": "seeds reaching target",
+    "best_tau_median": "best tau (median)",
+    "best_tau_min": "min",
+    "best_tau_max": "max",
+}
 
 
 def versions() -> pd.DataFrame:
@@ -160,9 +234,11 @@ def versions() -> pd.DataFrame:
 def _image(name: str, fig) -> str:
     data = base64.b64encode(png_bytes(fig)).decode("ascii")
     caption = CAPTIONS.get(name, name)
-    return (f'<figure id="fig-{name}"><img alt="{html.escape(caption)}" '
-            f'src="data:image/png;base64,{data}"><figcaption>{html.escape(caption)}'
-            "</figcaption></figure>")
+    return (
+        f'<figure id="fig-{name}"><img alt="{html.escape(caption)}" '
+        f'src="data:image/png;base64,{data}"><figcaption>{html.escape(caption)}'
+        "</figcaption></figure>"
+    )
 
 
 def _section(title: str, body: str) -> str:
@@ -173,15 +249,24 @@ def _scenario_section(res: Results) -> str:
     body = ""
     if res.grid:
         what = "swept" if res.kind == "sweep" else "differing between the runs"
-        items = "".join(f"<li><code>{html.escape(k)}</code>: "
-                        f"{html.escape(', '.join(_fmt_value(v) for v in values))}</li>"
-                        for k, values in res.grid.items())
+        items = "".join(
+            f"<li><code>{html.escape(k)}</code>: "
+            f"{html.escape(', '.join(_fmt_value(v) for v in values))}</li>"
+            for k, values in res.grid.items()
+        )
         body += f"<p>Fields {what}:</p><ul>{items}</ul>"
     if res.scenario_text:
-        note = (" (the first point's; each point overrides the swept fields)"
-                if res.kind == "sweep" else " (the first run's)" if res.kind == "runs" else "")
-        body += (f"<p>Resolved scenario{note}, every default filled in:</p>"
-                 f'<pre id="scenario">{html.escape(res.scenario_text)}</pre>')
+        note = (
+            " (the first point's; each point overrides the swept fields)"
+            if res.kind == "sweep"
+            else " (the first run's)"
+            if res.kind == "runs"
+            else ""
+        )
+        body += (
+            f"<p>Resolved scenario{note}, every default filled in:</p>"
+            f'<pre id="scenario">{html.escape(res.scenario_text)}</pre>'
+        )
     return _section("Scenario", body or "<p>No scenario.yaml in the results.</p>")
 
 
@@ -200,39 +285,59 @@ def render_report(results, target: float | None = None) -> str:
     ]
     failed = res.runs[~res.runs.run_id.isin(res.records.run_id)]
     if len(failed):
-        parts.append(f"<p>{len(failed)} point(s) left no records: "
-                     f"{html.escape(', '.join(str(p) for p in failed.run_id))} "
-                     "(see points.csv).</p>")
+        parts.append(
+            f"<p>{len(failed)} point(s) left no records: "
+            f"{html.escape(', '.join(str(p) for p in failed.run_id))} "
+            "(see points.csv).</p>"
+        )
     per_run = [
         _section("Final figures", html_table(final_table(res), "final", FINAL_HEADERS)),
-        _section(f"To {target:.0%} test accuracy", html_table(
-            target_table(res, target), "to-target", TARGET_HEADERS)
-            + "<p>The first evaluation at or above the target; – when never reached.</p>")]
-    plots = _section("Plots", "\n".join(_image(name, fig) for name, fig in
-                                        figures(res, target).items()))
+        _section(
+            f"To {target:.0%} test accuracy",
+            html_table(target_table(res, target), "to-target", TARGET_HEADERS)
+            + "<p>The first evaluation at or above the target; – when never reached.</p>",
+        ),
+    ]
+    plots = _section(
+        "Plots", "\n".join(_image(name, fig) for name, fig in figures(res, target).items())
+    )
     if res.runs.groupby("group").size().max() > 1:  # seeds: their medians, then the plots
-        parts.append(_section("Over seeds", html_table(group_table(res, target), "groups",
-                                                       GROUP_HEADERS)))
+        parts.append(
+            _section("Over seeds", html_table(group_table(res, target), "groups", GROUP_HEADERS))
+        )
         parts += [plots, *per_run]
     else:
         parts += [*per_run, plots]
     if best_tau_applies(res):
         tau = best_tau_table(_sweep_records(res), target)
-        headers = {**TAU_HEADERS, "snr": short_name(tau.attrs["snr"] or "SNR"),
-                   "bandwidth": short_name(tau.attrs["bandwidth"] or "bandwidth")}
-        parts.append(_section("Best tau", html_table(tau, "best-tau", headers)
-                              + "<p>Per cell, the tau with the fewest joules to the target "
-                              "for each seed (a tau that never reaches it costs infinitely "
-                              "many); its median, min and max over the seeds where some tau "
-                              "reached it.</p>"))
+        headers = {
+            **TAU_HEADERS,
+            "snr": short_name(tau.attrs["snr"] or "SNR"),
+            "bandwidth": short_name(tau.attrs["bandwidth"] or "bandwidth"),
+        }
+        parts.append(
+            _section(
+                "Best tau",
+                html_table(tau, "best-tau", headers)
+                + "<p>Per cell, the tau with the fewest joules to the target "
+                "for each seed (a tau that never reaches it costs infinitely "
+                "many); its median, min and max over the seeds where some tau "
+                "reached it.</p>",
+            )
+        )
     parts.append(_scenario_section(res))
-    parts.append(_section("Versions", html_table(versions(), "versions",
-                                                 {"library": "library",
-                                                  "version": "version"})))
+    parts.append(
+        _section(
+            "Versions",
+            html_table(versions(), "versions", {"library": "library", "version": "version"}),
+        )
+    )
     body = "\n".join(parts)
-    return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
-            f"<title>{html.escape(title)}</title><style>{CSS}</style></head>"
-            f"<body>\n{body}\n</body></html>\n")
+    return (
+        f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        f"<title>{html.escape(title)}</title><style>{CSS}</style></head>"
+        f"<body>\n{body}\n</body></html>\n"
+    )
 
 
 def write_report(results, out: str | Path | None = None, target: float | None = None) -> Path:
@@ -241,8 +346,9 @@ def write_report(results, out: str | Path | None = None, target: float | None = 
     res = as_results(results)
     if out is None:
         if len(res.sources) != 1:
-            raise ResultsError("several results folders or records in memory: choose where "
-                               "to write the report")
+            raise ResultsError(
+                "several results folders or records in memory: choose where to write the report"
+            )
         out = res.sources[0] / "report.html"
     out = Path(out)
     text = render_report(res, target)
@@ -273,11 +379,17 @@ def headless_chromium(width: int = 1280, height: int = 900):
     browser = next((b for b in CHROMIUM if Path(b).exists()), shutil.which("chromium"))
     driver = CHROMEDRIVER if Path(CHROMEDRIVER).exists() else shutil.which("chromedriver")
     if not browser or not driver:
-        raise ResultsError("a screenshot needs Chromium and its driver (Debian: apt-get "
-                           "install chromium chromium-driver)")
+        raise ResultsError(
+            "a screenshot needs Chromium and its driver (Debian: apt-get "
+            "install chromium chromium-driver)"
+        )
     options = webdriver.ChromeOptions()
-    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu",
-                f"--window-size={width},{height}"):
+    for arg in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        f"--window-size={width},{height}",
+    ):
         options.add_argument(arg)
     options.binary_location = browser
     try:
@@ -286,8 +398,7 @@ def headless_chromium(width: int = 1280, height: int = 900):
         raise ResultsError(f"could not start headless Chromium: {e.msg}") from None
 
 
-def screenshot(report: str | Path, png: str | Path, width: int = 1280,
-               height: int = 900) -> Path:
+def screenshot(report: str | Path, png: str | Path, width: int = 1280, height: int = 900) -> Path:
     """Open the report in headless Chromium and save what a reader first sees, as a PNG."""
     driver = headless_chromium(width, height)
     try:

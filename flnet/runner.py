@@ -26,19 +26,19 @@ import pandas as pd
 import torch
 import yaml
 
-from flnet.learn import data as data_mod, models
-
 from flnet import checkpoint, output
 from flnet.algorithms import ALGORITHMS
 from flnet.errors import FlnetError, ScenarioError
+from flnet.learn import data as data_mod
+from flnet.learn import models
 from flnet.learn.aggregate import consensus_distance
-from flnet.output import WriteError
 from flnet.learn.evaluate import Evaluator
-from flnet.sim.ledger import NOBODY, SERVER, Tag, remove_journal
-from flnet.scenario import Scenario, load_scenario
 from flnet.learn.local import Learner
+from flnet.output import WriteError
 from flnet.rng import Stream
+from flnet.scenario import Scenario, load_scenario
 from flnet.sim import topology
+from flnet.sim.ledger import NOBODY, SERVER, Tag, remove_journal
 from flnet.sim.world import INTERRUPTED, Observer, Progress, World
 
 SMALL_MODEL_PARAMS = 5_000_000  # below this, one torch thread: batching is the parallelism
@@ -111,10 +111,15 @@ class Recorder:
         if not all(map(math.isfinite, metrics.values())):
             self.diverged_round = t
             return "diverged"
-        world.ledger.add(Tag(progress.pattern, t), SERVER, NOBODY, "evaluate", world.now,
-                         world.now)
-        self.rows.append(record_row(self.scenario, world, progress, {
-            **metrics, **local_steps(self.scenario, self.learner, t)}))
+        world.ledger.add(Tag(progress.pattern, t), SERVER, NOBODY, "evaluate", world.now, world.now)
+        self.rows.append(
+            record_row(
+                self.scenario,
+                world,
+                progress,
+                {**metrics, **local_steps(self.scenario, self.learner, t)},
+            )
+        )
         return None
 
     def on_end(self, world, reason):
@@ -153,7 +158,7 @@ class Checkpointer:
     wall-clock trigger keeps runs reproducible while bounding both the work lost to a kill and
     the time spent writing."""
 
-    def __init__(self, run: "Run", every: int | None, interval_s: float | None):
+    def __init__(self, run: Run, every: int | None, interval_s: float | None):
         self.run = run
         self.every = every
         self.interval_s = interval_s
@@ -179,13 +184,17 @@ class Checkpointer:
         try:
             write_results(self.run.result("running", ledger=False))
         except OSError as e:
-            raise WriteError(f"could not write {e.filename or self.run.output_dir}: "
-                             f"{e.strerror or e}; {self.kept()}") from None
+            raise WriteError(
+                f"could not write {e.filename or self.run.output_dir}: "
+                f"{e.strerror or e}; {self.kept()}"
+            ) from None
         try:
             self.save_or_raise(world, progress, world.now, None)
         except OSError as e:
-            raise WriteError(f"could not write {e.filename or self.run.output_dir}: "
-                             f"{e.strerror or e}; {self.kept()}") from None
+            raise WriteError(
+                f"could not write {e.filename or self.run.output_dir}: "
+                f"{e.strerror or e}; {self.kept()}"
+            ) from None
         return None
 
     def on_end(self, world, reason):
@@ -201,10 +210,17 @@ class Checkpointer:
             e.filename = e.filename or str(out / checkpoint.JOURNAL)
             raise
         ckpt = checkpoint.Checkpoint(
-            round=progress.step, events=progress.events, now_s=now_s,
-            state=progress.state._asdict(), world=self.run.learner.state_dict(),
-            ledger_rows=rows, ledger_bytes=size, records=list(self.run.recorder.rows),
-            stop_reason=stopping, scenario=checkpoint.trajectory_fields(self.run.scenario))
+            round=progress.step,
+            events=progress.events,
+            now_s=now_s,
+            state=progress.state._asdict(),
+            world=self.run.learner.state_dict(),
+            ledger_rows=rows,
+            ledger_bytes=size,
+            records=list(self.run.recorder.rows),
+            stop_reason=stopping,
+            scenario=checkpoint.trajectory_fields(self.run.scenario),
+        )
 
         def committed():  # the round noted is the round on disk, even under Ctrl-C
             self.saved_round = ckpt.round
@@ -232,9 +248,11 @@ def local_steps(scenario: Scenario, learner: Learner, round: int) -> dict:
     steps of the last cohort trained (0 before any training)."""
     local = getattr(scenario.algorithm, "local", None)
     steps = learner.last_steps if round > 0 else learner.last_steps[:0]
-    return {"local_mode": local.mode if local is not None else None,
-            "local_steps_mean": float(steps.mean()) if len(steps) else 0.0,
-            "local_steps_max": int(steps.max()) if len(steps) else 0}
+    return {
+        "local_mode": local.mode if local is not None else None,
+        "local_steps_mean": float(steps.mean()) if len(steps) else 0.0,
+        "local_steps_max": int(steps.max()) if len(steps) else 0,
+    }
 
 
 def optimizer_labels(scenario: Scenario) -> dict:
@@ -254,16 +272,27 @@ def optimizer_labels(scenario: Scenario) -> dict:
 def record_row(scenario: Scenario, world: World, progress: Progress, metrics: dict) -> dict:
     e, b = world.ledger.energy_j, world.ledger.bits
     return {
-        "scenario": scenario.name, "algorithm": scenario.algorithm.name, "seed": scenario.seed,
+        "scenario": scenario.name,
+        "algorithm": scenario.algorithm.name,
+        "seed": scenario.seed,
         **optimizer_labels(scenario),
-        "round": progress.step, "events": progress.events, "sim_time_s": progress.sim_time_s,
+        "round": progress.step,
+        "events": progress.events,
+        "sim_time_s": progress.sim_time_s,
         "energy_j": world.ledger.total_energy_j,
-        "energy_compute_j": e["compute"], "energy_uplink_j": e["upload"],
-        "energy_downlink_j": e["download"], "energy_d2d_j": e["d2d"] + e["d2d_rx"],
-        "bits_up": b["upload"], "bits_down": b["download"], "bits_d2d": b["d2d"],
+        "energy_compute_j": e["compute"],
+        "energy_uplink_j": e["upload"],
+        "energy_downlink_j": e["download"],
+        "energy_d2d_j": e["d2d"] + e["d2d_rx"],
+        "bits_up": b["upload"],
+        "bits_down": b["download"],
+        "bits_d2d": b["d2d"],
         **metrics,
-        **({} if progress.nodes is None
-           else {"consensus_distance": consensus_distance(progress.nodes)}),
+        **(
+            {}
+            if progress.nodes is None
+            else {"consensus_distance": consensus_distance(progress.nodes)}
+        ),
         **(progress.figures or {}),
     }
 
@@ -272,8 +301,10 @@ def resolve_device(name: str) -> torch.device:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if name == "cuda" and not torch.cuda.is_available():
-        raise ScenarioError("'cuda' was asked for but no CUDA device is available; "
-                            "use 'auto' or 'cpu'", field="device")
+        raise ScenarioError(
+            "'cuda' was asked for but no CUDA device is available; use 'auto' or 'cpu'",
+            field="device",
+        )
     return torch.device(name)
 
 
@@ -297,8 +328,11 @@ def check_sampled(world: World) -> None:
         bad = ~np.isfinite(values) | ((values < 0) if name == "kappa" else (values <= 0))
         if bad.any():
             k = int(np.flatnonzero(bad)[0])
-            raise ScenarioError(f"client {k} drew {values[k]:g}, which no device has; use a "
-                                f"distribution with a smaller spread", field=f"clients.{name}")
+            raise ScenarioError(
+                f"client {k} drew {values[k]:g}, which no device has; use a "
+                f"distribution with a smaller spread",
+                field=f"clients.{name}",
+            )
 
 
 def check(scenario: Scenario) -> tuple[World, Learner]:
@@ -320,8 +354,9 @@ def check_deadline(scenario: Scenario, world: World, learner: Learner) -> None:
         samples = local.steps * local.batch_size
     else:  # the fewest samples any client processes: a lower bound, so never a false alarm
         sizes = learner.num_samples
-        samples = local.epochs * int(((sizes // local.batch_size) * local.batch_size
-                                      if local.drop_last else sizes).min())
+        samples = local.epochs * int(
+            ((sizes // local.batch_size) * local.batch_size if local.drop_last else sizes).min()
+        )
     flops = samples * learner.flops_per_sample
     fastest = world.fastest_round_trip_s(model_bits, flops, model_bits)
     if cohort.deadline_s < fastest:
@@ -329,7 +364,8 @@ def check_deadline(scenario: Scenario, world: World, learner: Learner) -> None:
             f"{cohort.deadline_s:g} s is shorter than the fastest possible round "
             f"({fastest:.4g} s: download, local work and upload of the fastest "
             "client, alone on the bands, without fading); no client could ever deliver",
-            field="algorithm.cohort.deadline_s")
+            field="algorithm.cohort.deadline_s",
+        )
 
 
 def check_topology(scenario: Scenario, world: World) -> None:
@@ -343,8 +379,15 @@ def check_topology(scenario: Scenario, world: World) -> None:
 class Run:
     """One simulation: the world, its observers, and the algorithm's protocol."""
 
-    def __init__(self, scenario: Scenario, *, resume: bool = False, write: bool = True,
-                 observers: tuple = (), say: Callable[[str], None] | None = None):
+    def __init__(
+        self,
+        scenario: Scenario,
+        *,
+        resume: bool = False,
+        write: bool = True,
+        observers: tuple = (),
+        say: Callable[[str], None] | None = None,
+    ):
         self.scenario = scenario
         self.output_dir = scenario.output_dir()
         self.write = write
@@ -360,13 +403,17 @@ class Run:
         if write:
             output.remove_stale_tables(self.output_dir, scenario.output.format)
             write_inputs(scenario, self.partition, self.output_dir)
-        self.recorder = Recorder(scenario, Evaluator(self.learner.model, self.learner.data),
-                                 self.learner)
+        self.recorder = Recorder(
+            scenario, Evaluator(self.learner.model, self.learner.data), self.learner
+        )
         self.stop_rules = StopRules(scenario)
         self.target = TargetAccuracy(scenario.run.target_accuracy, self.recorder)
         chain: list[Observer] = [self.stop_rules, self.recorder, self.target]
-        self.checkpointer = Checkpointer(self, scenario.run.checkpoint_every,
-                                         scenario.run.checkpoint_interval_s) if write else None
+        self.checkpointer = (
+            Checkpointer(self, scenario.run.checkpoint_every, scenario.run.checkpoint_interval_s)
+            if write
+            else None
+        )
         if self.checkpointer is not None:
             chain.append(self.checkpointer)
         self.world.observers = [*chain, *observers]
@@ -380,22 +427,27 @@ class Run:
         else:
             if say is not None:
                 say(f"resuming {self.output_dir} from round {ckpt.round}")
-            self.world.ledger.load_journal(self.output_dir / checkpoint.JOURNAL,
-                                           ckpt.ledger_rows, ckpt.ledger_bytes)
+            self.world.ledger.load_journal(
+                self.output_dir / checkpoint.JOURNAL, ckpt.ledger_rows, ckpt.ledger_bytes
+            )
             self.world.events = ckpt.events
             try:
                 self.learner.load_state_dict(ckpt.world)
                 self.state = self.algorithm.State(**ckpt.state)
             except (KeyError, TypeError, ValueError, RuntimeError) as e:
-                raise FlnetError(f"the checkpoint in {self.output_dir} does not fit this "
-                                 f"scenario's algorithm or model ({e.__class__.__name__}: {e}); "
-                                 "start afresh with --force") from None
+                raise FlnetError(
+                    f"the checkpoint in {self.output_dir} does not fit this "
+                    f"scenario's algorithm or model ({e.__class__.__name__}: {e}); "
+                    "start afresh with --force"
+                ) from None
             self.recorder.rows = list(ckpt.records)
             if self.checkpointer is not None:
                 self.checkpointer.saved_round = ckpt.round
-            self.world.stop("diverged" if ckpt.stop_reason == "diverged"
-                            else self.stop_rules.reason(self.world, ckpt.round)
-                            or self.target.reason())
+            self.world.stop(
+                "diverged"
+                if ckpt.stop_reason == "diverged"
+                else self.stop_rules.reason(self.world, ckpt.round) or self.target.reason()
+            )
             self.world.start()
 
     def simulate(self) -> None:
@@ -403,21 +455,39 @@ class Run:
             env = self.world.env
             # Run until the protocol ends: timers it left behind (a deadline that was not
             # needed) must not move the clock past the last step.
-            env.run(until=env.process(self.algorithm.protocol(self.world, self.learner,
-                                                              self.scenario.algorithm,
-                                                              self.state)))
+            env.run(
+                until=env.process(
+                    self.algorithm.protocol(
+                        self.world, self.learner, self.scenario.algorithm, self.state
+                    )
+                )
+            )
         self.world.end()
 
-    def result(self, status: str | None = None, *, ledger: bool = True,
-               error: str | None = None) -> Result:
+    def result(
+        self, status: str | None = None, *, ledger: bool = True, error: str | None = None
+    ) -> Result:
         world, rec = self.world, self.recorder
         records = pd.DataFrame(rec.rows)
-        summary = summarize(self.scenario, world, self.learner, rec, records,
-                            time.perf_counter() - self.wall_start, status)
+        summary = summarize(
+            self.scenario,
+            world,
+            self.learner,
+            rec,
+            records,
+            time.perf_counter() - self.wall_start,
+            status,
+        )
         if error is not None:
             summary["error"] = error
-        return Result(records, world.ledger.frame() if ledger else None, summary, self.scenario,
-                      self.output_dir, self.partition)
+        return Result(
+            records,
+            world.ledger.frame() if ledger else None,
+            summary,
+            self.scenario,
+            self.output_dir,
+            self.partition,
+        )
 
     def finish(self, result: Result) -> None:
         """The end of a run: its tables and summary, each on its own, then the final checkpoint.
@@ -431,6 +501,15 @@ class Run:
                 kept.append(f"{checkpoint.JOURNAL}, {checkpoint.FILE} (round {progress.step})")
             except OSError as e:
                 failed.append(f"{e.filename}: {e.strerror or e}")
+            except KeyboardInterrupt:
+                if failed:
+                    raise
+                # the results on disk are the final ones: say so rather than mark them otherwise
+                raise Interrupted(
+                    f"stopped while writing the final checkpoint: the run's records, ledger and "
+                    f"summary are complete in {self.output_dir}; " + self.kept_checkpoint(),
+                    self.resumable(),
+                ) from None
         if failed:
             raise WriteError(write_failure(self.output_dir, failed, kept, self.kept_checkpoint()))
         result.checkpoint_round = self.checkpointer.saved_round if self.checkpointer else None
@@ -441,8 +520,10 @@ class Run:
         failed, kept = write_each(self.result(status, error=error))
         if failed:
             return write_failure(self.output_dir, failed, kept, self.kept_checkpoint())
-        return f"the records, ledger and summary so far are in {self.output_dir}; " \
-               + self.kept_checkpoint()
+        return (
+            f"the records, ledger and summary so far are in {self.output_dir}; "
+            + self.kept_checkpoint()
+        )
 
     def resumable(self) -> bool:
         return self.checkpointer is not None and self.checkpointer.saved_round is not None
@@ -465,16 +546,26 @@ def check_resumable(ckpt: checkpoint.Checkpoint, scenario: Scenario, out: Path) 
     if changed:
         raise ScenarioError(
             f"the checkpoint in {out} was written by a scenario that differs in "
-            f"{', '.join(changed)}; only run and output may change on resume")
+            f"{', '.join(changed)}; only run and output may change on resume"
+        )
     if scenario.run.rounds < ckpt.round:
         raise ScenarioError(
             f"{scenario.run.rounds} rounds is below the checkpoint's round {ckpt.round}: a "
-            "resumed run cannot end before where it resumes", field="run.rounds")
+            "resumed run cannot end before where it resumes",
+            field="run.rounds",
+        )
 
 
-def run(scenario: Scenario | str | Path, overrides: list[str] | dict | None = None, *,
-        write: bool = True, resume: bool = False, force: bool = False, observers: tuple = (),
-        say: Callable[[str], None] | None = None) -> Result:
+def run(
+    scenario: Scenario | str | Path,
+    overrides: list[str] | dict | None = None,
+    *,
+    write: bool = True,
+    resume: bool = False,
+    force: bool = False,
+    observers: tuple = (),
+    say: Callable[[str], None] | None = None,
+) -> Result:
     """Simulate a scenario (object or YAML path) and return its records and ledger.
 
     With `write`, the results go to the scenario's output folder (`flnet.output`): a folder
@@ -490,8 +581,9 @@ def run(scenario: Scenario | str | Path, overrides: list[str] | dict | None = No
         return _simulate(Run(scenario, write=False, observers=observers), write=False)
     with output.open_folder(scenario.output_dir(), resume=resume, force=force) as folder:
         # the absolute folder goes into scenario.yaml: --resume from anywhere finds the run
-        scenario = scenario.model_copy(update={"output": scenario.output.model_copy(
-            update={"dir": str(folder.path)})})
+        scenario = scenario.model_copy(
+            update={"output": scenario.output.model_copy(update={"dir": str(folder.path)})}
+        )
         try:
             sim = Run(scenario, resume=resume, observers=observers, say=say)
         except BaseException:
@@ -512,8 +604,9 @@ def _simulate(sim: Run, write: bool) -> Result:
         except KeyboardInterrupt:
             if not write:
                 raise
-            raise Interrupted("stopped at once: " + sim.abandon("interrupted", None),
-                              sim.resumable()) from None
+            raise Interrupted(
+                "stopped at once: " + sim.abandon("interrupted", None), sim.resumable()
+            ) from None
         except BaseException as e:
             if not write:
                 raise
@@ -526,17 +619,27 @@ def _simulate(sim: Run, write: bool) -> Result:
             return result
         try:
             sim.finish(result)
+        except Interrupted:
+            raise
         except KeyboardInterrupt:  # while writing the end: the tables may be the final ones
-            raise Interrupted("stopped at once while writing the results: "
-                              + sim.abandon("interrupted", None), sim.resumable()) from None
+            raise Interrupted(
+                "stopped at once while writing the results: " + sim.abandon("interrupted", None),
+                sim.resumable(),
+            ) from None
         return result
     finally:
         torch.set_num_threads(threads)
 
 
-def summarize(scenario: Scenario, world: World, learner: Learner, recorder: Recorder,
-              records: pd.DataFrame,
-              wall_s: float, status: str | None) -> dict:
+def summarize(
+    scenario: Scenario,
+    world: World,
+    learner: Learner,
+    recorder: Recorder,
+    records: pd.DataFrame,
+    wall_s: float,
+    status: str | None,
+) -> dict:
     last = records.iloc[-1].to_dict() if len(records) else {}
     reason = world.stop_reason
     if status is None:
@@ -568,8 +671,9 @@ def write_inputs(scenario: Scenario, partition: pd.DataFrame, out: Path) -> None
     """What the run starts from: the resolved scenario and the partition, written once."""
     try:
         output.write_table(partition, out / f"partition.{scenario.output.format}")
-        output.write_text(out / "scenario.yaml",
-                          yaml.safe_dump(scenario.model_dump(mode="json"), sort_keys=False))
+        output.write_text(
+            out / "scenario.yaml", yaml.safe_dump(scenario.model_dump(mode="json"), sort_keys=False)
+        )
     except OSError as e:
         raise WriteError(f"could not write {e.filename or out}: {e.strerror or e}") from None
 
@@ -596,20 +700,25 @@ def write_each(result: Result) -> tuple[list[str], list[str]]:
 
 
 def write_failure(out: Path, failed: list[str], kept: list[str], checkpoint_kept: str) -> str:
-    return (f"could not write {'; '.join(failed)}. Written in {out}: "
-            f"{', '.join(kept) if kept else 'nothing'}; {checkpoint_kept}")
+    return (
+        f"could not write {'; '.join(failed)}. Written in {out}: "
+        f"{', '.join(kept) if kept else 'nothing'}; {checkpoint_kept}"
+    )
 
 
 def _result_files(result: Result) -> list[tuple[Path, Callable[[Path], None]]]:
-    """Smallest first (records, summary), so a nearly full disk keeps the most."""
+    """Records, ledger, then the summary: a summary on disk that says the run finished comes
+    after its tables (a sweep counts such a folder as a finished point). Each is written
+    whatever happened to the others."""
     out = result.output_dir or result.scenario.output_dir()
     fmt = result.scenario.output.format
     summary = json.dumps(result.summary, indent=2, default=_jsonable)
     files: list[tuple[Path, Callable[[Path], None]]] = [
-        (out / f"records.{fmt}", lambda p: output.write_table(result.records, p)),
-        (out / "summary.json", lambda p: output.write_text(p, summary))]
+        (out / f"records.{fmt}", lambda p: output.write_table(result.records, p))
+    ]
     if result.ledger is not None:
         files.append((out / f"ledger.{fmt}", lambda p: output.write_table(result.ledger, p)))
+    files.append((out / "summary.json", lambda p: output.write_text(p, summary)))
     return files
 
 

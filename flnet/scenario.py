@@ -19,8 +19,8 @@ import yaml
 from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
-from flnet.algorithms.configs import CONFIGS
 from flnet import units
+from flnet.algorithms.configs import CONFIGS
 from flnet.config import Strict, topology_problem
 from flnet.dists import Dist, NonNegativeDist, PerClient, PositiveDist, Uniform
 from flnet.errors import ScenarioError, UnitWarning
@@ -58,7 +58,8 @@ class SizeSkewPartition(Strict):
     kind: Literal["zipf", "lognormal"]
     sigma: float = Field(ge=0, description="0: equal sizes; larger: more skew")
     alpha: float | None = Field(
-        None, gt=0, description="each client's class mixture ~ Dir(alpha); none: iid labels")
+        None, gt=0, description="each client's class mixture ~ Dir(alpha); none: iid labels"
+    )
     min_size: int = Field(2, ge=1, description="smallest client size allowed")
 
 
@@ -68,9 +69,10 @@ class NaturalPartition(Strict):
     kind: Literal["natural"]
 
 
-Partition = Annotated[Union[IidPartition, DirichletPartition, ShardsPartition, SizeSkewPartition,
-                            NaturalPartition],
-                      Field(discriminator="kind")]
+Partition = Annotated[
+    IidPartition | DirichletPartition | ShardsPartition | SizeSkewPartition | NaturalPartition,
+    Field(discriminator="kind"),
+]
 
 
 class SyntheticConfig(Strict):
@@ -90,21 +92,24 @@ class Mnist1dConfig(Strict):
     """MNIST-1D's procedural generator (80/20 train/test split)."""
 
     num_samples: int = Field(5000, ge=20)
-    seed: int = Field(42, ge=0, le=2**32 - 1,
-                      description="the generator's seed; 42 is the published set")
+    seed: int = Field(
+        42, ge=0, le=2**32 - 1, description="the generator's seed; 42 is the published set"
+    )
 
 
 class RandomReluFeatures(Strict):
     kind: Literal["random_relu"]
     dim: int = Field(512, ge=1)
-    seed: int = Field(0, ge=0, le=2**32 - 1,
-                      description="fixes the backbone, independent of the run seed")
+    seed: int = Field(
+        0, ge=0, le=2**32 - 1, description="fixes the backbone, independent of the run seed"
+    )
 
 
 class Resnet18Features(Strict):
     kind: Literal["resnet18"]
-    seed: int = Field(0, ge=0, le=2**32 - 1,
-                      description="fixes the backbone, independent of the run seed")
+    seed: int = Field(
+        0, ge=0, le=2**32 - 1, description="fixes the backbone, independent of the run seed"
+    )
 
 
 class NpzFeatures(Strict):
@@ -112,11 +117,20 @@ class NpzFeatures(Strict):
     path: str = Field(description="arrays x_train [N, F] and x_test [M, F]")
 
 
-Features = Annotated[Union[RandomReluFeatures, Resnet18Features, NpzFeatures],
-                     Field(discriminator="kind")]
+Features = Annotated[
+    RandomReluFeatures | Resnet18Features | NpzFeatures, Field(discriminator="kind")
+]
 
-DATASETS = ("digits", "synthetic", "mnist1d", "mnist", "fashion_mnist", "kmnist", "cifar10",
-            "cifar100")
+DATASETS = (
+    "digits",
+    "synthetic",
+    "mnist1d",
+    "mnist",
+    "fashion_mnist",
+    "kmnist",
+    "cifar10",
+    "cifar100",
+)
 
 
 class DataConfig(Strict):
@@ -125,26 +139,38 @@ class DataConfig(Strict):
     download: bool = Field(False, description="fetch missing real data sets (needs network)")
     partition: Partition = IidPartition()
     local_test_fraction: float | None = Field(
-        None, gt=0, le=1, description="per-client test rows from the client's label mix")
+        None, gt=0, le=1, description="per-client test rows from the client's label mix"
+    )
     features: Features | None = Field(None, description="frozen features instead of inputs")
     share_rows: bool | Annotated[int, Field(ge=1)] = Field(
-        False, description="more clients than training rows: the partition is made for S "
-                           "slots (true: as many as rows; a number: that many) and client k "
-                           "holds slot k mod S")
+        False,
+        description="more clients than training rows: the partition is made for S "
+        "slots (true: as many as rows; a number: that many) and client k "
+        "holds slot k mod S",
+    )
     eval_clients: int = Field(
-        1000, ge=1, description="per-client figures use every client up to this many, else "
-                                "a sample of this size drawn once from the seed")
+        1000,
+        ge=1,
+        description="per-client figures use every client up to this many, else "
+        "a sample of this size drawn once from the seed",
+    )
     synthetic: SyntheticConfig = SyntheticConfig()
     mnist1d: Mnist1dConfig = Mnist1dConfig()
 
     @model_validator(mode="after")
     def _consistent(self):
         if self.partition.kind == "natural" and self.dataset != "synthetic":
-            raise inconsistent("data.partition.kind", f"'natural' needs a data set with its "
-                               f"own clients ('synthetic'), not {self.dataset!r}")
+            raise inconsistent(
+                "data.partition.kind",
+                f"'natural' needs a data set with its "
+                f"own clients ('synthetic'), not {self.dataset!r}",
+            )
         if self.partition.kind == "natural" and self.local_test_fraction is not None:
-            raise inconsistent("data.local_test_fraction", "a natural partition already has "
-                               "each client's own test split (synthetic.test_fraction)")
+            raise inconsistent(
+                "data.local_test_fraction",
+                "a natural partition already has "
+                "each client's own test split (synthetic.test_fraction)",
+            )
         return self
 
 
@@ -174,13 +200,16 @@ class Resnet18Config(Strict):
     @model_validator(mode="after")
     def _divides(self):
         if 64 % self.norm_groups:
-            raise inconsistent("model.norm_groups", f"{self.norm_groups} does not divide the "
-                               f"64 channels of the first stage")
+            raise inconsistent(
+                "model.norm_groups",
+                f"{self.norm_groups} does not divide the 64 channels of the first stage",
+            )
         return self
 
 
-ModelConfig = Annotated[Union[MlpConfig, LogisticConfig, CnnConfig, Resnet18Config],
-                        Field(discriminator="kind")]
+ModelConfig = Annotated[
+    MlpConfig | LogisticConfig | CnnConfig | Resnet18Config, Field(discriminator="kind")
+]
 
 # ---------------------------------------------------------------- devices and radio
 
@@ -192,21 +221,26 @@ class ClientsConfig(Strict):
     cpu_hz: PositiveDist = Field(1.0e9, description="CPU frequency f")
     flops_per_cycle: PositiveDist = Field(4.0, description="training FLOPs per CPU cycle")
     kappa: NonNegativeDist = Field(
-        1.0e-28, description="effective switched capacitance: J = kappa * cycles * f^2")
+        1.0e-28, description="effective switched capacitance: J = kappa * cycles * f^2"
+    )
 
 
 class Band(Strict):
     bandwidth_hz: float = Field(gt=0)
     sharing: Literal["shared", "dedicated"] = Field(
-        "shared", description="shared: concurrent transfers split the band equally; "
-                              "dedicated: every transfer gets the whole band")
+        "shared",
+        description="shared: concurrent transfers split the band equally; "
+        "dedicated: every transfer gets the whole band",
+    )
 
     @field_validator("bandwidth_hz")
     @classmethod
     def _rates_stay_finite(cls, hz: float) -> float:
         if hz < units.MIN_BANDWIDTH_HZ:
-            raise ValueError(f"{hz:g} Hz is below {units.MIN_BANDWIDTH_HZ:g} Hz: no radio "
-                             "band is that narrow, and its rate b log2(1 + SNR) overflows")
+            raise ValueError(
+                f"{hz:g} Hz is below {units.MIN_BANDWIDTH_HZ:g} Hz: no radio "
+                "band is that narrow, and its rate b log2(1 + SNR) overflows"
+            )
         return hz
 
 
@@ -217,15 +251,17 @@ class D2D(Strict):
 
     bandwidth_hz: float = Field(1.0e6, gt=0)
     sharing: Literal["shared", "dedicated"] = Field(
-        "dedicated", description="dedicated: a band per link; shared: all D2D transfers split "
-                                 "one band equally")
+        "dedicated",
+        description="dedicated: a band per link; shared: all D2D transfers split one band equally",
+    )
     snr_db: Dist = Field(20.0, description="per directed link, over the D2D band")
 
 
 class _RadioCommon(Strict):
     tx_power_dbm: Dist = Field(10.0, description="client transmit power")
     tx_circuit_power_w: NonNegativeDist = Field(
-        0.0, description="radio electronics power while transmitting, on top of tx power")
+        0.0, description="radio electronics power while transmitting, on top of tx power"
+    )
     rx_power_w: NonNegativeDist = Field(0.0, description="client power while receiving")
     rayleigh_fading: bool = Field(False, description="|h|^2 ~ Exp(1) drawn per transfer")
     uplink: Band = Band(bandwidth_hz=20e6, sharing="shared")
@@ -238,7 +274,8 @@ class PhysicalRadio(_RadioCommon):
 
     mode: Literal["physical"] = "physical"
     distance_m: PositiveDist = Field(
-        Uniform(kind="uniform", low=50.0, high=500.0), description="client to access point")
+        Uniform(kind="uniform", low=50.0, high=500.0), description="client to access point"
+    )
     path_loss_at_1km_db: float = 128.1
     path_loss_slope_db: float = Field(37.6, description="dB per decade of distance")
     shadowing_std_db: float = Field(8.0, ge=0, description="per client, drawn once")
@@ -251,24 +288,33 @@ class PhysicalRadio(_RadioCommon):
         nearest = units.nearest_distance_m(d)
         if nearest < units.REFERENCE_DISTANCE_M:
             tail = " (its 6-sigma tail)" if d.kind == "lognormal" else ""
-            km = ("; did you mean km?" if not tail and nearest * 1e3 >= units.REFERENCE_DISTANCE_M
-                  else "")
+            km = (
+                "; did you mean km?"
+                if not tail and nearest * 1e3 >= units.REFERENCE_DISTANCE_M
+                else ""
+            )
             raise ValueError(
                 f"reaches {nearest:.3g} m{tail}, below the path-loss model's reference "
                 f"distance of {units.REFERENCE_DISTANCE_M:g} m (the log-distance model's gain "
-                f"grows without bound as d -> 0){km}")
+                f"grows without bound as d -> 0){km}"
+            )
         return d
 
     @model_validator(mode="after")
     def _gain_below_one(self):
-        for d in (units.nearest_distance_m(self.distance_m),
-                  units.farthest_distance_m(self.distance_m)):
+        for d in (
+            units.nearest_distance_m(self.distance_m),
+            units.farthest_distance_m(self.distance_m),
+        ):
             loss_db = self.path_loss_at_1km_db + self.path_loss_slope_db * math.log10(d / 1e3)
             if not loss_db >= 0:
-                raise inconsistent("radio.path_loss_at_1km_db", f"with path_loss_slope_db = "
-                                   f"{self.path_loss_slope_db:g} the path loss at {d:.4g} m is "
-                                   f"{loss_db:.4g} dB, below 0 dB: a receiver would get more "
-                                   "power than was sent")
+                raise inconsistent(
+                    "radio.path_loss_at_1km_db",
+                    f"with path_loss_slope_db = "
+                    f"{self.path_loss_slope_db:g} the path loss at {d:.4g} m is "
+                    f"{loss_db:.4g} dB, below 0 dB: a receiver would get more "
+                    "power than was sent",
+                )
         return self
 
 
@@ -280,7 +326,7 @@ class DirectRadio(_RadioCommon):
     downlink_snr_db: Dist = 20.0
 
 
-Radio = Annotated[Union[PhysicalRadio, DirectRadio], Field(discriminator="mode")]
+Radio = Annotated[PhysicalRadio | DirectRadio, Field(discriminator="mode")]
 
 # ---------------------------------------------------------------- run control and output
 
@@ -290,17 +336,24 @@ class RunConfig(Strict):
 
     # below every random-stream tag (flnet.rng.Stream), so a stream key never equals a
     # minibatch key [seed, round, client]
-    rounds: int = Field(100, ge=1, le=1_000_000, description="steps of the algorithm's "
-                        "pattern: rounds, gossip iterations or server updates")
+    rounds: int = Field(
+        100,
+        ge=1,
+        le=1_000_000,
+        description="steps of the algorithm's pattern: rounds, gossip iterations or server updates",
+    )
     time_budget_s: float | None = Field(None, gt=0, description="stop once sim time reaches it")
     energy_budget_j: float | None = Field(None, gt=0, description="stop once energy reaches it")
     target_accuracy: float | None = Field(None, gt=0, le=1)
-    eval_every: int = Field(1, ge=1, description="steps (rounds, iterations, server updates) "
-                            "between evaluations")
+    eval_every: int = Field(
+        1, ge=1, description="steps (rounds, iterations, server updates) between evaluations"
+    )
     checkpoint_every: int | None = Field(
-        None, ge=1, description="steps between checkpoints (null: by wall time only)")
+        None, ge=1, description="steps between checkpoints (null: by wall time only)"
+    )
     checkpoint_interval_s: float | None = Field(
-        60.0, gt=0, description="wall-clock seconds between checkpoints (null: by rounds only)")
+        60.0, gt=0, description="wall-clock seconds between checkpoints (null: by rounds only)"
+    )
 
 
 class OutputConfig(Strict):
@@ -312,15 +365,17 @@ def _algorithm_union():
     configs = tuple(CONFIGS.values())
     if len(configs) == 1:
         return configs[0]
-    return Annotated[Union[configs], Field(discriminator="name")]
+    return Annotated[Union[configs], Field(discriminator="name")]  # noqa: UP007 (a tuple)
 
 
 AlgorithmConfig = _algorithm_union()
 
 
 class Scenario(Strict):
-    name: str = Field("scenario", description="one plain path component: the default results "
-                                              "folder is runs/<name>")
+    name: str = Field(
+        "scenario",
+        description="one plain path component: the default results folder is runs/<name>",
+    )
     seed: int = Field(0, ge=0, le=2**32 - 1)
     device: Literal["auto", "cpu", "cuda"] = "auto"
     data: DataConfig = DataConfig()
@@ -345,15 +400,25 @@ class Scenario(Strict):
     @classmethod
     def _plain_name(cls, name: str) -> str:
         """The name becomes a folder name (runs/<name>): never a path that leaves it."""
-        bad = ("is empty" if not name else
-               "is '.' or '..'" if name in (".", "..") else
-               "holds a path separator" if "/" in name or "\\" in name else
-               "holds a NUL character" if "\0" in name else
-               "is longer than 255 bytes" if len(name.encode("utf-8", "replace")) > 255 else None)
+        bad = (
+            "is empty"
+            if not name
+            else "is '.' or '..'"
+            if name in (".", "..")
+            else "holds a path separator"
+            if "/" in name or "\\" in name
+            else "holds a NUL character"
+            if "\0" in name
+            else "is longer than 255 bytes"
+            if len(name.encode("utf-8", "replace")) > 255
+            else None
+        )
         if bad:
-            raise ValueError(f"{bad}; the name is a folder name (runs/<name>), so it must be one "
-                             f"plain path component: not empty, not '.' or '..', no '/', '\\' "
-                             f"or NUL, at most 255 bytes")
+            raise ValueError(
+                f"{bad}; the name is a folder name (runs/<name>), so it must be one "
+                f"plain path component: not empty, not '.' or '..', no '/', '\\' "
+                f"or NUL, at most 255 bytes"
+            )
         return name
 
     @model_validator(mode="after")
@@ -361,8 +426,10 @@ class Scenario(Strict):
         n = self.clients.count
         cohort = getattr(self.algorithm, "cohort", None)
         if cohort is not None and cohort.k(n) > n:
-            raise inconsistent("algorithm.cohort.clients_per_round",
-                               f"{cohort.k(n)} clients per round but clients.count is {n}")
+            raise inconsistent(
+                "algorithm.cohort.clients_per_round",
+                f"{cohort.k(n)} clients per round but clients.count is {n}",
+            )
         topology = getattr(self.algorithm, "topology", None)
         problem = topology_problem(topology, n) if topology is not None else None
         if problem is not None:
@@ -370,8 +437,10 @@ class Scenario(Strict):
         for section in ("clients", "radio"):
             for name, value in getattr(self, section):
                 if isinstance(value, PerClient) and len(value.values) != n:
-                    raise inconsistent(f"{section}.{name}", f"lists {len(value.values)} "
-                                       f"per_client values for clients.count = {n}")
+                    raise inconsistent(
+                        f"{section}.{name}",
+                        f"lists {len(value.values)} per_client values for clients.count = {n}",
+                    )
         return self
 
     def output_dir(self) -> Path:
@@ -394,8 +463,10 @@ def _read_yaml(path: Path) -> dict:
     try:
         size = path.stat().st_size
         if size > MAX_FILE_BYTES:
-            raise ScenarioError(f"{path} is {size / 2**20:.1f} MiB; a scenario file may be at "
-                                f"most {MAX_FILE_BYTES // 2**20} MiB")
+            raise ScenarioError(
+                f"{path} is {size / 2**20:.1f} MiB; a scenario file may be at "
+                f"most {MAX_FILE_BYTES // 2**20} MiB"
+            )
         text = path.read_text()
     except FileNotFoundError:
         raise ScenarioError(f"scenario file not found: {path}") from None
@@ -407,8 +478,9 @@ def _read_yaml(path: Path) -> dict:
     if data is None:
         data = {}
     if not isinstance(data, dict):
-        raise ScenarioError(f"{path}: the top level must be a mapping of fields, "
-                            f"got {type(data).__name__}")
+        raise ScenarioError(
+            f"{path}: the top level must be a mapping of fields, got {type(data).__name__}"
+        )
     return data
 
 
@@ -423,9 +495,11 @@ def safe_yaml(text: str, source: str) -> Any:
             return None
         composed, expanded = _node_counts(node, source)
         if expanded - composed > MAX_ALIAS_NODES:
-            raise ScenarioError(f"{source}: YAML aliases (*name) expand it to more than "
-                                f"{composed + MAX_ALIAS_NODES:,} nodes; at most "
-                                f"{MAX_ALIAS_NODES:,} may come from aliases")
+            raise ScenarioError(
+                f"{source}: YAML aliases (*name) expand it to more than "
+                f"{composed + MAX_ALIAS_NODES:,} nodes; at most "
+                f"{MAX_ALIAS_NODES:,} may come from aliases"
+            )
         return loader.construct_document(node)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
@@ -448,8 +522,10 @@ def _node_counts(root: yaml.Node, source: str) -> tuple[int, int]:
         if key in expanded:
             return expanded[key]
         if key in open_:
-            raise ScenarioError(f"{source}: YAML aliases make a value contain itself (line "
-                                f"{node.start_mark.line + 1})")
+            raise ScenarioError(
+                f"{source}: YAML aliases make a value contain itself (line "
+                f"{node.start_mark.line + 1})"
+            )
         open_.add(key)
         if isinstance(node, yaml.MappingNode):
             total = 1 + sum(size(k) + size(v) for k, v in node.value)
@@ -552,8 +628,11 @@ def nest(path: str, value: Any) -> dict:
     return value
 
 
-def load_scenario(path: str | Path | None = None, overrides: list[str] | dict | None = None,
-                  data: dict | None = None) -> Scenario:
+def load_scenario(
+    path: str | Path | None = None,
+    overrides: list[str] | dict | None = None,
+    data: dict | None = None,
+) -> Scenario:
     """Read, merge and validate a scenario from a file and/or a dict."""
     merged: dict = {}
     if path is not None:
@@ -577,8 +656,7 @@ def validate(data: dict, source: str = "scenario") -> Scenario:
         return Scenario.model_validate(data)
     except ValidationError as e:
         lines = [describe(err) for err in e.errors()]
-        raise ScenarioError(f"{source} is not a valid scenario:\n  " + "\n  ".join(lines)) \
-            from None
+        raise ScenarioError(f"{source} is not a valid scenario:\n  " + "\n  ".join(lines)) from None
 
 
 def json_schema() -> str:
@@ -617,11 +695,13 @@ def _fields_of(node: Any) -> list[str]:
 
 def _unwrap(annotation):
     """Model class, or a tuple of classes for unions."""
+    import types
     from typing import get_args, get_origin
+
     origin = get_origin(annotation)
     if origin is Annotated:
         return _unwrap(get_args(annotation)[0])
-    if origin is Union:
+    if origin in (Union, types.UnionType):
         members = [a for a in get_args(annotation) if hasattr(a, "model_fields")]
         return tuple(members) if len(members) > 1 else (members[0] if members else None)
     return annotation
@@ -630,6 +710,7 @@ def _unwrap(annotation):
 def _tags_of(model) -> tuple:
     """The values of a union member's tag field (a Literal may allow several)."""
     from typing import get_args
+
     for key in ("name", "kind", "mode"):
         f = getattr(model, "model_fields", {}).get(key)
         if f is not None:
@@ -650,13 +731,19 @@ def describe(err: dict) -> str:
     if kind == "literal_error":
         return f"{path}: {short(got)} is not allowed; allowed: {ctx.get('expected')}"
     if kind == "union_tag_invalid":
-        return (f"{path}: unknown {ctx.get('discriminator', 'kind').strip(chr(39))} "
-                f"{short(ctx.get('tag'))}; allowed: {ctx.get('expected_tags')}")
+        return (
+            f"{path}: unknown {ctx.get('discriminator', 'kind').strip(chr(39))} "
+            f"{short(ctx.get('tag'))}; allowed: {ctx.get('expected_tags')}"
+        )
     if kind == "union_tag_not_found":
         return f"{path}: missing {ctx.get('discriminator')}"
     if kind in ("greater_than", "greater_than_equal", "less_than", "less_than_equal"):
-        op = {"greater_than": ">", "greater_than_equal": ">=", "less_than": "<",
-              "less_than_equal": "<="}[kind]
+        op = {
+            "greater_than": ">",
+            "greater_than_equal": ">=",
+            "less_than": "<",
+            "less_than_equal": "<=",
+        }[kind]
         bound = next(iter(ctx.values()))
         return f"{path}: must be {op} {bound} (got {short(got)})"
     if kind == "inconsistent":
@@ -677,4 +764,4 @@ def short(value: Any, limit: int = 80) -> str:
     """`repr(value)` cut to about `limit` characters, in time bounded by the limit (never the
     whole of a huge or alias-expanded value)."""
     text = value if isinstance(value, str) and limit > 80 else _REPR.repr(value)
-    return text if len(text) <= limit else text[:limit - 3] + "..."
+    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -18,7 +18,8 @@ import contextlib
 import os
 import signal
 import threading
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from flnet.sim.world import INTERRUPTED as REASON
 
@@ -48,15 +49,17 @@ class StopOnSignal:
             self.signal = signal.Signals(signum).name
             if self.world is not None:
                 self.world.request_stop(REASON)
-            _say(f"{self.signal}: stopping at the end of this round to keep a checkpoint "
-                 "(press Ctrl-C again to stop at once, keeping the last checkpoint)")
+            _say(
+                f"{self.signal}: stopping at the end of this round to keep a checkpoint "
+                "(press Ctrl-C again to stop at once, keeping the last checkpoint)"
+            )
             return
         if self.count == 2:
             raise KeyboardInterrupt
         _say("still writing the results so far; they will be done in a moment")
 
     @contextlib.contextmanager
-    def installed(self) -> Iterator["StopOnSignal"]:
+    def installed(self) -> Iterator[StopOnSignal]:
         """Handle SIGINT and SIGTERM inside the block (only the main thread can), restoring
         the previous handlers after it."""
         if threading.current_thread() is not threading.main_thread():

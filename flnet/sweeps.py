@@ -36,9 +36,16 @@ from flnet.scenario import Scenario, describe, merge, nest, parse_override, reso
 FINISHED = ("completed", "diverged")  # a folder holding one of these is not run again
 LR = "algorithm.local.lr"
 OPTIMIZER = "algorithm.local.optimizer"
-DEFAULT_LR = {n: c.default_lr for n, c in (("sgd", SgdConfig), ("adam", AdamConfig),
-                                          ("adagrad", AdagradConfig), ("sps", SpsConfig),
-                                          ("delta_sgd", DeltaSgdConfig))}
+DEFAULT_LR = {
+    n: c.default_lr
+    for n, c in (
+        ("sgd", SgdConfig),
+        ("adam", AdamConfig),
+        ("adagrad", AdagradConfig),
+        ("sps", SpsConfig),
+        ("delta_sgd", DeltaSgdConfig),
+    )
+}
 
 
 # ---------------------------------------------------------------- what to sweep
@@ -51,8 +58,11 @@ def parse_values(item: str, option: str = "--grid") -> tuple[str, list]:
         raise ScenarioError(f"{option} {item!r} must look like field.path=v1,v2,...")
     key, raw = (s.strip() for s in item.split("=", 1))
     try:
-        values = yaml.safe_load(raw) if raw.startswith("[") else \
-            [yaml.safe_load(v) for v in raw.split(",")]
+        values = (
+            yaml.safe_load(raw)
+            if raw.startswith("[")
+            else [yaml.safe_load(v) for v in raw.split(",")]
+        )
     except yaml.YAMLError:
         raise ScenarioError(f"{option} {item!r}: the values are not valid YAML") from None
     if not key or not isinstance(values, list) or not values:
@@ -66,8 +76,10 @@ def parse_grid(items: Iterable[str], option: str = "--grid") -> dict[str, list]:
     for item in items:
         key, values = parse_values(item, option)
         if key in grid:
-            raise ScenarioError(f"{option} {key} is given twice; give all its values in one "
-                                f"{option} {key}=v1,v2,...")
+            raise ScenarioError(
+                f"{option} {key} is given twice; give all its values in one "
+                f"{option} {key}=v1,v2,..."
+            )
         grid[key] = values
     return grid
 
@@ -77,8 +89,9 @@ def parse_seeds(text: str) -> list[int]:
     try:
         seeds = [int(s) for s in text.split(",")]
     except ValueError:
-        raise ScenarioError(f"--seeds {text!r} must be a comma-separated list of integers, "
-                            "e.g. --seeds 0,1,2") from None
+        raise ScenarioError(
+            f"--seeds {text!r} must be a comma-separated list of integers, e.g. --seeds 0,1,2"
+        ) from None
     return seeds
 
 
@@ -103,8 +116,10 @@ class Spec:
         seen: set[str] = set()
         for key in [*self.swept(), *self.fixed]:
             if key in seen:
-                raise ScenarioError(f"{key} is given more than once (grid, paired, seeds or "
-                                    "--set); give it in one place")
+                raise ScenarioError(
+                    f"{key} is given more than once (grid, paired, seeds or "
+                    "--set); give it in one place"
+                )
             seen.add(key)
         for group in self.paired:
             lengths = {k: len(v) for k, v in group.items()}
@@ -113,12 +128,14 @@ class Spec:
 
     def combos(self) -> list[dict]:
         axes = [[{k: v} for v in values] for k, values in self.grid.items()]
-        axes += [[dict(zip(group, values)) for values in zip(*group.values())]
-                 for group in self.paired]
+        axes += [
+            [dict(zip(group, values)) for values in zip(*group.values())] for group in self.paired
+        ]
         if self.seeds:
             axes.append([{"seed": s} for s in self.seeds])
-        return [{k: v for part in combo for k, v in part.items()}
-                for combo in itertools.product(*axes)]
+        return [
+            {k: v for part in combo for k, v in part.items()} for combo in itertools.product(*axes)
+        ]
 
 
 def spec_from(grid=None, paired=None, seeds=None, fixed=None) -> Spec:
@@ -129,8 +146,12 @@ def spec_from(grid=None, paired=None, seeds=None, fixed=None) -> Spec:
         seeds = range(seeds)
     if isinstance(fixed, (list, tuple)):
         fixed = _flat(merge_all(parse_override(t) for t in fixed))
-    spec = Spec(dict(grid or {}), tuple(dict(g) for g in paired or ()), tuple(seeds or ()),
-                dict(fixed or {}))
+    spec = Spec(
+        dict(grid or {}),
+        tuple(dict(g) for g in paired or ()),
+        tuple(seeds or ()),
+        dict(fixed or {}),
+    )
     spec.check()
     return spec
 
@@ -184,8 +205,9 @@ def load_base(scenario) -> tuple[dict, Spec]:
 
 def combine(a: Spec, b: Spec) -> Spec:
     """A file's sweep section plus the command line's; a field in both is refused."""
-    spec = Spec({**a.grid, **b.grid}, a.paired + b.paired, b.seeds or a.seeds,
-                {**a.fixed, **b.fixed})
+    spec = Spec(
+        {**a.grid, **b.grid}, a.paired + b.paired, b.seeds or a.seeds, {**a.fixed, **b.fixed}
+    )
     for key in set(a.grid) & set(b.grid):
         raise ScenarioError(f"{key} is swept in the file and on the command line; give it once")
     if a.seeds and b.seeds:
@@ -218,8 +240,11 @@ def apply(base: dict, overrides: dict, explicit_lr: bool) -> tuple[dict, str | N
         return data, None
     data = merge(data, nest(LR, None))
     default = DEFAULT_LR.get(name)
-    note = (f"lr = {default:g}, {name}'s default" if default is not None
-            else f"{name} sets its own step size")
+    note = (
+        f"lr = {default:g}, {name}'s default"
+        if default is not None
+        else f"{name} sets its own step size"
+    )
     return data, note
 
 
@@ -233,16 +258,24 @@ def get(tree: dict, path: str, missing: Any = None) -> Any:
 
 def identity(data: dict) -> str:
     """Hash of a resolved scenario minus where and how often it writes: the point's name."""
-    data = {**data, "output": None, "run": {k: v for k, v in data["run"].items()
-                                            if not k.startswith("checkpoint")}}
+    data = {
+        **data,
+        "output": None,
+        "run": {k: v for k, v in data["run"].items() if not k.startswith("checkpoint")},
+    }
     text = json.dumps(data, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
 def _related(a: str, b: str) -> bool:
     """Whether one dotted path is the other or lies inside it."""
-    return a == b or a.startswith(b + ".") or b.startswith(a + ".") or \
-        a.startswith(b + "[") or b.startswith(a + "[")
+    return (
+        a == b
+        or a.startswith(b + ".")
+        or b.startswith(a + ".")
+        or a.startswith(b + "[")
+        or b.startswith(a + "[")
+    )
 
 
 def check_values(base: dict, spec: Spec) -> Spec:
@@ -263,14 +296,18 @@ def check_values(base: dict, spec: Spec) -> Spec:
                     line = describe(err)
                     path = line.split(":", 1)[0]
                     if err["type"] != "inconsistent" and _related(path, key):
-                        raise ScenarioError(f"swept value {value!r} does not fit {key}: {line}") \
-                            from None
+                        raise ScenarioError(
+                            f"swept value {value!r} does not fit {key}: {line}"
+                        ) from None
                 typed[key].append(value)  # only its combination with the base is wrong
             else:
                 typed[key].append(_as_given(value, get(resolved, key, value)))
-    return Spec({k: typed[k] for k in spec.grid},
-                tuple({k: typed[k] for k in g} for g in spec.paired),
-                tuple(typed["seed"]) if spec.seeds else (), spec.fixed)
+    return Spec(
+        {k: typed[k] for k in spec.grid},
+        tuple({k: typed[k] for k in g} for g in spec.paired),
+        tuple(typed["seed"]) if spec.seeds else (),
+        spec.fixed,
+    )
 
 
 def _as_given(raw: Any, resolved: Any) -> Any:
@@ -306,8 +343,13 @@ def plan(base: dict, spec: Spec) -> list[Point]:
         try:
             scenario = Scenario.model_validate(data)
         except ValidationError as e:
-            out.append(Point({k: _cell(v) for k, v in combo.items()},
-                             error="; ".join(describe(err) for err in e.errors()), note=note))
+            out.append(
+                Point(
+                    {k: _cell(v) for k, v in combo.items()},
+                    error="; ".join(describe(err) for err in e.errors()),
+                    note=note,
+                )
+            )
             continue
         resolved = scenario.model_dump(mode="json")
         values = {k: _cell(_as_given(v, get(resolved, k, v))) for k, v in combo.items()}
@@ -336,12 +378,22 @@ def _format_of(folder: Path) -> str | None:
 
 def read_records(folder: Path) -> pd.DataFrame:
     fmt = _format_of(folder)
-    return pd.read_parquet(folder / "records.parquet") if fmt == "parquet" else \
-        pd.read_csv(folder / "records.csv")
+    return (
+        pd.read_parquet(folder / "records.parquet")
+        if fmt == "parquet"
+        else pd.read_csv(folder / "records.csv")
+    )
 
 
-SUMMARY_COLUMNS = ("status", "stop_reason", "rounds", "final_test_accuracy", "sim_time_s",
-                   "energy_j", "wall_s")
+SUMMARY_COLUMNS = (
+    "status",
+    "stop_reason",
+    "rounds",
+    "final_test_accuracy",
+    "sim_time_s",
+    "energy_j",
+    "wall_s",
+)
 
 
 def point_row(point: Point, summary: dict | None, outcome: dict | None) -> dict:
@@ -374,8 +426,9 @@ def _isnan(v) -> bool:
     return isinstance(v, float) and math.isnan(v)
 
 
-def gather(points: list[Point], out: Path, outcomes: dict[str, dict]) -> tuple[pd.DataFrame,
-                                                                               pd.DataFrame]:
+def gather(
+    points: list[Point], out: Path, outcomes: dict[str, dict]
+) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The points table and every finished point's records with its swept values in front."""
     rows, parts, seen = [], [], set()
     swept = list(points[0].values) if points else []
@@ -387,8 +440,10 @@ def gather(points: list[Point], out: Path, outcomes: dict[str, dict]) -> tuple[p
         seen.add(p.key)
         rec = read_records(out / p.key)
         front = {"point": p.key, **{k: v for k, v in p.values.items() if k not in rec}}
-        rec = pd.concat([pd.DataFrame({k: [v] * len(rec) for k, v in front.items()},
-                                      index=rec.index), rec], axis=1)
+        rec = pd.concat(
+            [pd.DataFrame({k: [v] * len(rec) for k, v in front.items()}, index=rec.index), rec],
+            axis=1,
+        )
         parts.append(rec)
     table = typed(pd.DataFrame(rows), swept)
     if "rounds" in table:
@@ -410,7 +465,7 @@ def write_tables(table: pd.DataFrame, records: pd.DataFrame, out: Path) -> list[
         try:
             records.to_parquet(tmp, index=False)
             tmp.replace(out / "records.parquet")
-        except Exception as e:  # noqa: BLE001 - keep the table whatever pyarrow objects to
+        except Exception as e:
             tmp.unlink(missing_ok=True)
             records.to_csv(out / "records.csv", index=False)
             warnings.append(f"records.parquet could not be written ({e}); wrote records.csv")
@@ -424,8 +479,10 @@ def _for_worker(data: dict, folder: Path) -> dict:
     """The point's scenario with its folder and its data paths absolute, so a worker whose
     working directory differs (a Ray node) reads and writes the same files. Applied after the
     point is named: where the sweep runs does not change what it is."""
-    extra: dict = {"output": {"dir": str(folder.absolute())},
-                   "data": {"root": str(Path(data["data"]["root"]).absolute())}}
+    extra: dict = {
+        "output": {"dir": str(folder.absolute())},
+        "data": {"root": str(Path(data["data"]["root"]).absolute())},
+    }
     features = data["data"].get("features")
     if isinstance(features, dict) and features.get("kind") == "npz":
         extra["data"]["features"] = {"path": str(Path(features["path"]).absolute())}
@@ -445,9 +502,16 @@ class SweepResult:
     wall_s: float = 0.0
 
 
-def run_sweep(scenario, spec: Spec = Spec(), *, workers: int = 1, out_dir=None,
-              backend: str = "local", address: str | None = None,
-              on_progress=None) -> SweepResult:
+def run_sweep(
+    scenario,
+    spec: Spec = Spec(),
+    *,
+    workers: int = 1,
+    out_dir=None,
+    backend: str = "local",
+    address: str | None = None,
+    on_progress=None,
+) -> SweepResult:
     """Plan, skip finished points, run the rest, gather. `on_progress(done, total)` is called
     as points finish. Ctrl-C stops the workers, writes the tables of what finished, and
     raises KeyboardInterrupt."""
@@ -471,23 +535,32 @@ def run_sweep(scenario, spec: Spec = Spec(), *, workers: int = 1, out_dir=None,
     if on_progress:
         on_progress(0, total)
     try:
-        for key, outcome in pool.execute(tasks, workers=workers, backend=backend,
-                                         address=address, log=out / "sweep.log"):
+        for key, outcome in pool.execute(
+            tasks, workers=workers, backend=backend, address=address, log=out / "sweep.log"
+        ):
             outcomes[key] = outcome
             if on_progress:
                 on_progress(len(outcomes), total)
     finally:
         table, records = gather(points, out, outcomes)
         warnings = write_tables(table, records, out)
-    return SweepResult(table, records, out, list(outcomes), skipped, warnings,
-                       time.perf_counter() - start)
+    return SweepResult(
+        table, records, out, list(outcomes), skipped, warnings, time.perf_counter() - start
+    )
 
 
-def sweep(scenario: str | Path | dict | Scenario, grid: dict[str, list] | None = None, *,
-          paired: dict | list[dict] | None = None, seeds: int | list[int] | None = None,
-          fixed: dict | list[str] | None = None, workers: int = 1,
-          out_dir: str | Path | None = None, backend: str = "local",
-          address: str | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+def sweep(
+    scenario: str | Path | dict | Scenario,
+    grid: dict[str, list] | None = None,
+    *,
+    paired: dict | list[dict] | None = None,
+    seeds: int | list[int] | None = None,
+    fixed: dict | list[str] | None = None,
+    workers: int = 1,
+    out_dir: str | Path | None = None,
+    backend: str = "local",
+    address: str | None = None,
+) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Run every point; return (points table, all records), both also written to `out_dir`
     (default ``runs/<name>-sweep``): ``points.csv`` and ``records.parquet``.
 
@@ -498,6 +571,12 @@ def sweep(scenario: str | Path | dict | Scenario, grid: dict[str, list] | None =
     ``if __name__ == "__main__":`` guard. `backend="ray"` runs the points as Ray tasks
     (`address` of a cluster, or a local instance).
     """
-    result = run_sweep(scenario, spec_from(grid, paired, seeds, fixed), workers=workers,
-                       out_dir=out_dir, backend=backend, address=address)
+    result = run_sweep(
+        scenario,
+        spec_from(grid, paired, seeds, fixed),
+        workers=workers,
+        out_dir=out_dir,
+        backend=backend,
+        address=address,
+    )
     return result.table, result.records

@@ -87,8 +87,11 @@ def num(x: float) -> str:
 def _hint(field: str, value: float, r: Range) -> str:
     """The unit the value was probably meant in, when one is likely."""
     if value < r.low and r.unit in _PREFIXES and value > 0:
-        fits = [(abs(math.log10(value * f / r.typical)), name, f)
-                for name, f in _PREFIXES[r.unit] if r.low <= value * f <= r.high]
+        fits = [
+            (abs(math.log10(value * f / r.typical)), name, f)
+            for name, f in _PREFIXES[r.unit]
+            if r.low <= value * f <= r.high
+        ]
         if fits:
             _, name, f = min(fits)
             return f"; did you mean {num(value)} {name} ({num(value)}e{round(math.log10(f))})?"
@@ -101,8 +104,10 @@ def _hint(field: str, value: float, r: Range) -> str:
     if r.unit == "dBm/Hz" and value > r.high:
         if value > 0:
             return f"; did you mean {num(value)} W/Hz ({10 * math.log10(value) + 30:.4g} dBm/Hz)?"
-        return ("; that looks like a noise power over a band, not a density (thermal noise is "
-                "-174 dBm/Hz)")
+        return (
+            "; that looks like a noise power over a band, not a density (thermal noise is "
+            "-174 dBm/Hz)"
+        )
     return f" (typical: {num(r.typical)} {r.unit})"
 
 
@@ -116,11 +121,13 @@ def implausible(scenario) -> list[str]:
         span = _span(node)
         if span is None:
             continue
-        for value, side, bound in ((span[0], "below", r.low), (span[1], "above", r.high)):
+        for value, side, _bound in ((span[0], "below", r.low), (span[1], "above", r.high)):
             if (value < r.low) if side == "below" else (value > r.high):
-                lines.append(f"{field} = {num(value)} {r.unit} is far {side} the plausible "
-                             f"range {num(r.low)}..{num(r.high)} {r.unit}"
-                             f"{_hint(field, value, r)}")
+                lines.append(
+                    f"{field} = {num(value)} {r.unit} is far {side} the plausible "
+                    f"range {num(r.low)}..{num(r.high)} {r.unit}"
+                    f"{_hint(field, value, r)}"
+                )
                 break
     return lines
 

@@ -41,7 +41,7 @@ def run_point(data: dict, write: bool = True):
         result = runner.run(load_scenario(data=data), write=write)
     except FlnetError as e:
         return {"status": "error", "error": str(e)}, None
-    except Exception as e:  # noqa: BLE001 - one point's crash must not end the sweep
+    except Exception as e:
         traceback.print_exc(file=sys.stderr)
         return {"status": "failed", "error": f"{type(e).__name__}: {e}"}, None
     return {"status": result.summary["status"], "error": None}, result
@@ -107,8 +107,7 @@ def _how_it_ended(code: int | None) -> str:
             name = signal.Signals(-code).name
         except ValueError:
             name = f"signal {-code}"
-        return f"worker killed by {name}" + (" (out of memory?)" if -code == signal.SIGKILL
-                                            else "")
+        return f"worker killed by {name}" + (" (out of memory?)" if -code == signal.SIGKILL else "")
     return f"worker exited with status {code}"
 
 
@@ -118,11 +117,15 @@ class Worker:
     def __init__(self, log):
         root = str(Path(__file__).resolve().parent.parent)
         path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
-        env = {**os.environ, "PYTHONPATH": path, "OMP_NUM_THREADS": "1",
-               "MKL_NUM_THREADS": "1"}
-        self.proc = subprocess.Popen([sys.executable, "-m", "flnet.workers"], env=env,
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=log, bufsize=0)
+        env = {**os.environ, "PYTHONPATH": path, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "flnet.workers"],
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=log,
+            bufsize=0,
+        )
         self.key: str | None = None
 
     def start(self, key: str, data: dict) -> None:
@@ -223,8 +226,13 @@ def run_ray(tasks: list[tuple[str, dict]], address: str | None) -> Iterator[tupl
             try:
                 outcome, result = ray.get(ready[0])
             except ray.exceptions.RayError as e:
-                outcome, result = {"status": "failed", "error": f"Ray task failed: "
-                                   f"{type(e).__name__}: {str(e).splitlines()[0]}"}, None
+                outcome, result = (
+                    {
+                        "status": "failed",
+                        "error": f"Ray task failed: {type(e).__name__}: {str(e).splitlines()[0]}",
+                    },
+                    None,
+                )
             if result is not None:
                 result.output_dir = Path(data["output"]["dir"])
                 result.output_dir.mkdir(parents=True, exist_ok=True)  # the driver writes here
@@ -238,8 +246,14 @@ def run_ray(tasks: list[tuple[str, dict]], address: str | None) -> Iterator[tupl
             ray.shutdown()
 
 
-def execute(tasks: list[tuple[str, dict]], *, workers: int = 1, backend: str = "local",
-            address: str | None = None, log: Path) -> Iterator[tuple]:
+def execute(
+    tasks: list[tuple[str, dict]],
+    *,
+    workers: int = 1,
+    backend: str = "local",
+    address: str | None = None,
+    log: Path,
+) -> Iterator[tuple]:
     """Run the tasks on the chosen backend; yield (key, outcome) as each finishes."""
     if not tasks:
         return iter(())

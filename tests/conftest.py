@@ -1,4 +1,5 @@
 import os
+import signal
 
 import pytest
 import torch
@@ -8,12 +9,21 @@ from flnet.scenario import load_scenario, merge
 
 torch.set_num_threads(1)
 
+# A shell without job control starts background jobs with SIGINT ignored, and the processes the
+# tests start would inherit that (Python then raises no KeyboardInterrupt): the signal tests need
+# Ctrl-C to act as it does in a terminal, however pytest itself was started.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
 BASE = {
     "name": "test",
     "seed": 0,
     "device": "cpu",
-    "algorithm": {"name": "fedavg", "cohort": {"clients_per_round": 5},
-                  "local": {"steps": 2, "batch_size": 8, "lr": 0.05}},
+    "algorithm": {
+        "name": "fedavg",
+        "cohort": {"clients_per_round": 5},
+        "local": {"steps": 2, "batch_size": 8, "lr": 0.05},
+    },
     "clients": {"count": 10},
     "run": {"rounds": 3},
 }
@@ -28,7 +38,6 @@ def scenario(tmp_path):
         return load_scenario(data=merge(data, sections))
 
     return make
-
 
 
 # Hypothesis: CI runs a fixed (derandomized) set of examples so it cannot flake;

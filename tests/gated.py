@@ -46,8 +46,9 @@ class Child:
     def __init__(self, argv, gate: Path | None = None, **popen):
         env = {**os.environ, "PYTHONPATH": str(REPO)}
         self.gate = gate
-        self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                     text=True, env=env, **popen)
+        self.proc = subprocess.Popen(
+            argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, **popen
+        )
         self.lines: list[str] = []
         self.out: list[str] = []
         threading.Thread(target=lambda: self.lines.extend(self.proc.stderr), daemon=True).start()

@@ -1,9 +1,10 @@
 import networkx as nx
 import torch
+from tolerance import assert_tensors_close
 
 from flnet.learn.aggregate import consensus_distance, effective_mixing, mix
 from flnet.sim import topology as topo
-from tolerance import assert_tensors_close
+
 
 def path3():
     return torch.tensor(topo.mixing_matrix(nx.path_graph(3), "metropolis_hastings"))
@@ -24,8 +25,12 @@ def test_a_missing_message_leaves_its_weight_on_the_receiver():
     arrived = torch.ones(3, 3, dtype=torch.bool)
     arrived[1, 2] = False
     w_t = effective_mixing(w, arrived)
-    assert_tensors_close(w_t, torch.tensor([[2 / 3, 1 / 3, 0], [1 / 3, 2 / 3, 0],
-                                            [0, 1 / 3, 2 / 3]], dtype=torch.float64))
+    assert_tensors_close(
+        w_t,
+        torch.tensor(
+            [[2 / 3, 1 / 3, 0], [1 / 3, 2 / 3, 0], [0, 1 / 3, 2 / 3]], dtype=torch.float64
+        ),
+    )
     assert torch.allclose(w_t.sum(1), torch.ones(3, dtype=torch.float64))
     x = torch.tensor([[3.0], [0.0], [6.0]], dtype=torch.float64)
     assert_tensors_close(mix(w, x, arrived), torch.tensor([[2.0], [1.0], [4.0]]))

@@ -46,26 +46,44 @@ def records_of(point, seed, tau, accs, worst=None, joules_per_round=1.0):
     n = len(accs)
     r = np.arange(n)
     e = r * joules_per_round
-    return pd.DataFrame({
-        "point": point, TAU: tau, "scenario": "s", "seed": seed, "round": r,
-        "sim_time_s": r * 1.0, "energy_j": e, "energy_compute_j": 0.75 * e,
-        "energy_uplink_j": 0.25 * e, "energy_downlink_j": 0.0, "energy_d2d_j": 0.0,
-        "bits_up": r * 100.0, "bits_down": r * 50.0, "bits_d2d": 0.0,
-        "test_accuracy": accs, "client_accuracy_worst": worst if worst is not None else accs})
+    return pd.DataFrame(
+        {
+            "point": point,
+            TAU: tau,
+            "scenario": "s",
+            "seed": seed,
+            "round": r,
+            "sim_time_s": r * 1.0,
+            "energy_j": e,
+            "energy_compute_j": 0.75 * e,
+            "energy_uplink_j": 0.25 * e,
+            "energy_downlink_j": 0.0,
+            "energy_d2d_j": 0.0,
+            "bits_up": r * 100.0,
+            "bits_down": r * 50.0,
+            "bits_d2d": 0.0,
+            "test_accuracy": accs,
+            "client_accuracy_worst": worst if worst is not None else accs,
+        }
+    )
 
 
 def test_to_target_keeps_seeds_apart_and_censored_runs():
-    recs = pd.concat([
-        records_of("a", 0, 5, [0.1, 0.5, 0.9, 0.95]),
-        records_of("b", 1, 5, [0.1, 0.95, 0.97, 0.99]),  # same tau, another seed: own row
-        records_of("c", 0, 1, [0.1, 0.3, 0.6, 0.8], joules_per_round=2.0),  # never reaches
-    ])
+    recs = pd.concat(
+        [
+            records_of("a", 0, 5, [0.1, 0.5, 0.9, 0.95]),
+            records_of("b", 1, 5, [0.1, 0.95, 0.97, 0.99]),  # same tau, another seed: own row
+            records_of("c", 0, 1, [0.1, 0.3, 0.6, 0.8], joules_per_round=2.0),  # never reaches
+        ]
+    )
     out = to_target(recs, 0.9).set_index("point")
     assert len(out) == 3  # nothing dropped, nothing pooled
     assert out.loc["a", "rounds_to_target"] == 2 and out.loc["b", "rounds_to_target"] == 1
     assert out.loc["a", "joules_to_target"] == 2.0
-    assert out.loc["a", "joules_compute_to_target"] + out.loc["a", "joules_radio_to_target"] \
+    assert (
+        out.loc["a", "joules_compute_to_target"] + out.loc["a", "joules_radio_to_target"]
         == out.loc["a", "joules_to_target"]
+    )
     assert out.loc["a", "bits_to_target"] == 300.0
     assert out.loc["a", "censored_at_rounds"] != out.loc["a", "censored_at_rounds"]  # NaN
     c = out.loc["c"]
@@ -85,10 +103,18 @@ def test_to_target_on_the_worst_client():
 
 def per_run_of(rows):
     """rows: (snr, seed, tau, joules or None for not reached)."""
-    return pd.DataFrame([{"radio.uplink_snr_db": snr, "seed": seed, TAU: tau,
-                          "reached": j is not None,
-                          "joules_to_target": math.nan if j is None else j}
-                         for snr, seed, tau, j in rows])
+    return pd.DataFrame(
+        [
+            {
+                "radio.uplink_snr_db": snr,
+                "seed": seed,
+                TAU: tau,
+                "reached": j is not None,
+                "joules_to_target": math.nan if j is None else j,
+            }
+            for snr, seed, tau, j in rows
+        ]
+    )
 
 
 def test_best_tau_per_seed_with_median_range_and_spread_flag():
@@ -101,13 +127,17 @@ def test_best_tau_per_seed_with_median_range_and_spread_flag():
         + [(20, s, 1, j) for s, j in enumerate([10, 14, 12])]
         + [(20, s, 5, j) for s, j in enumerate([11, 13, 30])]
         # snr 40: nothing reaches the target
-        + [(40, s, t, None) for s in range(3) for t in (1, 5)])
+        + [(40, s, t, None) for s in range(3) for t in (1, 5)]
+    )
     per_seed, per_cell = best_tau(per_run, "joules")
     cells = per_cell.set_index("radio.uplink_snr_db")
     assert cells.loc[0, "best_tau"] == 5 and not cells.loc[0, "within_spread"]
     assert cells.loc[0, "best_tau_per_seed"] == "5, 5, 5"
-    assert (cells.loc[0, "joules_to_target_median"], cells.loc[0, "joules_to_target_min"],
-            cells.loc[0, "joules_to_target_max"]) == (11, 10, 12)
+    assert (
+        cells.loc[0, "joules_to_target_median"],
+        cells.loc[0, "joules_to_target_min"],
+        cells.loc[0, "joules_to_target_max"],
+    ) == (11, 10, 12)
     assert cells.loc[20, "best_tau"] == 1 and cells.loc[20, "within_spread"]
     assert cells.loc[20, "best_tau_per_seed"] == "1, 5, 1"
     assert cells.loc[20, "runner_up_tau"] == 5
@@ -126,8 +156,13 @@ def test_best_tau_ties_are_within_the_spread():
 
 
 def test_pareto_front():
-    df = pd.DataFrame({"final_test_accuracy": [0.9, 0.8, 0.9, 0.95, math.nan],
-                       "sim_time_s": [10, 5, 12, 20, 1], "energy_j": [1, 1, 1, 3, 0]})
+    df = pd.DataFrame(
+        {
+            "final_test_accuracy": [0.9, 0.8, 0.9, 0.95, math.nan],
+            "sim_time_s": [10, 5, 12, 20, 1],
+            "energy_j": [1, 1, 1, 3, 0],
+        }
+    )
     front = pareto(df).on_front.tolist()
     # row 2 is beaten by row 0 (same accuracy and joules, slower); NaN never on the front
     assert front == [True, True, False, True, False]

@@ -15,10 +15,15 @@ from flnet.errors import FlnetError, ScenarioError
 from flnet.runner import run
 
 SCENARIO = {
-    "name": "resumable", "seed": 3, "device": "cpu",
+    "name": "resumable",
+    "seed": 3,
+    "device": "cpu",
     "data": {"partition": {"kind": "dirichlet", "alpha": 0.5}},
-    "algorithm": {"name": "fedavg", "cohort": {"clients_per_round": 5, "deadline_s": 0.5},
-                  "local": {"steps": 2, "batch_size": 8, "lr": 0.05}},
+    "algorithm": {
+        "name": "fedavg",
+        "cohort": {"clients_per_round": 5, "deadline_s": 0.5},
+        "local": {"steps": 2, "batch_size": 8, "lr": 0.05},
+    },
     "clients": {"count": 10, "cpu_hz": {"kind": "lognormal", "median": 2e8, "sigma": 0.5}},
     "radio": {"rayleigh_fading": True},
     "run": {"rounds": 150, "eval_every": 5, "checkpoint_every": 5},
@@ -26,8 +31,11 @@ SCENARIO = {
 
 
 def write_scenario(tmp_path, **run_over):
-    sc = {**SCENARIO, "run": {**SCENARIO["run"], **run_over},
-          "output": {"dir": str(tmp_path / "out")}}
+    sc = {
+        **SCENARIO,
+        "run": {**SCENARIO["run"], **run_over},
+        "output": {"dir": str(tmp_path / "out")},
+    }
     path = tmp_path / "s.yaml"
     path.write_text(yaml.safe_dump(sc))
     return path
@@ -43,8 +51,11 @@ def checkpoint_round(out):
 def test_killed_run_resumes_to_the_same_records(tmp_path):
     path = write_scenario(tmp_path)
     out = tmp_path / "out"
-    proc = subprocess.Popen([sys.executable, "-m", "flnet.cli", "run", str(path), "--quiet"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "flnet.cli", "run", str(path), "--quiet"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     deadline = time.time() + 120
     while checkpoint_round(out) < 20 and proc.poll() is None and time.time() < deadline:
         time.sleep(0.02)
@@ -56,11 +67,15 @@ def test_killed_run_resumes_to_the_same_records(tmp_path):
     partial = pytest.importorskip("pandas").read_parquet(out / "records.parquet")
     assert partial["round"].max() >= killed_at  # the finished work was written as it went
 
-    resumed = subprocess.run([sys.executable, "-m", "flnet.cli", "run", str(path), "--quiet",
-                              "--resume"], capture_output=True, text=True)
+    resumed = subprocess.run(
+        [sys.executable, "-m", "flnet.cli", "run", str(path), "--quiet", "--resume"],
+        capture_output=True,
+        text=True,
+    )
     assert resumed.returncode == 0, resumed.stderr
     whole = run(path, overrides=[f"output.dir={tmp_path / 'whole'}"])
     import pandas as pd
+
     got_records = pd.read_parquet(out / "records.parquet")
     got_ledger = pd.read_parquet(out / "ledger.parquet")
     pd.testing.assert_frame_equal(got_records, whole.records, check_exact=True)
@@ -125,34 +140,48 @@ def _finished_run(tmp_path):
 def test_a_truncated_checkpoint_is_one_clear_error(tmp_path):
     path, ckpt = _finished_run(tmp_path)
     data = ckpt.read_bytes()
-    ckpt.write_bytes(data[:len(data) // 2])
-    out = subprocess.run([sys.executable, "-m", "flnet.cli", "run", str(path), "--resume",
-                          "--quiet"], capture_output=True, text=True)
+    ckpt.write_bytes(data[: len(data) // 2])
+    out = subprocess.run(
+        [sys.executable, "-m", "flnet.cli", "run", str(path), "--resume", "--quiet"],
+        capture_output=True,
+        text=True,
+    )
     assert out.returncode == 2, out.stderr
     assert "Traceback" not in out.stderr and len(out.stderr.strip().splitlines()) == 1
-    assert f"cannot read checkpoint {ckpt}: it is truncated or not an flnet checkpoint" \
-        in out.stderr
+    assert (
+        f"cannot read checkpoint {ckpt}: it is truncated or not an flnet checkpoint" in out.stderr
+    )
 
 
-@pytest.mark.parametrize("payload, problem", [
-    ({"model": torch.zeros(3)}, "its format is None"),
-    ([1, 2, 3], "it holds a list, not a mapping"),
-    ({"format": 3, "round": 3}, "missing events, ledger_bytes, ledger_rows, now_s, records"),
-    ("rewrite", "round is a str"),
-    ("negative", "ledger_rows is -1"),
-    ("records", "its records are not rows"),
-])
+@pytest.mark.parametrize(
+    "payload, problem",
+    [
+        ({"model": torch.zeros(3)}, "its format is None"),
+        ([1, 2, 3], "it holds a list, not a mapping"),
+        ({"format": 3, "round": 3}, "missing events, ledger_bytes, ledger_rows, now_s, records"),
+        ("rewrite", "round is a str"),
+        ("negative", "ledger_rows is -1"),
+        ("records", "its records are not rows"),
+    ],
+)
 def test_a_foreign_or_edited_checkpoint_is_one_clear_error(tmp_path, payload, problem):
     """Loaded safely (weights_only), then checked field by field: never an AttributeError or
     KeyError further on."""
     path, ckpt = _finished_run(tmp_path)
     if isinstance(payload, str):
         good = torch.load(ckpt, weights_only=True)
-        payload = {**good, **{"rewrite": {"round": "3"}, "negative": {"ledger_rows": -1},
-                              "records": {"records": [1, 2]}}[payload]}
+        payload = {
+            **good,
+            **{
+                "rewrite": {"round": "3"},
+                "negative": {"ledger_rows": -1},
+                "records": {"records": [1, 2]},
+            }[payload],
+        }
     torch.save(payload, ckpt)
-    with pytest.raises(FlnetError, match=f"checkpoint {ckpt} is not an flnet checkpoint of "
-                                         f"format 3: {problem}"):
+    with pytest.raises(
+        FlnetError, match=f"checkpoint {ckpt} is not an flnet checkpoint of format 3: {problem}"
+    ):
         run(path, resume=True)
 
 

@@ -4,8 +4,9 @@ import sys
 
 
 def flnet(*args, cwd=None):
-    return subprocess.run([sys.executable, "-m", "flnet.cli", *args], capture_output=True,
-                          text=True, cwd=cwd)
+    return subprocess.run(
+        [sys.executable, "-m", "flnet.cli", *args], capture_output=True, text=True, cwd=cwd
+    )
 
 
 def test_validate_bad_file_gives_one_clear_error_and_no_traceback(tmp_path):
@@ -24,8 +25,17 @@ def test_validate_good_file():
 
 
 def test_run_writes_results_and_prints_summary(tmp_path):
-    out = flnet("run", "scenarios/quickstart.yaml", "--quiet", "--out", str(tmp_path),
-                "--set", "run.rounds=3", "--set", "output.format=csv")
+    out = flnet(
+        "run",
+        "scenarios/quickstart.yaml",
+        "--quiet",
+        "--out",
+        str(tmp_path),
+        "--set",
+        "run.rounds=3",
+        "--set",
+        "output.format=csv",
+    )
     assert out.returncode == 0, out.stderr
     assert "final test accuracy" in out.stdout
     summary = json.loads((tmp_path / "summary.json").read_text())
@@ -40,12 +50,15 @@ def test_schema_command_writes_json(tmp_path):
 
 
 def test_help_version_and_schema_never_load_torch(tmp_path):
-    code = ("import sys\nfrom flnet.cli import main\n"
-            "for argv in (['--help'], ['--version'], ['schema', '-o', sys.argv[1]]):\n"
-            "    try:\n        main(argv)\n    except SystemExit:\n        pass\n"
-            "print('torch' in sys.modules, 'flnet.algorithms.fedavg' in sys.modules)")
-    out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "s.json")],
-                         capture_output=True, text=True)
+    code = (
+        "import sys\nfrom flnet.cli import main\n"
+        "for argv in (['--help'], ['--version'], ['schema', '-o', sys.argv[1]]):\n"
+        "    try:\n        main(argv)\n    except SystemExit:\n        pass\n"
+        "print('torch' in sys.modules, 'flnet.algorithms.fedavg' in sys.modules)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path / "s.json")], capture_output=True, text=True
+    )
     assert out.stdout.strip().splitlines()[-1] == "False False", out.stderr
 
 
@@ -76,10 +89,10 @@ def test_validate_makes_the_checks_run_makes_with_the_same_message(tmp_path, cap
     cases = {  # each passes the schema; run (and now validate) refuses it
         "deadline": "algorithm: {name: fedavg, cohort: {deadline_s: 1.0e-9}}\n",
         "shards": "algorithm: {name: fedavg}\n"
-                  "data: {partition: {kind: shards, classes_per_client: 12}}\n",
+        "data: {partition: {kind: shards, classes_per_client: 12}}\n",
         "clients": "algorithm: {name: fedavg}\nclients: {count: 3000}\n",
         "npz": "algorithm: {name: fedavg}\nmodel: {kind: logistic}\n"
-               f"data: {{features: {{kind: npz, path: {tmp_path / 'none.npz'}}}}}\n",
+        f"data: {{features: {{kind: npz, path: {tmp_path / 'none.npz'}}}}}\n",
     }
     for name, text in cases.items():
         path = tmp_path / f"{name}.yaml"
@@ -102,8 +115,9 @@ def test_validate_reports_every_bad_file_and_passes_good_ones(tmp_path):
 
 def test_unit_warnings_are_one_line_each_on_stderr(tmp_path):
     path = tmp_path / "units.yaml"
-    path.write_text("algorithm: {name: fedavg}\nclients: {cpu_hz: 1.5}\n"
-                    "radio: {uplink: {bandwidth_hz: 20}}\n")
+    path.write_text(
+        "algorithm: {name: fedavg}\nclients: {cpu_hz: 1.5}\nradio: {uplink: {bandwidth_hz: 20}}\n"
+    )
     out = flnet("validate", str(path))
     assert out.returncode == 0, out.stderr
     lines = out.stderr.strip().splitlines()

@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 import torch
+from tolerance import assert_tensors_close
 from torch import nn
 
 from flnet.learn import cohort, optim
@@ -10,21 +11,33 @@ from flnet.learn.local import OptimizerStates
 from flnet.learn.models import Model
 from flnet.runner import Run, run
 from flnet.scenario import merge
-from tolerance import assert_tensors_close
 
 N, C, T, B = 60, 4, 5, 8
 
 
 def mlp(bias=True) -> Model:
     torch.manual_seed(0)
-    return Model(nn.Sequential(nn.Flatten(), nn.Linear(12, 7, bias=bias), nn.ReLU(),
-                               nn.Linear(7, 6), nn.ReLU(), nn.Linear(6, 3, bias=bias)), (3, 4))
+    return Model(
+        nn.Sequential(
+            nn.Flatten(),
+            nn.Linear(12, 7, bias=bias),
+            nn.ReLU(),
+            nn.Linear(7, 6),
+            nn.ReLU(),
+            nn.Linear(6, 3, bias=bias),
+        ),
+        (3, 4),
+    )
 
 
 def cnn() -> Model:
     torch.manual_seed(0)
-    return Model(nn.Sequential(nn.Conv2d(1, 2, 3), nn.GroupNorm(1, 2), nn.ReLU(), nn.Flatten(),
-                               nn.Linear(2 * 4 * 4, 3)), (1, 6, 6))
+    return Model(
+        nn.Sequential(
+            nn.Conv2d(1, 2, 3), nn.GroupNorm(1, 2), nn.ReLU(), nn.Flatten(), nn.Linear(2 * 4 * 4, 3)
+        ),
+        (1, 6, 6),
+    )
 
 
 def dataset(model: Model):
@@ -65,20 +78,29 @@ def test_only_dense_stacks_take_the_fast_path():
 
 
 @pytest.mark.parametrize("make_model", [mlp, cnn], ids=["dense", "generic"])
-@pytest.mark.parametrize("make_opt", [lambda: optim.sgd(0.1, momentum=0.9),
-                                      lambda: optim.delta_sgd(),
-                                      lambda: optim.sam(optim.adam(0.01), 0.05)],
-                         ids=["sgdm", "delta_sgd", "sam_adam"])
+@pytest.mark.parametrize(
+    "make_opt",
+    [
+        lambda: optim.sgd(0.1, momentum=0.9),
+        lambda: optim.delta_sgd(),
+        lambda: optim.sam(optim.adam(0.01), 0.05),
+    ],
+    ids=["sgdm", "delta_sgd", "sam_adam"],
+)
 def test_batched_and_sequential_paths_give_the_same_clients(make_model, make_opt):
     model = make_model()
     x, y = dataset(model)
     trainer = cohort.Trainer(model, x, y)
     steps = torch.tensor([T, 2, T, 1])
-    results = [trainer.train(start(model), batches(), steps, make_opt(), path=path)
-               for path in ("batched", "sequential")]
+    results = [
+        trainer.train(start(model), batches(), steps, make_opt(), path=path)
+        for path in ("batched", "sequential")
+    ]
     assert results[0].snapshot is None and results[1].snapshot is None
-    for a, b in zip(torch.utils._pytree.tree_leaves(results[0][:-1]),
-                    torch.utils._pytree.tree_leaves(results[1][:-1])):
+    for a, b in zip(
+        torch.utils._pytree.tree_leaves(results[0][:-1]),
+        torch.utils._pytree.tree_leaves(results[1][:-1]),
+    ):
         assert_tensors_close(a, b)
 
 
@@ -116,8 +138,10 @@ def test_work_counts_every_gradient_evaluation():
     assert count(optim.sam(optim.sgd(0.1), 0.1)).tolist() == (2 * steps).tolist()
     # Delta-SGD: its first step has no previous iterate; each later one takes a second gradient
     assert count(optim.delta_sgd()).tolist() == (2 * steps - 1).tolist()
-    assert trainer.train(start(model), batches(), steps, optim.sgd(1)).sample_grads.tolist() == \
-        (B * steps).tolist()
+    assert (
+        trainer.train(start(model), batches(), steps, optim.sgd(1)).sample_grads.tolist()
+        == (B * steps).tolist()
+    )
     sam = trainer.train(start(model), batches(), steps, optim.sam(optim.sgd(0.1), 0.1))
     assert sam.sample_grads.tolist() == (2 * B * steps).tolist()
 
@@ -129,8 +153,9 @@ def test_custom_loss_adds_a_term_to_the_gradient():
     anchor = model.init_params()
 
     def proximal(model_, params, xb, yb, aux):
-        return (cohort.cross_entropy(model_, params, xb, yb)
-                + 0.5 * mu * (params - anchor).square().sum(1))
+        return cohort.cross_entropy(model_, params, xb, yb) + 0.5 * mu * (
+            params - anchor
+        ).square().sum(1)
 
     trainer = cohort.Trainer(model, x, y)
     p0, rows, one = start(model), batches()[:, :1], torch.ones(C, dtype=torch.long)
@@ -145,15 +170,17 @@ def test_optimizer_states_continue_each_clients_state():
     params = torch.zeros(2, 3)
     first = store.gather(np.array([1, 3]), opt, params)
     assert first[0].count.tolist() == [0, 0]
-    store.keep(np.array([1, 3]), (first[0]._replace(count=torch.tensor([4.0, 7.0])),
-                                  first[1])).commit(np.array([0, 1]))
+    store.keep(
+        np.array([1, 3]), (first[0]._replace(count=torch.tensor([4.0, 7.0])), first[1])
+    ).commit(np.array([0, 1]))
     again = store.gather(np.array([3, 4]), opt, params)
     assert again[0].count.tolist() == [7.0, 0.0]  # client 3 continues, client 4 is new
 
 
 def test_flops_are_counted_from_the_model():
-    model = Model(nn.Sequential(nn.Conv2d(1, 4, 3), nn.Flatten(), nn.Linear(4 * 6 * 6, 10)),
-                  (1, 8, 8))
+    model = Model(
+        nn.Sequential(nn.Conv2d(1, 4, 3), nn.Flatten(), nn.Linear(4 * 6 * 6, 10)), (1, 8, 8)
+    )
     conv = 2 * (4 * 6 * 6) * (1 * 3 * 3)  # forward; the weight gradient costs the same
     linear = 2 * (4 * 6 * 6) * 10  # forward, weight gradient, input gradient (for the conv)
     assert model.training_flops_per_sample() == 2 * conv + 3 * linear
@@ -162,8 +189,15 @@ def test_flops_are_counted_from_the_model():
 def test_delta_sgd_is_charged_for_its_second_gradients(scenario):
     local = {"steps": 4, "batch_size": 8}
     sgd = run(scenario(algorithm={"name": "fedavg", "local": local}), write=False)
-    delta = run(scenario(algorithm={"name": "fedavg", "local": {
-        **local, "lr": None, "optimizer": {"name": "delta_sgd"}}}), write=False)
+    delta = run(
+        scenario(
+            algorithm={
+                "name": "fedavg",
+                "local": {**local, "lr": None, "optimizer": {"name": "delta_sgd"}},
+            }
+        ),
+        write=False,
+    )
     flops = lambda res: res.ledger[res.ledger.kind == "compute"].flops.to_numpy()  # noqa: E731
     fps = sgd.summary["training_flops_per_sample"]
     assert flops(sgd) == pytest.approx(np.full(15, 4 * 8 * fps))
@@ -174,8 +208,11 @@ def test_persistent_optimizer_state_survives_a_resume(tmp_path):
     from test_checkpoint import write_scenario
 
     path = write_scenario(tmp_path, rounds=10, checkpoint_every=4)
-    persist = ["algorithm.local.optimizer_state=persist", "algorithm.local.lr=0.01",
-               "algorithm.local.optimizer.name=adam"]
+    persist = [
+        "algorithm.local.optimizer_state=persist",
+        "algorithm.local.lr=0.01",
+        "algorithm.local.optimizer.name=adam",
+    ]
     run(path, overrides=persist)
     longer = run(path, overrides=[*persist, "run.rounds=20"], resume=True)
     whole = run(path, overrides=[*persist, "run.rounds=20", f"output.dir={tmp_path / 'whole'}"])
@@ -185,17 +222,27 @@ def test_persistent_optimizer_state_survives_a_resume(tmp_path):
 def test_persistent_optimizer_state_is_kept_only_by_completed_work(scenario):
     """Adam's step count per client = local steps x that client's completed computes: work cut
     at the deadline before its compute ended leaves the client's state as it was."""
-    sc = dict(algorithm={"name": "fedavg", "cohort": {"clients_per_round": 6},
-                         "local": {"steps": 3, "optimizer": {"name": "adam"}, "lr": 0.01,
-                                   "optimizer_state": "persist"}},
-              clients={"count": 10, "cpu_hz": {"kind": "lognormal", "median": 1e7, "sigma": 1.0}},
-              run={"rounds": 4})
+    sc = dict(
+        algorithm={
+            "name": "fedavg",
+            "cohort": {"clients_per_round": 6},
+            "local": {
+                "steps": 3,
+                "optimizer": {"name": "adam"},
+                "lr": 0.01,
+                "optimizer_state": "persist",
+            },
+        },
+        clients={"count": 10, "cpu_hz": {"kind": "lognormal", "median": 1e7, "sigma": 1.0}},
+        run={"rounds": 4},
+    )
     free = run(scenario(**sc), write=False).ledger
     round_start = free.groupby("round").start_s.transform("min")
     computed = free[free.kind == "compute"].end_s - round_start[free.kind == "compute"]
     deadline = float(computed.median())  # about half the computes end before it
-    sim = Run(scenario(**merge(sc, {"algorithm": {"cohort": {"deadline_s": deadline}}})),
-              write=False)
+    sim = Run(
+        scenario(**merge(sc, {"algorithm": {"cohort": {"deadline_s": deadline}}})), write=False
+    )
     sim.simulate()
     ledger = sim.world.ledger.frame()
     computes = ledger[ledger.kind == "compute"]
@@ -208,9 +255,13 @@ def test_persistent_optimizer_state_is_kept_only_by_completed_work(scenario):
 
 def test_persistent_optimizer_state_changes_the_run(scenario):
     local = {"optimizer": {"name": "adam"}, "lr": 0.01}
-    runs = [run(scenario(algorithm={"name": "fedavg", "local": {**local, "optimizer_state": s}}),
-                write=False)
-            for s in ("reset", "persist")]
+    runs = [
+        run(
+            scenario(algorithm={"name": "fedavg", "local": {**local, "optimizer_state": s}}),
+            write=False,
+        )
+        for s in ("reset", "persist")
+    ]
     assert not np.allclose(runs[0].records.test_loss, runs[1].records.test_loss)
 
 
@@ -218,6 +269,7 @@ def test_benchmark_w1_scenario_is_the_w1_the_tests_check():
     from test_fedavg import W1
 
     from flnet.scenario import load_scenario
+
     assert load_scenario("benchmarks/w1.yaml") == load_scenario(data=W1)
     load_scenario("benchmarks/digits_1000.yaml")
 
@@ -233,9 +285,12 @@ def sliced_trainer(model, x, y) -> cohort.Trainer:
 
 def per_client_proximal(mu):
     """mu/2 ||w - a_c||^2 with each client's own anchor a_c, handed in as aux rows [C, P]."""
+
     def loss_fn(model_, params, xb, yb, aux):
         return cohort.cross_entropy(model_, params, xb, yb) + 0.5 * mu * (
-            params - aux).square().sum(1)
+            params - aux
+        ).square().sum(1)
+
     return loss_fn
 
 
@@ -252,8 +307,9 @@ def test_a_loss_closing_over_per_client_rows_fails_where_aux_rows_work():
         trainer.train(p0, rows, one, optim.sgd(lr), loss_fn=closed, path="sequential")
     plain = trainer.train(p0, rows, one, optim.sgd(lr))
     for path in ("batched", "sequential", "auto"):
-        res = trainer.train(p0, rows, one, optim.sgd(lr), loss_fn=per_client_proximal(mu),
-                            aux=anchors, path=path)
+        res = trainer.train(
+            p0, rows, one, optim.sgd(lr), loss_fn=per_client_proximal(mu), aux=anchors, path=path
+        )
         assert_tensors_close(res.params, plain.params - lr * mu * (p0 - anchors))
 
 
@@ -291,13 +347,15 @@ def test_snapshot_at_a_step_is_the_run_stopped_after_that_step(path, t_snap):
         stopped = trainer.train(p0, rows[:, :stop], steps.clamp(max=stop), opt(), path=path)
         assert torch.equal(res.snapshot[c], stopped.params[c])
     assert torch.equal(res.params, trainer.train(p0, rows, steps, opt(), path=path).params)
-    batched = trainer.train(p0, rows, steps, opt(), path="batched",
-                            snapshot_at=torch.tensor(t_snap))
+    batched = trainer.train(
+        p0, rows, steps, opt(), path="batched", snapshot_at=torch.tensor(t_snap)
+    )
     assert_tensors_close(res.snapshot, batched.snapshot)
 
 
-@pytest.mark.parametrize("algorithm", [{"name": "dpsgd"}, {"name": "fedbuff", "concurrency": 3,
-                                                            "buffer_size": 2}])
+@pytest.mark.parametrize(
+    "algorithm", [{"name": "dpsgd"}, {"name": "fedbuff", "concurrency": 3, "buffer_size": 2}]
+)
 def test_gossip_and_stream_keep_persisted_optimizer_states(scenario, algorithm):
     """Every completed local work advances its client's Adam count by its steps."""
     local = {"steps": 1, "optimizer": {"name": "adam"}, "lr": 0.01, "optimizer_state": "persist"}

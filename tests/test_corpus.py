@@ -9,9 +9,8 @@ import json
 import subprocess
 import sys
 
-import pytest
-
 import corpus
+import pytest
 
 FORMATS = ("yaml", "idx", "idx-gz", "cifar10", "cifar100", "npz")
 
@@ -22,8 +21,7 @@ def cases(tmp_path_factory):
 
 
 def _fmt(case) -> str:
-    return next(f for f in sorted(FORMATS, key=len, reverse=True)
-                if case.name.startswith(f + "-"))
+    return next(f for f in sorted(FORMATS, key=len, reverse=True) if case.name.startswith(f + "-"))
 
 
 def _check(case, rc, stderr):
@@ -45,8 +43,12 @@ def test_corpus_covers_every_format(cases):
 def test_every_broken_input_gives_one_clear_error(cases, tmp_path):
     argv = tmp_path / "cases.json"
     argv.write_text(json.dumps([c.argv for c in cases]))
-    out = subprocess.run([sys.executable, "tests/corpus_driver.py", str(argv)],
-                         capture_output=True, text=True, timeout=60 * len(cases))
+    out = subprocess.run(
+        [sys.executable, "tests/corpus_driver.py", str(argv)],
+        capture_output=True,
+        text=True,
+        timeout=60 * len(cases),
+    )
     results = [json.loads(line) for line in out.stdout.splitlines()]
     assert len(results) == len(cases), out.stderr
     failures = []
@@ -60,6 +62,10 @@ def test_every_broken_input_gives_one_clear_error(cases, tmp_path):
 
 def test_a_sample_through_the_real_command(cases):
     for case in cases[::12]:
-        out = subprocess.run([sys.executable, "-m", "flnet.cli", "validate", *case.argv],
-                             capture_output=True, text=True, timeout=60)
+        out = subprocess.run(
+            [sys.executable, "-m", "flnet.cli", "validate", *case.argv],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         _check(case, out.returncode, out.stderr)

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 import torch
 
+from flnet.errors import DataError, ScenarioError
 from flnet.learn import data
 from flnet.learn.data import embedded, features, files
-from flnet.errors import DataError, ScenarioError
 from flnet.scenario import DataConfig
 
 CPU = torch.device("cpu")
@@ -25,8 +25,11 @@ def load(n=4, seed=0, **cfg):
 def write_idx(path, array: np.ndarray, type_code=0x08, gz=False):
     """IDX written by hand: 0, 0, type code, ndim, big-endian int32 sizes, big-endian data."""
     dtype = {0x08: ">u1", 0x0B: ">i2"}[type_code]
-    raw = bytes([0, 0, type_code, array.ndim]) + struct.pack(f">{array.ndim}i", *array.shape) \
+    raw = (
+        bytes([0, 0, type_code, array.ndim])
+        + struct.pack(f">{array.ndim}i", *array.shape)
         + array.astype(dtype).tobytes()
+    )
     path.parent.mkdir(parents=True, exist_ok=True)
     (gzip.open(f"{path}.gz", "wb") if gz else open(path, "wb")).write(raw)
 
@@ -35,15 +38,24 @@ def tiny_idx_set(folder, rng, gz):
     x_tr = rng.integers(0, 256, (12, 28, 28), dtype=np.uint8)
     x_te = rng.integers(0, 256, (5, 28, 28), dtype=np.uint8)
     y_tr, y_te = np.arange(12) % 10, np.arange(5) % 10
-    for name, a in (("train-images-idx3-ubyte", x_tr), ("train-labels-idx1-ubyte", y_tr),
-                    ("t10k-images-idx3-ubyte", x_te), ("t10k-labels-idx1-ubyte", y_te)):
+    for name, a in (
+        ("train-images-idx3-ubyte", x_tr),
+        ("train-labels-idx1-ubyte", y_tr),
+        ("t10k-images-idx3-ubyte", x_te),
+        ("t10k-labels-idx1-ubyte", y_te),
+    ):
         write_idx(folder / name, a, gz=gz)
     return x_tr, y_tr, x_te, y_te
 
 
-@pytest.mark.parametrize("name,folder,gz", [("mnist", "MNIST/raw", False),
-                                            ("fashion_mnist", "FashionMNIST/raw", True),
-                                            ("kmnist", "KMNIST/raw", True)])
+@pytest.mark.parametrize(
+    "name,folder,gz",
+    [
+        ("mnist", "MNIST/raw", False),
+        ("fashion_mnist", "FashionMNIST/raw", True),
+        ("kmnist", "KMNIST/raw", True),
+    ],
+)
 def test_idx_files_round_trip(tmp_path, name, folder, gz):
     x_tr, y_tr, x_te, y_te = tiny_idx_set(tmp_path / folder, np.random.default_rng(0), gz)
     fed = load(dataset=name, root=str(tmp_path))
@@ -61,14 +73,17 @@ def test_idx_reader_handles_other_types_and_rejects_garbage(tmp_path):
     with pytest.raises(DataError, match="not an IDX file"):
         files.read_idx(tmp_path / "junk")
     (tmp_path / "short_cut").write_bytes((tmp_path / "short").read_bytes()[:-1])
-    with pytest.raises(DataError, match="is truncated: the header.s shape \[2, 2\] needs 8 bytes"):
+    with pytest.raises(DataError, match=r"is truncated: the header.s shape \[2, 2\] needs 8 bytes"):
         files.read_idx(tmp_path / "short_cut")
 
 
 def cifar_batch(rng, n, label_key):
-    return {b"batch_label": b"tiny", label_key: [int(v) for v in rng.integers(0, 10, n)],
-            b"data": rng.integers(0, 256, (n, 3072), dtype=np.uint8),
-            b"filenames": [b"f%d.png" % i for i in range(n)]}
+    return {
+        b"batch_label": b"tiny",
+        label_key: [int(v) for v in rng.integers(0, 10, n)],
+        b"data": rng.integers(0, 256, (n, 3072), dtype=np.uint8),
+        b"filenames": [b"f%d.png" % i for i in range(n)],
+    }
 
 
 @pytest.mark.parametrize("protocol", [2, 5])
@@ -112,11 +127,14 @@ def test_cifar_reader_refuses_anything_but_arrays(tmp_path):
     assert not (tmp_path / "pwned").exists() and not os.path.exists("pwned")
 
 
-@pytest.mark.parametrize("name,folder,expected", [
-    ("kmnist", "KMNIST/raw", ["train-images-idx3-ubyte(.gz)", "t10k-labels-idx1-ubyte(.gz)"]),
-    ("cifar10", "cifar-10-batches-py", ["data_batch_1", "data_batch_5", "test_batch"]),
-    ("cifar100", "cifar-100-python", ["train", "test"]),
-])
+@pytest.mark.parametrize(
+    "name,folder,expected",
+    [
+        ("kmnist", "KMNIST/raw", ["train-images-idx3-ubyte(.gz)", "t10k-labels-idx1-ubyte(.gz)"]),
+        ("cifar10", "cifar-10-batches-py", ["data_batch_1", "data_batch_5", "test_batch"]),
+        ("cifar100", "cifar-100-python", ["train", "test"]),
+    ],
+)
 def test_missing_real_data_set_names_the_folder_and_files(tmp_path, name, folder, expected):
     with pytest.raises(DataError) as err:
         load(dataset=name, root=str(tmp_path))
@@ -144,13 +162,19 @@ def test_mnist1d_comes_from_the_generator_and_leaves_global_rngs_alone():
 def train_x(fed, k):
     """Client k's training inputs of a lazily generated population."""
     x, _ = fed.lazy.client(k)
-    return x[:fed.lazy.train_sizes[k]]
+    return x[: fed.lazy.train_sizes[k]]
 
 
 def test_synthetic_natural_clients_follow_the_fedprox_generator():
     """Each client's inputs are N(v_k, diag(j^-1.2)); its test rows are its own."""
-    cfg = {"num_features": 5, "size_log_std": 0.0, "size_log_mean": 0.0, "min_samples": 3999,
-           "alpha": 1.0, "beta": 1.0}
+    cfg = {
+        "num_features": 5,
+        "size_log_std": 0.0,
+        "size_log_mean": 0.0,
+        "min_samples": 3999,
+        "alpha": 1.0,
+        "beta": 1.0,
+    }
     fed = load(n=3, dataset="synthetic", synthetic=cfg, partition={"kind": "natural"})
     assert list(fed.num_samples) == [3600] * 3  # lognormal(0, 0) = 1, + 3999, 90% train
     assert [len(ix) for ix in fed.client_test_indices] == [400] * 3
@@ -164,10 +188,16 @@ def test_synthetic_natural_clients_follow_the_fedprox_generator():
 
 def test_synthetic_client_input_means_spread_with_beta():
     """v_k ~ N(B_k, 1) with B_k ~ N(0, beta): client means spread with std sqrt(1 + beta^2)."""
+
     def spread(beta):
-        fed = load(n=60, dataset="synthetic", synthetic={"beta": beta, "min_samples": 400},
-                   partition={"kind": "natural"})
+        fed = load(
+            n=60,
+            dataset="synthetic",
+            synthetic={"beta": beta, "min_samples": 400},
+            partition={"kind": "natural"},
+        )
         return np.stack([train_x(fed, k).mean(0) for k in range(60)]).std(0).mean()
+
     assert 0.8 < spread(0.0) < 1.2 and 2.6 < spread(3.0) < 3.8
 
 
@@ -203,8 +233,7 @@ def test_lazy_minibatches_select_the_clients_own_training_rows():
 
 def test_a_large_lazy_population_holds_sizes_not_rows():
     """A million synthetic clients: sizes for all, rows only for the evaluation sample's tests."""
-    fed = load(n=1_000_000, dataset="synthetic", partition={"kind": "natural"},
-               eval_clients=100)
+    fed = load(n=1_000_000, dataset="synthetic", partition={"kind": "natural"}, eval_clients=100)
     assert fed.num_clients == 1_000_000 and len(fed.x_train) == 0
     assert len(fed.eval_clients) == 100 and len(fed.label_histogram()) == 100
     assert len(fed.x_test) == int((fed.lazy.sizes - fed.lazy.train_sizes)[fed.eval_clients].sum())
@@ -221,15 +250,20 @@ def test_random_relu_features_feed_a_5130_parameter_head():
     assert np.allclose(x.std(0)[x.std(0) > 0], 1, atol=1e-4)
     model = models.build(type("C", (), {"kind": "logistic"}), fed.input_shape, 10, 0, CPU)
     assert model.num_params == 5130
-    again = load(features={"kind": "random_relu", "dim": 512}, partition={"kind": "dirichlet",
-                                                                           "alpha": 1.0})
+    again = load(
+        features={"kind": "random_relu", "dim": 512}, partition={"kind": "dirichlet", "alpha": 1.0}
+    )
     assert torch.equal(again.x_train, fed.x_train)  # same backbone: from the cache
 
 
 def test_resnet18_features_are_a_frozen_seeded_trunk():
-    src = embedded.Source(np.random.default_rng(0).random((6, 1, 8, 8), dtype=np.float32),
-                          np.zeros(6, np.int64), np.ones((2, 1, 8, 8), np.float32),
-                          np.zeros(2, np.int64), 10)
+    src = embedded.Source(
+        np.random.default_rng(0).random((6, 1, 8, 8), dtype=np.float32),
+        np.zeros(6, np.int64),
+        np.ones((2, 1, 8, 8), np.float32),
+        np.zeros(2, np.int64),
+        10,
+    )
     cfg = DataConfig.model_validate({"features": {"kind": "resnet18"}}).features
     a = features.apply(cfg, src, ("tiny", 0))
     b = features.apply(cfg.model_copy(update={"seed": 1}), src, ("tiny", 0))
@@ -278,8 +312,9 @@ def test_a_view_selects_exactly_its_clients_rows():
     for k, p in enumerate(parts):
         assert np.array_equal(views[k], p)
     rows, sizes = views.gather(np.array([4, 0, 1, 4, 2]))
-    assert np.array_equal(rows, np.concatenate([parts[4], parts[0], parts[2 - 1], parts[4],
-                                                parts[2]]))
+    assert np.array_equal(
+        rows, np.concatenate([parts[4], parts[0], parts[2 - 1], parts[4], parts[2]])
+    )
     assert list(sizes) == [5, 3, 0, 5, 7]
     shared = ClientViews.from_lists(parts, num_clients=12)
     assert np.array_equal(shared[11], parts[1]) and np.array_equal(shared[8], parts[3])
@@ -301,8 +336,9 @@ def test_download_fetches_checks_md5_and_refuses_a_bad_file(tmp_path, monkeypatc
     monkeypatch.setitem(files.IDX_SETS, "mnist", spec)
     fed = load(dataset="mnist", root=str(tmp_path / "data"), download=True)
     assert torch.equal(fed.x_train[:, 0], torch.tensor(x_tr / 255.0, dtype=torch.float32))
-    assert sorted(p.name for p in (tmp_path / "data/MNIST/raw").iterdir()) == \
-        sorted(f"{n}.gz" for n in files.IDX_NAMES)
+    assert sorted(p.name for p in (tmp_path / "data/MNIST/raw").iterdir()) == sorted(
+        f"{n}.gz" for n in files.IDX_NAMES
+    )
     bad = spec._replace(md5={**md5, "t10k-labels-idx1-ubyte": "0" * 32})
     monkeypatch.setitem(files.IDX_SETS, "mnist", bad)
     with pytest.raises(DataError, match="data.download: .*md5"):
@@ -324,7 +360,8 @@ def test_cifar_download_unpacks_only_the_data_set_folder(tmp_path, monkeypatch):
             info.size = len(blob)
             tar.addfile(info, io.BytesIO(blob))
     spec = files.CIFAR_SETS["cifar10"]._replace(
-        url=archive.as_uri(), md5=hashlib.md5(archive.read_bytes()).hexdigest())
+        url=archive.as_uri(), md5=hashlib.md5(archive.read_bytes()).hexdigest()
+    )
     monkeypatch.setitem(files.CIFAR_SETS, "cifar10", spec)
     fed = load(n=2, dataset="cifar10", root=str(tmp_path / "data"), download=True)
     assert len(fed.y_train) == 10 and len(fed.y_test) == 2
@@ -332,7 +369,8 @@ def test_cifar_download_unpacks_only_the_data_set_folder(tmp_path, monkeypatch):
 
 
 def test_mnist1d_is_cached_by_its_arguments_and_a_damaged_entry_is_regenerated(
-        tmp_path, monkeypatch):
+    tmp_path, monkeypatch
+):
     monkeypatch.setenv("FLNET_CACHE_DIR", str(tmp_path))
     embedded.mnist1d.cache_clear()
     first = embedded.mnist1d(100, 3)

@@ -4,8 +4,7 @@ import numpy as np
 import pytest
 from pydantic import TypeAdapter, ValidationError
 
-from flnet.dists import Choice, Constant, Dist, Lognormal, PerClient, PositiveDist, Uniform, \
-    sample
+from flnet.dists import Choice, Constant, Dist, Lognormal, PerClient, PositiveDist, Uniform, sample
 from flnet.errors import ScenarioError
 
 
@@ -28,8 +27,9 @@ def test_uniform_stays_in_its_interval_and_a_point_interval_is_a_constant():
 def test_choice_follows_its_weights():
     x = sample(Choice(kind="choice", values=[1.0, 2.0], weights=[1, 3]), rng(), 40_000)
     assert (x == 2.0).mean() == pytest.approx(0.75, abs=0.01)
-    assert (sample(Choice(kind="choice", values=[1.0, 2.0], weights=[0, 5]), rng(), 50)
-            == 2.0).all()
+    assert (
+        sample(Choice(kind="choice", values=[1.0, 2.0], weights=[0, 5]), rng(), 50) == 2.0
+    ).all()
 
 
 def test_per_client_keeps_client_order_and_needs_one_value_each():
@@ -54,26 +54,35 @@ def test_numbers_and_yaml_strings_become_constants():
     assert parse("1e9") == Constant(value=1e9)  # YAML 1.1 reads 1e9 as a string
 
 
-@pytest.mark.parametrize("value, words", [
-    (True, "boolean"),
-    (float("nan"), "finite number"),
-    ("fast", "expected a number or a distribution"),
-    ({"kind": "gamma"}, "'gamma' is not known; allowed: lognormal, uniform"),
-    ({"kind": "uniform", "low": 2, "high": 1}, "high (1.0) must be >= low (2.0)"),
-    ({"kind": "choice", "values": [1, 2], "weights": [1]}, "one entry per value"),
-    ({"kind": "choice", "values": [1, 2], "weights": [0, 0]}, "positive sum"),
-    ({"kind": "per_client", "values": [1, True]}, "values[1]: expected a number, got true"),
-])
+@pytest.mark.parametrize(
+    "value, words",
+    [
+        (True, "boolean"),
+        (float("nan"), "finite number"),
+        ("fast", "expected a number or a distribution"),
+        ({"kind": "gamma"}, "'gamma' is not known; allowed: lognormal, uniform"),
+        ({"kind": "uniform", "low": 2, "high": 1}, "high (1.0) must be >= low (2.0)"),
+        ({"kind": "choice", "values": [1, 2], "weights": [1]}, "one entry per value"),
+        ({"kind": "choice", "values": [1, 2], "weights": [0, 0]}, "positive sum"),
+        ({"kind": "per_client", "values": [1, True]}, "values[1]: expected a number, got true"),
+    ],
+)
 def test_bad_distributions_are_refused_with_the_reason(value, words):
     with pytest.raises(ValidationError) as e:
         parse(value)
     assert words in str(e.value)
 
 
-@pytest.mark.parametrize("value", [
-    0, -1, {"kind": "normal", "mean": 5, "std": 1}, {"kind": "uniform", "low": 0, "high": 1},
-    {"kind": "choice", "values": [1, 0]},
-])
+@pytest.mark.parametrize(
+    "value",
+    [
+        0,
+        -1,
+        {"kind": "normal", "mean": 5, "std": 1},
+        {"kind": "uniform", "low": 0, "high": 1},
+        {"kind": "choice", "values": [1, 0]},
+    ],
+)
 def test_positive_fields_refuse_any_chance_of_zero_or_less(value):
     with pytest.raises(ValidationError, match="positive for every client"):
         parse(value, PositiveDist)

@@ -1,12 +1,12 @@
 import networkx as nx
 import pytest
 import torch
+from tolerance import assert_tensors_close
 
 from flnet.algorithms import dpsgd
 from flnet.errors import ScenarioError
 from flnet.scenario import load_scenario
 from flnet.sim import topology as topo
-from tolerance import assert_tensors_close
 
 
 def path3_w() -> torch.Tensor:
@@ -55,22 +55,26 @@ class Keep:
 def simulate(scenario, x0, steps, loss_fn=zero_gradients, **algorithm):
     from flnet.runner import build
 
-    sc = scenario(algorithm={"name": "dpsgd", "local": {"steps": 1, "lr": 0.1,
-                                                       "batch_size": 4},
-                             **algorithm},
-                  clients={"count": len(x0)})
+    sc = scenario(
+        algorithm={"name": "dpsgd", "local": {"steps": 1, "lr": 0.1, "batch_size": 4}, **algorithm},
+        clients={"count": len(x0)},
+    )
     world, learn = build(sc)
     keep = Keep(steps)
     world.observers = [keep]
     env = world.env
-    env.run(until=env.process(dpsgd.protocol(world, learn, sc.algorithm,
-                                             dpsgd.State(0, x0), loss_fn=loss_fn)))
+    env.run(
+        until=env.process(
+            dpsgd.protocol(world, learn, sc.algorithm, dpsgd.State(0, x0), loss_fn=loss_fn)
+        )
+    )
     return keep.xs, world, learn, sc
 
 
 @pytest.fixture
 def p_digits(scenario):
     from flnet.runner import build
+
     _, learn = build(scenario())
     return learn.model.num_params
 
@@ -80,7 +84,7 @@ def test_zero_gradients_give_w_to_the_k_on_a_path_of_three(scenario, p_digits):
     xs, world, _, _ = simulate(scenario, x0, 4, topology={"kind": "matrix", "matrix": PATH3})
     w = torch.tensor(PATH3)
     expect = x0
-    for k, got in enumerate(xs, start=1):
+    for _k, got in enumerate(xs, start=1):
         expect = w @ expect
         assert torch.equal(got, expect)  # the same matmuls on the same machine: bit for bit
     w64 = torch.tensor(PATH3, dtype=torch.float64)
@@ -99,9 +103,15 @@ def test_a_doubly_stochastic_w_keeps_the_average(scenario, p_digits):
     for x in xs:
         assert_tensors_close(x.mean(0), x0.mean(0))
     # uniform weights on a path are not column-stochastic: the average moves
-    xs_u, *_ = simulate(scenario, x0[:3], 1,
-                        topology={"kind": "matrix", "matrix": [[0.5, 0.5, 0], [1 / 3, 1 / 3, 1 / 3],
-                                                               [0, 0.5, 0.5]]})
+    xs_u, *_ = simulate(
+        scenario,
+        x0[:3],
+        1,
+        topology={
+            "kind": "matrix",
+            "matrix": [[0.5, 0.5, 0], [1 / 3, 1 / 3, 1 / 3], [0, 0.5, 0.5]],
+        },
+    )
     assert not torch.allclose(xs_u[0].mean(0), x0[:3].mean(0), atol=1e-3)
 
 
@@ -119,8 +129,9 @@ def test_with_gradients_the_average_takes_the_mean_local_step(scenario, p_digits
 
 def test_messages_lost_to_the_timeout_leave_their_weight_at_home(scenario, p_digits):
     x0 = torch.randn(3, p_digits, generator=torch.Generator().manual_seed(3))
-    xs, world, _, _ = simulate(scenario, x0, 2, topology={"kind": "matrix", "matrix": PATH3},
-                               timeout_s=1e-9)
+    xs, world, _, _ = simulate(
+        scenario, x0, 2, topology={"kind": "matrix", "matrix": PATH3}, timeout_s=1e-9
+    )
     for x in xs:
         assert torch.equal(x, x0)  # nothing arrived: W_t = I
     ledger = world.ledger.frame()
@@ -146,12 +157,22 @@ def test_an_interrupted_run_resumes_to_the_same_records_and_ledger(scenario, tmp
             pass
 
     def make(name):
-        return scenario(algorithm={"name": "dpsgd", "local": {"steps": 1, "batch_size": 8},
-                                   "topology": {"kind": "erdos_renyi", "p": 0.4}},
-                        clients={"count": 6}, radio={"rayleigh_fading": True},
-                        run={"rounds": 12, "eval_every": 4, "checkpoint_every": None,
-                             "checkpoint_interval_s": None},
-                        output={"dir": str(tmp_path / name)})
+        return scenario(
+            algorithm={
+                "name": "dpsgd",
+                "local": {"steps": 1, "batch_size": 8},
+                "topology": {"kind": "erdos_renyi", "p": 0.4},
+            },
+            clients={"count": 6},
+            radio={"rayleigh_fading": True},
+            run={
+                "rounds": 12,
+                "eval_every": 4,
+                "checkpoint_every": None,
+                "checkpoint_interval_s": None,
+            },
+            output={"dir": str(tmp_path / name)},
+        )
 
     whole = run(make("whole"))
     cut = run(make("cut"), observers=[StopAt()])
@@ -169,33 +190,46 @@ def test_a_graph_that_cannot_be_drawn_stops_before_the_run(tmp_path):
     import yaml
 
     path = tmp_path / "bad.yaml"
-    path.write_text(yaml.safe_dump({"algorithm": {"name": "dpsgd", "topology": {
-        "kind": "erdos_renyi", "p": 0.01}}, "clients": {"count": 30}}))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "algorithm": {"name": "dpsgd", "topology": {"kind": "erdos_renyi", "p": 0.01}},
+                "clients": {"count": 30},
+            }
+        )
+    )
     for cmd in (["validate", str(path)], ["run", str(path), "--out", str(tmp_path / "o")]):
-        out = subprocess.run([sys.executable, "-m", "flnet.cli", *cmd], capture_output=True,
-                             text=True, timeout=300)
+        out = subprocess.run(
+            [sys.executable, "-m", "flnet.cli", *cmd], capture_output=True, text=True, timeout=300
+        )
         assert out.returncode == 2, out.stderr
         assert "algorithm.topology.p" in out.stderr and "Traceback" not in out.stderr
     assert not (tmp_path / "o" / "records.parquet").exists()
 
 
-@pytest.mark.parametrize("topology, count, words", [
-    ({"kind": "torus"}, 10, "algorithm.topology.kind: a torus needs a square number"),
-    ({"kind": "matrix", "matrix": [[1.0]]}, 2, "algorithm.topology.matrix: has 1 rows for 2"),
-    ({"kind": "erdos_renyi", "p": 1.5}, 4, "algorithm.topology.p: must be <= 1"),
-    ({"kind": "star"}, 4, "algorithm.topology: unknown kind 'star'"),
-])
+@pytest.mark.parametrize(
+    "topology, count, words",
+    [
+        ({"kind": "torus"}, 10, "algorithm.topology.kind: a torus needs a square number"),
+        ({"kind": "matrix", "matrix": [[1.0]]}, 2, "algorithm.topology.matrix: has 1 rows for 2"),
+        ({"kind": "erdos_renyi", "p": 1.5}, 4, "algorithm.topology.p: must be <= 1"),
+        ({"kind": "star"}, 4, "algorithm.topology: unknown kind 'star'"),
+    ],
+)
 def test_impossible_topologies_are_refused_by_field(topology, count, words):
     with pytest.raises(ScenarioError, match=words):
-        load_scenario(data={"algorithm": {"name": "dpsgd", "topology": topology},
-                            "clients": {"count": count}})
+        load_scenario(
+            data={"algorithm": {"name": "dpsgd", "topology": topology}, "clients": {"count": count}}
+        )
 
 
 def test_the_dpsgd_scenario_runs(tmp_path):
     from flnet.runner import run
 
-    res = run("scenarios/dpsgd.yaml", overrides=["run.rounds=4", "run.eval_every=2",
-                                                 f"output.dir={tmp_path}"])
+    res = run(
+        "scenarios/dpsgd.yaml",
+        overrides=["run.rounds=4", "run.eval_every=2", f"output.dir={tmp_path}"],
+    )
     assert list(res.records["round"]) == [0, 2, 4]
     assert res.records.bits_d2d.iloc[-1] == 4 * 32 * (res.summary["model_params"] * 32)
     assert res.records.consensus_distance.iloc[-1] > 0 and res.records.bits_up.iloc[-1] == 0

@@ -24,8 +24,9 @@ def data(local_test=None):
     y_train = torch.tensor([0, 1, 1, 1])  # row 2 is wrong under IDENTITY
     x_test = torch.tensor([[2.0, 0.0], [0.0, 2.0], [2.0, 0.0]])
     y_test = torch.tensor([0, 1, 1])  # row 2 is wrong under IDENTITY
-    return FederatedData("toy", x_train, y_train, x_test, y_test,
-                         [np.array([0, 1]), np.array([2, 3])], 2, local_test)
+    return FederatedData(
+        "toy", x_train, y_train, x_test, y_test, [np.array([0, 1]), np.array([2, 3])], 2, local_test
+    )
 
 
 def test_accuracy_and_loss_by_hand():

@@ -1,10 +1,10 @@
 import numpy as np
 import pytest
 import torch
+from tolerance import accuracy_close
 
 from flnet.algorithms.fedavg import weighted_mean
 from flnet.runner import run
-from tolerance import accuracy_close
 
 
 def test_weighted_mean_by_hand():
@@ -14,11 +14,16 @@ def test_weighted_mean_by_hand():
 
 
 W1 = {
-    "name": "w1", "seed": 0, "device": "cpu",
+    "name": "w1",
+    "seed": 0,
+    "device": "cpu",
     "data": {"dataset": "digits", "partition": {"kind": "iid"}},
     "model": {"kind": "mlp", "hidden": [64]},
-    "algorithm": {"name": "fedavg", "cohort": {"clients_per_round": 100},
-                  "local": {"steps": 10, "batch_size": 32, "lr": 0.05}},
+    "algorithm": {
+        "name": "fedavg",
+        "cohort": {"clients_per_round": 100},
+        "local": {"steps": 10, "batch_size": 32, "lr": 0.05},
+    },
     "clients": {"count": 100},
     "run": {"rounds": 50, "eval_every": 10},
 }
@@ -30,14 +35,19 @@ def test_w1_accuracy_curve_matches_the_reference(scenario):
     compared to 4 decimals within one test sample (tests/tolerance.py)."""
     res = run(scenario(**W1), write=False)
     acc = res.records.set_index("round").test_accuracy
-    assert accuracy_close(acc.loc[[10, 20, 30, 40, 50]].round(4),
-                          [0.7861, 0.8806, 0.9028, 0.9167, 0.9278], eval_rows=360)
+    assert accuracy_close(
+        acc.loc[[10, 20, 30, 40, 50]].round(4),
+        [0.7861, 0.8806, 0.9028, 0.9167, 0.9278],
+        eval_rows=360,
+    )
 
 
 def test_same_seed_same_records_other_seed_other_records(scenario):
-    sc = dict(clients={"count": 10, "cpu_hz": {"kind": "lognormal", "median": 1e9, "sigma": 0.5}},
-              radio={"rayleigh_fading": True},
-              data={"partition": {"kind": "dirichlet", "alpha": 0.5}})
+    sc = dict(
+        clients={"count": 10, "cpu_hz": {"kind": "lognormal", "median": 1e9, "sigma": 0.5}},
+        radio={"rayleigh_fading": True},
+        data={"partition": {"kind": "dirichlet", "alpha": 0.5}},
+    )
     a = run(scenario(**sc), write=False)
     b = run(scenario(**sc), write=False)
     c = run(scenario(**sc, seed=1), write=False)
@@ -50,8 +60,13 @@ def test_same_seed_same_records_other_seed_other_records(scenario):
 def test_quickstart_scenario_reaches_90_percent(tmp_path):
     res = run("scenarios/quickstart.yaml", overrides=[f"output.dir={tmp_path}"])
     assert res.summary["final_test_accuracy"] >= 0.90
-    for name in ("records.parquet", "ledger.parquet", "partition.parquet", "scenario.yaml",
-                 "summary.json"):
+    for name in (
+        "records.parquet",
+        "ledger.parquet",
+        "partition.parquet",
+        "scenario.yaml",
+        "summary.json",
+    ):
         assert (tmp_path / name).exists()
 
 
@@ -68,9 +83,13 @@ def test_time_and_energy_budgets_stop_the_run(scenario):
 
 
 def test_target_accuracy_stops_at_first_evaluation_reaching_it(scenario):
-    res = run(scenario(run={"rounds": 200, "target_accuracy": 0.5},
-                       algorithm={"name": "fedavg", "local": {"steps": 5, "lr": 0.1}}),
-              write=False)
+    res = run(
+        scenario(
+            run={"rounds": 200, "target_accuracy": 0.5},
+            algorithm={"name": "fedavg", "local": {"steps": 5, "lr": 0.1}},
+        ),
+        write=False,
+    )
     assert res.summary["stop_reason"] == "target_accuracy"
     acc = res.records.test_accuracy
     assert acc.iloc[-1] >= 0.5 and (acc.iloc[:-1] < 0.5).all()

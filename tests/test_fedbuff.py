@@ -2,9 +2,9 @@ import math
 
 import pytest
 import torch
+from tolerance import assert_tensors_close
 
 from flnet.algorithms import fedbuff
-from tolerance import assert_tensors_close
 
 
 def test_buffer_applies_the_weighted_mean_of_k_deltas_by_hand():
@@ -67,15 +67,24 @@ def test_two_clients_concurrency_two_k_two_by_hand(scenario):
     from flnet.sim.radio import shannon_rate_bps, snr_hz_direct
 
     cpu = [5.0e6, 2.0e6]  # client 1 computes 2.5 times longer
-    sc = scenario(model={"kind": "logistic"},
-                  algorithm={"name": "fedbuff", "concurrency": 2, "buffer_size": 2,
-                             "server_lr": ETA_G,
-                             "local": {"steps": 1, "batch_size": 16, "lr": LR}},
-                  clients={"count": 2, "cpu_hz": {"kind": "per_client", "values": cpu},
-                           "flops_per_cycle": 4},
-                  radio={"mode": "direct", "uplink_snr_db": 20, "downlink_snr_db": 20,
-                         "uplink": {"bandwidth_hz": 20e6, "sharing": "dedicated"},
-                         "downlink": {"bandwidth_hz": 20e6, "sharing": "dedicated"}})
+    sc = scenario(
+        model={"kind": "logistic"},
+        algorithm={
+            "name": "fedbuff",
+            "concurrency": 2,
+            "buffer_size": 2,
+            "server_lr": ETA_G,
+            "local": {"steps": 1, "batch_size": 16, "lr": LR},
+        },
+        clients={"count": 2, "cpu_hz": {"kind": "per_client", "values": cpu}, "flops_per_cycle": 4},
+        radio={
+            "mode": "direct",
+            "uplink_snr_db": 20,
+            "downlink_snr_db": 20,
+            "uplink": {"bandwidth_hz": 20e6, "sharing": "dedicated"},
+            "downlink": {"bandwidth_hz": 20e6, "sharing": "dedicated"},
+        },
+    )
     world, learn = build(sc)
     x0 = learn.model.init_params()
     model_bits = x0.numel() * 32
@@ -86,9 +95,13 @@ def test_two_clients_concurrency_two_k_two_by_hand(scenario):
     keep = Keep(2)
     world.observers = [keep]
     env = world.env
-    env.run(until=env.process(fedbuff.protocol(world, learn, sc.algorithm,
-                                               fedbuff.init(learn, sc.algorithm),
-                                               loss_fn=quadratic)))
+    env.run(
+        until=env.process(
+            fedbuff.protocol(
+                world, learn, sc.algorithm, fedbuff.init(learn, sc.algorithm), loss_fn=quadratic
+            )
+        )
+    )
 
     def delta(x):
         return -LR * (x - A)
@@ -125,14 +138,23 @@ def test_an_interrupted_stream_resumes_to_the_same_records_and_ledger(scenario, 
             pass
 
     def make(name):
-        return scenario(algorithm={"name": "fedbuff", "concurrency": 4, "buffer_size": 3,
-                                   "local": {"steps": 2, "batch_size": 8}},
-                        clients={"count": 8, "cpu_hz": {"kind": "lognormal", "median": 1e9,
-                                                        "sigma": 0.6}},
-                        radio={"rayleigh_fading": True},
-                        run={"rounds": 20, "eval_every": 4, "checkpoint_every": None,
-                             "checkpoint_interval_s": None},
-                        output={"dir": str(tmp_path / name)})
+        return scenario(
+            algorithm={
+                "name": "fedbuff",
+                "concurrency": 4,
+                "buffer_size": 3,
+                "local": {"steps": 2, "batch_size": 8},
+            },
+            clients={"count": 8, "cpu_hz": {"kind": "lognormal", "median": 1e9, "sigma": 0.6}},
+            radio={"rayleigh_fading": True},
+            run={
+                "rounds": 20,
+                "eval_every": 4,
+                "checkpoint_every": None,
+                "checkpoint_interval_s": None,
+            },
+            output={"dir": str(tmp_path / name)},
+        )
 
     whole = run(make("whole"))
     cut = run(make("cut"), observers=[StopAt()])
@@ -146,8 +168,10 @@ def test_an_interrupted_stream_resumes_to_the_same_records_and_ledger(scenario, 
 def test_the_fedbuff_scenario_runs(tmp_path):
     from flnet.runner import run
 
-    res = run("scenarios/fedbuff.yaml", overrides=["run.rounds=4", "run.eval_every=2",
-                                                   f"output.dir={tmp_path}"])
+    res = run(
+        "scenarios/fedbuff.yaml",
+        overrides=["run.rounds=4", "run.eval_every=2", f"output.dir={tmp_path}"],
+    )
     assert list(res.records["round"]) == [0, 2, 4]
     assert res.records.events.iloc[-1] == 4 * 5  # K = 5 deltas per server update
     assert res.records.test_accuracy.iloc[-1] > res.records.test_accuracy.iloc[0]

@@ -3,15 +3,14 @@
 import numpy as np
 import pytest
 import torch
+from conftest import BASE
 
-from flnet.learn import models, optim
 from flnet.algorithms.fedprox import proximal_loss
-from flnet.learn.cohort import Trainer, cross_entropy
 from flnet.errors import ScenarioError
+from flnet.learn import models, optim
+from flnet.learn.cohort import Trainer, cross_entropy
 from flnet.runner import Run, run
 from flnet.scenario import load_scenario, merge
-
-from conftest import BASE
 
 
 def test_one_step_adds_mu_times_the_distance_to_the_anchor():
@@ -35,13 +34,20 @@ def test_one_step_adds_mu_times_the_distance_to_the_anchor():
 
 
 def _drift(mu):
-    sim = Run(load_scenario(data=merge(BASE, {
-        "algorithm": {"name": "fedprox", "mu": mu, "local": {"steps": 20, "lr": 0.1}}})),
-        write=False)
+    sim = Run(
+        load_scenario(
+            data=merge(
+                BASE,
+                {"algorithm": {"name": "fedprox", "mu": mu, "local": {"steps": 20, "lr": 0.1}}},
+            )
+        ),
+        write=False,
+    )
     learn, x = sim.learner, sim.state.x
     clients = np.arange(5)
-    work = learn.local_train(clients, x, sim.scenario.algorithm.local, round=1,
-                             loss_fn=proximal_loss(mu, x))
+    work = learn.local_train(
+        clients, x, sim.scenario.algorithm.local, round=1, loss_fn=proximal_loss(mu, x)
+    )
     return (work.params - x).norm(dim=1).mean().item()
 
 
@@ -52,9 +58,10 @@ def test_a_larger_mu_keeps_clients_closer_to_the_global_model():
 def test_mu_zero_is_fedavg():
     rounds = {"run": {"rounds": 3}}
     avg = run(load_scenario(data=merge(BASE, rounds)), write=False)
-    prox = run(load_scenario(data=merge(BASE, {**rounds, "algorithm": {"name": "fedprox",
-                                                                        "mu": 0.0}})),
-               write=False)
+    prox = run(
+        load_scenario(data=merge(BASE, {**rounds, "algorithm": {"name": "fedprox", "mu": 0.0}})),
+        write=False,
+    )
     assert np.allclose(avg.records.test_loss, prox.records.test_loss, atol=1e-5)
     assert avg.records.sim_time_s.equals(prox.records.sim_time_s)
 

@@ -12,7 +12,7 @@ from flnet.runner import StopRules, build
 
 def readme_example() -> types.ModuleType:
     text = Path("README.md").read_text()
-    guide = text[text.index("## Adding an algorithm"):]
+    guide = text[text.index("## Adding an algorithm") :]
     code = re.search(r"```python\n(.*?)```", guide, re.S).group(1)
     module = types.ModuleType("fedmean")
     sys.modules["fedmean"] = module  # dataclasses and pydantic look their module up

@@ -4,29 +4,41 @@ import copy
 
 import pytest
 import yaml
-from hypothesis import HealthCheck, given, settings, strategies as st
+from conftest import FUZZ_SCALE
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from test_readme import field_paths
 
 from flnet.errors import FlnetError, ScenarioError
 from flnet.runner import Run
 from flnet.scenario import Scenario, load_scenario
 
-from conftest import FUZZ_SCALE
-from test_readme import field_paths
-
 PATHS = sorted(set(field_paths(Scenario)))
 VALID = {
-    "name": "hostile", "device": "cpu",
-    "algorithm": {"name": "fedavg", "cohort": {"clients_per_round": 3},
-                  "local": {"steps": 2, "batch_size": 4}},
-    "clients": {"count": 6}, "run": {"rounds": 1},
+    "name": "hostile",
+    "device": "cpu",
+    "algorithm": {
+        "name": "fedavg",
+        "cohort": {"clients_per_round": 3},
+        "local": {"steps": 2, "batch_size": 4},
+    },
+    "clients": {"count": 6},
+    "run": {"rounds": 1},
 }
 
 junk = st.one_of(
-    st.none(), st.booleans(), st.integers(-10**12, 10**12),
-    st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=12),
+    st.none(),
+    st.booleans(),
+    st.integers(-(10**12), 10**12),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=12),
     st.lists(st.integers(-5, 5), max_size=3),
-    st.dictionaries(st.sampled_from(["kind", "mode", "name", "x", "values"]),
-                    st.one_of(st.integers(-3, 3), st.text(max_size=5)), max_size=2))
+    st.dictionaries(
+        st.sampled_from(["kind", "mode", "name", "x", "values"]),
+        st.one_of(st.integers(-3, 3), st.text(max_size=5)),
+        max_size=2,
+    ),
+)
 
 
 def set_path(data, path, value):
@@ -39,12 +51,16 @@ def set_path(data, path, value):
     node[parts[-1]] = value
 
 
-mutations = st.lists(st.tuples(st.one_of(st.sampled_from(PATHS), st.text(min_size=1, max_size=8)),
-                               junk), min_size=1, max_size=3)
+mutations = st.lists(
+    st.tuples(st.one_of(st.sampled_from(PATHS), st.text(min_size=1, max_size=8)), junk),
+    min_size=1,
+    max_size=3,
+)
 
 
-@settings(max_examples=300 * FUZZ_SCALE, deadline=None,
-          suppress_health_check=[HealthCheck.too_slow])
+@settings(
+    max_examples=300 * FUZZ_SCALE, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
 @given(changes=mutations)
 def test_any_mutation_validates_or_fails_with_scenario_error(changes):
     data = copy.deepcopy(VALID)
@@ -74,9 +90,13 @@ def test_valid_looking_scenarios_run_or_fail_with_flnet_error(changes, tmp_path_
         return
     if not _small(sc):
         return
-    sc = load_scenario(data={**sc.model_dump(mode="json"),
-                             "run": {"rounds": 1},
-                             "output": {"dir": str(tmp_path_factory.mktemp("o"))}})
+    sc = load_scenario(
+        data={
+            **sc.model_dump(mode="json"),
+            "run": {"rounds": 1},
+            "output": {"dir": str(tmp_path_factory.mktemp("o"))},
+        }
+    )
     try:
         sim = Run(sc, write=False)
         sim.simulate()
@@ -95,8 +115,9 @@ def test_any_text_file_loads_or_fails_with_scenario_error(tmp_path_factory, text
         pass
 
 
-@pytest.mark.parametrize("tag", ["!!python/object/apply:os.system ['touch pwned']",
-                                 "!!python/name:os.system", "&a [*a]"])
+@pytest.mark.parametrize(
+    "tag", ["!!python/object/apply:os.system ['touch pwned']", "!!python/name:os.system", "&a [*a]"]
+)
 def test_yaml_tags_never_construct_objects(tmp_path, monkeypatch, tag):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "s.yaml").write_text(f"name: {tag}\nalgorithm: {{name: fedavg}}\n")
@@ -107,15 +128,20 @@ def test_yaml_tags_never_construct_objects(tmp_path, monkeypatch, tag):
 
 def test_deadline_no_client_can_meet_is_named(scenario):
     with pytest.raises(ScenarioError, match="algorithm.cohort.deadline_s: .*fastest possible"):
-        Run(scenario(algorithm={"name": "fedavg", "cohort": {"clients_per_round": 5,
-                                                             "deadline_s": 1e-6}}),
-            write=False)
+        Run(
+            scenario(
+                algorithm={"name": "fedavg", "cohort": {"clients_per_round": 5, "deadline_s": 1e-6}}
+            ),
+            write=False,
+        )
 
 
 def test_impossible_dirichlet_minimum_is_named(scenario):
     with pytest.raises(ScenarioError, match="data.partition.min_size"):
-        Run(scenario(data={"partition": {"kind": "dirichlet", "alpha": 0.01, "min_size": 140}}),
-            write=False)
+        Run(
+            scenario(data={"partition": {"kind": "dirichlet", "alpha": 0.01, "min_size": 140}}),
+            write=False,
+        )
 
 
 def test_huge_sizes_are_refused_before_allocating(scenario):
@@ -149,6 +175,7 @@ def test_a_gain_above_one_is_refused_by_the_schema(scenario):
 
 def test_a_very_weak_link_is_slow_not_stalled():
     from flnet.sim.radio import shannon_rate_bps
+
     rate = shannon_rate_bps(1e6, 1e-15)  # log2(1 + 1e-21) is 0 in floating point
     assert rate == pytest.approx(1e-15 / __import__("math").log(2))
 

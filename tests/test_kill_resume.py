@@ -17,22 +17,41 @@ from flnet.runner import run
 
 ROUNDS = 120
 SCENARIOS = {
-    "dpsgd": {"algorithm": {"name": "dpsgd", "topology": {"kind": "torus"},
-                            "local": {"steps": 1, "batch_size": 8, "lr": 0.1}},
-              "clients": {"count": 9}},
-    "fedbuff": {"algorithm": {"name": "fedbuff", "concurrency": 4, "buffer_size": 2,
-                              "local": {"steps": 2, "batch_size": 8, "lr": 0.05}},
-                "clients": {"count": 10,
-                            "cpu_hz": {"kind": "lognormal", "median": 2e8, "sigma": 0.5}}},
+    "dpsgd": {
+        "algorithm": {
+            "name": "dpsgd",
+            "topology": {"kind": "torus"},
+            "local": {"steps": 1, "batch_size": 8, "lr": 0.1},
+        },
+        "clients": {"count": 9},
+    },
+    "fedbuff": {
+        "algorithm": {
+            "name": "fedbuff",
+            "concurrency": 4,
+            "buffer_size": 2,
+            "local": {"steps": 2, "batch_size": 8, "lr": 0.05},
+        },
+        "clients": {"count": 10, "cpu_hz": {"kind": "lognormal", "median": 2e8, "sigma": 0.5}},
+    },
 }
 
 
 def write_scenario(tmp_path, name):
-    sc = {"name": name, "seed": 3, "device": "cpu", "radio": {"rayleigh_fading": True},
-          **SCENARIOS[name],
-          "run": {"rounds": ROUNDS, "eval_every": 10, "checkpoint_every": 4,
-                  "checkpoint_interval_s": None},
-          "output": {"dir": str(tmp_path / "out")}}
+    sc = {
+        "name": name,
+        "seed": 3,
+        "device": "cpu",
+        "radio": {"rayleigh_fading": True},
+        **SCENARIOS[name],
+        "run": {
+            "rounds": ROUNDS,
+            "eval_every": 10,
+            "checkpoint_every": 4,
+            "checkpoint_interval_s": None,
+        },
+        "output": {"dir": str(tmp_path / "out")},
+    }
     path = tmp_path / f"{name}.yaml"
     path.write_text(yaml.safe_dump(sc))
     return path
@@ -67,6 +86,8 @@ def test_sigterm_then_resume_gives_the_uninterrupted_results(tmp_path, name):
     whole = run(path, overrides=[f"output.dir={tmp_path / 'whole'}"])
     got_records = pd.read_parquet(out / "records.parquet")
     pd.testing.assert_frame_equal(got_records, whole.records, check_exact=True)
-    pd.testing.assert_frame_equal(pd.read_parquet(out / "ledger.parquet"),
-                                  pd.read_parquet(tmp_path / "whole" / "ledger.parquet"),
-                                  check_exact=True)
+    pd.testing.assert_frame_equal(
+        pd.read_parquet(out / "ledger.parquet"),
+        pd.read_parquet(tmp_path / "whole" / "ledger.parquet"),
+        check_exact=True,
+    )

@@ -12,8 +12,9 @@ import flnet.sim
 
 
 def _modules(package) -> list[str]:
-    return [package.__name__] + [m.name for m in pkgutil.walk_packages(package.__path__,
-                                                                       package.__name__ + ".")]
+    return [package.__name__] + [
+        m.name for m in pkgutil.walk_packages(package.__path__, package.__name__ + ".")
+    ]
 
 
 def _loads(module: str, forbidden: str) -> bool:

@@ -14,8 +14,17 @@ from flnet.sim.ledger import Ledger, Tag
 def _filled(n=500, seed=1):
     ledger, rng = Ledger(), random.Random(seed)
     for i in range(n):  # joules over 12 orders of magnitude: naive sums lose bits
-        ledger.add(Tag("stream", i // 10), i % 7, -1, "compute", i * 0.1, i * 0.1 + rng.random(),
-                   rng.random() * 10 ** rng.randint(-9, 3), rng.random() * 1e6, 1e6 / 3)
+        ledger.add(
+            Tag("stream", i // 10),
+            i % 7,
+            -1,
+            "compute",
+            i * 0.1,
+            i * 0.1 + rng.random(),
+            rng.random() * 10 ** rng.randint(-9, 3),
+            rng.random() * 1e6,
+            1e6 / 3,
+        )
     return ledger
 
 
@@ -55,13 +64,19 @@ def test_journal_shorter_than_its_checkpoint_is_refused(tmp_path):
 
 def test_each_record_energy_is_fsum_of_rows_ended_by_its_time(scenario):
     """Cut and cancelled work included (deadline, over-selection, fading)."""
-    res = run(scenario(algorithm={"name": "fedavg",
-                                  "cohort": {"clients_per_round": 4, "over_selection": 1.5,
-                                             "deadline_s": 0.012},
-                                  "local": {"steps": 2, "batch_size": 8}},
-                       clients={"count": 10, "cpu_hz": {"kind": "lognormal", "median": 2e8,
-                                                        "sigma": 0.6}},
-                       radio={"rayleigh_fading": True}, run={"rounds": 8}), write=False)
+    res = run(
+        scenario(
+            algorithm={
+                "name": "fedavg",
+                "cohort": {"clients_per_round": 4, "over_selection": 1.5, "deadline_s": 0.012},
+                "local": {"steps": 2, "batch_size": 8},
+            },
+            clients={"count": 10, "cpu_hz": {"kind": "lognormal", "median": 2e8, "sigma": 0.6}},
+            radio={"rayleigh_fading": True},
+            run={"rounds": 8},
+        ),
+        write=False,
+    )
     led = res.ledger
     assert {"deadline", "cancelled"} <= set(led.outcome)
     for rec in res.records.itertuples():

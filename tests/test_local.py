@@ -4,6 +4,8 @@ costs of the samples really processed, and cohort sizes from a fraction."""
 import numpy as np
 import pytest
 import torch
+from conftest import BASE
+from tolerance import assert_tensors_close
 from torch import nn
 
 from flnet.config import CohortConfig, LocalConfig
@@ -15,9 +17,6 @@ from flnet.learn.local import Learner
 from flnet.learn.models import Model
 from flnet.runner import run
 from flnet.scenario import load_scenario, merge
-from tolerance import assert_tensors_close
-
-from conftest import BASE
 
 
 def _data(sizes: list[int], features: int = 4, classes: int = 3) -> FederatedData:
@@ -26,8 +25,15 @@ def _data(sizes: list[int], features: int = 4, classes: int = 3) -> FederatedDat
     x = torch.randn(n, features, generator=g)
     y = torch.randint(0, classes, (n,), generator=g)
     bounds = np.cumsum([0, *sizes])
-    return FederatedData("toy", x, y, x[:4], y[:4],
-                         [np.arange(a, b) for a, b in zip(bounds[:-1], bounds[1:])], classes)
+    return FederatedData(
+        "toy",
+        x,
+        y,
+        x[:4],
+        y[:4],
+        [np.arange(a, b) for a, b in zip(bounds[:-1], bounds[1:])],
+        classes,
+    )
 
 
 def _learner(sizes: list[int]) -> Learner:
@@ -41,8 +47,9 @@ def test_ten_rows_batch_four_two_epochs_take_six_steps_and_see_each_row_twice():
     assert sizes[0].tolist() == [4, 4, 2, 4, 4, 2]
     seen = np.concatenate([rows[0, s, :n].numpy() for s, n in enumerate(sizes[0])])
     assert np.bincount(seen, minlength=10).tolist() == [2] * 10
-    work = learn.local_train(np.array([0]), learn.model.init_params(),
-                             LocalConfig(epochs=2, batch_size=4), round=1)
+    work = learn.local_train(
+        np.array([0]), learn.model.init_params(), LocalConfig(epochs=2, batch_size=4), round=1
+    )
     assert learn.last_steps.tolist() == [6]
     assert work.flops[0] == pytest.approx(20 * learn.flops_per_sample)  # not 24
 
@@ -52,9 +59,13 @@ def test_drop_last_takes_four_full_steps_over_sixteen_samples():
     rows, sizes = epoch_batches(learn.data, np.array([0]), 1, 2, 4, True, seed=0)
     assert sizes[0].tolist() == [4, 4, 4, 4]
     for e in range(2):  # each epoch: 8 distinct rows of the 10
-        assert len(set(rows[0, 2 * e:2 * e + 2].reshape(-1).tolist())) == 8
-    work = learn.local_train(np.array([0]), learn.model.init_params(),
-                             LocalConfig(epochs=2, batch_size=4, drop_last=True), round=1)
+        assert len(set(rows[0, 2 * e : 2 * e + 2].reshape(-1).tolist())) == 8
+    work = learn.local_train(
+        np.array([0]),
+        learn.model.init_params(),
+        LocalConfig(epochs=2, batch_size=4, drop_last=True),
+        round=1,
+    )
     assert learn.last_steps.tolist() == [4]
     assert work.flops[0] == pytest.approx(16 * learn.flops_per_sample)
 
@@ -76,7 +87,8 @@ def test_a_short_batch_is_the_mean_over_its_own_samples():
     p0 = model.init_params()[None]
     rows = torch.tensor([[[4, 5, 0, 0]]])
     res = Trainer(model, data.x_train, data.y_train).train(
-        p0, rows, torch.tensor([1]), optim.sgd(0.5), sizes=np.array([[2]]))
+        p0, rows, torch.tensor([1]), optim.sgd(0.5), sizes=np.array([[2]])
+    )
     w = p0.clone().requires_grad_(True)
     loss = cross_entropy(model, w, data.x_train[4:6][None], data.y_train[4:6][None]).sum()
     (g,) = torch.autograd.grad(loss, w)
@@ -88,13 +100,15 @@ def test_a_short_batch_is_the_mean_over_its_own_samples():
 @pytest.mark.parametrize("path", ["batched", "sequential"])
 def test_clients_of_10_and_40_rows_take_6_and_20_steps_and_match_training_alone(path):
     learn = _learner([10, 40])
-    local = LocalConfig(epochs=2, batch_size=4, lr=0.1, path=path,
-                        optimizer={"name": "sgd", "momentum": 0.9})
+    local = LocalConfig(
+        epochs=2, batch_size=4, lr=0.1, path=path, optimizer={"name": "sgd", "momentum": 0.9}
+    )
     x0 = learn.model.init_params()
     both = learn.local_train(np.array([0, 1]), x0, local, round=3)
     assert learn.last_steps.tolist() == [6, 20]
-    assert both.flops.tolist() == pytest.approx([20 * learn.flops_per_sample,
-                                                 80 * learn.flops_per_sample])
+    assert both.flops.tolist() == pytest.approx(
+        [20 * learn.flops_per_sample, 80 * learn.flops_per_sample]
+    )
     for pos in (0, 1):
         alone = learn.local_train(np.array([pos]), x0, local, round=3)
         assert_tensors_close(both.params[pos], alone.params[0])
@@ -102,10 +116,15 @@ def test_clients_of_10_and_40_rows_take_6_and_20_steps_and_match_training_alone(
 
 
 def test_epochs_runs_are_repeatable_and_resume_on_the_same_trajectory(tmp_path):
-    data = merge(BASE, {"output": {"dir": str(tmp_path / "out")},
-                        "data": {"partition": {"kind": "dirichlet", "alpha": 0.5}},
-                        "algorithm": {"local": {"epochs": 1, "batch_size": 16}},
-                        "run": {"rounds": 4, "checkpoint_every": 2}})
+    data = merge(
+        BASE,
+        {
+            "output": {"dir": str(tmp_path / "out")},
+            "data": {"partition": {"kind": "dirichlet", "alpha": 0.5}},
+            "algorithm": {"local": {"epochs": 1, "batch_size": 16}},
+            "run": {"rounds": 4, "checkpoint_every": 2},
+        },
+    )
     full = run(load_scenario(data=data), write=False)
     assert full.records.local_mode.eq("epochs").all()
     assert (full.records.local_steps_max.iloc[1:] >= full.records.local_steps_mean.iloc[1:]).all()
@@ -120,10 +139,19 @@ def test_epochs_runs_are_repeatable_and_resume_on_the_same_trajectory(tmp_path):
 
 def test_uneven_clients_cost_in_proportion_to_their_data():
     """With epochs, a client's compute FLOPs are E * n_k per-sample gradients."""
-    res = run(load_scenario(data=merge(BASE, {
-        "data": {"partition": {"kind": "dirichlet", "alpha": 0.3}},
-        "algorithm": {"local": {"epochs": 2, "batch_size": 8}}, "run": {"rounds": 1}})),
-        write=False)
+    res = run(
+        load_scenario(
+            data=merge(
+                BASE,
+                {
+                    "data": {"partition": {"kind": "dirichlet", "alpha": 0.3}},
+                    "algorithm": {"local": {"epochs": 2, "batch_size": 8}},
+                    "run": {"rounds": 1},
+                },
+            )
+        ),
+        write=False,
+    )
     compute = res.ledger[res.ledger.kind == "compute"]
     sizes = res.partition.set_index("client").num_samples
     per_sample = res.summary["training_flops_per_sample"]
@@ -131,8 +159,9 @@ def test_uneven_clients_cost_in_proportion_to_their_data():
     assert compute.flops.to_numpy() == pytest.approx(expected)
 
 
-@pytest.mark.parametrize("fraction, k", [(0.15, 2), (0.25, 3), (0.35, 4), (0.45, 5),
-                                         (0.05, 1), (0.01, 1), (1.0, 10)])
+@pytest.mark.parametrize(
+    "fraction, k", [(0.15, 2), (0.25, 3), (0.35, 4), (0.45, 5), (0.05, 1), (0.01, 1), (1.0, 10)]
+)
 def test_cohort_size_from_a_fraction_rounds_half_up(fraction, k):
     assert CohortConfig(client_fraction=fraction).k(10) == k
 
@@ -140,20 +169,27 @@ def test_cohort_size_from_a_fraction_rounds_half_up(fraction, k):
 def test_steps_and_epochs_are_alternatives():
     over = load_scenario(data=merge(BASE, {"algorithm": {"local": {"epochs": 3}}}))
     assert (over.algorithm.local.steps, over.algorithm.local.epochs) == (None, 3)
-    back = load_scenario(data=merge(merge(BASE, {"algorithm": {"local": {"epochs": 3}}}),
-                                    {"algorithm": {"local": {"steps": 4}}}))
+    back = load_scenario(
+        data=merge(
+            merge(BASE, {"algorithm": {"local": {"epochs": 3}}}),
+            {"algorithm": {"local": {"steps": 4}}},
+        )
+    )
     assert (back.algorithm.local.steps, back.algorithm.local.epochs) == (4, None)
     with pytest.raises(ScenarioError, match="algorithm.local.*steps or epochs"):
-        load_scenario(data={**BASE, "algorithm": {"name": "fedavg",
-                                                  "local": {"steps": 2, "epochs": 3}}})
+        load_scenario(
+            data={**BASE, "algorithm": {"name": "fedavg", "local": {"steps": 2, "epochs": 3}}}
+        )
     with pytest.raises(ScenarioError, match="drop_last"):
         load_scenario(data=merge(BASE, {"algorithm": {"local": {"drop_last": True}}}))
 
 
 @pytest.mark.parametrize("algorithm", ["fedavg", "fedprox"])
 def test_the_epochs_scenario_runs_fedavg_and_fedprox(algorithm, tmp_path):
-    res = run("scenarios/epochs.yaml", overrides=[f"algorithm.name={algorithm}", "run.rounds=2",
-                                                  f"output.dir={tmp_path}"])
+    res = run(
+        "scenarios/epochs.yaml",
+        overrides=[f"algorithm.name={algorithm}", "run.rounds=2", f"output.dir={tmp_path}"],
+    )
     assert res.summary["status"] == "completed"
     assert res.records.local_mode.eq("epochs").all()
     assert res.records.test_loss.iloc[-1] < res.records.test_loss.iloc[0]

@@ -4,13 +4,13 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from tolerance import assert_tensors_close
 from torch.func import functional_call
 from torch.nn import functional as F
 
-from flnet.learn import cohort, models, optim
 from flnet.errors import ScenarioError
+from flnet.learn import cohort, models, optim
 from flnet.runner import run
-from tolerance import assert_tensors_close
 
 CPU = torch.device("cpu")
 
@@ -55,10 +55,16 @@ def test_training_flops_of_the_dfl_mnist_cnn_by_hand():
     assert build("cnn_dfl_mnist", (1, 28, 28)).training_flops_per_sample() == hand == 5_964_672
 
 
-FAMILIES = [("logistic", (1, 8, 8)), ("mlp", (1, 8, 8)), ("cnn_mcmahan", (1, 8, 8)),
-            ("cnn_dfl_mnist", (1, 8, 8)), ("cnn_kmnist", (1, 8, 8)),
-            ("cnn_dfl_cifar", (3, 32, 32)), ("cnn_tutorial", (3, 32, 32)),
-            ("resnet18", (3, 8, 8))]
+FAMILIES = [
+    ("logistic", (1, 8, 8)),
+    ("mlp", (1, 8, 8)),
+    ("cnn_mcmahan", (1, 8, 8)),
+    ("cnn_dfl_mnist", (1, 8, 8)),
+    ("cnn_kmnist", (1, 8, 8)),
+    ("cnn_dfl_cifar", (3, 32, 32)),
+    ("cnn_tutorial", (3, 32, 32)),
+    ("resnet18", (3, 8, 8)),
+]
 
 
 @pytest.mark.parametrize("kind,shape", FAMILIES, ids=[f[0] for f in FAMILIES])
@@ -70,23 +76,29 @@ def test_cohort_training_equals_one_client_at_a_time(kind, shape):
     start = model.init_params() + 0.01 * torch.randn(2, model.num_params)
     batches = torch.randint(0, 12, (2, 2, 3))
     lr = 0.1
-    res = cohort.Trainer(model, x, y).train(start, batches, torch.tensor([2, 2]), optim.sgd(lr),
-                                            path="batched")
+    res = cohort.Trainer(model, x, y).train(
+        start, batches, torch.tensor([2, 2]), optim.sgd(lr), path="batched"
+    )
     for c in range(2):
-        params = {n: p.detach().clone().requires_grad_(True)
-                  for n, p in model.unflatten(start[c].clone()).items()}
+        params = {
+            n: p.detach().clone().requires_grad_(True)
+            for n, p in model.unflatten(start[c].clone()).items()
+        }
         for s in range(2):
             rows = batches[c, s]
             loss = F.cross_entropy(functional_call(model.module, params, (x[rows],)), y[rows])
             grads = torch.autograd.grad(loss, list(params.values()))
-            params = {n: (p - lr * g).detach().requires_grad_(True)
-                      for (n, p), g in zip(params.items(), grads)}
+            params = {
+                n: (p - lr * g).detach().requires_grad_(True)
+                for (n, p), g in zip(params.items(), grads)
+            }
         ref = torch.cat([p.detach().reshape(-1) for p in params.values()])
         assert_tensors_close(res.params[c], ref)
 
 
-@pytest.mark.parametrize("kind,shape", [("cnn_kmnist", (40,)), ("cnn_tutorial", (1, 8, 8)),
-                                        ("resnet18", (3, 7, 7, 1))])
+@pytest.mark.parametrize(
+    "kind,shape", [("cnn_kmnist", (40,)), ("cnn_tutorial", (1, 8, 8)), ("resnet18", (3, 7, 7, 1))]
+)
 def test_a_model_that_cannot_take_the_input_is_a_scenario_error(kind, shape):
     with pytest.raises(ScenarioError, match="model.kind"):
         build(kind, shape)
@@ -96,7 +108,8 @@ def test_cnn_from_a_scenario_trains_and_charges_its_flops(scenario):
     """cnn_dfl_mnist on digits' 8x8: MACs conv1 8*8*16*9, conv2 4*4*32*16*9, dense 128*10."""
     res = run(scenario(model={"kind": "cnn_dfl_mnist"}, run={"rounds": 2}), write=False)
     conv1, conv2, dense = 8 * 8 * 16 * 9, 4 * 4 * 32 * 16 * 9, 32 * 2 * 2 * 10
-    assert res.summary["training_flops_per_sample"] == 4 * (conv1 + conv2 + dense) \
-        + 2 * (conv2 + dense)
+    assert res.summary["training_flops_per_sample"] == 4 * (conv1 + conv2 + dense) + 2 * (
+        conv2 + dense
+    )
     assert res.summary["model_params"] == 160 + 4640 + 1290
     assert res.records.test_loss.iloc[-1] < res.records.test_loss.iloc[0]

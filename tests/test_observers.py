@@ -29,10 +29,16 @@ class Watch:
 
 
 def _scenario(scenario, tmp_path, name):
-    return scenario(run={"rounds": 12, "eval_every": 5, "checkpoint_every": None,
-                         "checkpoint_interval_s": None},
-                    output={"dir": str(tmp_path / name)},
-                    radio={"rayleigh_fading": True})
+    return scenario(
+        run={
+            "rounds": 12,
+            "eval_every": 5,
+            "checkpoint_every": None,
+            "checkpoint_interval_s": None,
+        },
+        output={"dir": str(tmp_path / name)},
+        radio={"rayleigh_fading": True},
+    )
 
 
 def test_observer_sees_every_step_and_the_model(scenario, tmp_path):

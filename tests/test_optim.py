@@ -6,13 +6,13 @@ import math
 import numpy as np
 import pytest
 import torch
+from tolerance import assert_tensors_close
 from torch import nn
 
-from flnet.learn import cohort, optim
 from flnet.errors import ScenarioError
+from flnet.learn import cohort, optim
 from flnet.learn.models import Model
 from flnet.scenario import load_scenario
-from tolerance import assert_tensors_close
 
 C, B, STEPS = 3, 6, 5
 
@@ -57,22 +57,36 @@ def torch_trajectory(model, make_opt, x, y):
 
 TORCH_EQUIVALENTS = [
     ("sgd", optim.sgd(0.1), lambda p: torch.optim.SGD(p, lr=0.1)),
-    ("sgd+wd", optim.sgd(0.1, weight_decay=0.01),
-     lambda p: torch.optim.SGD(p, lr=0.1, weight_decay=0.01)),
-    ("momentum", optim.sgd(0.1, momentum=0.9, weight_decay=0.01),
-     lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9, weight_decay=0.01)),
+    (
+        "sgd+wd",
+        optim.sgd(0.1, weight_decay=0.01),
+        lambda p: torch.optim.SGD(p, lr=0.1, weight_decay=0.01),
+    ),
+    (
+        "momentum",
+        optim.sgd(0.1, momentum=0.9, weight_decay=0.01),
+        lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9, weight_decay=0.01),
+    ),
     ("adam", optim.adam(0.01), lambda p: torch.optim.Adam(p, lr=0.01)),
-    ("adam+wd", optim.adam(0.01, b1=0.8, b2=0.99, eps=1e-6, weight_decay=0.1),
-     lambda p: torch.optim.Adam(p, lr=0.01, betas=(0.8, 0.99), eps=1e-6, weight_decay=0.1)),
+    (
+        "adam+wd",
+        optim.adam(0.01, b1=0.8, b2=0.99, eps=1e-6, weight_decay=0.1),
+        lambda p: torch.optim.Adam(p, lr=0.01, betas=(0.8, 0.99), eps=1e-6, weight_decay=0.1),
+    ),
     ("adagrad", optim.adagrad(0.1), lambda p: torch.optim.Adagrad(p, lr=0.1)),
-    ("adagrad+acc+wd", optim.adagrad(0.1, eps=1e-8, initial_accumulator=0.1, weight_decay=0.01),
-     lambda p: torch.optim.Adagrad(p, lr=0.1, eps=1e-8, initial_accumulator_value=0.1,
-                                   weight_decay=0.01)),
+    (
+        "adagrad+acc+wd",
+        optim.adagrad(0.1, eps=1e-8, initial_accumulator=0.1, weight_decay=0.01),
+        lambda p: torch.optim.Adagrad(
+            p, lr=0.1, eps=1e-8, initial_accumulator_value=0.1, weight_decay=0.01
+        ),
+    ),
 ]
 
 
-@pytest.mark.parametrize("name,opt,make_torch", TORCH_EQUIVALENTS,
-                         ids=[t[0] for t in TORCH_EQUIVALENTS])
+@pytest.mark.parametrize(
+    "name,opt,make_torch", TORCH_EQUIVALENTS, ids=[t[0] for t in TORCH_EQUIVALENTS]
+)
 def test_matches_torch_optim_step_for_step(name, opt, make_torch):
     model = small_model()
     x, y = data()
@@ -90,7 +104,8 @@ def test_trainer_with_adam_matches_torch_optim(path):
     batches = torch.arange(C * STEPS * B).view(C, STEPS, B)
     steps = torch.tensor([STEPS, 2, 4])
     res = cohort.Trainer(model, x_data, y_data).train(
-        model.init_params().repeat(C, 1), batches, steps, optim.adam(0.01), path=path)
+        model.init_params().repeat(C, 1), batches, steps, optim.adam(0.01), path=path
+    )
     ref = torch_trajectory(model, lambda p: torch.optim.Adam(p, lr=0.01), x, y)
     for c in range(C):
         assert_tensors_close(res.params[c], ref[steps[c] - 1, c])
@@ -189,21 +204,31 @@ def test_grads_per_step_declares_the_most_a_step_takes():
     assert optim.sam(optim.delta_sgd(), 0.05).grads_per_step == 4
 
 
-@pytest.mark.parametrize("opt", [optim.sgd(0.1, momentum=0.9, weight_decay=0.1), optim.adam(),
-                                 optim.adagrad(), optim.sps(), optim.delta_sgd(),
-                                 optim.sam(optim.adam(), 0.1)])
+@pytest.mark.parametrize(
+    "opt",
+    [
+        optim.sgd(0.1, momentum=0.9, weight_decay=0.1),
+        optim.adam(),
+        optim.adagrad(),
+        optim.sps(),
+        optim.delta_sgd(),
+        optim.sam(optim.adam(), 0.1),
+    ],
+)
 def test_updates_never_alias_the_state(opt):
     """Callers may overwrite the updates (the trainer does); the state must not change then."""
     x = torch.tensor(X0)
     a = torch.tensor(A)
     state = opt.init(x)
     for _ in range(2):
-        updates, state = opt.update(a * x, state, x, grad_fn=lambda p: a * p,
-                                    loss=0.5 * (a * x * x).sum(1))
+        updates, state = opt.update(
+            a * x, state, x, grad_fn=lambda p: a * p, loss=0.5 * (a * x * x).sum(1)
+        )
         kept = copy.deepcopy(state)
         updates.fill_(float("nan"))
-        for before, after in zip(torch.utils._pytree.tree_leaves(kept),
-                                 torch.utils._pytree.tree_leaves(state)):
+        for before, after in zip(
+            torch.utils._pytree.tree_leaves(kept), torch.utils._pytree.tree_leaves(state)
+        ):
             assert torch.equal(before, after)
         x = x - 0.01
 
@@ -214,10 +239,16 @@ LOCAL_BROKEN = [  # (local section, field named in the message, words the messag
     ({"optimizer": {"name": "adamw"}}, "algorithm.local.optimizer", "'delta_sgd'"),
     ({"optimizer": {"name": "adam", "b2": 1.5}}, "algorithm.local.optimizer.b2", "< 1"),
     ({"optimizer": {"name": "sps", "c": 0}}, "algorithm.local.optimizer.c", "> 0"),
-    ({"optimizer": {"name": "delta_sgd", "eta": 0.1}}, "algorithm.local.optimizer.eta",
-     "allowed fields here: delta, eta0, gamma, name, theta0"),
-    ({"optimizer": {"name": "delta_sgd"}, "lr": 0.1}, "algorithm.local.lr",
-     "delta_sgd sets its own step size; remove lr"),
+    (
+        {"optimizer": {"name": "delta_sgd", "eta": 0.1}},
+        "algorithm.local.optimizer.eta",
+        "allowed fields here: delta, eta0, gamma, name, theta0",
+    ),
+    (
+        {"optimizer": {"name": "delta_sgd"}, "lr": 0.1},
+        "algorithm.local.lr",
+        "delta_sgd sets its own step size; remove lr",
+    ),
     ({"sam_rho": -0.1}, "algorithm.local.sam_rho", "> 0"),
     ({"optimizer_state": "forever"}, "algorithm.local.optimizer_state", "'reset' or 'persist'"),
     ({"path": "gpu"}, "algorithm.local.path", "'auto', 'batched' or 'sequential'"),
@@ -233,8 +264,10 @@ def test_bad_optimizer_settings_name_the_field(local, field, words):
 
 
 def test_optimizer_defaults_are_the_papers():
-    local = lambda opt: load_scenario(  # noqa: E731
-        data={"algorithm": {"name": "fedavg", "local": {"optimizer": opt}}}).algorithm.local
+    def local(opt):
+        data = {"algorithm": {"name": "fedavg", "local": {"optimizer": opt}}}
+        return load_scenario(data=data).algorithm.local
+
     sps = local({"name": "sps"}).optimizer
     assert (sps.c, sps.f_star, sps.max_step) == (0.5, 0.0, None)
     delta = local({"name": "delta_sgd"}).optimizer

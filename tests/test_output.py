@@ -12,16 +12,21 @@ import pandas as pd
 import pytest
 import torch
 import yaml
+from gated import gated_run
 
 from flnet import output
 from flnet.errors import FlnetError
 from flnet.runner import run
-from gated import gated_run
 
 SCENARIO = {
-    "name": "folder", "seed": 3, "device": "cpu",
-    "algorithm": {"name": "fedavg", "cohort": {"clients_per_round": 5},
-                  "local": {"steps": 2, "batch_size": 8, "lr": 0.05}},
+    "name": "folder",
+    "seed": 3,
+    "device": "cpu",
+    "algorithm": {
+        "name": "fedavg",
+        "cohort": {"clients_per_round": 5},
+        "local": {"steps": 2, "batch_size": 8, "lr": 0.05},
+    },
     "clients": {"count": 10},
     "run": {"rounds": 3, "checkpoint_interval_s": None},
 }
@@ -36,8 +41,15 @@ def write_scenario(tmp_path, **over):
 
 def flnet(*args, cwd=None, **popen):
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    return subprocess.run([sys.executable, "-m", "flnet.cli", *map(str, args)],
-                          capture_output=True, text=True, cwd=cwd, env=env, timeout=300, **popen)
+    return subprocess.run(
+        [sys.executable, "-m", "flnet.cli", *map(str, args)],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=env,
+        timeout=300,
+        **popen,
+    )
 
 
 def listing(root):
@@ -54,15 +66,27 @@ def bad_folders(tmp_path):
         "under /dev/null": ("/dev/null/out", "/dev/null exists and is not a folder"),
         "a file in the way": (tmp_path / "a-file", "a-file exists and is not a folder"),
         "a file as a parent": (tmp_path / "a-file" / "out", "a-file exists and is not a folder"),
-        "a dangling symlink": (tmp_path / "dangling",
-                               "dangling is a symbolic link to .*nowhere, which does not exist"),
-        "a 300-character name": (tmp_path / "new" / "deeper" / ("x" * 300),
-                                 "File name too long \\(a name of 300 characters"),
+        "a dangling symlink": (
+            tmp_path / "dangling",
+            "dangling is a symbolic link to .*nowhere, which does not exist",
+        ),
+        "a 300-character name": (
+            tmp_path / "new" / "deeper" / ("x" * 300),
+            "File name too long \\(a name of 300 characters",
+        ),
     }
 
 
-@pytest.mark.parametrize("case", ["under /dev/null", "a file in the way", "a file as a parent",
-                                  "a dangling symlink", "a 300-character name"])
+@pytest.mark.parametrize(
+    "case",
+    [
+        "under /dev/null",
+        "a file in the way",
+        "a file as a parent",
+        "a dangling symlink",
+        "a 300-character name",
+    ],
+)
 def test_a_folder_that_cannot_be_made_is_one_clear_error_and_nothing_is_written(tmp_path, case):
     out, why = bad_folders(tmp_path)[case]
     scenario = write_scenario(tmp_path)
@@ -95,8 +119,10 @@ def test_a_read_only_parent_is_refused(tmp_path):
 def test_a_run_refused_before_it_starts_leaves_no_folder(tmp_path):
     """The deadline check runs after the folder is made (it needs the world built)."""
     with pytest.raises(FlnetError, match="deadline_s"):
-        run(write_scenario(tmp_path), overrides=[f"output.dir={tmp_path / 'a' / 'out'}",
-                                                 "algorithm.cohort.deadline_s=1e-9"])
+        run(
+            write_scenario(tmp_path),
+            overrides=[f"output.dir={tmp_path / 'a' / 'out'}", "algorithm.cohort.deadline_s=1e-9"],
+        )
     assert not (tmp_path / "a").exists()
 
 
@@ -112,11 +138,19 @@ def test_a_folder_holding_a_run_is_refused_without_resume_or_force(tmp_path):
         run(path, overrides=[f"output.dir={out}", "seed=4"])
     assert {p.name: p.read_bytes() for p in out.iterdir()} == files  # untouched
 
-    second = run(path, overrides=[f"output.dir={out}", "seed=4", "output.format=csv"],
-                 force=True)
+    second = run(path, overrides=[f"output.dir={out}", "seed=4", "output.format=csv"], force=True)
     assert sorted(p.name for p in out.iterdir()) == sorted(
-        [".flnet.lock", "checkpoint.pt", "ledger-journal.csv", "scenario.yaml", "summary.json",
-         "records.csv", "ledger.csv", "partition.csv"])  # the parquet tables went with --force
+        [
+            ".flnet.lock",
+            "checkpoint.pt",
+            "ledger-journal.csv",
+            "scenario.yaml",
+            "summary.json",
+            "records.csv",
+            "ledger.csv",
+            "partition.csv",
+        ]
+    )  # the parquet tables went with --force
     assert yaml.safe_load((out / "scenario.yaml").read_text())["seed"] == 4
     written = pd.read_csv(out / "records.csv")
     assert list(written["test_loss"]) == list(second.records["test_loss"])  # the new run's
@@ -155,14 +189,18 @@ def test_a_second_run_into_a_folder_being_written_is_refused_by_the_lock(tmp_pat
     assert a.proc.wait(timeout=300) == 0, a.text()
     for refused in (b, b_forced):
         assert refused.returncode == 2, refused.stderr
-        assert f"{out} is being written by another flnet run (pid {a.proc.pid})" in \
-            " ".join(refused.stderr.split())
+        assert f"{out} is being written by another flnet run (pid {a.proc.pid})" in " ".join(
+            refused.stderr.split()
+        )
     whole = run(path, overrides=[f"output.dir={tmp_path / 'whole'}"])
-    pd.testing.assert_frame_equal(pd.read_parquet(out / "records.parquet"), whole.records,
-                                  check_exact=True)
-    pd.testing.assert_frame_equal(pd.read_parquet(out / "ledger.parquet"),
-                                  pd.read_parquet(tmp_path / "whole" / "ledger.parquet"),
-                                  check_exact=True)
+    pd.testing.assert_frame_equal(
+        pd.read_parquet(out / "records.parquet"), whole.records, check_exact=True
+    )
+    pd.testing.assert_frame_equal(
+        pd.read_parquet(out / "ledger.parquet"),
+        pd.read_parquet(tmp_path / "whole" / "ledger.parquet"),
+        check_exact=True,
+    )
     assert yaml.safe_load((out / "scenario.yaml").read_text())["seed"] == 3
     assert json.loads((out / "summary.json").read_text())["status"] == "completed"
     assert not [p for p in out.iterdir() if p.name.endswith(".tmp")]
@@ -192,15 +230,23 @@ def test_resume_from_another_directory_finds_the_run(tmp_path):
     stored = yaml.safe_load((out / "scenario.yaml").read_text())
     assert stored["output"]["dir"] == str(out)
     assert json.loads((out / "summary.json").read_text())["output_dir"] == str(out)
-    again = flnet("run", out / "scenario.yaml", "--quiet", "--resume", "--set", "run.rounds=5",
-                  cwd=tmp_path / "b")
+    again = flnet(
+        "run",
+        out / "scenario.yaml",
+        "--quiet",
+        "--resume",
+        "--set",
+        "run.rounds=5",
+        cwd=tmp_path / "b",
+    )
     assert again.returncode == 0, again.stderr
     assert f"resuming {out} from round 3" in " ".join(again.stderr.split())
     assert json.loads((out / "summary.json").read_text())["rounds"] == 5
     assert listing(tmp_path / "b") == []
     whole = run(path, overrides=[f"output.dir={tmp_path / 'whole'}", "run.rounds=5"])
-    pd.testing.assert_frame_equal(pd.read_parquet(out / "records.parquet"), whole.records,
-                                  check_exact=True)
+    pd.testing.assert_frame_equal(
+        pd.read_parquet(out / "records.parquet"), whole.records, check_exact=True
+    )
 
 
 def test_resuming_in_another_format_leaves_no_table_of_the_old_one(tmp_path):

@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 import torch
 
+from flnet.errors import ScenarioError
 from flnet.learn import data
 from flnet.learn.data import partition
-from flnet.errors import ScenarioError
 from flnet.scenario import DataConfig
 
 CPU = torch.device("cpu")
@@ -71,8 +71,10 @@ def label_skew(fed) -> float:
 
 @pytest.mark.parametrize("kind", [{"kind": "dirichlet"}, {"kind": "zipf", "sigma": 0.0}])
 def test_label_skew_grows_as_alpha_falls(kind):
-    skew = [np.mean([label_skew(load(seed=s, partition={**kind, "alpha": a}))
-                     for s in range(3)]) for a in (100.0, 1.0, 0.1)]
+    skew = [
+        np.mean([label_skew(load(seed=s, partition={**kind, "alpha": a})) for s in range(3)])
+        for a in (100.0, 1.0, 0.1)
+    ]
     assert skew[0] < skew[1] < skew[2]
     assert skew[0] < 0.2 and skew[2] > 0.6
 
@@ -88,9 +90,18 @@ def test_shards_give_every_client_exactly_k_classes_in_equal_shards():
 
 
 def test_larger_lognormal_sigma_spreads_sizes_more():
-    cv = [np.mean([np.std(s) / np.mean(s) for s in (
-        load(seed=k, partition={"kind": "lognormal", "sigma": sigma}).num_samples
-        for k in range(3))]) for sigma in (0.1, 1.0)]
+    cv = [
+        np.mean(
+            [
+                np.std(s) / np.mean(s)
+                for s in (
+                    load(seed=k, partition={"kind": "lognormal", "sigma": sigma}).num_samples
+                    for k in range(3)
+                )
+            ]
+        )
+        for sigma in (0.1, 1.0)
+    ]
     assert cv[0] < 0.2 < cv[1]
 
 
@@ -162,8 +173,16 @@ def test_client_accuracy_uses_the_local_test_splits_by_hand():
 def test_run_reports_the_partition_and_local_accuracy(scenario):
     from flnet.runner import run
 
-    res = run(scenario(data={"partition": {"kind": "zipf", "sigma": 0.5, "alpha": 0.3},
-                             "local_test_fraction": 0.5}, run={"rounds": 2}), write=False)
+    res = run(
+        scenario(
+            data={
+                "partition": {"kind": "zipf", "sigma": 0.5, "alpha": 0.3},
+                "local_test_fraction": 0.5,
+            },
+            run={"rounds": 2},
+        ),
+        write=False,
+    )
     part = res.partition
     assert list(part.num_samples) == list(partition.zipf_sizes(DIGITS_TRAIN, 10, 0.5))
     assert (part.num_test_samples == (0.5 * part.num_samples).round().clip(lower=1)).all()

@@ -19,10 +19,16 @@ TX_W, RX_W = 0.2, 0.05
 
 
 def world_of(scenario, cpu_hz, **radio):
-    sc = scenario(clients={"count": len(cpu_hz), "kappa": KAPPA, "flops_per_cycle": FPC,
-                           "cpu_hz": {"kind": "per_client", "values": cpu_hz}},
-                  radio={"mode": "direct", **radio},
-                  algorithm={"name": "fedavg", "cohort": {"clients_per_round": 1}})
+    sc = scenario(
+        clients={
+            "count": len(cpu_hz),
+            "kappa": KAPPA,
+            "flops_per_cycle": FPC,
+            "cpu_hz": {"kind": "per_client", "values": cpu_hz},
+        },
+        radio={"mode": "direct", **radio},
+        algorithm={"name": "fedavg", "cohort": {"clients_per_round": 1}},
+    )
     return World(sc.clients, sc.radio, sc.seed)
 
 
@@ -44,8 +50,9 @@ def gossip_world(scenario):
 
 def run_exchange(world, **kwargs):
     edges = np.array(list(SNR))
-    proc = world.env.process(exchange(world, np.arange(3), edges, Packet(None, 1e6),
-                                      np.full(3, FLOPS), tag=1, **kwargs))
+    proc = world.env.process(
+        exchange(world, np.arange(3), edges, Packet(None, 1e6), np.full(3, FLOPS), tag=1, **kwargs)
+    )
     world.env.run(until=proc)
     return proc.value, world.ledger.frame()
 
@@ -62,9 +69,11 @@ def test_exchange_on_a_path_finishes_and_charges_as_computed_by_hand(scenario):
     assert dict(zip(zip(sent.node, sent.peer), sent.end_s)) == pytest.approx(SECONDS)
     assert (sent.bits == 1e6).all() and (led[led.kind == "d2d_rx"].bits == 0).all()
     s = SECONDS
-    by_hand = [0.4 + TX_W * s[0, 1] + RX_W * s[1, 0],
-               1.6 + TX_W * (s[1, 0] + s[1, 2]) + RX_W * (s[0, 1] + s[2, 1]),
-               6.4 + TX_W * s[2, 1] + RX_W * s[1, 2]]
+    by_hand = [
+        0.4 + TX_W * s[0, 1] + RX_W * s[1, 0],
+        1.6 + TX_W * (s[1, 0] + s[1, 2]) + RX_W * (s[0, 1] + s[2, 1]),
+        6.4 + TX_W * s[2, 1] + RX_W * s[1, 2],
+    ]
     assert joules_by_node(led) == pytest.approx(by_hand, rel=1e-12)
 
 
@@ -75,9 +84,11 @@ def test_exchange_timeout_stops_the_late_message_and_charges_both_ends(scenario)
     late = led[(led.node == 1) & (led.peer == 0) & (led.kind == "d2d")].iloc[0]
     assert late.outcome == "timeout" and late.bits == pytest.approx(0.75e6)
     s = SECONDS
-    by_hand = [0.4 + TX_W * s[0, 1] + RX_W * 0.75,
-               1.6 + TX_W * (0.75 + s[1, 2]) + RX_W * (s[0, 1] + s[2, 1]),
-               6.4 + TX_W * s[2, 1] + RX_W * s[1, 2]]
+    by_hand = [
+        0.4 + TX_W * s[0, 1] + RX_W * 0.75,
+        1.6 + TX_W * (0.75 + s[1, 2]) + RX_W * (s[0, 1] + s[2, 1]),
+        6.4 + TX_W * s[2, 1] + RX_W * s[1, 2],
+    ]
     assert joules_by_node(led) == pytest.approx(by_hand, rel=1e-12)
 
 
@@ -150,18 +161,30 @@ def fewest_launches_then_lowest_id(launched):
         client = min((c for c in range(3) if c not in busy), key=lambda c: (launched[c], c))
         launched[client] += 1
         return client
+
     return pick
 
 
 def test_stream_aggregates_at_the_hand_computed_times_to_the_hand_computed_model(scenario):
-    world = world_of(scenario, STREAM_CPU, uplink_snr_db=10 * math.log10(3),
-                     downlink_snr_db=10 * math.log10(3),
-                     uplink={"bandwidth_hz": 1e6, "sharing": "dedicated"},
-                     downlink={"bandwidth_hz": 1e6, "sharing": "dedicated"})
+    world = world_of(
+        scenario,
+        STREAM_CPU,
+        uplink_snr_db=10 * math.log10(3),
+        downlink_snr_db=10 * math.log10(3),
+        uplink={"bandwidth_hz": 1e6, "sharing": "dedicated"},
+        downlink={"bandwidth_hz": 1e6, "sharing": "dedicated"},
+    )
     server, stop = Buffered(k=2), StopAt(2)
     world.observers = [stop]
-    proc = world.env.process(stream(world, server, np.arange(3), concurrency=2,
-                                    pick=fewest_launches_then_lowest_id([0, 0, 0])))
+    proc = world.env.process(
+        stream(
+            world,
+            server,
+            np.arange(3),
+            concurrency=2,
+            pick=fewest_launches_then_lowest_id([0, 0, 0]),
+        )
+    )
     world.env.run(until=proc)
     # t=0: clients 0 (3 s) and 1 (1.5 s) start from x0 = 0; 1.5: 1 arrives, 2 (2 s) starts;
     # 3.0: 0 arrives -> x1 = (2 + 1) / 2 = 1.5, 0 starts again; 3.5: 2 arrives (stale by 1),
@@ -183,6 +206,7 @@ def test_stream_aggregates_at_the_hand_computed_times_to_the_hand_computed_model
 
 
 # ---------------------------------------------------------------- stream: exact resume
+
 
 class BufferedState:
     """FedBuff-like server whose state (version, x, buffer, flight) is a NamedTuple."""
@@ -226,29 +250,28 @@ class Keep:
 
 
 @pytest.mark.parametrize("users", [8, 200])  # shared bands as floats, and as arrays
-def test_stream_resumes_from_a_server_update_to_the_bit(scenario, tmp_path, monkeypatch,
-                                                       users):
+def test_stream_resumes_from_a_server_update_to_the_bit(scenario, tmp_path, monkeypatch, users):
     import torch
 
     from flnet import checkpoint
 
     def fresh(start_s=0.0):
-        sc = scenario(clients={"count": users, "cpu_hz": {"kind": "lognormal", "median": 1e9,
-                                                          "sigma": 0.5}},
-                      radio={"rayleigh_fading": True,
-                             "downlink": {"bandwidth_hz": 5e6, "sharing": "shared"}},
-                      algorithm={"name": "fedavg", "cohort": {"clients_per_round": 1}})
+        sc = scenario(
+            clients={"count": users, "cpu_hz": {"kind": "lognormal", "median": 1e9, "sigma": 0.5}},
+            radio={"rayleigh_fading": True, "downlink": {"bandwidth_hz": 5e6, "sharing": "shared"}},
+            algorithm={"name": "fedavg", "cohort": {"clients_per_round": 1}},
+        )
         return World(sc.clients, sc.radio, sc.seed, start_time_s=start_s)
 
     whole, server = fresh(), BufferedState(k=3)
     whole.observers = [Keep(12)]
-    whole.env.run(until=whole.env.process(stream(whole, server, np.arange(users),
-                                                 concurrency=5)))
+    whole.env.run(until=whole.env.process(stream(whole, server, np.arange(users), concurrency=5)))
 
     first, cut_server, keep = fresh(), BufferedState(k=3), Keep(5)
     first.observers = [keep]
-    first.env.run(until=first.env.process(stream(first, cut_server, np.arange(users),
-                                                 concurrency=5)))
+    first.env.run(
+        until=first.env.process(stream(first, cut_server, np.arange(users), concurrency=5))
+    )
     time_s, events, state = keep.kept
     assert state.flight["jobs"]["bands"]  # transfers were under way on a shared band
     path = tmp_path / "state.pt"  # through a checkpoint file, as a run does
@@ -261,8 +284,11 @@ def test_stream_resumes_from_a_server_update_to_the_bit(scenario, tmp_path, monk
     second.events = events
     resumed = BufferedState(3, state.version, state.x, state.buffer)
     second.observers = [Keep(12)]
-    second.env.run(until=second.env.process(stream(second, resumed, np.arange(users),
-                                                   concurrency=5, resume=state.flight)))
+    second.env.run(
+        until=second.env.process(
+            stream(second, resumed, np.arange(users), concurrency=5, resume=state.flight)
+        )
+    )
     assert resumed.published == server.published[5:]  # bit for bit
     assert second.now == whole.now and second.events == whole.events
     pd.testing.assert_frame_equal(second.ledger.frame(), whole.ledger.frame(), check_exact=True)

@@ -14,18 +14,34 @@ import pytest
 
 import flnet
 from flnet.cli import main
-from flnet.plot import (ResultsError, accuracy_figure, best_tau_figure, best_tau_table,
-                        consensus_figure, device_classes, energy_by_class_figure,
-                        energy_split_figure, load_results, make_plots, seed_band)
+from flnet.plot import (
+    ResultsError,
+    accuracy_figure,
+    best_tau_figure,
+    best_tau_table,
+    consensus_figure,
+    device_classes,
+    energy_by_class_figure,
+    energy_split_figure,
+    load_results,
+    make_plots,
+    seed_band,
+)
 
-SMALL = ["run.rounds=4", "run.eval_every=1", "clients.count=10",
-         "algorithm.cohort.clients_per_round=3", "device=cpu"]
+SMALL = [
+    "run.rounds=4",
+    "run.eval_every=1",
+    "clients.count=10",
+    "algorithm.cohort.clients_per_round=3",
+    "device=cpu",
+]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
 def small_base(*extra):
-    return flnet.load_scenario("scenarios/quickstart.yaml", [*SMALL, *extra]) \
-        .model_dump(mode="json")
+    return flnet.load_scenario("scenarios/quickstart.yaml", [*SMALL, *extra]).model_dump(
+        mode="json"
+    )
 
 
 @pytest.fixture(scope="module")
@@ -39,8 +55,11 @@ def run_dir(tmp_path_factory):
 def sweep_dir(tmp_path_factory):
     """Four runs, one seed each: tau x uplink SNR (direct radio mode)."""
     out = tmp_path_factory.mktemp("sweep")
-    flnet.sweep(small_base("radio.mode=direct"),
-                {"algorithm.local.steps": [1, 4], "radio.uplink_snr_db": [0, 20]}, out_dir=out)
+    flnet.sweep(
+        small_base("radio.mode=direct"),
+        {"algorithm.local.steps": [1, 4], "radio.uplink_snr_db": [0, 20]},
+        out_dir=out,
+    )
     return out
 
 
@@ -54,8 +73,9 @@ def seed_sweep_dir(tmp_path_factory):
 
 def flnet_cli(*args):
     env = {**os.environ, "PYTHONPATH": os.getcwd()}
-    return subprocess.run([sys.executable, "-m", "flnet.cli", *args], capture_output=True,
-                          text=True, env=env)
+    return subprocess.run(
+        [sys.executable, "-m", "flnet.cli", *args], capture_output=True, text=True, env=env
+    )
 
 
 def tree(root):
@@ -68,13 +88,19 @@ def legend_texts(fig):
 
 # -- accuracy ---------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("x, label", [("sim_time_s", "simulated time (s)"),
-                                      ("energy_j", "energy (J)"), ("round", "round")])
+
+@pytest.mark.parametrize(
+    "x, label",
+    [("sim_time_s", "simulated time (s)"), ("energy_j", "energy (J)"), ("round", "round")],
+)
 def test_accuracy_figure_of_a_run_labels_every_axis(run_dir, x, label):
     fig = accuracy_figure(run_dir, x=x)
     axes = fig.axes
-    assert [ax.get_title() for ax in axes] == ["test accuracy", "mean client accuracy",
-                                               "worst-client accuracy"]
+    assert [ax.get_title() for ax in axes] == [
+        "test accuracy",
+        "mean client accuracy",
+        "worst-client accuracy",
+    ]
     assert all(ax.get_xlabel() == label for ax in axes)
     assert axes[0].get_ylabel() == "accuracy (fraction correct)"
     assert all(len(ax.get_lines()) == 1 for ax in axes)
@@ -91,8 +117,12 @@ def test_sweep_plot_has_one_series_per_run(sweep_dir):
         for ax in fig.axes:
             assert len(ax.get_lines()) == len(points) == 4
             assert not ax.collections  # one seed per run: no band
-        assert legend_texts(fig) == ["tau=1, uplink_snr_db=0", "tau=1, uplink_snr_db=20",
-                                     "tau=4, uplink_snr_db=0", "tau=4, uplink_snr_db=20"]
+        assert legend_texts(fig) == [
+            "tau=1, uplink_snr_db=0",
+            "tau=1, uplink_snr_db=20",
+            "tau=4, uplink_snr_db=0",
+            "tau=4, uplink_snr_db=20",
+        ]
 
 
 def test_runs_differing_in_seed_only_form_one_series_with_a_band(seed_sweep_dir):
@@ -100,8 +130,10 @@ def test_runs_differing_in_seed_only_form_one_series_with_a_band(seed_sweep_dir)
     records = pd.read_parquet(seed_sweep_dir / "records.parquet")
     for ax in fig.axes:
         assert len(ax.get_lines()) == 2 and len(ax.collections) == 2
-    assert legend_texts(fig) == ["tau=1 (median, min-max of 2 seeds)",
-                                 "tau=4 (median, min-max of 2 seeds)"]
+    assert legend_texts(fig) == [
+        "tau=1 (median, min-max of 2 seeds)",
+        "tau=4 (median, min-max of 2 seeds)",
+    ]
     tau1 = records[records["algorithm.local.steps"] == 1]
     per_round = tau1.groupby("round").test_accuracy
     line = fig.axes[0].get_lines()[0]
@@ -126,14 +158,18 @@ def test_seed_band_interpolates_and_stops_where_the_shortest_seed_stops():
 
 # -- energy -----------------------------------------------------------------------------------
 
+
 def test_energy_split_bars_add_up_to_each_runs_joules(sweep_dir):
     fig = energy_split_figure(sweep_dir)
     ax = fig.axes[0]
     assert ax.get_xlabel() == "energy (J)"
     assert [c.get_label() for c in ax.containers] == ["compute", "uplink", "downlink", "D2D"]
     assert [t.get_text() for t in ax.get_yticklabels()] == [
-        "tau=1, uplink_snr_db=0", "tau=1, uplink_snr_db=20", "tau=4, uplink_snr_db=0",
-        "tau=4, uplink_snr_db=20"]
+        "tau=1, uplink_snr_db=0",
+        "tau=1, uplink_snr_db=20",
+        "tau=4, uplink_snr_db=0",
+        "tau=4, uplink_snr_db=20",
+    ]
     totals = sum(np.array([bar.get_width() for bar in c]) for c in ax.containers)
     points = pd.read_csv(sweep_dir / "points.csv")
     np.testing.assert_allclose(totals, points.energy_j, rtol=1e-9)
@@ -144,8 +180,11 @@ def test_energy_by_device_class_adds_up_to_the_ledger(run_dir):
     ax = fig.axes[0]
     assert ax.get_ylabel() == "energy (J)" and ax.get_xlabel() == "device class"
     assert [c.get_label() for c in ax.containers] == ["compute", "uplink", "downlink", "D2D"]
-    assert [t.get_text() for t in ax.get_xticklabels()] == ["slow third", "middle third",
-                                                            "fast third"]
+    assert [t.get_text() for t in ax.get_xticklabels()] == [
+        "slow third",
+        "middle third",
+        "fast third",
+    ]
     total = sum(bar.get_height() for c in ax.containers for bar in c)
     summary = json.loads((run_dir / "summary.json").read_text())
     assert total == pytest.approx(summary["energy_j"], rel=1e-9)
@@ -153,16 +192,49 @@ def test_energy_by_device_class_adds_up_to_the_ledger(run_dir):
 
 def test_device_classes_are_thirds_by_measured_compute_speed():
     # node k computes 10 FLOPs in 1/(k+1) s: speed rises with k; node 6 never finishes
-    rows = [{"node": k, "kind": "compute", "start_s": 0.0, "end_s": 1.0 / (k + 1),
-             "energy_j": 1.0, "flops": 10.0, "outcome": "ok"} for k in range(6)]
-    rows += [{"node": 6, "kind": "compute", "start_s": 0.0, "end_s": 1.0, "energy_j": 1.0,
-              "flops": 10.0, "outcome": "deadline"},
-             {"node": -1, "kind": "evaluate", "start_s": 0.0, "end_s": 0.0, "energy_j": 0.0,
-              "flops": 0.0, "outcome": "ok"}]
+    rows = [
+        {
+            "node": k,
+            "kind": "compute",
+            "start_s": 0.0,
+            "end_s": 1.0 / (k + 1),
+            "energy_j": 1.0,
+            "flops": 10.0,
+            "outcome": "ok",
+        }
+        for k in range(6)
+    ]
+    rows += [
+        {
+            "node": 6,
+            "kind": "compute",
+            "start_s": 0.0,
+            "end_s": 1.0,
+            "energy_j": 1.0,
+            "flops": 10.0,
+            "outcome": "deadline",
+        },
+        {
+            "node": -1,
+            "kind": "evaluate",
+            "start_s": 0.0,
+            "end_s": 0.0,
+            "energy_j": 0.0,
+            "flops": 0.0,
+            "outcome": "ok",
+        },
+    ]
     classes = device_classes(pd.DataFrame(rows))
-    assert classes.to_dict() == {0: "slow third", 1: "slow third", 2: "middle third",
-                                 3: "middle third", 4: "fast third", 5: "fast third",
-                                 6: "no finished compute", -1: "server"}
+    assert classes.to_dict() == {
+        0: "slow third",
+        1: "slow third",
+        2: "middle third",
+        3: "middle third",
+        4: "fast third",
+        5: "fast third",
+        6: "no finished compute",
+        -1: "server",
+    }
 
 
 def test_device_class_plot_needs_a_ledger(run_dir, tmp_path):
@@ -175,6 +247,7 @@ def test_device_class_plot_needs_a_ledger(run_dir, tmp_path):
 
 # -- best tau ---------------------------------------------------------------------------------
 
+
 def tau_records(best: dict, taus=(1, 5, 20), seeds=(0, 1, 2), target=0.8):
     """Records of a SNR x bandwidth x tau x seed sweep in which `best[(snr, bw, seed)]` is the
     tau that reaches `target` with the fewest joules (None: no tau reaches it). Every other
@@ -186,22 +259,49 @@ def tau_records(best: dict, taus=(1, 5, 20), seeds=(0, 1, 2), target=0.8):
             cost = 1.0 if tau == winner else 2.0 + tau  # joules a round
             for r in range(4):
                 acc = (0.5 + 0.15 * r) if reaches else 0.5  # reaches 0.8 at round 2
-                rows.append({"point": point, "radio.uplink_snr_db": snr,
-                             "radio.uplink.bandwidth_hz": bw, "algorithm.local.steps": tau,
-                             "seed": seed, "round": r, "sim_time_s": float(r),
-                             "energy_j": cost * r, "test_accuracy": acc})
+                rows.append(
+                    {
+                        "point": point,
+                        "radio.uplink_snr_db": snr,
+                        "radio.uplink.bandwidth_hz": bw,
+                        "algorithm.local.steps": tau,
+                        "seed": seed,
+                        "round": r,
+                        "sim_time_s": float(r),
+                        "energy_j": cost * r,
+                        "test_accuracy": acc,
+                    }
+                )
             point += 1
     return pd.DataFrame(rows)
 
 
 def test_best_tau_table_takes_the_median_and_spread_over_seeds():
-    best = {(0, 1e6, 0): 20, (0, 1e6, 1): 20, (0, 1e6, 2): 5,     # median 20, spread 5-20
-            (0, 2e7, 0): 1, (0, 2e7, 1): 5, (0, 2e7, 2): 20,      # median 5, spread 1-20
-            (20, 1e6, 0): 5, (20, 1e6, 1): None, (20, 1e6, 2): 1,  # two seeds: median 3
-            (20, 2e7, 0): None, (20, 2e7, 1): None, (20, 2e7, 2): None}
+    best = {
+        (0, 1e6, 0): 20,
+        (0, 1e6, 1): 20,
+        (0, 1e6, 2): 5,  # median 20, spread 5-20
+        (0, 2e7, 0): 1,
+        (0, 2e7, 1): 5,
+        (0, 2e7, 2): 20,  # median 5, spread 1-20
+        (20, 1e6, 0): 5,
+        (20, 1e6, 1): None,
+        (20, 1e6, 2): 1,  # two seeds: median 3
+        (20, 2e7, 0): None,
+        (20, 2e7, 1): None,
+        (20, 2e7, 2): None,
+    }
     table = best_tau_table(tau_records(best), target=0.8)
-    got = {(r.snr, r.bandwidth): (r.best_tau_median, r.best_tau_min, r.best_tau_max,
-                                  r.seeds_reached, r.seeds) for r in table.itertuples()}
+    got = {
+        (r.snr, r.bandwidth): (
+            r.best_tau_median,
+            r.best_tau_min,
+            r.best_tau_max,
+            r.seeds_reached,
+            r.seeds,
+        )
+        for r in table.itertuples()
+    }
     assert got[(0, 1e6)] == (20, 5, 20, 3, 3)
     assert got[(0, 2e7)] == (5, 1, 20, 3, 3)
     assert got[(20, 1e6)] == (3, 1, 5, 2, 3)
@@ -209,8 +309,11 @@ def test_best_tau_table_takes_the_median_and_spread_over_seeds():
 
 
 def test_best_tau_heatmap_annotates_each_cell_with_its_spread():
-    best = {(s, b, seed): t for (s, b, t) in [(0, 1e6, 20), (0, 2e7, 5), (20, 1e6, 5),
-                                              (20, 2e7, 1)] for seed in (0, 1)}
+    best = {
+        (s, b, seed): t
+        for (s, b, t) in [(0, 1e6, 20), (0, 2e7, 5), (20, 1e6, 5), (20, 2e7, 1)]
+        for seed in (0, 1)
+    }
     best[(20, 2e7, 1)] = 5
     fig = best_tau_figure(best_tau_table(tau_records(best, seeds=(0, 1)), target=0.8))
     ax = fig.axes[0]
@@ -232,6 +335,7 @@ def test_sweep_over_tau_and_snr_gets_a_heatmap(sweep_dir, tmp_path):
 
 # -- consensus distance -----------------------------------------------------------------------
 
+
 def test_consensus_distance_is_plotted_when_the_records_have_it(run_dir, tmp_path):
     assert consensus_figure(run_dir) is None
     gossip = tmp_path / "gossip"
@@ -248,10 +352,16 @@ def test_consensus_distance_is_plotted_when_the_records_have_it(run_dir, tmp_pat
 
 # -- files, folders, command line -------------------------------------------------------------
 
+
 def test_make_plots_writes_every_png(run_dir, tmp_path):
     written = make_plots(run_dir, tmp_path / "plots")
-    assert sorted(written) == ["accuracy_vs_energy", "accuracy_vs_rounds", "accuracy_vs_time",
-                               "energy_by_device_class", "energy_split"]
+    assert sorted(written) == [
+        "accuracy_vs_energy",
+        "accuracy_vs_rounds",
+        "accuracy_vs_time",
+        "energy_by_device_class",
+        "energy_split",
+    ]
     for path in written.values():
         assert path.parent == tmp_path / "plots"
         assert path.read_bytes()[:8] == PNG_MAGIC
@@ -264,7 +374,8 @@ def test_csv_results_read_like_parquet(run_dir, tmp_path):
         pd.read_parquet(run_dir / f"{stem}.parquet").to_csv(folder / f"{stem}.csv", index=False)
     res = load_results(folder)
     assert res.records.test_accuracy.tolist() == pytest.approx(
-        pd.read_parquet(run_dir / "records.parquet").test_accuracy.tolist())
+        pd.read_parquet(run_dir / "records.parquet").test_accuracy.tolist()
+    )
     assert len(make_plots(folder, tmp_path / "plots")) == 5
 
 
@@ -284,9 +395,21 @@ def test_cli_plot_writes_only_into_results_plots(run_dir, tmp_path):
     out = flnet_cli("plot", str(results))
     assert out.returncode == 0, out.stderr
     new = sorted(set(tree(tmp_path)) - set(before))
-    assert new == ["results/plots", *(f"results/plots/{n}.png" for n in sorted(
-        ["accuracy_vs_energy", "accuracy_vs_rounds", "accuracy_vs_time", "energy_split",
-         "energy_by_device_class"]))]
+    assert new == [
+        "results/plots",
+        *(
+            f"results/plots/{n}.png"
+            for n in sorted(
+                [
+                    "accuracy_vs_energy",
+                    "accuracy_vs_rounds",
+                    "accuracy_vs_time",
+                    "energy_split",
+                    "energy_by_device_class",
+                ]
+            )
+        ),
+    ]
 
 
 def test_cli_plot_of_a_sweep_to_a_chosen_folder(seed_sweep_dir, tmp_path):
@@ -296,18 +419,32 @@ def test_cli_plot_of_a_sweep_to_a_chosen_folder(seed_sweep_dir, tmp_path):
     assert not (seed_sweep_dir / "plots").exists()
 
 
-@pytest.mark.parametrize("make, expected", [
-    (lambda p: p / "missing", "no such folder; expected a flnet results folder"),
-    (lambda p: p, "not a flnet results folder: expected records.parquet or records.csv"),
-    (lambda p: (p / "f.txt").write_text("x") and p / "f.txt", "is a file; expected"),
-    (lambda p: (p / "records.parquet").write_bytes(b"not parquet") and p,
-     "records.parquet: cannot read it as a table"),
-    (lambda p: pd.DataFrame({"a": [1]}).to_csv(p / "records.csv") or p,
-     "its records lack the columns"),
-    (lambda p: pd.DataFrame(columns=["round", "sim_time_s", "energy_j", "test_accuracy"])
-     .to_csv(p / "records.csv") or p, "no records yet"),
-    (lambda p: (p / "points.csv").write_text("a,b\n1,2\n") and p, "no `point` column"),
-])
+@pytest.mark.parametrize(
+    "make, expected",
+    [
+        (lambda p: p / "missing", "no such folder; expected a flnet results folder"),
+        (lambda p: p, "not a flnet results folder: expected records.parquet or records.csv"),
+        (lambda p: (p / "f.txt").write_text("x") and p / "f.txt", "is a file; expected"),
+        (
+            lambda p: (p / "records.parquet").write_bytes(b"not parquet") and p,
+            "records.parquet: cannot read it as a table",
+        ),
+        (
+            lambda p: pd.DataFrame({"a": [1]}).to_csv(p / "records.csv") or p,
+            "its records lack the columns",
+        ),
+        (
+            lambda p: (
+                pd.DataFrame(columns=["round", "sim_time_s", "energy_j", "test_accuracy"]).to_csv(
+                    p / "records.csv"
+                )
+                or p
+            ),
+            "no records yet",
+        ),
+        (lambda p: (p / "points.csv").write_text("a,b\n1,2\n") and p, "no `point` column"),
+    ],
+)
 def test_cli_refuses_what_is_not_results_with_exit_2(tmp_path, capsys, make, expected):
     path = make(tmp_path)
     for command in ("plot", "report"):
@@ -338,10 +475,25 @@ def test_several_folders_need_an_output(sweep_dir, capsys):
 
 
 def test_only_the_plots_asked_for(run_dir, tmp_path, capsys):
-    assert main(["plot", str(run_dir), "-o", str(tmp_path / "a"),
-                 "--only", "accuracy_vs_energy", "--only", "energy_split"]) == 0
-    assert sorted(p.name for p in (tmp_path / "a").iterdir()) == ["accuracy_vs_energy.png",
-                                                                  "energy_split.png"]
+    assert (
+        main(
+            [
+                "plot",
+                str(run_dir),
+                "-o",
+                str(tmp_path / "a"),
+                "--only",
+                "accuracy_vs_energy",
+                "--only",
+                "energy_split",
+            ]
+        )
+        == 0
+    )
+    assert sorted(p.name for p in (tmp_path / "a").iterdir()) == [
+        "accuracy_vs_energy.png",
+        "energy_split.png",
+    ]
     assert main(["plot", str(run_dir), "-o", str(tmp_path / "b"), "--only", "best_tau"]) == 2
     assert "best_tau does not apply" in " ".join(capsys.readouterr().err.split())
     assert main(["plot", str(run_dir), "-o", str(tmp_path / "b"), "--only", "acc"]) == 2
@@ -361,21 +513,47 @@ def test_a_killed_runs_journal_stands_in_for_its_ledger(run_dir, tmp_path):
     killed = tmp_path / "killed"
     killed.mkdir()
     shutil.copy(run_dir / "records.parquet", killed)
-    pd.read_parquet(run_dir / "ledger.parquet").to_csv(killed / "ledger-journal.csv",
-                                                        index=False)
+    pd.read_parquet(run_dir / "ledger.parquet").to_csv(killed / "ledger-journal.csv", index=False)
     fig = energy_by_class_figure(killed)
     total = sum(bar.get_height() for c in fig.axes[0].containers for bar in c)
     assert total == pytest.approx(pd.read_parquet(run_dir / "ledger.parquet").energy_j.sum())
 
 
 def test_d2d_sent_and_received_both_count_as_d2d():
-    rows = [{"node": k, "kind": "compute", "start_s": 0.0, "end_s": 1.0, "energy_j": 0.5,
-             "flops": 10.0 * (k + 1), "outcome": "ok"} for k in range(3)]
-    rows += [{"node": 0, "kind": "d2d", "start_s": 1.0, "end_s": 2.0, "energy_j": 2.0,
-              "flops": 0.0, "outcome": "ok"},
-             {"node": 2, "kind": "d2d_rx", "start_s": 1.0, "end_s": 2.0, "energy_j": 1.0,
-              "flops": 0.0, "outcome": "ok"}]
+    rows = [
+        {
+            "node": k,
+            "kind": "compute",
+            "start_s": 0.0,
+            "end_s": 1.0,
+            "energy_j": 0.5,
+            "flops": 10.0 * (k + 1),
+            "outcome": "ok",
+        }
+        for k in range(3)
+    ]
+    rows += [
+        {
+            "node": 0,
+            "kind": "d2d",
+            "start_s": 1.0,
+            "end_s": 2.0,
+            "energy_j": 2.0,
+            "flops": 0.0,
+            "outcome": "ok",
+        },
+        {
+            "node": 2,
+            "kind": "d2d_rx",
+            "start_s": 1.0,
+            "end_s": 2.0,
+            "energy_j": 1.0,
+            "flops": 0.0,
+            "outcome": "ok",
+        },
+    ]
     from flnet.plot import _class_energy
+
     table = _class_energy(pd.DataFrame(rows))
     assert table.loc["slow third", "energy_d2d_j"] == 2.0
     assert table.loc["fast third", "energy_d2d_j"] == 1.0
@@ -394,8 +572,15 @@ def test_accuracy_against_delivered_results(run_dir):
 def test_plot_and_report_read_files_only():
     """They depend on the results folder format, never on the simulator: neither torch nor
     SimPy is loaded."""
-    code = "import sys, flnet.plot, flnet.report; print('torch' in sys.modules, " \
-           "'simpy' in sys.modules)"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         check=True, env={**os.environ, "PYTHONPATH": os.getcwd()})
+    code = (
+        "import sys, flnet.plot, flnet.report; print('torch' in sys.modules, "
+        "'simpy' in sys.modules)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "PYTHONPATH": os.getcwd()},
+    )
     assert out.stdout.split() == ["False", "False"]

@@ -3,10 +3,10 @@ population that holds no Python object per registered client."""
 
 import numpy as np
 import pytest
+from tolerance import assert_records_close
 
 from flnet.learn.data import evaluation_clients
 from flnet.runner import run
-from tolerance import assert_records_close
 
 LAZY = {"dataset": "synthetic", "partition": {"kind": "natural"}, "eval_clients": 12}
 
@@ -49,8 +49,12 @@ def test_sampled_evaluation_scores_exactly_the_sampled_clients(scenario):
 def test_evaluation_sample_and_lazy_clients_are_the_same_across_resume(scenario, tmp_path):
     """A lazily generated population with a sampled evaluation: 2 rounds then a resume to 4
     give the records of 4 rounds in one go."""
-    sc = dict(clients={"count": 500}, data=LAZY, model={"kind": "logistic"},
-              run={"rounds": 4, "checkpoint_every": 1})
+    sc = dict(
+        clients={"count": 500},
+        data=LAZY,
+        model={"kind": "logistic"},
+        run={"rounds": 4, "checkpoint_every": 1},
+    )
     whole = run(scenario(**sc, output={"dir": str(tmp_path / "a")}))
     part = dict(sc, run={"rounds": 2, "checkpoint_every": 1}, output={"dir": str(tmp_path / "b")})
     run(scenario(**part))
@@ -62,8 +66,7 @@ def test_evaluation_sample_and_lazy_clients_are_the_same_across_resume(scenario,
 def test_evaluation_sample_is_the_same_on_every_training_path(scenario):
     """Batched and sequential local training judge the same sampled clients (records agree
     within the stated tolerance; the sample itself is a function of seed and N)."""
-    sc = dict(clients={"count": 300}, data=LAZY, model={"kind": "logistic"},
-              run={"rounds": 2})
+    sc = dict(clients={"count": 300}, data=LAZY, model={"kind": "logistic"}, run={"rounds": 2})
     a = run(scenario(**sc, algorithm={"local": {"path": "batched"}}), write=False)
     b = run(scenario(**sc, algorithm={"local": {"path": "sequential"}}), write=False)
     assert_records_close(a.records, b.records, eval_rows=100)
@@ -78,11 +81,18 @@ def test_lazy_clients_train_in_epochs_over_their_own_rows(scenario):
     fed, cohort = learner.data, np.array([8, 2])
     rows, sizes = data_mod.epoch_batches(fed, cohort, 1, 1, 16, False, seed=0)
     n8 = fed.num_samples[8]
-    first = rows[0, :int(np.ceil(n8 / 16))].flatten().numpy()
+    first = rows[0, : int(np.ceil(n8 / 16))].flatten().numpy()
     assert set(first) == set(range(n8))  # client 8's rows, each once, at the front
     assert set(rows[1].flatten().numpy()) <= set(range(n8, n8 + fed.num_samples[2]))
-    res = run(scenario(clients={"count": 100}, data=LAZY, model={"kind": "logistic"},
-                       algorithm={"local": {"epochs": 1}}), write=False)
+    res = run(
+        scenario(
+            clients={"count": 100},
+            data=LAZY,
+            model={"kind": "logistic"},
+            algorithm={"local": {"epochs": 1}},
+        ),
+        write=False,
+    )
     assert len(res.records) == 4
 
 
@@ -114,10 +124,12 @@ def test_200000_clients_hold_no_python_object_each_and_few_bytes(scenario, data)
     from flnet.runner import build
 
     n = 200_000
-    sc = scenario(clients={"count": n, "cpu_hz": {"kind": "lognormal", "median": 1e9,
-                                                  "sigma": 0.5}},
-                  radio={"rayleigh_fading": True}, data={**data, "eval_clients": 10},
-                  model={"kind": "logistic"})
+    sc = scenario(
+        clients={"count": n, "cpu_hz": {"kind": "lognormal", "median": 1e9, "sigma": 0.5}},
+        radio={"rayleigh_fading": True},
+        data={**data, "eval_clients": 10},
+        model={"kind": "logistic"},
+    )
     build(sc)  # imports, caches and the embedded data set, once
 
     def both():
@@ -151,9 +163,16 @@ def test_star_links_are_made_from_the_clients_rows(scenario):
     from flnet.runner import build
     from flnet.sim.ledger import SERVER
 
-    world, _ = build(scenario(clients={"count": 50},
-                              radio={"tx_power_dbm": {"kind": "uniform", "low": 0, "high": 20},
-                                     "tx_circuit_power_w": 0.1, "rx_power_w": 0.05}))
+    world, _ = build(
+        scenario(
+            clients={"count": 50},
+            radio={
+                "tx_power_dbm": {"kind": "uniform", "low": 0, "high": 20},
+                "tx_circuit_power_w": 0.1,
+                "rx_power_w": 0.05,
+            },
+        )
+    )
     pop = world.population
     up, down = world.link(7, SERVER), world.link(SERVER, 7)
     tx_dbm = generator(0, Stream.RADIO).uniform(0, 20, 50)  # the radio stream's first column

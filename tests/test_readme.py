@@ -22,16 +22,28 @@ def test_readme_documents_every_scenario_field():
     documented = set(re.findall(r"`([a-z_][a-z_0-9.]*)`", text))
 
     def ok(path):
-        return (path in documented or path.rsplit(".", 1)[0] in documented
-                or any(d.startswith(path + ".") for d in documented))
+        return (
+            path in documented
+            or path.rsplit(".", 1)[0] in documented
+            or any(d.startswith(path + ".") for d in documented)
+        )
 
     missing = sorted({p for p in field_paths(Scenario) if not ok(p)})
     assert not missing, f"README's scenario reference lacks: {missing}"
 
 
 REPO = Path(__file__).resolve().parent.parent
-TOP = {"flnet", "tests", "scenarios", "benchmarks", "analysis", "Makefile", "pyproject.toml",
-       "scenario.schema.json", "README.md"}  # what a clone holds at its top (runs/ it makes)
+TOP = {
+    "flnet",
+    "tests",
+    "scenarios",
+    "benchmarks",
+    "analysis",
+    "Makefile",
+    "pyproject.toml",
+    "scenario.schema.json",
+    "README.md",
+}  # what a clone holds at its top (runs/ it makes)
 
 
 def _mentioned_paths(text):
@@ -44,8 +56,11 @@ def _mentioned_paths(text):
         token = token.strip("`'\"()").rstrip(".,:;")
         token = token.rstrip(".,:;")
         first = token.split("/")[0]
-        if ("/" in token or "." in token) and (first in TOP or first == "..") \
-                and not re.search(r"[<>*]", token):
+        if (
+            ("/" in token or "." in token)
+            and (first in TOP or first == "..")
+            and not re.search(r"[<>*]", token)
+        ):
             yield token
 
 
@@ -82,6 +97,6 @@ def test_readme_explains_every_ledger_outcome():
     from flnet.sim.ledger import OUTCOMES
 
     text = (REPO / "README.md").read_text()
-    table = text[text.index("| `outcome` | meaning |"):]
+    table = text[text.index("| `outcome` | meaning |") :]
     explained = set(re.findall(r"^\| `([a-z_]+)` \|", table, re.M))
     assert set(OUTCOMES) <= explained, set(OUTCOMES) - explained

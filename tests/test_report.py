@@ -20,8 +20,13 @@ import yaml
 import flnet
 from flnet.report import write_report
 
-SMALL = ["run.rounds=4", "run.eval_every=1", "clients.count=10",
-         "algorithm.cohort.clients_per_round=3", "device=cpu"]
+SMALL = [
+    "run.rounds=4",
+    "run.eval_every=1",
+    "clients.count=10",
+    "algorithm.cohort.clients_per_round=3",
+    "device=cpu",
+]
 
 
 @pytest.fixture(scope="module")
@@ -44,6 +49,7 @@ def browser():
     """Headless system Chromium, or a skip (a failure under CI=true) when there is none."""
     try:
         from flnet.report import headless_chromium
+
         driver = headless_chromium(1280, 900)
     except flnet.FlnetError as e:
         if os.environ.get("CI") == "true":
@@ -61,13 +67,15 @@ def open_report(driver, path: Path) -> None:
 def images_loaded(driver) -> list:
     """(complete, naturalWidth) of every image on the page."""
     return driver.execute_script(
-        "return [...document.images].map(i => [i.complete, i.naturalWidth])")
+        "return [...document.images].map(i => [i.complete, i.naturalWidth])"
+    )
 
 
 def column(driver, table_id: str, col: str) -> list[str]:
     return driver.execute_script(
         "return [...document.querySelectorAll(arguments[0])].map(td => td.textContent)",
-        f"#{table_id} td[data-col='{col}']")
+        f"#{table_id} td[data-col='{col}']",
+    )
 
 
 def number(text: str) -> float:
@@ -76,8 +84,9 @@ def number(text: str) -> float:
 
 def flnet_cli(*args):
     env = {**os.environ, "PYTHONPATH": os.getcwd()}
-    return subprocess.run([sys.executable, "-m", "flnet.cli", *args], capture_output=True,
-                          text=True, env=env)
+    return subprocess.run(
+        [sys.executable, "-m", "flnet.cli", *args], capture_output=True, text=True, env=env
+    )
 
 
 # -- a 200-point sweep written directly, not simulated ----------------------------------------
@@ -86,8 +95,12 @@ SNRS_DB = [0, 5, 10, 20, 30]
 BANDWIDTHS_HZ = [1e5, 1e6, 5e6, 2e7]
 TAUS = [1, 2, 5, 10, 20]
 SEEDS = [0, 1]
-GRID = {"radio.uplink_snr_db": SNRS_DB, "radio.uplink.bandwidth_hz": BANDWIDTHS_HZ,
-        "algorithm.local.steps": TAUS, "seed": SEEDS}
+GRID = {
+    "radio.uplink_snr_db": SNRS_DB,
+    "radio.uplink.bandwidth_hz": BANDWIDTHS_HZ,
+    "algorithm.local.steps": TAUS,
+    "seed": SEEDS,
+}
 ROUNDS = 20
 TARGET = 0.8
 
@@ -126,36 +139,77 @@ def write_synthetic_sweep(root: Path) -> Path:
         fields = dict(zip(keys, combo))
         snr, bw, tau, seed = combo
         rounds, acc, comp, radio = synthetic_curve(snr, bw, tau, seed)
-        rec = pd.DataFrame({
-            "scenario": "synthetic", "algorithm": "fedavg", "seed": seed, "round": rounds,
-            "sim_time_s": rounds * (0.1 * tau + 1e6 / bw), "energy_j": comp + radio,
-            "energy_compute_j": comp, "energy_uplink_j": radio, "energy_downlink_j": 0.0,
-            "energy_d2d_j": 0.0, "bits_up": rounds * 1e6, "bits_down": rounds * 1e6,
-            "bits_d2d": 0.0, "test_accuracy": acc, "test_loss": 1 - acc,
-            "client_accuracy_mean": acc * 0.98, "client_accuracy_worst": acc * 0.9,
-            "client_accuracy_p10": acc * 0.93})
+        rec = pd.DataFrame(
+            {
+                "scenario": "synthetic",
+                "algorithm": "fedavg",
+                "seed": seed,
+                "round": rounds,
+                "sim_time_s": rounds * (0.1 * tau + 1e6 / bw),
+                "energy_j": comp + radio,
+                "energy_compute_j": comp,
+                "energy_uplink_j": radio,
+                "energy_downlink_j": 0.0,
+                "energy_d2d_j": 0.0,
+                "bits_up": rounds * 1e6,
+                "bits_down": rounds * 1e6,
+                "bits_d2d": 0.0,
+                "test_accuracy": acc,
+                "test_loss": 1 - acc,
+                "client_accuracy_mean": acc * 0.98,
+                "client_accuracy_worst": acc * 0.9,
+                "client_accuracy_p10": acc * 0.93,
+            }
+        )
         folder = root / f"point-{point:04d}"
         folder.mkdir(parents=True)
         rec.to_parquet(folder / "records.parquet", index=False)
         nodes = np.arange(6)
-        pd.DataFrame({"round": 1, "node": nodes, "peer": -2, "kind": "compute",
-                      "start_s": 0.0, "end_s": 1.0 / (1 + nodes), "energy_j": comp[-1] / 6,
-                      "bits": 0.0, "flops": 1e6, "outcome": "ok"}) \
-            .to_parquet(folder / "ledger.parquet", index=False)
-        scenario = {"name": "synthetic", "seed": seed, "algorithm": {
-            "name": "fedavg", "local": {"steps": tau}}, "radio": {
-            "mode": "direct", "uplink_snr_db": snr, "uplink": {"bandwidth_hz": bw}}}
+        pd.DataFrame(
+            {
+                "round": 1,
+                "node": nodes,
+                "peer": -2,
+                "kind": "compute",
+                "start_s": 0.0,
+                "end_s": 1.0 / (1 + nodes),
+                "energy_j": comp[-1] / 6,
+                "bits": 0.0,
+                "flops": 1e6,
+                "outcome": "ok",
+            }
+        ).to_parquet(folder / "ledger.parquet", index=False)
+        scenario = {
+            "name": "synthetic",
+            "seed": seed,
+            "algorithm": {"name": "fedavg", "local": {"steps": tau}},
+            "radio": {"mode": "direct", "uplink_snr_db": snr, "uplink": {"bandwidth_hz": bw}},
+        }
         (folder / "scenario.yaml").write_text(yaml.safe_dump(scenario))
-        summary = {"scenario": "synthetic", "algorithm": "fedavg", "seed": seed,
-                   "status": "completed", "rounds": ROUNDS,
-                   "final_test_accuracy": float(acc[-1]),
-                   "sim_time_s": float(rec.sim_time_s.iloc[-1]),
-                   "energy_j": float(rec.energy_j.iloc[-1])}
+        summary = {
+            "scenario": "synthetic",
+            "algorithm": "fedavg",
+            "seed": seed,
+            "status": "completed",
+            "rounds": ROUNDS,
+            "final_test_accuracy": float(acc[-1]),
+            "sim_time_s": float(rec.sim_time_s.iloc[-1]),
+            "energy_j": float(rec.energy_j.iloc[-1]),
+        }
         (folder / "summary.json").write_text(json.dumps(summary))
-        rows.append({"point": point, **fields, "status": "completed", "stop_reason": "rounds",
-                     "rounds": ROUNDS, "final_test_accuracy": summary["final_test_accuracy"],
-                     "sim_time_s": summary["sim_time_s"], "energy_j": summary["energy_j"],
-                     "error": None})
+        rows.append(
+            {
+                "point": point,
+                **fields,
+                "status": "completed",
+                "stop_reason": "rounds",
+                "rounds": ROUNDS,
+                "final_test_accuracy": summary["final_test_accuracy"],
+                "sim_time_s": summary["sim_time_s"],
+                "energy_j": summary["energy_j"],
+                "error": None,
+            }
+        )
         rec.insert(0, "point", point)
         for i, (k, v) in enumerate((k, v) for k, v in fields.items() if k not in rec):
             rec.insert(1 + i, k, v)
@@ -171,6 +225,7 @@ def big_sweep(tmp_path_factory):
 
 
 # -- the file itself --------------------------------------------------------------------------
+
 
 def test_report_is_one_self_contained_file(run_dir, tmp_path):
     path = write_report(run_dir, tmp_path / "r.html")
@@ -196,6 +251,7 @@ def test_cli_report_defaults_to_results_report_html(run_dir, tmp_path):
 
 # -- in the browser ---------------------------------------------------------------------------
 
+
 def test_run_report_in_a_browser(browser, run_dir, tmp_path):
     path = write_report(run_dir, tmp_path / "run" / "report.html", target=0.2)
     (tmp_path / "run" / "elsewhere").mkdir()
@@ -206,18 +262,23 @@ def test_run_report_in_a_browser(browser, run_dir, tmp_path):
     summary = json.loads((run_dir / "summary.json").read_text())
     records = pd.read_parquet(run_dir / "records.parquet")
     assert number(column(browser, "final", "final_test_accuracy")[0]) == pytest.approx(
-        summary["final_test_accuracy"], rel=1e-3)
+        summary["final_test_accuracy"], rel=1e-3
+    )
     assert number(column(browser, "final", "energy_j")[0]) == pytest.approx(
-        summary["energy_j"], rel=1e-3)
+        summary["energy_j"], rel=1e-3
+    )
     assert number(column(browser, "final", "sim_time_s")[0]) == pytest.approx(
-        summary["sim_time_s"], rel=1e-3)
+        summary["sim_time_s"], rel=1e-3
+    )
     assert number(column(browser, "final", "energy_uplink_j")[0]) == pytest.approx(
-        records.energy_uplink_j.iloc[-1], rel=1e-3)
+        records.energy_uplink_j.iloc[-1], rel=1e-3
+    )
     first = records[records.test_accuracy >= 0.2].iloc[0]
     assert column(browser, "to-target", "reached") == ["yes"]
     assert int(column(browser, "to-target", "round")[0]) == first["round"]
     assert number(column(browser, "to-target", "energy_j")[0]) == pytest.approx(
-        first.energy_j, rel=1e-3)
+        first.energy_j, rel=1e-3
+    )
     scenario = browser.find_element("id", "scenario").text
     assert yaml.safe_load(scenario)["clients"]["count"] == 10
     shot = tmp_path / "run.png"
@@ -230,20 +291,25 @@ def test_sweep_report_in_a_browser(browser, seed_sweep_dir, tmp_path):
     assert all(ok and width > 0 for ok, width in images_loaded(browser))
     points = pd.read_csv(seed_sweep_dir / "points.csv")
     assert column(browser, "final", "label") == [
-        f"tau={t}, seed {s}" for t, s in zip(points["algorithm.local.steps"], points.seed)]
-    np.testing.assert_allclose([number(v) for v in column(browser, "final", "energy_j")],
-                               points.energy_j, rtol=1e-3)
+        f"tau={t}, seed {s}" for t, s in zip(points["algorithm.local.steps"], points.seed)
+    ]
+    np.testing.assert_allclose(
+        [number(v) for v in column(browser, "final", "energy_j")], points.energy_j, rtol=1e-3
+    )
     np.testing.assert_allclose(
         [number(v) for v in column(browser, "final", "final_test_accuracy")],
-        points.final_test_accuracy, rtol=1e-3)
+        points.final_test_accuracy,
+        rtol=1e-3,
+    )
     assert column(browser, "groups", "group") == ["tau=1", "tau=4"]
     assert column(browser, "groups", "seeds") == ["2", "2"]
     browser.save_screenshot(str(tmp_path / "sweep.png"))
 
 
 def test_report_of_a_200_point_sweep_opens_in_a_browser(browser, big_sweep, tmp_path):
-    out = flnet_cli("report", str(big_sweep), "-o", str(tmp_path / "report.html"),
-                    "--target", str(TARGET))
+    out = flnet_cli(
+        "report", str(big_sweep), "-o", str(tmp_path / "report.html"), "--target", str(TARGET)
+    )
     assert out.returncode == 0, out.stderr
     open_report(browser, tmp_path / "report.html")
     loaded = images_loaded(browser)
@@ -252,8 +318,12 @@ def test_report_of_a_200_point_sweep_opens_in_a_browser(browser, big_sweep, tmp_
     assert len(column(browser, "groups", "group")) == 100
     snrs = [number(v) for v in column(browser, "best-tau", "snr")]
     bws = [number(v) for v in column(browser, "best-tau", "bandwidth")]
-    got = zip(*(map(number, column(browser, "best-tau", c))
-                for c in ("best_tau_median", "best_tau_min", "best_tau_max")))
+    got = zip(
+        *(
+            map(number, column(browser, "best-tau", c))
+            for c in ("best_tau_median", "best_tau_min", "best_tau_max")
+        )
+    )
     assert len(snrs) == len(SNRS_DB) * len(BANDWIDTHS_HZ)
     for snr, bw, cell in zip(snrs, bws, got):
         assert cell == pytest.approx(expected_best_tau(snr, bw)), (snr, bw)
@@ -265,11 +335,20 @@ def test_plots_of_a_200_point_sweep(big_sweep, tmp_path):
     out = flnet_cli("plot", str(big_sweep), "-o", str(tmp_path), "--target", str(TARGET))
     assert out.returncode == 0, out.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
-        f"{n}.png" for n in ("accuracy_vs_time", "accuracy_vs_energy", "accuracy_vs_rounds",
-                             "energy_split", "energy_by_device_class", "best_tau"))
+        f"{n}.png"
+        for n in (
+            "accuracy_vs_time",
+            "accuracy_vs_energy",
+            "accuracy_vs_rounds",
+            "energy_split",
+            "energy_by_device_class",
+            "best_tau",
+        )
+    )
 
 
 # -- what the report says about odd results ---------------------------------------------------
+
 
 def test_a_failed_sweep_point_is_named_and_left_out(seed_sweep_dir, tmp_path):
     sweep = tmp_path / "sweep"
@@ -284,11 +363,11 @@ def test_a_failed_sweep_point_is_named_and_left_out(seed_sweep_dir, tmp_path):
     shutil.rmtree(sweep / gone)
     text = write_report(sweep).read_text()
     assert f"1 point(s) left no records: {gone} (see points.csv)" in text
-    final = text[text.index('id="final"'):text.index("</table>", text.index('id="final"'))]
+    final = text[text.index('id="final"') : text.index("</table>", text.index('id="final"'))]
     assert final.count('data-col="label"') == 4  # with its status
     assert final.count('data-col="status">error<') == 1
-    target = text[text.index('id="to-target"'):]
-    assert target[:target.index("</table>")].count('data-col="label"') == 3
+    target = text[text.index('id="to-target"') :]
+    assert target[: target.index("</table>")].count('data-col="label"') == 3
 
 
 def test_the_target_is_the_scenarios_own_when_it_has_one(run_dir, tmp_path):

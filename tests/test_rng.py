@@ -18,21 +18,25 @@ def test_same_key_same_numbers_whatever_was_drawn_before():
 
 def test_every_part_of_the_key_matters():
     base = draws(generator(3, Stream.FADING, 5, 2))
-    for other in (generator(4, Stream.FADING, 5, 2), generator(3, Stream.RADIO, 5, 2),
-                  generator(3, Stream.FADING, 6, 2), generator(3, Stream.FADING, 5, 3),
-                  generator(3, Stream.FADING, 5)):
+    for other in (
+        generator(4, Stream.FADING, 5, 2),
+        generator(3, Stream.RADIO, 5, 2),
+        generator(3, Stream.FADING, 6, 2),
+        generator(3, Stream.FADING, 5, 3),
+        generator(3, Stream.FADING, 5),
+    ):
         assert not np.array_equal(base, draws(other))
 
 
 def test_minibatch_keys_are_the_w1_convention():
-    assert np.array_equal(draws(minibatch_generator(0, 4, 9)),
-                          draws(np.random.default_rng([0, 4, 9])))
+    assert np.array_equal(
+        draws(minibatch_generator(0, 4, 9)), draws(np.random.default_rng([0, 4, 9]))
+    )
 
 
 def test_stream_tags_are_distinct_and_above_every_round_the_schema_allows():
     """A stream key [seed, tag, k] and a minibatch key [seed, round, client] never meet."""
     tags = [int(s) for s in Stream]
     assert len(set(tags)) == len(tags)
-    max_rounds = next(m.le for m in RunConfig.model_fields["rounds"].metadata
-                      if hasattr(m, "le"))
+    max_rounds = next(m.le for m in RunConfig.model_fields["rounds"].metadata if hasattr(m, "le"))
     assert max_rounds < min(tags)

@@ -13,18 +13,23 @@ import pandas as pd
 import pytest
 import torch
 import yaml
+from gated import REPO, flnet_run, gated_run
 
 from flnet.errors import FlnetError, ScenarioError
 from flnet.runner import run
-from gated import REPO, flnet_run, gated_run
 
 ENV = {**os.environ, "PYTHONPATH": str(REPO)}
 
 SCENARIO = {
-    "name": "lifecycle", "seed": 3, "device": "cpu",
+    "name": "lifecycle",
+    "seed": 3,
+    "device": "cpu",
     "data": {"partition": {"kind": "dirichlet", "alpha": 0.5}},
-    "algorithm": {"name": "fedavg", "cohort": {"clients_per_round": 5, "deadline_s": 0.5},
-                  "local": {"steps": 2, "batch_size": 8, "lr": 0.05}},
+    "algorithm": {
+        "name": "fedavg",
+        "cohort": {"clients_per_round": 5, "deadline_s": 0.5},
+        "local": {"steps": 2, "batch_size": 8, "lr": 0.05},
+    },
     "clients": {"count": 10, "cpu_hz": {"kind": "lognormal", "median": 2e8, "sigma": 0.5}},
     "radio": {"rayleigh_fading": True},
     "run": {"rounds": 200, "eval_every": 3, "checkpoint_interval_s": None},
@@ -63,8 +68,9 @@ def test_sigterm_half_way_stops_at_a_round_and_resumes_to_the_same_results(tmp_p
     path = write_scenario(tmp_path)
     out = tmp_path / "out"
     child = flnet_run(path, "--out", out, cwd=tmp_path)
-    child.wait_for(lambda line: line.startswith("round ") and
-                   int(line.split()[1].split("/")[0]) >= 100)
+    child.wait_for(
+        lambda line: line.startswith("round ") and int(line.split()[1].split("/")[0]) >= 100
+    )
     child.proc.send_signal(signal.SIGTERM)
     assert child.finish() == 130, child.text()
     message = child.message()
@@ -76,8 +82,9 @@ def test_sigterm_half_way_stops_at_a_round_and_resumes_to_the_same_results(tmp_p
     records, ledger = tables(out)  # readable outside the checkpoint, up to the stop
     assert records["round"].max() <= stopped and ledger["round"].max() == stopped
 
-    resumed = subprocess.run(resume_argv(message), capture_output=True, text=True, cwd=tmp_path,
-                             env=ENV, timeout=300)
+    resumed = subprocess.run(
+        resume_argv(message), capture_output=True, text=True, cwd=tmp_path, env=ENV, timeout=300
+    )
     assert resumed.returncode == 0, resumed.stderr
     printed = int(" ".join(resumed.stderr.split()).split(" from round ")[1].split()[0])
     assert printed == stopped and printed > 200 / 4
@@ -106,8 +113,9 @@ def test_a_second_ctrl_c_stops_at_once_keeping_the_last_checkpoint(tmp_path):
     assert summary["status"] == "interrupted" and summary["stop_reason"] is None
     assert tables(out)[1]["round"].max() == 4  # round 5 never ran
 
-    resumed = subprocess.run(resume_argv(message), capture_output=True, text=True, cwd=tmp_path,
-                             env=ENV, timeout=300)
+    resumed = subprocess.run(
+        resume_argv(message), capture_output=True, text=True, cwd=tmp_path, env=ENV, timeout=300
+    )
     assert resumed.returncode == 0, resumed.stderr
     assert "from round 4" in " ".join(resumed.stderr.split())
     run(path, overrides=[f"output.dir={tmp_path / 'whole'}"])
@@ -150,14 +158,20 @@ from flnet.cli import main
 sys.exit(main(sys.argv[1:]))
 """
     out = tmp_path / "out"
-    result = subprocess.run([sys.executable, "-c", child, "run", str(path), "--quiet", "--out",
-                             str(out)], capture_output=True, text=True, timeout=300, env=ENV)
+    result = subprocess.run(
+        [sys.executable, "-c", child, "run", str(path), "--quiet", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=ENV,
+    )
     message = " ".join(result.stderr.split())
     assert result.returncode == 4, result.stderr
     assert "Traceback" not in result.stderr
-    assert re.search(f"could not write {out}/(checkpoint.pt|ledger-journal.csv): File too large",
-                     message), message
-    assert f"Written in {out}: records.parquet, summary.json, ledger.parquet;" in message
+    assert re.search(
+        f"could not write {out}/(checkpoint.pt|ledger-journal.csv): File too large", message
+    ), message
+    assert f"Written in {out}: records.parquet, ledger.parquet, summary.json;" in message
     assert "no checkpoint was written, so --resume cannot continue this run" in message
     assert_same_tables(out, whole)
     summary = json.loads((out / "summary.json").read_text())
@@ -196,8 +210,9 @@ def test_a_crash_leaves_status_failed_with_the_reason_and_the_results_so_far(tmp
 def test_resume_below_the_checkpoints_round_is_refused(tmp_path):
     path = write_scenario(tmp_path, rounds=6)
     run(path, overrides=[f"output.dir={tmp_path / 'out'}"])
-    with pytest.raises(ScenarioError, match="run.rounds: 4 rounds is below the checkpoint's "
-                                            "round 6"):
+    with pytest.raises(
+        ScenarioError, match="run.rounds: 4 rounds is below the checkpoint's round 6"
+    ):
         run(path, overrides=[f"output.dir={tmp_path / 'out'}", "run.rounds=4"], resume=True)
     again = run(path, overrides=[f"output.dir={tmp_path / 'out'}"], resume=True)
     assert again.summary["rounds"] == 6  # equal to the checkpoint's round: nothing to do
@@ -212,7 +227,31 @@ def test_results_are_written_before_the_final_checkpoint(tmp_path, monkeypatch):
 
     monkeypatch.setattr(flnet.checkpoint, "save", fail)
     path = write_scenario(tmp_path, rounds=4)
-    with pytest.raises(FlnetError, match="checkpoint.pt: No space left on device.*Written in "
-                                         ".*records.parquet, summary.json, ledger.parquet"):
+    with pytest.raises(
+        FlnetError,
+        match="checkpoint.pt: No space left on device.*Written in "
+        ".*records.parquet, ledger.parquet, summary.json",
+    ):
         run(path, overrides=[f"output.dir={tmp_path / 'out'}"])
     assert json.loads((tmp_path / "out" / "summary.json").read_text())["rounds"] == 4
+
+
+def test_an_interrupt_during_the_final_checkpoint_keeps_the_completed_results(
+    tmp_path, monkeypatch
+):
+    """Ctrl-C after the tables and summary are written: they stay the final ones (a sweep counts
+    the point as finished), and the message says the checkpoint was not written."""
+    import flnet.checkpoint
+    from flnet.runner import Interrupted
+
+    def interrupt(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(flnet.checkpoint, "save", interrupt)
+    path = write_scenario(tmp_path, rounds=4)
+    with pytest.raises(Interrupted, match="final checkpoint: the run's records, ledger and") as e:
+        run(path, overrides=[f"output.dir={tmp_path / 'out'}"])
+    assert "no checkpoint was written" in str(e.value) and not e.value.resumable
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["status"] == "completed" and summary["rounds"] == 4
+    assert (tmp_path / "out" / "ledger.parquet").exists()

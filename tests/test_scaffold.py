@@ -4,6 +4,8 @@ upload, the three training paths, and a scenario on embedded data."""
 import numpy as np
 import pytest
 import torch
+from conftest import BASE
+from tolerance import assert_records_close, assert_tensors_close
 from torch import nn
 
 from flnet.algorithms import scaffold
@@ -15,9 +17,6 @@ from flnet.learn.wire import bits
 from flnet.runner import Run, run
 from flnet.scenario import load_scenario, merge
 from flnet.sim.world import World
-from tolerance import assert_records_close, assert_tensors_close
-
-from conftest import BASE
 
 B_I = (1.0, 3.0)  # client i's optimum: f_i(w) = ||w - b_i||^2 / 2, so g_i(w) = w - b_i exactly
 
@@ -32,12 +31,22 @@ def quadratic_run(rounds_k: list[int], deadline_s=None, server_lr=1.0):
     K = 2 steps of lr 0.5 from x = 0. Returns the states published by round, the learner and
     the world."""
     rows = torch.tensor([[B_I[0]]] * 4 + [[B_I[1]]] * 4)
-    fed = FederatedData("quadratic", rows, torch.zeros(8, dtype=torch.long), rows[:1],
-                        torch.zeros(1, dtype=torch.long), [np.arange(4), np.arange(4, 8)], 1)
+    fed = FederatedData(
+        "quadratic",
+        rows,
+        torch.zeros(8, dtype=torch.long),
+        rows[:1],
+        torch.zeros(1, dtype=torch.long),
+        [np.arange(4), np.arange(4, 8)],
+        1,
+    )
     model = Model(nn.Linear(1, 1, bias=False), (1,))
     learn = Learner(model, fed, seed=0)
-    sc = load_scenario(data=merge(BASE, {"clients": {"count": 2},
-                                         "algorithm": {"cohort": {"clients_per_round": 2}}}))
+    sc = load_scenario(
+        data=merge(
+            BASE, {"clients": {"count": 2}, "algorithm": {"cohort": {"clients_per_round": 2}}}
+        )
+    )
     world = World(sc.clients, sc.radio, sc.seed)
     state = scaffold.State(0, torch.zeros(1), torch.zeros(1))
     published = []
@@ -48,10 +57,12 @@ def quadratic_run(rounds_k: list[int], deadline_s=None, server_lr=1.0):
             return "rounds" if progress.step >= stop_at else None
 
     world.observers = [Stop()]
-    for stop_at, k in enumerate(rounds_k, start=1):
-        cfg = scaffold.Config(server_lr=server_lr, cohort={"clients_per_round": k,
-                                                           "deadline_s": deadline_s},
-                              local={"steps": 2, "batch_size": 4, "lr": 0.5})
+    for stop_at, k in enumerate(rounds_k, start=1):  # noqa: B007 (Stop reads stop_at)
+        cfg = scaffold.Config(
+            server_lr=server_lr,
+            cohort={"clients_per_round": k, "deadline_s": deadline_s},
+            local={"steps": 2, "batch_size": 4, "lr": 0.5},
+        )
         world.stop(None)
         world.env.run(world.env.process(scaffold.protocol(world, learn, cfg, state, quadratic)))
         state = published[-1]
@@ -125,17 +136,24 @@ def test_work_cut_before_its_compute_completes_changes_no_c_i():
     assert len(learn.tables["scaffold.c_i"]) == 0
 
 
-DIGITS = {"data": {"dataset": "digits", "partition": {"kind": "dirichlet", "alpha": 0.3}},
-          "algorithm": {"name": "scaffold", "cohort": {"clients_per_round": 4},
-                        "local": {"steps": 5, "batch_size": 8, "lr": 0.05}},
-          "clients": {"count": 8}, "run": {"rounds": 4, "eval_every": 2}}
+DIGITS = {
+    "data": {"dataset": "digits", "partition": {"kind": "dirichlet", "alpha": 0.3}},
+    "algorithm": {
+        "name": "scaffold",
+        "cohort": {"clients_per_round": 4},
+        "local": {"steps": 5, "batch_size": 8, "lr": 0.05},
+    },
+    "clients": {"count": 8},
+    "run": {"rounds": 4, "eval_every": 2},
+}
 
 
 def test_batched_sequential_and_auto_paths_agree():
     results = {}
     for path in ("batched", "sequential", "auto"):
-        sc = load_scenario(data=merge(BASE, merge(DIGITS, {
-            "algorithm": {"local": {"path": path}}})))
+        sc = load_scenario(
+            data=merge(BASE, merge(DIGITS, {"algorithm": {"local": {"path": path}}}))
+        )
         sim = Run(sc, write=False)
         if path == "auto":  # slices of two clients
             per = sim.learner.trainer.clients_per_call(10**6, 8, "auto", scaffold.optim.sgd(1))
@@ -154,8 +172,10 @@ def test_batched_sequential_and_auto_paths_agree():
 def test_scenario_runs_and_resumes_to_the_same_records(tmp_path):
     """c_i lives in the learner's tables, which checkpoints carry."""
     every = ["run.eval_every=3", "run.checkpoint_every=3"]
-    whole = run("scenarios/scaffold.yaml", overrides=[*every, "run.rounds=6",
-                                                      f"output.dir={tmp_path / 'a'}"])
+    whole = run(
+        "scenarios/scaffold.yaml",
+        overrides=[*every, "run.rounds=6", f"output.dir={tmp_path / 'a'}"],
+    )
     assert whole.summary["final_test_accuracy"] > 0.5
     part = [*every, f"output.dir={tmp_path / 'b'}"]
     run("scenarios/scaffold.yaml", overrides=[*part, "run.rounds=3"])
@@ -166,8 +186,17 @@ def test_scenario_runs_and_resumes_to_the_same_records(tmp_path):
 
 def test_optimizers_without_a_learning_rate_are_refused():
     with pytest.raises(ScenarioError, match="algorithm.*eta_l"):
-        load_scenario(data=merge(BASE, {"algorithm": {
-            "name": "scaffold", "local": {"lr": None, "optimizer": {"name": "sps"}}}}))
+        load_scenario(
+            data=merge(
+                BASE,
+                {
+                    "algorithm": {
+                        "name": "scaffold",
+                        "local": {"lr": None, "optimizer": {"name": "sps"}},
+                    }
+                },
+            )
+        )
 
 
 def test_sigterm_mid_run_then_resume_gives_the_uninterrupted_run(tmp_path):
@@ -183,13 +212,24 @@ def test_sigterm_mid_run_then_resume_gives_the_uninterrupted_run(tmp_path):
     import yaml
 
     rounds = 120
-    sc = merge(BASE, merge(DIGITS, {
-        "name": "scaffold_kill", "seed": 3,
-        "algorithm": {"cohort": {"deadline_s": 0.5}},
-        "clients": {"count": 10, "cpu_hz": {"kind": "lognormal", "median": 2e8, "sigma": 0.5}},
-        "radio": {"rayleigh_fading": True},
-        "run": {"rounds": rounds, "eval_every": 5, "checkpoint_every": 5},
-        "output": {"dir": str(tmp_path / "out")}}))
+    sc = merge(
+        BASE,
+        merge(
+            DIGITS,
+            {
+                "name": "scaffold_kill",
+                "seed": 3,
+                "algorithm": {"cohort": {"deadline_s": 0.5}},
+                "clients": {
+                    "count": 10,
+                    "cpu_hz": {"kind": "lognormal", "median": 2e8, "sigma": 0.5},
+                },
+                "radio": {"rayleigh_fading": True},
+                "run": {"rounds": rounds, "eval_every": 5, "checkpoint_every": 5},
+                "output": {"dir": str(tmp_path / "out")},
+            },
+        ),
+    )
     path = tmp_path / "s.yaml"
     path.write_text(yaml.safe_dump(sc))
     out = tmp_path / "out"
@@ -214,6 +254,8 @@ def test_sigterm_mid_run_then_resume_gives_the_uninterrupted_run(tmp_path):
     assert resumed.returncode == 0, resumed.stderr
     run(path, overrides=[f"output.dir={tmp_path / 'whole'}"])
     for table in ("records", "ledger"):
-        pd.testing.assert_frame_equal(pd.read_parquet(out / f"{table}.parquet"),
-                                      pd.read_parquet(tmp_path / "whole" / f"{table}.parquet"),
-                                      check_exact=True)
+        pd.testing.assert_frame_equal(
+            pd.read_parquet(out / f"{table}.parquet"),
+            pd.read_parquet(tmp_path / "whole" / f"{table}.parquet"),
+            check_exact=True,
+        )

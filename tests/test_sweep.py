@@ -9,12 +9,11 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from conftest import BASE
 
 from flnet.errors import ScenarioError
 from flnet.scenario import merge
 from flnet.sweeps import parse_grid, plan, run_sweep, spec_from, sweep
-
-from conftest import BASE
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -31,14 +30,17 @@ def test_parse_grid_keeps_lists_and_refuses_a_field_given_twice():
 
 
 def test_points_are_grid_times_paired_times_seeds_with_typed_values():
-    spec = spec_from({"algorithm.local.lr": ["1e-3", 0.01]},
-                     paired={"clients.count": [10, 20], "algorithm.cohort.clients_per_round":
-                             [2, 4]}, seeds=2)
+    spec = spec_from(
+        {"algorithm.local.lr": ["1e-3", 0.01]},
+        paired={"clients.count": [10, 20], "algorithm.cohort.clients_per_round": [2, 4]},
+        seeds=2,
+    )
     points = plan(BASE, spec)
     assert len(points) == 2 * 2 * 2
     assert [p.values["seed"] for p in points[:2]] == [0, 1]  # seeds innermost
-    assert {(p.values["clients.count"], p.values["algorithm.cohort.clients_per_round"])
-            for p in points} == {(10, 2), (20, 4)}
+    assert {
+        (p.values["clients.count"], p.values["algorithm.cohort.clients_per_round"]) for p in points
+    } == {(10, 2), (20, 4)}
     assert points[0].values["algorithm.local.lr"] == 0.001  # YAML's "1e-3" read as a float
     assert len({p.key for p in points}) == 8
 
@@ -48,8 +50,10 @@ def test_point_identity_is_the_resolved_scenario_not_its_index():
     b = plan(BASE, spec_from({"algorithm.local.steps": [3, 2]}, seeds=[0]))
     assert [p.key for p in a] == [p.key for p in reversed(b)]
     # giving the default explicitly, or another output folder, is the same scenario
-    c = plan(merge(BASE, {"output": {"dir": "elsewhere"}}),
-             spec_from({"algorithm.local.batch_size": [8]}, fixed={"clients.count": 10}))
+    c = plan(
+        merge(BASE, {"output": {"dir": "elsewhere"}}),
+        spec_from({"algorithm.local.batch_size": [8]}, fixed={"clients.count": 10}),
+    )
     assert c[0].key == plan(BASE, spec_from({"algorithm.local.steps": [2]}))[0].key
 
 
@@ -64,8 +68,9 @@ def test_a_value_that_does_not_fit_its_field_refuses_the_sweep_naming_it(tmp_pat
 
 
 def test_swept_floats_written_as_yaml_strings_land_as_typed_columns(tmp_path):
-    table, records = sweep(BASE, parse_grid(["algorithm.local.lr=1e-3,0.01"]), workers=0,
-                           out_dir=tmp_path)
+    table, records = sweep(
+        BASE, parse_grid(["algorithm.local.lr=1e-3,0.01"]), workers=0, out_dir=tmp_path
+    )
     assert list(table.status) == ["completed", "completed"]
     assert records["algorithm.local.lr"].dtype == float
     back = pd.read_parquet(tmp_path / "records.parquet")
@@ -83,23 +88,23 @@ def test_workers_give_the_same_records_as_one_process(tmp_path):
 
 
 def test_a_diverging_point_is_a_status_not_a_crash(tmp_path):
-    table, records = sweep(BASE, {"algorithm.local.lr": [0.05, 1e8]}, workers=0,
-                           out_dir=tmp_path)
+    table, records = sweep(BASE, {"algorithm.local.lr": [0.05, 1e8]}, workers=0, out_dir=tmp_path)
     assert list(table.status) == ["completed", "diverged"]
     assert records.test_accuracy.notna().all()
 
 
 def test_started_again_a_sweep_runs_only_what_is_not_finished(tmp_path):
-    first = run_sweep(BASE, spec_from({"algorithm.local.steps": [1, 2]}), workers=0,
-                      out_dir=tmp_path)
+    first = run_sweep(
+        BASE, spec_from({"algorithm.local.steps": [1, 2]}), workers=0, out_dir=tmp_path
+    )
     stamp = {k: (tmp_path / k / "summary.json").stat().st_mtime_ns for k in first.ran}
     # an unfinished point: its summary says interrupted
     key = first.ran[1]
     summary = json.loads((tmp_path / key / "summary.json").read_text())
-    (tmp_path / key / "summary.json").write_text(json.dumps({**summary,
-                                                             "status": "interrupted"}))
-    again = run_sweep(BASE, spec_from({"algorithm.local.steps": [1, 2, 3]}), workers=0,
-                      out_dir=tmp_path)
+    (tmp_path / key / "summary.json").write_text(json.dumps({**summary, "status": "interrupted"}))
+    again = run_sweep(
+        BASE, spec_from({"algorithm.local.steps": [1, 2, 3]}), workers=0, out_dir=tmp_path
+    )
     assert again.skipped == [first.ran[0]]
     assert sorted(again.ran) == sorted([key, *set(again.table.point) - set(first.ran)])
     assert (tmp_path / first.ran[0] / "summary.json").stat().st_mtime_ns == stamp[first.ran[0]]
@@ -141,15 +146,18 @@ runner.run = run
 """
 
 
-def test_a_point_that_raises_or_whose_worker_dies_leaves_the_others_intact(tmp_path,
-                                                                           monkeypatch):
+def test_a_point_that_raises_or_whose_worker_dies_leaves_the_others_intact(tmp_path, monkeypatch):
     shim = tmp_path / "shim"
     shim.mkdir()
     (shim / "sitecustomize.py").write_text(SABOTEUR)  # loaded by the worker processes only
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(shim), os.environ.get("PYTHONPATH",
-                                                                                  "")]))
-    table, records = sweep(BASE, {"algorithm.local.steps": [1, 2]}, seeds=[0, 1, 2, 3],
-                           workers=2, out_dir=tmp_path / "sweep")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(shim), os.environ.get("PYTHONPATH", "")]))
+    table, records = sweep(
+        BASE,
+        {"algorithm.local.steps": [1, 2]},
+        seeds=[0, 1, 2, 3],
+        workers=2,
+        out_dir=tmp_path / "sweep",
+    )
     by_seed = table.groupby("seed").status.agg(set).to_dict()
     assert by_seed == {0: {"completed"}, 1: {"failed"}, 2: {"failed"}, 3: {"completed"}}
     assert table[table.seed == 1].error.str.startswith("OSError").all()
@@ -161,38 +169,59 @@ def test_a_point_that_raises_or_whose_worker_dies_leaves_the_others_intact(tmp_p
 
 def test_a_script_needs_no_main_guard_for_workers(tmp_path):
     script = tmp_path / "study.py"
-    script.write_text(textwrap.dedent(f"""
+    script.write_text(
+        textwrap.dedent(f"""
         import flnet
         base = {BASE!r}
         table, records = flnet.sweep(base, {{"seed": [0, 1]}}, workers=2,
                                      out_dir={str(tmp_path / "out")!r})
         print("statuses", sorted(set(table.status)))
-    """))
-    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
-                         timeout=300, cwd=tmp_path)
+    """)
+    )
+    out = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=300, cwd=tmp_path
+    )
     assert out.returncode == 0, out.stderr
     assert out.stdout.count("statuses") == 1 and "['completed']" in out.stdout
 
 
 def _cli(*args, **kwargs):
-    return subprocess.Popen([sys.executable, "-m", "flnet.cli", "sweep", *args],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            cwd=ROOT, **kwargs)
+    return subprocess.Popen(
+        [sys.executable, "-m", "flnet.cli", "sweep", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+        **kwargs,
+    )
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_a_sweep_stopped_half_way_keeps_finished_points_and_does_not_rerun_them(tmp_path, sig):
     scenario = tmp_path / "s.yaml"
-    scenario.write_text(json.dumps(merge(BASE, {"run": {"rounds": 20}})))
-    args = [str(scenario), "--grid", "algorithm.local.steps=1,2", "--seeds", "0,1",
-            "--workers", "1", "-q"]
+    # points long enough (about a second each) that the last ones cannot finish between the
+    # test seeing two finished and the signal arriving
+    scenario.write_text(json.dumps(merge(BASE, {"run": {"rounds": 300}})))
+    args = [
+        str(scenario),
+        "--grid",
+        "algorithm.local.steps=1,2",
+        "--seeds",
+        "0,1",
+        "--workers",
+        "1",
+        "-q",
+    ]
     proc = _cli(*args, "--out", str(tmp_path / "cut"))
     done: list[Path] = []
     deadline = time.monotonic() + 240
     while len(done) < 2 and time.monotonic() < deadline and proc.poll() is None:
         time.sleep(0.2)
-        done = [p.parent for p in (tmp_path / "cut").glob("*/summary.json")
-                if json.loads(p.read_text() or "{}").get("status") == "completed"]
+        done = [
+            p.parent
+            for p in (tmp_path / "cut").glob("*/summary.json")
+            if json.loads(p.read_text() or "{}").get("status") == "completed"
+        ]
     assert proc.poll() is None, "the sweep ended before it could be stopped"
     proc.send_signal(sig)
     stopped = time.monotonic()
@@ -209,24 +238,46 @@ def test_a_sweep_stopped_half_way_keeps_finished_points_and_does_not_rerun_them(
     out, err = again.communicate(timeout=600)
     assert again.returncode == 0, err
     assert f"{len(finished)} already finished" in out
-    assert all((tmp_path / "cut" / k / "summary.json").stat().st_mtime_ns == stamps[k]
-               for k in finished)
+    assert all(
+        (tmp_path / "cut" / k / "summary.json").stat().st_mtime_ns == stamps[k] for k in finished
+    )
     if sig != signal.SIGTERM:
         return  # the table comparison once is enough
     whole = _cli(*args, "--out", str(tmp_path / "whole"))
     whole.communicate(timeout=600)
-    pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "cut" / "records.parquet"),
-                                  pd.read_parquet(tmp_path / "whole" / "records.parquet"))
+    pd.testing.assert_frame_equal(
+        pd.read_parquet(tmp_path / "cut" / "records.parquet"),
+        pd.read_parquet(tmp_path / "whole" / "records.parquet"),
+    )
 
 
 def test_cli_sweep_prints_full_headers_and_reports_invalid_points(tmp_path):
     scenario = tmp_path / "s.yaml"
     scenario.write_text(json.dumps(BASE))
-    out = subprocess.run([sys.executable, "-m", "flnet.cli", "sweep", str(scenario), "-q",
-                          "--grid", "algorithm.local.optimizer.name=sgd,sps",
-                          "--grid", "algorithm.local.lr=1e-3", "--set", "run.rounds=2",
-                          "--out", str(tmp_path / "o"), "--workers", "0"],
-                         capture_output=True, text=True, cwd=ROOT, timeout=300)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "flnet.cli",
+            "sweep",
+            str(scenario),
+            "-q",
+            "--grid",
+            "algorithm.local.optimizer.name=sgd,sps",
+            "--grid",
+            "algorithm.local.lr=1e-3",
+            "--set",
+            "run.rounds=2",
+            "--out",
+            str(tmp_path / "o"),
+            "--workers",
+            "0",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=300,
+    )
     assert out.returncode == 1, out.stderr
     assert "algorithm.local.optimizer.name" in out.stdout and "final_test_accuracy" in out.stdout
     assert "invalid: algorithm.local.lr: sps sets its own step size" in out.stderr
@@ -260,8 +311,7 @@ def test_a_scenario_files_sweep_section_is_the_sweep_and_the_command_line_adds_t
     assert "sweep" not in base and base["name"] == "tau_snr"
     points = plan(base, spec)
     assert len(points) == 12 and all(p.key for p in points)
-    assert points[0].values == {"radio.uplink_snr_db": 0.0, "algorithm.local.steps": 1,
-                                "seed": 0}
+    assert points[0].values == {"radio.uplink_snr_db": 0.0, "algorithm.local.steps": 1, "seed": 0}
     more = plan(base, combine(spec, spec_from({"algorithm.local.lr": [0.05, 0.1]})))
     assert len(more) == 24
     with pytest.raises(ScenarioError, match="algorithm.local.steps is swept in the file"):

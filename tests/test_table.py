@@ -38,7 +38,7 @@ def test_a_table_costs_memory_only_for_the_rows_written():
 def test_rows_survive_growth_across_blocks_in_any_order():
     rng = np.random.default_rng(0)
     table = ClientTable(Pair(torch.zeros(3), torch.zeros(())))
-    order = rng.permutation(10_000)[:5 * BLOCK_ROWS]
+    order = rng.permutation(10_000)[: 5 * BLOCK_ROWS]
     for chunk in np.array_split(order, 17):
         table.put(chunk, pair_rows(chunk))
     ask = np.concatenate([order[::7], [10_001, 10_002]])
@@ -70,8 +70,11 @@ def test_state_dict_round_trips_through_a_weights_only_load(tmp_path):
 def test_keep_writes_only_the_positions_committed():
     table, other = ClientTable(torch.zeros(2)), ClientTable(torch.zeros(()))
     cohort = np.array([10, 20, 30])
-    keep = Keeps(Keep(table, cohort, torch.tensor([[1.0, 1], [2, 2], [3, 3]])),
-                 Keep(other, cohort, torch.tensor([1.0, 2, 3])), None)
+    keep = Keeps(
+        Keep(table, cohort, torch.tensor([[1.0, 1], [2, 2], [3, 3]])),
+        Keep(other, cohort, torch.tensor([1.0, 2, 3])),
+        None,
+    )
     keep.commit(np.array([2]))
     keep.commit(np.array([], dtype=np.int64))
     keep.commit(np.array([0]))

@@ -12,18 +12,26 @@ from flnet.sim import topology as topo
 def test_ring_of_four_uniform_by_hand():
     w = topo.mixing_matrix(topo.graph("ring", 4), "uniform")
     third = 1 / 3
-    assert np.array_equal(w, np.array([[third, third, 0, third],
-                                       [third, third, third, 0],
-                                       [0, third, third, third],
-                                       [third, 0, third, third]]))
+    assert np.array_equal(
+        w,
+        np.array(
+            [
+                [third, third, 0, third],
+                [third, third, third, 0],
+                [0, third, third, third],
+                [third, 0, third, third],
+            ]
+        ),
+    )
     assert topo.is_doubly_stochastic(w) and topo.is_symmetric(w)
 
 
 def test_metropolis_hastings_on_a_path_of_three_by_hand():
     """Degrees 1, 2, 1: every edge weighs 1/(1 + 2) = 1/3; the ends keep 2/3, the middle 1/3."""
     w = topo.mixing_matrix(nx.path_graph(3), "metropolis_hastings")
-    np.testing.assert_allclose(w, [[2 / 3, 1 / 3, 0], [1 / 3, 1 / 3, 1 / 3], [0, 1 / 3, 2 / 3]],
-                               rtol=0, atol=1e-15)
+    np.testing.assert_allclose(
+        w, [[2 / 3, 1 / 3, 0], [1 / 3, 1 / 3, 1 / 3], [0, 1 / 3, 2 / 3]], rtol=0, atol=1e-15
+    )
     assert topo.is_doubly_stochastic(w) and topo.is_symmetric(w)
 
 
@@ -47,14 +55,16 @@ def test_spectral_gaps_of_known_graphs():
     assert topo.spectral_gap(w) == pytest.approx(1 / 3, abs=1e-12)
     # ring of m, uniform 1/3: lambda_k = 1/3 + 2/3 cos(2 pi k / m); for m = 6 the moduli are
     # 1, 2/3, 2/3, 0, 0, 1/3 -> gap 1/3
-    assert topo.spectral_gap(topo.mixing_matrix(topo.graph("ring", 6), "uniform")) == \
-        pytest.approx(1 / 3, abs=1e-12)
+    assert topo.spectral_gap(topo.mixing_matrix(topo.graph("ring", 6), "uniform")) == pytest.approx(
+        1 / 3, abs=1e-12
+    )
     # ring of 16: OledFL digest's table, lambda_2 = 0.9493
     gap16 = topo.spectral_gap(topo.mixing_matrix(topo.graph("ring", 16), "uniform"))
     assert gap16 == pytest.approx((2 / 3) * (1 - math.cos(2 * math.pi / 16)), abs=1e-12)
     # full graph: W = 11^T / n, every other eigenvalue 0
-    assert topo.spectral_gap(topo.mixing_matrix(topo.graph("full", 5), "uniform")) == \
-        pytest.approx(1.0, abs=1e-12)
+    assert topo.spectral_gap(topo.mixing_matrix(topo.graph("full", 5), "uniform")) == pytest.approx(
+        1.0, abs=1e-12
+    )
     # uniform weights on a path (not symmetric): eigenvalues 1, 1/2 (eigenvector (1, 0, -1))
     # and 4/3 - 1 - 1/2 = -1/6 (trace 4/3) -> gap 1/2
     wu = topo.mixing_matrix(nx.path_graph(3), "uniform")
@@ -87,32 +97,39 @@ def test_erdos_renyi_is_seeded_and_connected():
     assert topo.spectral_gap(a) > 0
 
 
-@pytest.mark.parametrize("make, field", [
-    (lambda: topo.graph("torus", 10), "algorithm.topology.kind"),
-    (lambda: topo.graph("grid", 8), "algorithm.topology.kind"),
-    (lambda: topo.erdos_renyi(10, 1.5, np.random.default_rng(0)), "algorithm.topology.p"),
-    (lambda: topo.erdos_renyi(10, -0.1, np.random.default_rng(0)), "algorithm.topology.p"),
-    (lambda: topo.erdos_renyi(30, 0.0, np.random.default_rng(0)), "algorithm.topology.p"),
-    (lambda: topo.check_connected(nx.Graph([(0, 1), (2, 3)])), "algorithm.topology"),
-    (lambda: topo.mixing_matrix(topo.graph("ring", 4), "equal"), "algorithm.topology.weights"),
-    (lambda: topo.graph("star", 4), "algorithm.topology.kind"),
-])
+@pytest.mark.parametrize(
+    "make, field",
+    [
+        (lambda: topo.graph("torus", 10), "algorithm.topology.kind"),
+        (lambda: topo.graph("grid", 8), "algorithm.topology.kind"),
+        (lambda: topo.erdos_renyi(10, 1.5, np.random.default_rng(0)), "algorithm.topology.p"),
+        (lambda: topo.erdos_renyi(10, -0.1, np.random.default_rng(0)), "algorithm.topology.p"),
+        (lambda: topo.erdos_renyi(30, 0.0, np.random.default_rng(0)), "algorithm.topology.p"),
+        (lambda: topo.check_connected(nx.Graph([(0, 1), (2, 3)])), "algorithm.topology"),
+        (lambda: topo.mixing_matrix(topo.graph("ring", 4), "equal"), "algorithm.topology.weights"),
+        (lambda: topo.graph("star", 4), "algorithm.topology.kind"),
+    ],
+)
 def test_impossible_topologies_name_their_field(make, field):
     with pytest.raises(ScenarioError) as err:
         make()
     assert err.value.field == field
 
 
-@pytest.mark.parametrize("matrix, words", [
-    ([[0.5, 0.4], [0.5, 0.5]], "row 0 sums to 0.9"),
-    ([[1.5, -0.5], [0.5, 0.5]], "must be >= 0"),
-    ([[1.0, 0.0], [0.0, 1.0]], "disconnected"),
-    ([[1.0, 0.0, 0.0]], "square"),
-])
+@pytest.mark.parametrize(
+    "matrix, words",
+    [
+        ([[0.5, 0.4], [0.5, 0.5]], "row 0 sums to 0.9"),
+        ([[1.5, -0.5], [0.5, 0.5]], "must be >= 0"),
+        ([[1.0, 0.0], [0.0, 1.0]], "disconnected"),
+        ([[1.0, 0.0, 0.0]], "square"),
+    ],
+)
 def test_a_given_matrix_must_be_stochastic_and_connected(matrix, words):
     with pytest.raises(ScenarioError, match=words) as err:
-        topo.from_config(MatrixTopology(kind="matrix", matrix=matrix), len(matrix),
-                         np.random.default_rng(0))
+        topo.from_config(
+            MatrixTopology(kind="matrix", matrix=matrix), len(matrix), np.random.default_rng(0)
+        )
     assert err.value.field == "algorithm.topology.matrix"
 
 
@@ -131,7 +148,7 @@ def test_default_topology_is_a_metropolis_hastings_ring():
 def test_erdos_renyi_pairs_are_every_pair_once():
     i, j = topo._pair(np.arange(10 * 9 // 2))
     assert sorted(zip(i, j)) == [(a, b) for a in range(10) for b in range(a)]
-    big = np.array([2 ** 40 + 12345, 2 ** 52 - 1])  # where a float square root alone is off
+    big = np.array([2**40 + 12345, 2**52 - 1])  # where a float square root alone is off
     i, j = topo._pair(big)
     for k, a, b in zip(big.tolist(), i, j):
         assert a * (a - 1) // 2 + b == k and 0 <= b < a

@@ -21,16 +21,27 @@ UP_HZ, DOWN_HZ = 1e6, 2e6
 
 def three_clients(scenario, **over):
     sections = dict(
-        clients={"count": 3, "cpu_hz": {"kind": "per_client", "values": CPU_HZ},
-                 "flops_per_cycle": FPC, "kappa": KAPPA},
-        radio={"mode": "direct", "tx_power_dbm": TX_DBM,
-               "uplink_snr_db": {"kind": "per_client", "values": UP_DB},
-               "downlink_snr_db": {"kind": "per_client", "values": DOWN_DB},
-               "uplink": {"bandwidth_hz": UP_HZ, "sharing": "dedicated"},
-               "downlink": {"bandwidth_hz": DOWN_HZ, "sharing": "dedicated"}},
-        algorithm={"name": "fedavg", "cohort": {"clients_per_round": 3},
-                   "local": {"steps": STEPS, "batch_size": BATCH}},
-        run={"rounds": 1})
+        clients={
+            "count": 3,
+            "cpu_hz": {"kind": "per_client", "values": CPU_HZ},
+            "flops_per_cycle": FPC,
+            "kappa": KAPPA,
+        },
+        radio={
+            "mode": "direct",
+            "tx_power_dbm": TX_DBM,
+            "uplink_snr_db": {"kind": "per_client", "values": UP_DB},
+            "downlink_snr_db": {"kind": "per_client", "values": DOWN_DB},
+            "uplink": {"bandwidth_hz": UP_HZ, "sharing": "dedicated"},
+            "downlink": {"bandwidth_hz": DOWN_HZ, "sharing": "dedicated"},
+        },
+        algorithm={
+            "name": "fedavg",
+            "cohort": {"clients_per_round": 3},
+            "local": {"steps": STEPS, "batch_size": BATCH},
+        },
+        run={"rounds": 1},
+    )
     for key, value in over.items():
         sections[key] = {**sections[key], **value}
     return scenario(**sections)
@@ -65,7 +76,7 @@ def test_energy_is_formula_and_equals_ledger_sum(scenario):
     res = run(three_clients(scenario), write=False)
     down, comp, up = hand_times()
     cycles = STEPS * BATCH * FLOPS_PER_SAMPLE / FPC
-    e_comp = sum(KAPPA * cycles * f ** 2 for f in CPU_HZ)
+    e_comp = sum(KAPPA * cycles * f**2 for f in CPU_HZ)
     e_up = 10 ** ((TX_DBM - 30) / 10) * up.sum()
     last = res.records.iloc[-1]
     assert last.energy_compute_j == pytest.approx(e_comp)
@@ -78,8 +89,11 @@ def test_energy_is_formula_and_equals_ledger_sum(scenario):
 def test_shared_uplink_slows_concurrent_uploads_as_the_split_predicts(scenario):
     # identical clients: uploads start together and share the band in halves... thirds
     same = {"cpu_hz": 1e9}
-    radio = {"uplink_snr_db": 10.0, "downlink_snr_db": 20.0,
-             "uplink": {"bandwidth_hz": UP_HZ, "sharing": "shared"}}
+    radio = {
+        "uplink_snr_db": 10.0,
+        "downlink_snr_db": 20.0,
+        "uplink": {"bandwidth_hz": UP_HZ, "sharing": "shared"},
+    }
     res = run(three_clients(scenario, clients=same, radio=radio), write=False)
     up = res.ledger[res.ledger.kind == "upload"]
     third = UP_HZ / 3 * math.log2(1 + 10.0 * 3)  # SNR over a third of the band is 3x
@@ -93,9 +107,12 @@ def test_deadline_drops_the_late_client_and_charges_its_energy(scenario):
     total = down + comp + up
     order = np.argsort(total)
     deadline = (total[order[1]] + total[order[2]]) / 2  # between 2nd and slowest
-    res = run(three_clients(scenario, algorithm={"cohort": {"clients_per_round": 3,
-                                                            "deadline_s": deadline}}),
-              write=False)
+    res = run(
+        three_clients(
+            scenario, algorithm={"cohort": {"clients_per_round": 3, "deadline_s": deadline}}
+        ),
+        write=False,
+    )
     late = int(order[2])
     assert res.records.set_index("round").loc[1, "sim_time_s"] == pytest.approx(deadline)
     led = res.ledger[res.ledger.kind != "evaluate"]
@@ -110,9 +127,12 @@ def test_deadline_drops_the_late_client_and_charges_its_energy(scenario):
 
 def test_over_selection_keeps_the_first_k_and_cancels_the_rest(scenario):
     down, comp, up = hand_times()
-    res = run(three_clients(scenario, algorithm={"cohort": {"clients_per_round": 2,
-                                                            "over_selection": 1.5}}),
-              write=False)
+    res = run(
+        three_clients(
+            scenario, algorithm={"cohort": {"clients_per_round": 2, "over_selection": 1.5}}
+        ),
+        write=False,
+    )
     total = down + comp + up
     second = np.sort(total)[1]
     assert res.records.set_index("round").loc[1, "sim_time_s"] == pytest.approx(second)
@@ -124,19 +144,20 @@ def test_over_selection_keeps_the_first_k_and_cancels_the_rest(scenario):
 def test_device_to_device_transfer_charges_each_device_on_its_own_row(scenario):
     """A client-to-client link is one more edge, timed by the same machinery; the sender pays
     its transmit power and carries the bits, the receiver pays its receive power."""
+    from flnet.runner import Run
     from flnet.sim.channel import band as open_band
     from flnet.sim.ledger import Tag
     from flnet.sim.network import Link
     from flnet.sim.patterns import Packet
-    from flnet.runner import Run
 
     sim = Run(three_clients(scenario), write=False)
     world = sim.world
     band = open_band(world.env, 1e6, shared=True, users=3)
     snr_hz = 10 ** (10 / 10) * 1e6  # 10 dB over the band
     for a, b in ((0, 1), (1, 2)):
-        world.network.add_link(a, b, Link(band, snr_hz, power_w=0.2 + 0.05, kind="d2d",
-                                          rx_power_w=0.1))
+        world.network.add_link(
+            a, b, Link(band, snr_hz, power_w=0.2 + 0.05, kind="d2d", rx_power_w=0.1)
+        )
     start = world.now
     p1 = world.transfer(0, 1, Packet(None, BITS), Tag("exchange", 1))
     p2 = world.transfer(1, 2, Packet(None, BITS), Tag("exchange", 1))
@@ -158,9 +179,7 @@ def _pipeline_processes(world, clients, flops, bits, deadline_s):
     processes, stopped by interrupts: what `round_trip`'s callbacks must match."""
     import simpy
 
-    from flnet.sim.ledger import SERVER
-
-    from flnet.sim.ledger import Tag
+    from flnet.sim.ledger import SERVER, Tag
     from flnet.sim.patterns import Packet
 
     tag, msg = Tag("round_trip", 1), Packet(None, bits)
@@ -203,8 +222,17 @@ def test_round_trip_charges_what_one_process_per_client_would(scenario, deadline
     for by_callbacks in (True, False):
         world = Run(sc, write=False).world
         if by_callbacks:
-            done = world.env.process(round_trip(world, np.arange(3), Packet(None, BITS), flops,
-                                                Packet(None, BITS), tag=1, deadline_s=deadline))
+            done = world.env.process(
+                round_trip(
+                    world,
+                    np.arange(3),
+                    Packet(None, BITS),
+                    flops,
+                    Packet(None, BITS),
+                    tag=1,
+                    deadline_s=deadline,
+                )
+            )
             world.env.run(until=done)
         else:
             _pipeline_processes(world, np.arange(3), flops, BITS, deadline)

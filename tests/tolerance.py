@@ -21,8 +21,12 @@ PARAM_RTOL = 1e-5
 PARAM_ATOL = 1e-6  # for entries near zero, where a relative bound means nothing
 COST_RTOL = 1e-12
 LOSS_COLUMNS = ("test_loss",)
-ACCURACY_COLUMNS = ("test_accuracy", "client_accuracy_mean", "client_accuracy_worst",
-                    "client_accuracy_p10")
+ACCURACY_COLUMNS = (
+    "test_accuracy",
+    "client_accuracy_mean",
+    "client_accuracy_worst",
+    "client_accuracy_p10",
+)
 
 
 def assert_tensors_close(a: torch.Tensor, b: torch.Tensor) -> None:
@@ -32,8 +36,9 @@ def assert_tensors_close(a: torch.Tensor, b: torch.Tensor) -> None:
 def accuracy_close(a, b, eval_rows: int) -> bool:
     """Accuracies (scalars or arrays) within one of `eval_rows` samples (plus 4-decimal rounding
     of a printed reference)."""
-    return bool(np.all(np.abs(np.asarray(a, float) - np.asarray(b, float))
-                       <= 1.0 / eval_rows + 5e-5))
+    return bool(
+        np.all(np.abs(np.asarray(a, float) - np.asarray(b, float)) <= 1.0 / eval_rows + 5e-5)
+    )
 
 
 def assert_records_close(a: pd.DataFrame, b: pd.DataFrame, *, eval_rows: int) -> None:

@@ -13,9 +13,13 @@ from collections.abc import Mapping
 from importlib import import_module
 from types import ModuleType
 
-MODULES = {"fedavg": "flnet.algorithms.fedavg", "fedprox": "flnet.algorithms.fedprox",
-           "dpsgd": "flnet.algorithms.dpsgd", "fedbuff": "flnet.algorithms.fedbuff",
-           "scaffold": "flnet.algorithms.scaffold"}
+MODULES = {
+    "fedavg": "flnet.algorithms.fedavg",
+    "fedprox": "flnet.algorithms.fedprox",
+    "dpsgd": "flnet.algorithms.dpsgd",
+    "fedbuff": "flnet.algorithms.fedbuff",
+    "scaffold": "flnet.algorithms.scaffold",
+}
 
 
 class _Lazy(Mapping):

@@ -32,16 +32,21 @@ class DpsgdConfig(Strict):
     topology: TopologyConfig = GraphTopology()
     local: LocalConfig = LocalConfig(steps=1)
     timeout_s: float | None = Field(
-        None, gt=0, description="a node stops waiting for messages this long after the "
-                                "iteration starts; late ones count as lost")
+        None,
+        gt=0,
+        description="a node stops waiting for messages this long after the "
+        "iteration starts; late ones count as lost",
+    )
 
     @model_validator(mode="after")
     def _one_step(self):
         if self.local.steps != 1:
             raise PydanticCustomError(
-                "inconsistent", "D-PSGD takes one gradient step per communication (Lian et al. "
+                "inconsistent",
+                "D-PSGD takes one gradient step per communication (Lian et al. "
                 "2017, Algorithm 1); must be 1, got {steps}",
-                {"field": "algorithm.local.steps", "steps": self.local.steps})
+                {"field": "algorithm.local.steps", "steps": self.local.steps},
+            )
         return self
 
 
@@ -53,7 +58,8 @@ class FedBuffConfig(Strict):
     buffer_size: int = Field(5, ge=1, description="deltas per server update (K)")
     server_lr: float = Field(1.0, gt=0, description="eta_g")
     staleness_weighting: Literal["sqrt", "none"] = Field(
-        "sqrt", description="sqrt: 1/sqrt(1 + staleness); none: every delta weighs 1")
+        "sqrt", description="sqrt: 1/sqrt(1 + staleness); none: every delta weighs 1"
+    )
     local: LocalConfig = LocalConfig()
 
 
@@ -66,11 +72,18 @@ class ScaffoldConfig(Strict):
     @model_validator(mode="after")
     def _has_a_learning_rate(self):
         if self.local.optimizer.default_lr is None:
-            raise ValueError(f"local.optimizer: option II control variates need the local "
-                             f"learning rate eta_l; {self.local.optimizer.name} has none "
-                             "(use sgd, adam or adagrad)")
+            raise ValueError(
+                f"local.optimizer: option II control variates need the local "
+                f"learning rate eta_l; {self.local.optimizer.name} has none "
+                "(use sgd, adam or adagrad)"
+            )
         return self
 
 
-CONFIGS = {"fedavg": FedAvgConfig, "fedprox": FedProxConfig, "dpsgd": DpsgdConfig,
-           "fedbuff": FedBuffConfig, "scaffold": ScaffoldConfig}
+CONFIGS = {
+    "fedavg": FedAvgConfig,
+    "fedprox": FedProxConfig,
+    "dpsgd": DpsgdConfig,
+    "fedbuff": FedBuffConfig,
+    "scaffold": ScaffoldConfig,
+}

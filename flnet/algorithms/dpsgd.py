@@ -47,8 +47,9 @@ def init(learn, cfg: Config) -> State:
     return State(0, x0.expand(learn.data.num_clients, -1).clone())
 
 
-def step(w: torch.Tensor, x: torch.Tensor, y: torch.Tensor,
-         arrived: torch.Tensor | None = None) -> torch.Tensor:
+def step(
+    w: torch.Tensor, x: torch.Tensor, y: torch.Tensor, arrived: torch.Tensor | None = None
+) -> torch.Tensor:
     """Lines 4-5: X_{k+1} = W_t X_k - gamma G_k, with gamma G_k = X_k - Y.
 
     w [n, n], x [n, P] the models sent, y [n, P] each node's one local step from its x,
@@ -72,14 +73,21 @@ def protocol(world: AbstractWorld, learn, cfg: Config, state: State, loss_fn=Non
     sender = torch.as_tensor(links[:, 0], device=x.device)
     nodes = np.arange(n)
     for k in world.steps(state.round):
-        work = learn.local_train(nodes, x, cfg.local, k, loss_fn=loss_fn)     # lines 2-3
-        done = yield from exchange(world, nodes, links, Packet(x, bits(ModelMessage(x[0]))),
-                                   work.flops, tag=k, timeout_s=cfg.timeout_s)
+        work = learn.local_train(nodes, x, cfg.local, k, loss_fn=loss_fn)  # lines 2-3
+        done = yield from exchange(
+            world,
+            nodes,
+            links,
+            Packet(x, bits(ModelMessage(x[0]))),
+            work.flops,
+            tag=k,
+            timeout_s=cfg.timeout_s,
+        )
         if work.keep is not None:  # persisted optimizer states: every node's compute completed
             work.keep.commit(nodes)
         arrived = None
         if not done.arrived.all():  # arrived[i, j]: x_j reached node i
             arrived = torch.ones(n, n, dtype=torch.bool, device=x.device)
             arrived[receiver, sender] = torch.as_tensor(done.arrived, device=x.device)
-        x = step(w, x, work.params, arrived)                                   # lines 4-5
+        x = step(w, x, work.params, arrived)  # lines 4-5
         world.publish(progress(State(k, x)))

@@ -40,15 +40,29 @@ def protocol(world: AbstractWorld, learn, cfg: Config, state: State, local_loss=
     x = state.x
     k = cfg.cohort.k(world.num_clients)
     for t in world.steps(state.round):
-        cohort = world.sample_clients(k, t, cfg.cohort.over_selection)          # S_t
-        work = learn.local_train(cohort, x, cfg.local, t,                  # ClientUpdate(k, x_t)
-                                 loss_fn=local_loss(x) if local_loss else None)
-        done = yield from round_trip(world, cohort, Packet(x, bits(ModelMessage(x))), work.flops,
-                                     Packet(work.params, bits(ModelMessage(work.params[0]))),
-                                     tag=t, deadline_s=cfg.cohort.deadline_s, keep=k,
-                                     client_state=work.keep)
+        cohort = world.sample_clients(k, t, cfg.cohort.over_selection)  # S_t
+        work = learn.local_train(
+            cohort,
+            x,
+            cfg.local,
+            t,  # ClientUpdate(k, x_t)
+            loss_fn=local_loss(x) if local_loss else None,
+        )
+        done = yield from round_trip(
+            world,
+            cohort,
+            Packet(x, bits(ModelMessage(x))),
+            work.flops,
+            Packet(work.params, bits(ModelMessage(work.params[0]))),
+            tag=t,
+            deadline_s=cfg.cohort.deadline_s,
+            keep=k,
+            client_state=work.keep,
+        )
         if len(done.positions):
             delivered = torch.as_tensor(done.positions, device=x.device)
-            x = weighted_mean(work.params.index_select(0, delivered),          # line 8
-                              learn.num_samples[cohort[done.positions]])
+            x = weighted_mean(
+                work.params.index_select(0, delivered),  # line 8
+                learn.num_samples[cohort[done.positions]],
+            )
         world.publish(progress(State(t, x)))

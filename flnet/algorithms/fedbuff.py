@@ -63,9 +63,12 @@ def receive(state: State, delta: torch.Tensor, tau: int, cfg: Config) -> State:
     buffer = state.buffer + staleness_weight(tau, cfg.staleness_weighting) * delta
     buffered = state.buffered + 1
     if buffered < cfg.buffer_size:
-        return state._replace(buffer=buffer, buffered=buffered,
-                              staleness_sum=state.staleness_sum + tau,
-                              staleness_max=max(state.staleness_max, tau))
+        return state._replace(
+            buffer=buffer,
+            buffered=buffered,
+            staleness_sum=state.staleness_sum + tau,
+            staleness_max=max(state.staleness_max, tau),
+        )
     x = state.x + cfg.server_lr / cfg.buffer_size * buffer
     return State(state.round + 1, x, torch.zeros_like(x), 0)
 
@@ -86,11 +89,21 @@ class Server:
     def work(self, client: int, count: int) -> Work:
         """ClientUpdate from y_0 = the current x, keyed by (client, count)."""
         x = self.state.x
-        done = self.learn.local_train(np.array([client]), x, self.cfg.local, self.state.round,
-                                      loss_fn=self.loss_fn, work_counts=np.array([count]))
-        delta = done.params[0] - x                                       # y_Q - y_0
-        return Work(Packet(x, self.model_bits), float(done.flops[0]),
-                    Packet(delta, self.model_bits), state=done.keep)  # persisted optimizer
+        done = self.learn.local_train(
+            np.array([client]),
+            x,
+            self.cfg.local,
+            self.state.round,
+            loss_fn=self.loss_fn,
+            work_counts=np.array([count]),
+        )
+        delta = done.params[0] - x  # y_Q - y_0
+        return Work(
+            Packet(x, self.model_bits),
+            float(done.flops[0]),
+            Packet(delta, self.model_bits),
+            state=done.keep,
+        )  # persisted optimizer
 
     def receive(self, arrival: Arrival) -> Progress | None:
         before, tau = self.state, arrival.staleness
@@ -98,12 +111,22 @@ class Server:
         if self.state.round == before.round:
             return None
         k = self.cfg.buffer_size
-        return progress(self.state, {"staleness_mean": (before.staleness_sum + tau) / k,
-                                     "staleness_max": max(before.staleness_max, tau)})
+        return progress(
+            self.state,
+            {
+                "staleness_mean": (before.staleness_sum + tau) / k,
+                "staleness_max": max(before.staleness_max, tau),
+            },
+        )
 
 
 def protocol(world: AbstractWorld, learn, cfg: Config, state: State, loss_fn=None):
     """Resumes a checkpoint's stream exactly: `state.flight` is what was under way then."""
     server = Server(learn, cfg, state, loss_fn)
-    yield from stream(world, server, np.arange(world.num_clients), concurrency=cfg.concurrency,
-                      resume=state.flight)
+    yield from stream(
+        world,
+        server,
+        np.arange(world.num_clients),
+        concurrency=cfg.concurrency,
+        resume=state.flight,
+    )

@@ -14,8 +14,8 @@ from __future__ import annotations
 import torch
 
 from flnet.algorithms import fedavg
-from flnet.learn.cohort import cross_entropy
 from flnet.algorithms.configs import FedProxConfig as Config
+from flnet.learn.cohort import cross_entropy
 
 State = fedavg.State
 init = fedavg.init
@@ -32,5 +32,4 @@ def proximal_loss(mu: float, anchor: torch.Tensor):
 
 
 def protocol(world, learn, cfg: Config, state: State):
-    return fedavg.protocol(world, learn, cfg, state,
-                           local_loss=lambda x: proximal_loss(cfg.mu, x))
+    return fedavg.protocol(world, learn, cfg, state, local_loss=lambda x: proximal_loss(cfg.mu, x))

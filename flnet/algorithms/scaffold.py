@@ -64,8 +64,14 @@ def progress(state: State) -> Progress:
     return Progress(state.round, state.x, state)
 
 
-def client_control(c_i: torch.Tensor, c: torch.Tensor, x: torch.Tensor, y: torch.Tensor,
-                   steps: torch.Tensor, lr: float) -> torch.Tensor:
+def client_control(
+    c_i: torch.Tensor,
+    c: torch.Tensor,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    steps: torch.Tensor,
+    lr: float,
+) -> torch.Tensor:
     """Option II (line 12): c_i+ = c_i - c + (x - y_i) / (K_i eta_l); c_i, y [C, P]; c, x [P];
     steps K_i [C] (all K with `local.steps`, ceil(n_i / B) * E with `local.epochs`)."""
     return c_i - c + (x - y) / (steps.to(y.dtype)[:, None] * lr)
@@ -79,24 +85,44 @@ def server_step(x, c, dy, dc, num_clients: int, server_lr: float):
 def protocol(world: AbstractWorld, learn, cfg: Config, state: State, loss_fn=None):
     """`loss_fn` replaces the clients' cross-entropy (tests use a quadratic)."""
     x, c = state.x, state.c
-    c_table = learn.client_table("scaffold.c_i", torch.zeros_like(x))   # rows only once written
+    c_table = learn.client_table("scaffold.c_i", torch.zeros_like(x))  # rows only once written
     lr = cfg.local.lr if cfg.local.lr is not None else cfg.local.optimizer.default_lr
     corrected = optim.chain(optim.add_correction(), optim.from_config(cfg.local))
     k = cfg.cohort.k(world.num_clients)
     for t in world.steps(state.round):
-        cohort = world.sample_clients(k, t, cfg.cohort.over_selection)          # S
-        c_i = c_table.rows(cohort)                                              # [C, P]
-        work = learn.local_train(cohort, x, cfg.local, t, optimizer=corrected,  # lines 7-11
-                                 loss_fn=loss_fn, aux=c - c_i)
+        cohort = world.sample_clients(k, t, cfg.cohort.over_selection)  # S
+        c_i = c_table.rows(cohort)  # [C, P]
+        work = learn.local_train(
+            cohort,
+            x,
+            cfg.local,
+            t,
+            optimizer=corrected,  # lines 7-11
+            loss_fn=loss_fn,
+            aux=c - c_i,
+        )
         k_i = torch.as_tensor(work.steps, device=x.device)
-        c_new = client_control(c_i, c, x, work.params, k_i, lr)                # line 12
-        up = Up(work.params - x, c_new - c_i)                                   # line 13
+        c_new = client_control(c_i, c, x, work.params, k_i, lr)  # line 12
+        up = Up(work.params - x, c_new - c_i)  # line 13
         done = yield from round_trip(
-            world, cohort, Packet(Down(x, c), bits(Down(x, c))), work.flops,
-            Packet(up, bits(Up(up.dy[0], up.dc[0]))), tag=t, deadline_s=cfg.cohort.deadline_s,
-            keep=k, client_state=Keeps(Keep(c_table, cohort, c_new), work.keep))  # line 14
+            world,
+            cohort,
+            Packet(Down(x, c), bits(Down(x, c))),
+            work.flops,
+            Packet(up, bits(Up(up.dy[0], up.dc[0]))),
+            tag=t,
+            deadline_s=cfg.cohort.deadline_s,
+            keep=k,
+            client_state=Keeps(Keep(c_table, cohort, c_new), work.keep),
+        )  # line 14
         if len(done.positions):
             arrived = torch.as_tensor(done.positions, device=x.device)
-            x, c = server_step(x, c, up.dy.index_select(0, arrived),             # lines 16-17
-                               up.dc.index_select(0, arrived), world.num_clients, cfg.server_lr)
+            x, c = server_step(
+                x,
+                c,
+                up.dy.index_select(0, arrived),  # lines 16-17
+                up.dc.index_select(0, arrived),
+                world.num_clients,
+                cfg.server_lr,
+            )
         world.publish(progress(State(t, x, c)))

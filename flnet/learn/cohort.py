@@ -23,7 +23,8 @@ the whole cohort's rows beside a slice's parameters.
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, NamedTuple
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -55,13 +56,13 @@ class CohortResult(NamedTuple):
 PAD = -100  # label of a minibatch slot with no sample (a short last batch of an epoch)
 
 
-def cross_entropy(model: Model, params: torch.Tensor, x: torch.Tensor, y: torch.Tensor,
-                  aux: Any = None) -> torch.Tensor:
+def cross_entropy(
+    model: Model, params: torch.Tensor, x: torch.Tensor, y: torch.Tensor, aux: Any = None
+) -> torch.Tensor:
     """Per-client mean cross-entropy ``[C]`` over the real samples: params [C, P],
     x [C, B, *input], y [C, B] with PAD in slots that hold no sample."""
     logits = model.forward_stacked(params, x)
-    loss = F.cross_entropy(logits.flatten(0, 1), y.flatten(), reduction="none",
-                           ignore_index=PAD)
+    loss = F.cross_entropy(logits.flatten(0, 1), y.flatten(), reduction="none", ignore_index=PAD)
     return loss.view(y.shape).sum(1) / (y != PAD).sum(1)
 
 
@@ -92,16 +93,20 @@ def dense_layers(model: Model) -> list[_Dense] | None:
     if not isinstance(module, nn.Sequential):
         return None
     offsets = dict(zip(model.names, np.cumsum([0, *model.sizes])))
-    span = lambda name: (int(offsets[name]), int(offsets[name]) + model.sizes[  # noqa: E731
-        model.names.index(name)])
+
+    def span(name: str) -> tuple[int, int]:
+        start = int(offsets[name])
+        return start, start + model.sizes[model.names.index(name)]
+
     layers: list[_Dense] = []
     for name, child in module.named_children():
         if isinstance(child, nn.Flatten) and not layers:
             flat = (child.start_dim, child.end_dim) == (1, -1)
         elif isinstance(child, nn.Linear) and flat:
             bias = span(f"{name}.bias") if child.bias is not None else None
-            layers.append(_Dense(span(f"{name}.weight"), bias,
-                                 (child.out_features, child.in_features), False))
+            layers.append(
+                _Dense(span(f"{name}.weight"), bias, (child.out_features, child.in_features), False)
+            )
         elif isinstance(child, nn.ReLU) and layers and not layers[-1].relu:
             layers[-1] = layers[-1]._replace(relu=True)
         else:
@@ -131,9 +136,11 @@ class DenseStack:
             k = last.shape[0]
             self._buffers[key] = {
                 "act": [new(c, b, layer.shape[0]) for layer in hidden],
-                "logits": new(c, k, b), "exp": new(c, k, b),
-                "minus_1_over_b": torch.full((c, 1, b), -1.0 / b, dtype=like.dtype,
-                                             device=like.device),
+                "logits": new(c, k, b),
+                "exp": new(c, k, b),
+                "minus_1_over_b": torch.full(
+                    (c, 1, b), -1.0 / b, dtype=like.dtype, device=like.device
+                ),
                 "dweight": [new(c, *layer.shape) for layer in self.layers],
                 "dact": [new(c, b, layer.shape[0]) for layer in hidden],
             }
@@ -152,8 +159,9 @@ class DenseStack:
             if layer.bias is None:
                 torch.bmm(acts[-1], weight(layer).transpose(1, 2), out=a)
             else:
-                torch.baddbmm(bias(layer).unsqueeze(1), acts[-1], weight(layer).transpose(1, 2),
-                              out=a)
+                torch.baddbmm(
+                    bias(layer).unsqueeze(1), acts[-1], weight(layer).transpose(1, 2), out=a
+                )
             if layer.relu:
                 a.clamp_min_(0)
             acts.append(a)
@@ -208,20 +216,26 @@ def _where_rows(active: torch.Tensor, new, old):
 class Trainer:
     """Local training of cohorts of one model on one training set (on one device)."""
 
-    def __init__(self, model: Model, x_data: torch.Tensor, y_data: torch.Tensor,
-                 memory_bytes: int = BATCH_MEMORY_BYTES):
+    def __init__(
+        self,
+        model: Model,
+        x_data: torch.Tensor,
+        y_data: torch.Tensor,
+        memory_bytes: int = BATCH_MEMORY_BYTES,
+    ):
         self.model = model
         self.x_data = x_data  # [N, *input]
         self.y_data = y_data  # [N]
         self.memory_bytes = memory_bytes
-        self._has_conv = any(isinstance(m, nn.modules.conv._ConvNd)
-                             for m in model.module.modules())
+        self._has_conv = any(isinstance(m, nn.modules.conv._ConvNd) for m in model.module.modules())
         layers = dense_layers(model)
         self.default_value_and_grad: ValueAndGrad = (
-            DenseStack(layers) if layers else autograd_value_and_grad(model))
+            DenseStack(layers) if layers else autograd_value_and_grad(model)
+        )
 
-    def clients_per_call(self, num_clients: int, batch_size: int, path: str,
-                         optimizer: GradientTransformation) -> int:
+    def clients_per_call(
+        self, num_clients: int, batch_size: int, path: str, optimizer: GradientTransformation
+    ) -> int:
         """How many clients one batched computation takes: all (batched), one (sequential),
         or as many as fit in `memory_bytes` (auto): per client, parameters, gradients, updates
         and optimizer state (about 3 + 2 * grads_per_step copies of P) and one minibatch's
@@ -233,16 +247,27 @@ class Trainer:
         if path == "sequential" or (self._has_conv and self.x_data.device.type == "cpu"):
             return 1
         m = self.model
-        floats = (m.num_params * (3 + 2 * optimizer.grads_per_step)
-                  + batch_size * m.training_cost_per_sample.floats)
+        floats = (
+            m.num_params * (3 + 2 * optimizer.grads_per_step)
+            + batch_size * m.training_cost_per_sample.floats
+        )
         per_client = floats * self.x_data.element_size()
         return max(1, min(num_clients, self.memory_bytes // max(1, math.ceil(per_client))))
 
-    def train(self, params: torch.Tensor, batches: torch.Tensor, steps: torch.Tensor,
-              optimizer: GradientTransformation, opt_state: Any = None, *,
-              loss_fn: LossFn | None = None, path: str = "auto",
-              sizes: np.ndarray | None = None, aux: Any = None,
-              snapshot_at: int | torch.Tensor | None = None) -> CohortResult:
+    def train(
+        self,
+        params: torch.Tensor,
+        batches: torch.Tensor,
+        steps: torch.Tensor,
+        optimizer: GradientTransformation,
+        opt_state: Any = None,
+        *,
+        loss_fn: LossFn | None = None,
+        path: str = "auto",
+        sizes: np.ndarray | None = None,
+        aux: Any = None,
+        snapshot_at: int | torch.Tensor | None = None,
+    ) -> CohortResult:
         """Run each client's local steps.
 
         params [C, P]; batches [C, T, B] rows of the training set; steps [C] local steps per
@@ -255,31 +280,56 @@ class Trainer:
         the optimizer's ``update(..., aux=)``; `snapshot_at` (an int or [C]) asks for each
         client's iterate after that many of its steps (its last, where it takes fewer).
         """
-        value_and_grad = (self.default_value_and_grad if loss_fn is None
-                          else autograd_value_and_grad(self.model, loss_fn))
+        value_and_grad = (
+            self.default_value_and_grad
+            if loss_fn is None
+            else autograd_value_and_grad(self.model, loss_fn)
+        )
         engines = (value_and_grad, autograd_value_and_grad(self.model, loss_fn or cross_entropy))
         c = params.shape[0]
         for leaf in tree_leaves(aux) if aux is not None else ():
             if not (isinstance(leaf, torch.Tensor) and leaf.dim() and leaf.shape[0] == c):
-                raise ValueError(f"aux leaves must be per-client tensors [C={c}, ...]; got "
-                                 f"{getattr(leaf, 'shape', type(leaf).__name__)}")
+                raise ValueError(
+                    f"aux leaves must be per-client tensors [C={c}, ...]; got "
+                    f"{getattr(leaf, 'shape', type(leaf).__name__)}"
+                )
         if snapshot_at is not None:
             snapshot_at = torch.as_tensor(snapshot_at, device=steps.device).expand(c)
         per_call = self.clients_per_call(c, batches.shape[2], path, optimizer)
         if per_call >= c:
-            return self._train(params, batches, steps, optimizer, opt_state, engines, sizes,
-                               aux, snapshot_at)
+            return self._train(
+                params, batches, steps, optimizer, opt_state, engines, sizes, aux, snapshot_at
+            )
         rows = lambda tree, i: None if tree is None else _rows(tree, i, i + per_call)  # noqa
-        parts = [self._train(params[i:i + per_call], batches[i:i + per_call],
-                             steps[i:i + per_call], optimizer, rows(opt_state, i), engines,
-                             None if sizes is None else sizes[i:i + per_call], rows(aux, i),
-                             rows(snapshot_at, i))
-                 for i in range(0, c, per_call)]
+        parts = [
+            self._train(
+                params[i : i + per_call],
+                batches[i : i + per_call],
+                steps[i : i + per_call],
+                optimizer,
+                rows(opt_state, i),
+                engines,
+                None if sizes is None else sizes[i : i + per_call],
+                rows(aux, i),
+                rows(snapshot_at, i),
+            )
+            for i in range(0, c, per_call)
+        ]
         cat = lambda *rows: torch.cat(rows) if _per_client(rows[0]) else rows[0]  # noqa: E731
         return CohortResult(*(tree_map(cat, *field) for field in zip(*parts)))
 
-    def _train(self, params, batches, steps, optimizer, opt_state, engines, sizes, aux=None,
-               snapshot_at=None) -> CohortResult:
+    def _train(
+        self,
+        params,
+        batches,
+        steps,
+        optimizer,
+        opt_state,
+        engines,
+        sizes,
+        aux=None,
+        snapshot_at=None,
+    ) -> CohortResult:
         c, t_max, b = batches.shape
         short = np.zeros(t_max, bool) if sizes is None else (sizes < b).any(0)  # [T]
         sample_grads = torch.zeros(c, dtype=torch.int64, device=params.device)
@@ -312,10 +362,11 @@ class Trainer:
             def grad_fn(p):
                 nonlocal calls
                 calls += 1
-                return value_and_grad(p, xb, yb, aux=aux)[1]
+                return value_and_grad(p, xb, yb, aux=aux)[1]  # noqa: B023 (called within this step)
 
-            updates, new_state = optimizer.update(grads, opt_state, params, grad_fn=grad_fn,
-                                                  loss=loss, aux=aux)
+            updates, new_state = optimizer.update(
+                grads, opt_state, params, grad_fn=grad_fn, loss=loss, aux=aux
+            )
             if uniform:
                 params.add_(updates)
                 opt_state = new_state
@@ -325,12 +376,21 @@ class Trainer:
             else:
                 active = steps > s  # [C]
                 params = torch.where(active[:, None], params + updates, params)
-                opt_state = tree_map(lambda new, old: _where_rows(active, new, old),
-                                     new_state, opt_state)
+                opt_state = tree_map(
+                    lambda new, old: _where_rows(active, new, old),  # noqa: B023 (called now)
+                    new_state,
+                    opt_state,
+                )
                 loss_sum += torch.where(active, loss, torch.zeros_like(loss))
                 grad_evals += active * (1 + calls)
                 sample_grads += active * (1 + calls) * size
             if snapshot is not None:
                 snapshot = torch.where((snapshot_at == s + 1)[:, None], params, snapshot)
-        return CohortResult(params, opt_state, loss_sum / steps.clamp_min(1).to(loss_sum.dtype),
-                            grad_evals, sample_grads, snapshot)
+        return CohortResult(
+            params,
+            opt_state,
+            loss_sum / steps.clamp_min(1).to(loss_sum.dtype),
+            grad_evals,
+            sample_grads,
+            snapshot,
+        )

@@ -18,9 +18,13 @@ from torch.nn import functional as F
 from flnet.learn.data import FederatedData
 from flnet.learn.models import Model
 
-
-METRICS = ("test_accuracy", "test_loss", "client_accuracy_mean", "client_accuracy_worst",
-           "client_accuracy_p10")  # p10: the 10th percentile, interpolated as numpy does
+METRICS = (
+    "test_accuracy",
+    "test_loss",
+    "client_accuracy_mean",
+    "client_accuracy_worst",
+    "client_accuracy_p10",
+)  # p10: the 10th percentile, interpolated as numpy does
 
 
 class Evaluator:
@@ -37,16 +41,21 @@ class Evaluator:
         # without local tests, every training row's logits when every client is evaluated
         # (each row once), else only the sampled clients' rows
         self._all_rows = self._local_test or len(clients) == data.num_clients
-        self._client_of_row = torch.as_tensor(np.repeat(np.arange(len(clients)), sizes),
-                                              device=device)
+        self._client_of_row = torch.as_tensor(
+            np.repeat(np.arange(len(clients)), sizes), device=device
+        )
         self._rows = torch.as_tensor(rows, device=device)
         self._sizes = torch.as_tensor(sizes, dtype=torch.float64, device=device)
 
-    def _logits(self, params: torch.Tensor, x: torch.Tensor,
-                rows: torch.Tensor | None = None) -> torch.Tensor:
+    def _logits(
+        self, params: torch.Tensor, x: torch.Tensor, rows: torch.Tensor | None = None
+    ) -> torch.Tensor:
         n = len(x) if rows is None else len(rows)
-        take = (lambda i: x[i:i + self.chunk]) if rows is None else (  # noqa: E731
-            lambda i: x[rows[i:i + self.chunk]])
+        take = (
+            (lambda i: x[i : i + self.chunk])
+            if rows is None
+            else (lambda i: x[rows[i : i + self.chunk]])
+        )
         return torch.cat([self.model.predict(params, take(i)) for i in range(0, n, self.chunk)])
 
     def __call__(self, params: torch.Tensor) -> dict[str, float]:
@@ -58,13 +67,23 @@ class Evaluator:
         if self._local_test:  # local test rows are test-set rows: reuse their logits
             correct = test_correct[self._rows]
         elif self._all_rows:  # every row, in place, then each client's: no copy of the inputs
-            correct = (self._logits(params, self.data.x_train).argmax(1)
-                       == self.data.y_train).double()[self._rows]
+            correct = (
+                self._logits(params, self.data.x_train).argmax(1) == self.data.y_train
+            ).double()[self._rows]
         else:  # the sampled clients' rows only
-            correct = (self._logits(params, self.data.x_train, self._rows).argmax(1)
-                       == self.data.y_train[self._rows]).double()
+            correct = (
+                self._logits(params, self.data.x_train, self._rows).argmax(1)
+                == self.data.y_train[self._rows]
+            ).double()
         per_client = torch.zeros_like(self._sizes).index_add_(0, self._client_of_row, correct)
         per_client /= self._sizes
-        values = torch.stack([test_correct.mean(), test_loss.double(), per_client.mean(),
-                              per_client.min(), torch.quantile(per_client, 0.1)]).tolist()
+        values = torch.stack(
+            [
+                test_correct.mean(),
+                test_loss.double(),
+                per_client.mean(),
+                per_client.min(),
+                torch.quantile(per_client, 0.1),
+            ]
+        ).tolist()
         return {**dict(zip(METRICS, values)), "clients_evaluated": self.clients_evaluated}

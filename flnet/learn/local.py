@@ -10,7 +10,6 @@ from typing import Any, NamedTuple
 
 import numpy as np
 import torch
-
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from flnet.learn import cohort, optim
@@ -41,8 +40,9 @@ class OptimizerStates:
         self.table: ClientTable | None = None
         self._saved: dict | None = None  # a checkpoint's rows, until the first gather
 
-    def gather(self, clients: np.ndarray, optimizer: optim.GradientTransformation,
-               params: torch.Tensor):
+    def gather(
+        self, clients: np.ndarray, optimizer: optim.GradientTransformation, params: torch.Tensor
+    ):
         """The cohort's states: stored rows, fresh ``optimizer.init(params)`` for newcomers."""
         fresh, spec = tree_flatten(optimizer.init(params))
         rows = [leaf for leaf in fresh if cohort._per_client(leaf)]
@@ -53,8 +53,9 @@ class OptimizerStates:
         if not rows or not len(self.table):
             return tree_unflatten(fresh, spec)
         stored = iter(self.table.rows(clients, default=rows))
-        return tree_unflatten([next(stored) if cohort._per_client(leaf) else leaf
-                               for leaf in fresh], spec)
+        return tree_unflatten(
+            [next(stored) if cohort._per_client(leaf) else leaf for leaf in fresh], spec
+        )
 
     def keep(self, clients: np.ndarray, state) -> Keep | None:
         """The cohort's new states, kept by the clients whose local work completes."""
@@ -95,19 +96,30 @@ class Learner:
 
     def state_dict(self) -> dict:
         """Per-client state that outlives a round (saved in checkpoints)."""
-        return {"optimizer_states": self.optimizer_states.state_dict(),
-                "tables": {**self._saved_tables,
-                           **{name: t.state_dict() for name, t in self.tables.items()}}}
+        return {
+            "optimizer_states": self.optimizer_states.state_dict(),
+            "tables": {
+                **self._saved_tables,
+                **{name: t.state_dict() for name, t in self.tables.items()},
+            },
+        }
 
     def load_state_dict(self, state: dict) -> None:
         self.optimizer_states.load_state_dict(state.get("optimizer_states", {}))
         self.tables, self._saved_tables = {}, dict(state.get("tables", {}))
 
-    def local_train(self, clients: np.ndarray, start: torch.Tensor, local, round: int,
-                    optimizer: optim.GradientTransformation | None = None,
-                    loss_fn: cohort.LossFn | None = None, aux=None,
-                    snapshot_at: int | torch.Tensor | None = None,
-                    work_counts: np.ndarray | None = None) -> LocalWork:
+    def local_train(
+        self,
+        clients: np.ndarray,
+        start: torch.Tensor,
+        local,
+        round: int,
+        optimizer: optim.GradientTransformation | None = None,
+        loss_fn: cohort.LossFn | None = None,
+        aux=None,
+        snapshot_at: int | torch.Tensor | None = None,
+        work_counts: np.ndarray | None = None,
+    ) -> LocalWork:
         """Every client in `clients` does its local work from `start` ([P] or [C, P]):
         `local.steps` steps, or `local.epochs` epochs over its own rows (ceil(n_k / B) * E
         steps). FLOPs are those of the samples really processed (a short batch costs its own
@@ -127,24 +139,43 @@ class Learner:
             self.trainer.x_data, self.trainer.y_data = self.data.cohort_arrays(clients)
         if local.epochs is None:
             steps = np.full(len(clients), local.steps)
-            batches = data_mod.minibatches(self.data, clients, round, steps, local.batch_size,
-                                           self.seed, work_counts)
+            batches = data_mod.minibatches(
+                self.data, clients, round, steps, local.batch_size, self.seed, work_counts
+            )
             sizes = None
         else:
-            steps = data_mod.epoch_steps(self.num_samples[clients], local.epochs,
-                                         local.batch_size, local.drop_last)
-            batches, sizes = data_mod.epoch_batches(self.data, clients, round, local.epochs,
-                                                    local.batch_size, local.drop_last,
-                                                    self.seed, work_counts)
+            steps = data_mod.epoch_steps(
+                self.num_samples[clients], local.epochs, local.batch_size, local.drop_last
+            )
+            batches, sizes = data_mod.epoch_batches(
+                self.data,
+                clients,
+                round,
+                local.epochs,
+                local.batch_size,
+                local.drop_last,
+                self.seed,
+                work_counts,
+            )
         self.last_steps = steps
         params = start.expand(len(clients), -1) if start.dim() == 1 else start
         optimizer = optimizer or optim.from_config(local)
         persist = local.optimizer_state == "persist"
         state = self.optimizer_states.gather(clients, optimizer, params) if persist else None
-        res = self.trainer.train(params, batches, torch.as_tensor(steps, device=params.device),
-                                 optimizer, state, loss_fn=loss_fn, path=local.path,
-                                 sizes=sizes, aux=aux, snapshot_at=snapshot_at)
+        res = self.trainer.train(
+            params,
+            batches,
+            torch.as_tensor(steps, device=params.device),
+            optimizer,
+            state,
+            loss_fn=loss_fn,
+            path=local.path,
+            sizes=sizes,
+            aux=aux,
+            snapshot_at=snapshot_at,
+        )
         keep = self.optimizer_states.keep(clients, res.opt_state) if persist else None
         flops = res.sample_grads.cpu().numpy() * self.flops_per_sample
-        return LocalWork(res.params, res.opt_state, res.loss, flops.astype(float), steps,
-                         res.snapshot, keep)
+        return LocalWork(
+            res.params, res.opt_state, res.loss, flops.astype(float), steps, res.snapshot, keep
+        )

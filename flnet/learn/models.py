@@ -48,8 +48,9 @@ def _mlp(in_features: int, hidden: list[int], num_classes: int) -> list[nn.Modul
     return layers + [nn.Linear(width, num_classes)]
 
 
-def _cnn(features: list[nn.Module], input_shape: tuple[int, ...], head: list[int],
-         num_classes: int) -> nn.Sequential:
+def _cnn(
+    features: list[nn.Module], input_shape: tuple[int, ...], head: list[int], num_classes: int
+) -> nn.Sequential:
     """features, flatten, then dense layers of widths `head` (ReLU between) to the classes."""
     trunk = nn.Sequential(*features, nn.Flatten())
     with torch.no_grad():
@@ -57,10 +58,14 @@ def _cnn(features: list[nn.Module], input_shape: tuple[int, ...], head: list[int
     return nn.Sequential(*trunk, *_mlp(flat, head, num_classes))
 
 
-def _conv_relu_pool(c_in: int, c_out: int, kernel: int, padding: int, pool: int,
-                    pool_stride: int | None = None) -> list[nn.Module]:
-    return [nn.Conv2d(c_in, c_out, kernel, padding=padding), nn.ReLU(),
-            nn.MaxPool2d(pool, stride=pool_stride)]
+def _conv_relu_pool(
+    c_in: int, c_out: int, kernel: int, padding: int, pool: int, pool_stride: int | None = None
+) -> list[nn.Module]:
+    return [
+        nn.Conv2d(c_in, c_out, kernel, padding=padding),
+        nn.ReLU(),
+        nn.MaxPool2d(pool, stride=pool_stride),
+    ]
 
 
 def cnn_mcmahan(shape, num_classes):
@@ -68,16 +73,21 @@ def cnn_mcmahan(shape, num_classes):
     2x2 max pooling, a 512-unit ReLU layer and a softmax layer; 'same' padding as in their
     TensorFlow code, so 28 -> 14 -> 7. The paper gives 1,663,370 parameters."""
     c = shape[0]
-    return _cnn(_conv_relu_pool(c, 32, 5, 2, 2) + _conv_relu_pool(32, 64, 5, 2, 2), shape,
-                [512], num_classes)
+    return _cnn(
+        _conv_relu_pool(c, 32, 5, 2, 2) + _conv_relu_pool(32, 64, 5, 2, 2),
+        shape,
+        [512],
+        num_classes,
+    )
 
 
 def cnn_dfl_mnist(shape, num_classes):
     """DFL paper Table II (MNIST): Conv[1,16,3x3], ReLU, MaxPool[2x2], Conv[16,32,3x3], ReLU,
     MaxPool[2x2], Dense[32x7x7, 10]. The table's 32x7x7 needs padding 1 (28 -> 14 -> 7)."""
     c = shape[0]
-    return _cnn(_conv_relu_pool(c, 16, 3, 1, 2) + _conv_relu_pool(16, 32, 3, 1, 2), shape, [],
-                num_classes)
+    return _cnn(
+        _conv_relu_pool(c, 16, 3, 1, 2) + _conv_relu_pool(16, 32, 3, 1, 2), shape, [], num_classes
+    )
 
 
 def cnn_dfl_cifar(shape, num_classes):
@@ -85,8 +95,12 @@ def cnn_dfl_cifar(shape, num_classes):
     64x4x4 -> 384 -> 192 -> 10. The paper gives no padding or pool stride; its 64x4x4 needs
     'valid' convolutions and stride-2 pools (32 -> 28 -> 13 -> 9 -> 4)."""
     c = shape[0]
-    return _cnn(_conv_relu_pool(c, 64, 5, 0, 3, 2) + _conv_relu_pool(64, 64, 5, 0, 3, 2), shape,
-                [384, 192], num_classes)
+    return _cnn(
+        _conv_relu_pool(c, 64, 5, 0, 3, 2) + _conv_relu_pool(64, 64, 5, 0, 3, 2),
+        shape,
+        [384, 192],
+        num_classes,
+    )
 
 
 def cnn_tutorial(shape, num_classes):
@@ -94,8 +108,12 @@ def cnn_tutorial(shape, num_classes):
     layers and three fully connected layers"): conv 3->6 5x5, pool 2, conv 6->16 5x5, pool 2,
     dense 400 -> 120 -> 84 -> 10. The paper names the tutorial; the widths are the tutorial's."""
     c = shape[0]
-    return _cnn(_conv_relu_pool(c, 6, 5, 0, 2) + _conv_relu_pool(6, 16, 5, 0, 2), shape,
-                [120, 84], num_classes)
+    return _cnn(
+        _conv_relu_pool(c, 6, 5, 0, 2) + _conv_relu_pool(6, 16, 5, 0, 2),
+        shape,
+        [120, 84],
+        num_classes,
+    )
 
 
 def cnn_kmnist(shape, num_classes):
@@ -103,8 +121,12 @@ def cnn_kmnist(shape, num_classes):
     (32x7x7), FC 500, ReLU, FC 10. The paper names ReLU only after FC1 and gives no padding;
     32x7x7 needs padding 1 and 2x2 pools, and we put ReLU after the convolutions too."""
     c = shape[0]
-    return _cnn(_conv_relu_pool(c, 16, 3, 1, 2) + _conv_relu_pool(16, 32, 3, 1, 2), shape,
-                [500], num_classes)
+    return _cnn(
+        _conv_relu_pool(c, 16, 3, 1, 2) + _conv_relu_pool(16, 32, 3, 1, 2),
+        shape,
+        [500],
+        num_classes,
+    )
 
 
 class BasicBlock(nn.Module):
@@ -118,8 +140,9 @@ class BasicBlock(nn.Module):
         self.norm2 = nn.GroupNorm(groups, c_out)
         self.shortcut = nn.Sequential()
         if stride != 1 or c_in != c_out:
-            self.shortcut = nn.Sequential(nn.Conv2d(c_in, c_out, 1, stride, bias=False),
-                                          nn.GroupNorm(groups, c_out))
+            self.shortcut = nn.Sequential(
+                nn.Conv2d(c_in, c_out, 1, stride, bias=False), nn.GroupNorm(groups, c_out)
+            )
 
     def forward(self, x):
         out = torch.relu(self.norm1(self.conv1(x)))
@@ -131,8 +154,11 @@ def resnet18_trunk(in_channels: int, groups: int = 32) -> nn.Sequential:
     of two basic blocks, 64/128/256/512 channels; global average pool) with every BatchNorm
     replaced by GroupNorm(`groups`), as in DisPFL's ``customized_resnet18`` that OledFL builds
     on. GroupNorm has no running statistics, so the model is a pure function of its weights."""
-    layers: list[nn.Module] = [nn.Conv2d(in_channels, 64, 3, 1, 1, bias=False),
-                               nn.GroupNorm(groups, 64), nn.ReLU()]
+    layers: list[nn.Module] = [
+        nn.Conv2d(in_channels, 64, 3, 1, 1, bias=False),
+        nn.GroupNorm(groups, 64),
+        nn.ReLU(),
+    ]
     c_in = 64
     for c_out, stride in ((64, 1), (128, 2), (256, 2), (512, 2)):
         layers += [BasicBlock(c_in, c_out, stride, groups), BasicBlock(c_out, c_out, 1, groups)]
@@ -140,8 +166,9 @@ def resnet18_trunk(in_channels: int, groups: int = 32) -> nn.Sequential:
     return nn.Sequential(*layers, nn.AdaptiveAvgPool2d(1), nn.Flatten())
 
 
-CNNS = {f.__name__: f for f in (cnn_mcmahan, cnn_dfl_mnist, cnn_dfl_cifar, cnn_tutorial,
-                                cnn_kmnist)}
+CNNS = {
+    f.__name__: f for f in (cnn_mcmahan, cnn_dfl_mnist, cnn_dfl_cifar, cnn_tutorial, cnn_kmnist)
+}
 
 
 def build_module(config, input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
@@ -149,19 +176,25 @@ def build_module(config, input_shape: tuple[int, ...], num_classes: int) -> nn.M
     if kind == "logistic":
         return nn.Sequential(nn.Flatten(), nn.Linear(math.prod(input_shape), num_classes))
     if kind == "mlp":
-        return nn.Sequential(nn.Flatten(), *_mlp(math.prod(input_shape), config.hidden,
-                                                 num_classes))
+        return nn.Sequential(
+            nn.Flatten(), *_mlp(math.prod(input_shape), config.hidden, num_classes)
+        )
     if len(input_shape) != 3:
-        raise ScenarioError(f"{kind} needs image inputs [channels, height, width]; this data "
-                            f"set gives {list(input_shape)}", field="model.kind")
+        raise ScenarioError(
+            f"{kind} needs image inputs [channels, height, width]; this data "
+            f"set gives {list(input_shape)}",
+            field="model.kind",
+        )
     try:
         if kind == "resnet18":
-            return nn.Sequential(*resnet18_trunk(input_shape[0], config.norm_groups),
-                                 nn.Linear(512, num_classes))
+            return nn.Sequential(
+                *resnet18_trunk(input_shape[0], config.norm_groups), nn.Linear(512, num_classes)
+            )
         return CNNS[kind](input_shape, num_classes)
     except RuntimeError as e:  # a convolution or pool larger than what is left of the image
-        raise ScenarioError(f"{kind} does not fit inputs of shape {list(input_shape)}: {e}",
-                            field="model.kind") from None
+        raise ScenarioError(
+            f"{kind} does not fit inputs of shape {list(input_shape)}: {e}", field="model.kind"
+        ) from None
 
 
 class Model:
@@ -169,8 +202,9 @@ class Model:
 
     def __init__(self, module: nn.Module, input_shape: tuple[int, ...]):
         if list(module.buffers()):
-            raise ValueError("models with buffers (e.g. BatchNorm) are not supported; "
-                             "use GroupNorm")
+            raise ValueError(
+                "models with buffers (e.g. BatchNorm) are not supported; use GroupNorm"
+            )
         self.module = module
         self.input_shape = tuple(input_shape)
         named = list(module.named_parameters())
@@ -186,8 +220,9 @@ class Model:
 
     def unflatten(self, flat: torch.Tensor) -> dict[str, torch.Tensor]:
         """[P] -> {name: view}."""
-        return {n: t.view(s) for n, t, s in zip(self.names, flat.split(self.sizes, -1),
-                                                self.shapes)}
+        return {
+            n: t.view(s) for n, t, s in zip(self.names, flat.split(self.sizes, -1), self.shapes)
+        }
 
     def forward(self, flat: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         """[P], [B, *input] -> [B, classes] logits."""
@@ -211,7 +246,7 @@ class Model:
         return self._forward_stacked(params, x)
 
     @functools.cached_property
-    def training_cost_per_sample(self) -> "TrainingCost":
+    def training_cost_per_sample(self) -> TrainingCost:
         """Forward + backward (weight gradients) of one sample, counted by running the model."""
         batch = 8
         device = next(self.module.parameters()).device
@@ -223,7 +258,8 @@ class Model:
             with _WorkCounter() as counter:
                 logits = self.forward(params, x)
                 loss = nn.functional.cross_entropy(
-                    logits, torch.zeros(batch, dtype=torch.long, device=device))
+                    logits, torch.zeros(batch, dtype=torch.long, device=device)
+                )
                 torch.autograd.grad(loss, params)
         finally:
             torch.set_num_threads(threads)
@@ -261,8 +297,9 @@ class _WorkCounter(TorchDispatchMode):
         return out
 
 
-def build(config, input_shape: tuple[int, ...], num_classes: int, seed: int,
-          device: torch.device) -> Model:
+def build(
+    config, input_shape: tuple[int, ...], num_classes: int, seed: int, device: torch.device
+) -> Model:
     """Initialise with torch's default init under `seed`, without touching the global RNG."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)

@@ -32,7 +32,8 @@ in the trainer's loss instead.
 
 from __future__ import annotations
 
-from typing import Any, Callable, NamedTuple
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import torch
 
@@ -73,6 +74,7 @@ class DeltaSgdState(NamedTuple):
 def _stateless(fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> GradientTransformation:
     def update(grads, state, params, *, grad_fn=None, loss=None, aux=None):
         return fn(grads, params), state
+
     return GradientTransformation(lambda params: EmptyState(), update)
 
 
@@ -103,15 +105,18 @@ def scale_by_adam(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8) -> Grad
     """m_hat / (sqrt(v_hat) + eps) with bias-corrected moments (Kingma & Ba 2015, Alg. 1)."""
 
     def init(params):
-        return AdamState(torch.zeros(params.shape[0], dtype=params.dtype, device=params.device),
-                         torch.zeros_like(params), torch.zeros_like(params))
+        return AdamState(
+            torch.zeros(params.shape[0], dtype=params.dtype, device=params.device),
+            torch.zeros_like(params),
+            torch.zeros_like(params),
+        )
 
     def update(grads, state, params, *, grad_fn=None, loss=None, aux=None):
         count = state.count + 1
         mu = state.mu.mul(b1).add_(grads, alpha=1 - b1)
         nu = state.nu.mul(b2).addcmul_(grads, grads, value=1 - b2)
-        denom = nu.div(_col(1 - b2 ** count)).sqrt_().add_(eps)
-        updates = torch.div(mu, _col(1 - b1 ** count), out=grads).div_(denom)
+        denom = nu.div(_col(1 - b2**count)).sqrt_().add_(eps)
+        updates = torch.div(mu, _col(1 - b1**count), out=grads).div_(denom)
         return updates, AdamState(count, mu, nu)
 
     return GradientTransformation(init, update)
@@ -130,8 +135,9 @@ def scale_by_rss(eps: float = 1e-10, initial_accumulator: float = 0.0) -> Gradie
     return GradientTransformation(init, update)
 
 
-def scale_by_polyak(c: float = 0.5, f_star: float = 0.0, max_step: float | None = None,
-                    eps: float = 1e-8) -> GradientTransformation:
+def scale_by_polyak(
+    c: float = 0.5, f_star: float = 0.0, max_step: float | None = None, eps: float = 1e-8
+) -> GradientTransformation:
     """SPS (Loizou et al. 2021): g * (f_i(x) - f*) / (c ||g||^2 + eps), optionally capped.
 
     A loss below f* gives step 0; `max_step` is SPS_max's cap (None: none, as in the Delta-SGD
@@ -149,8 +155,9 @@ def scale_by_polyak(c: float = 0.5, f_star: float = 0.0, max_step: float | None 
     return GradientTransformation(lambda params: EmptyState(), update)
 
 
-def scale_by_delta(eta0: float = 0.2, theta0: float = 1.0, gamma: float = 2.0,
-                   delta: float = 0.1) -> GradientTransformation:
+def scale_by_delta(
+    eta0: float = 0.2, theta0: float = 1.0, gamma: float = 2.0, delta: float = 0.1
+) -> GradientTransformation:
     """Delta-SGD's locality-adaptive step (Kim et al., "Adaptive Federated Learning with
     Auto-Tuned Clients", Algorithm 1 with the delta of their experiments): eta_k * g.
 
@@ -172,8 +179,12 @@ def scale_by_delta(eta0: float = 0.2, theta0: float = 1.0, gamma: float = 2.0,
     def init(params):
         c = params.shape[0]
         full = lambda v: torch.full((c,), v, dtype=params.dtype, device=params.device)  # noqa: E731
-        return DeltaSgdState(params.clone(), torch.zeros(c, dtype=torch.bool, device=params.device),
-                             full(eta0), full(theta0))
+        return DeltaSgdState(
+            params.clone(),
+            torch.zeros(c, dtype=torch.bool, device=params.device),
+            full(eta0),
+            full(theta0),
+        )
 
     def update(grads, state, params, *, grad_fn=None, loss=None, aux=None):
         eta, theta = state.eta, state.theta
@@ -182,8 +193,9 @@ def scale_by_delta(eta0: float = 0.2, theta0: float = 1.0, gamma: float = 2.0,
                 raise ValueError("scale_by_delta needs grad_fn (the gradient at x_{k-1})")
             dx = (params - state.prev_params).norm(dim=1)
             dg = (grads - grad_fn(state.prev_params)).norm(dim=1)
-            curvature = torch.where((dx > 0) & (dg > 0), gamma * dx / (2 * dg),
-                                    torch.full_like(dx, float("inf")))
+            curvature = torch.where(
+                (dx > 0) & (dg > 0), gamma * dx / (2 * dg), torch.full_like(dx, float("inf"))
+            )
             new_eta = torch.minimum(curvature, (1 + delta * theta).sqrt() * eta)
             theta = torch.where(state.has_prev, new_eta / eta, theta)
             eta = torch.where(state.has_prev, new_eta, eta)
@@ -193,8 +205,7 @@ def scale_by_delta(eta0: float = 0.2, theta0: float = 1.0, gamma: float = 2.0,
     return GradientTransformation(init, update, grads_per_step=2)
 
 
-def add_correction(get: Callable[[Any], torch.Tensor] = lambda aux: aux
-                   ) -> GradientTransformation:
+def add_correction(get: Callable[[Any], torch.Tensor] = lambda aux: aux) -> GradientTransformation:
     """g + get(aux): a per-client gradient correction ``[C, P]`` handed in as the trainer's aux
     rows (SCAFFOLD's c - c_i, Karimireddy et al. 2020, Algorithm 1 line 10)."""
 
@@ -243,8 +254,9 @@ def sam(inner: GradientTransformation, rho: float) -> GradientTransformation:
         if grad_fn is None:
             raise ValueError("sam needs grad_fn (the gradient at the ascent point)")
         sam_grad_fn = lambda p: ascent(p, grad_fn(p), grad_fn)  # noqa: E731
-        return inner.update(ascent(params, grads, grad_fn), state, params,
-                            grad_fn=sam_grad_fn, loss=loss, aux=aux)
+        return inner.update(
+            ascent(params, grads, grad_fn), state, params, grad_fn=sam_grad_fn, loss=loss, aux=aux
+        )
 
     return GradientTransformation(inner.init, update, 2 * inner.grads_per_step)
 
@@ -258,31 +270,44 @@ def _with_weight_decay(weight_decay: float, *rest: GradientTransformation):
 
 def sgd(lr: float, momentum: float = 0.0, weight_decay: float = 0.0) -> GradientTransformation:
     """`torch.optim.SGD(lr, momentum, weight_decay)` (no dampening, no Nesterov)."""
-    return _with_weight_decay(weight_decay, *((trace(momentum),) if momentum else ()),
-                              scale_by_learning_rate(lr))
+    return _with_weight_decay(
+        weight_decay, *((trace(momentum),) if momentum else ()), scale_by_learning_rate(lr)
+    )
 
 
-def adam(lr: float = 1e-3, b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8,
-         weight_decay: float = 0.0) -> GradientTransformation:
+def adam(
+    lr: float = 1e-3,
+    b1: float = 0.9,
+    b2: float = 0.999,
+    eps: float = 1e-8,
+    weight_decay: float = 0.0,
+) -> GradientTransformation:
     """`torch.optim.Adam(lr, (b1, b2), eps, weight_decay)`."""
     return _with_weight_decay(weight_decay, scale_by_adam(b1, b2, eps), scale_by_learning_rate(lr))
 
 
-def adagrad(lr: float = 1e-2, eps: float = 1e-10, initial_accumulator: float = 0.0,
-            weight_decay: float = 0.0) -> GradientTransformation:
+def adagrad(
+    lr: float = 1e-2,
+    eps: float = 1e-10,
+    initial_accumulator: float = 0.0,
+    weight_decay: float = 0.0,
+) -> GradientTransformation:
     """`torch.optim.Adagrad(lr, initial_accumulator_value=..., eps=..., weight_decay=...)`."""
-    return _with_weight_decay(weight_decay, scale_by_rss(eps, initial_accumulator),
-                              scale_by_learning_rate(lr))
+    return _with_weight_decay(
+        weight_decay, scale_by_rss(eps, initial_accumulator), scale_by_learning_rate(lr)
+    )
 
 
-def sps(c: float = 0.5, f_star: float = 0.0, max_step: float | None = None,
-        eps: float = 1e-8) -> GradientTransformation:
+def sps(
+    c: float = 0.5, f_star: float = 0.0, max_step: float | None = None, eps: float = 1e-8
+) -> GradientTransformation:
     """SGD with the stochastic Polyak step size; no learning rate of its own."""
     return chain(scale_by_polyak(c, f_star, max_step, eps), scale_by_learning_rate(1.0))
 
 
-def delta_sgd(eta0: float = 0.2, theta0: float = 1.0, gamma: float = 2.0,
-              delta: float = 0.1) -> GradientTransformation:
+def delta_sgd(
+    eta0: float = 0.2, theta0: float = 1.0, gamma: float = 2.0, delta: float = 0.1
+) -> GradientTransformation:
     """SGD with Delta-SGD's step size; eta0 plays the learning rate's part."""
     return chain(scale_by_delta(eta0, theta0, gamma, delta), scale_by_learning_rate(1.0))
 

@@ -71,15 +71,20 @@ class ClientTable:
         others `default`'s rows (a pytree of ``[C, *shape]``) or else the initial row."""
         written, slot = self._find(clients)
         c = len(written)
-        fallback = (tree_flatten(default)[0] if default is not None else
-                    [leaf.expand(c, *leaf.shape) for leaf in self.initial])
+        fallback = (
+            tree_flatten(default)[0]
+            if default is not None
+            else [leaf.expand(c, *leaf.shape) for leaf in self.initial]
+        )
         if not written.any():
             out = [f.clone() for f in fallback]
         else:
             idx = torch.as_tensor(slot, device=self.device)
             mask = torch.as_tensor(written, device=idx.device)
-            out = [torch.where(mask.view(-1, *[1] * (f.dim() - 1)), s.index_select(0, idx), f)
-                   for s, f in zip(self._store, fallback)]
+            out = [
+                torch.where(mask.view(-1, *[1] * (f.dim() - 1)), s.index_select(0, idx), f)
+                for s, f in zip(self._store, fallback)
+            ]
         return tree_unflatten(out, self._spec)
 
     def put(self, clients: np.ndarray, rows: Any) -> None:
@@ -111,15 +116,17 @@ class ClientTable:
         grown = -(-max(rows, capacity * 3 // 2) // self.block_rows) * self.block_rows
         for i, store in enumerate(self._store):
             bigger = store.new_empty((grown, *store.shape[1:]))
-            bigger[:len(self)] = store[:len(self)]
+            bigger[: len(self)] = store[: len(self)]
             self._store[i] = bigger
 
     def state_dict(self) -> dict:
         """The written rows only (copies, so a checkpoint does not save the spare capacity),
         as tensors loadable with ``torch.load(weights_only=True)``."""
         r = len(self)
-        return {"clients": torch.from_numpy(self._clients.copy()),
-                "rows": [store[:r].clone() for store in self._store]}
+        return {
+            "clients": torch.from_numpy(self._clients.copy()),
+            "rows": [store[:r].clone() for store in self._store],
+        }
 
     def load_state_dict(self, state: dict) -> None:
         clients = state["clients"].cpu().numpy().astype(np.int64)
@@ -148,8 +155,10 @@ class Keep:
             return
         leaves, spec = tree_flatten(self.rows)
         idx = torch.as_tensor(positions, device=leaves[0].device)
-        self.table.put(self.clients[positions],
-                       tree_unflatten([leaf.index_select(0, idx) for leaf in leaves], spec))
+        self.table.put(
+            self.clients[positions],
+            tree_unflatten([leaf.index_select(0, idx) for leaf in leaves], spec),
+        )
 
 
 class Keeps:

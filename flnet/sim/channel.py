@@ -19,8 +19,7 @@ from flnet.sim.radio import LN2, shannon_rate_bps
 ARRAYS_ABOVE_USERS = 128  # about where arrays overtake floats (benchmarks/bench.py)
 
 
-def band(env: simpy.Environment, bandwidth_hz: float, shared: bool,
-         users: int = 1) -> "Channel":
+def band(env: simpy.Environment, bandwidth_hz: float, shared: bool, users: int = 1) -> Channel:
     """A channel for `users` senders: dedicated, or shared by however many are active."""
     if not shared:
         return Channel(env, bandwidth_hz)
@@ -30,10 +29,19 @@ def band(env: simpy.Environment, bandwidth_hz: float, shared: bool,
 class Transmission:
     """One transfer on a channel. Wait on `done`; call `cancel()` if the sender gives up."""
 
-    __slots__ = ("bits", "snr_hz", "remaining_bits", "rate_bps", "done", "channel", "start_s",
-                 "cancelled", "end_s")
+    __slots__ = (
+        "bits",
+        "snr_hz",
+        "remaining_bits",
+        "rate_bps",
+        "done",
+        "channel",
+        "start_s",
+        "cancelled",
+        "end_s",
+    )
 
-    def __init__(self, channel: "Channel", bits: float, snr_hz: float, done: simpy.Event):
+    def __init__(self, channel: Channel, bits: float, snr_hz: float, done: simpy.Event):
         self.channel = channel
         self.bits = bits
         self.snr_hz = snr_hz
@@ -150,10 +158,15 @@ class SharedBand(Channel):
         """The band's transfers under way (in order) and its timer, as numbers."""
         self._sync()
         at, due = self._timer
-        return {"settled_at": self._settled_at, "timer_at": at,
-                "due": self._active.index(due) if due in self._active else -1,
-                "active": [(tx.bits, tx.snr_hz, tx.remaining_bits, tx.rate_bps, tx.start_s)
-                           for tx in self._active]}
+        return {
+            "settled_at": self._settled_at,
+            "timer_at": at,
+            "due": self._active.index(due) if due in self._active else -1,
+            "active": [
+                (tx.bits, tx.snr_hz, tx.remaining_bits, tx.rate_bps, tx.start_s)
+                for tx in self._active
+            ],
+        }
 
     def thaw_band(self, frozen: dict) -> list[Transmission]:
         """Put a frozen band's transfers back under way, its timer at the same instant; the
@@ -196,8 +209,9 @@ class SharedBand(Channel):
         return txs
 
     def _finished(self, due: Transmission) -> list[Transmission]:
-        return [tx for tx in self._active
-                if tx is due or tx.remaining_bits <= 1e-9 * tx.bits + 1e-6]
+        return [
+            tx for tx in self._active if tx is due or tx.remaining_bits <= 1e-9 * tx.bits + 1e-6
+        ]
 
     def _send_for(self, elapsed_s: float) -> None:
         for tx in self._active:
@@ -234,14 +248,15 @@ class SharedBandArrays(SharedBand):
         for tx in reversed(txs):  # arrival order = ascending positions
             i, n = self._active.index(tx), len(self._active)
             tx.remaining_bits = max(float(self._columns[0, i]), 0.0)
-            self._columns[:, i:n - 1] = self._columns[:, i + 1:n]
+            self._columns[:, i : n - 1] = self._columns[:, i + 1 : n]
             del self._active[i]
         return txs
 
     def _sync(self) -> None:
         n = len(self._active)
-        for tx, remaining, rate in zip(self._active, self._columns[0, :n].tolist(),
-                                       np.broadcast_to(self._rates, (n,)).tolist()):
+        for tx, remaining, rate in zip(
+            self._active, self._columns[0, :n].tolist(), np.broadcast_to(self._rates, (n,)).tolist()
+        ):
             tx.remaining_bits, tx.rate_bps = remaining, rate
 
     def _resync(self) -> None:
@@ -256,7 +271,7 @@ class SharedBandArrays(SharedBand):
         return [self._active[i] for i in np.flatnonzero(done)]
 
     def _send_for(self, elapsed_s: float) -> None:
-        self._columns[0, :len(self._active)] -= self._rates * elapsed_s
+        self._columns[0, : len(self._active)] -= self._rates * elapsed_s
 
     def _rerate(self, share_hz: float) -> tuple[float, Transmission]:
         n = len(self._active)

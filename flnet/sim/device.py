@@ -15,4 +15,4 @@ def compute_time_s(flops, cpu_hz, flops_per_cycle):
 
 
 def compute_energy_j(flops, cpu_hz, flops_per_cycle, kappa):
-    return kappa * cycles(flops, flops_per_cycle) * cpu_hz ** 2
+    return kappa * cycles(flops, flops_per_cycle) * cpu_hz**2

@@ -28,8 +28,19 @@ NOBODY = -2  # peer of an event that has none (compute, evaluate)
 PATTERNS = ("round_trip", "exchange", "stream")
 KINDS = ("download", "compute", "upload", "d2d", "d2d_rx", "evaluate")
 OUTCOMES = ("ok", "deadline", "cancelled", "dropped", "lost", "interrupted", "timeout")
-COLUMNS = ("round", "pattern", "node", "peer", "kind", "start_s", "end_s", "energy_j", "bits",
-           "flops", "outcome")
+COLUMNS = (
+    "round",
+    "pattern",
+    "node",
+    "peer",
+    "kind",
+    "start_s",
+    "end_s",
+    "energy_j",
+    "bits",
+    "flops",
+    "outcome",
+)
 
 
 class Tag(NamedTuple):
@@ -46,11 +57,20 @@ class Ledger:
         self.bits: dict[str, float] = defaultdict(float)  # by kind
         self._flushed = 0  # rows already in the journal
 
-    def add(self, tag: Tag, node: int, peer: int, kind: str, start_s: float, end_s: float,
-            energy_j: float = 0.0, bits: float = 0.0, flops: float = 0.0,
-            outcome: str = "ok") -> None:
-        self._rows.append((tag, node, peer, kind, start_s, end_s, energy_j, bits, flops,
-                           outcome))
+    def add(
+        self,
+        tag: Tag,
+        node: int,
+        peer: int,
+        kind: str,
+        start_s: float,
+        end_s: float,
+        energy_j: float = 0.0,
+        bits: float = 0.0,
+        flops: float = 0.0,
+        outcome: str = "ok",
+    ) -> None:
+        self._rows.append((tag, node, peer, kind, start_s, end_s, energy_j, bits, flops, outcome))
         if energy_j:
             _add_exact(self._partials[kind], energy_j)
         self.bits[kind] += bits
@@ -94,14 +114,17 @@ class Ledger:
     def flush(self, path: Path) -> tuple[int, int]:
         """Append the rows not yet written to the journal at `path` (created with a header);
         return (rows, bytes) in it, which a checkpoint keeps to resume from."""
-        new = self._rows[self._flushed:]
+        new = self._rows[self._flushed :]
         fresh = not path.exists() or self._flushed == 0
         with open(path, "w" if fresh else "a", encoding="ascii") as f:
             if fresh:
                 f.write(",".join(COLUMNS) + "\n")
-            f.writelines(f"{t.step},{t.pattern},{node},{peer},{kind},"
-                         + ",".join(repr(float(v)) for v in nums) + f",{outcome}\n"
-                         for t, node, peer, kind, *nums, outcome in new)
+            f.writelines(
+                f"{t.step},{t.pattern},{node},{peer},{kind},"
+                + ",".join(repr(float(v)) for v in nums)
+                + f",{outcome}\n"
+                for t, node, peer, kind, *nums, outcome in new
+            )
             f.flush()
             size = f.tell()
         self._flushed = len(self._rows)
@@ -117,12 +140,15 @@ class Ledger:
         except OSError as e:
             raise FlnetError(f"cannot read the ledger journal {path}: {e.strerror}") from None
         if len(lines) != rows:
-            raise FlnetError(f"the ledger journal {path} has {len(lines)} rows where the "
-                             f"checkpoint expects {rows}; delete the checkpoint to start afresh")
+            raise FlnetError(
+                f"the ledger journal {path} has {len(lines)} rows where the "
+                f"checkpoint expects {rows}; delete the checkpoint to start afresh"
+            )
         for line in lines:
             step, pattern, node, peer, kind, *nums, outcome = line.split(",")
-            self.add(Tag(pattern, int(step)), int(node), int(peer), kind,
-                     *map(float, nums), outcome)
+            self.add(
+                Tag(pattern, int(step)), int(node), int(peer), kind, *map(float, nums), outcome
+            )
         self._flushed = len(self._rows)
 
 

@@ -37,8 +37,7 @@ class Network:
         n = population.size
         up_band, down_band = radio.uplink, radio.downlink
         self.uplink = band(env, up_band.bandwidth_hz, up_band.sharing == "shared", users=n)
-        self.downlink = band(env, down_band.bandwidth_hz, down_band.sharing == "shared",
-                             users=n)
+        self.downlink = band(env, down_band.bandwidth_hz, down_band.sharing == "shared", users=n)
         self.population = population
         self.tx_power_w = population.tx_power_w  # [N] each client's transmit + circuit power
         self.rx_power_w = population.rx_power_w  # [N] each client's receive power
@@ -52,11 +51,16 @@ class Network:
     def link(self, src: int, dst: int) -> Link:
         """The star's links by rule from the client's row; others as added."""
         if dst == SERVER and 0 <= src < self._n:
-            return Link(self.uplink, float(self._up_snr_hz[src]), float(self.tx_power_w[src]),
-                        "upload")
+            return Link(
+                self.uplink, float(self._up_snr_hz[src]), float(self.tx_power_w[src]), "upload"
+            )
         if src == SERVER and 0 <= dst < self._n:
-            return Link(self.downlink, float(self._down_snr_hz[dst]),
-                        float(self.rx_power_w[dst]), "download")
+            return Link(
+                self.downlink,
+                float(self._down_snr_hz[dst]),
+                float(self.rx_power_w[dst]),
+                "download",
+            )
         try:
             return self._links[(src, dst)]
         except KeyError:
@@ -70,8 +74,9 @@ class Network:
         g.add_edges_from((u, v, {"link": link}) for (u, v), link in self._links.items())
         return g
 
-    def alone_s(self, bits: float, clients: np.ndarray | None = None,
-                down: bool = False) -> np.ndarray:
+    def alone_s(
+        self, bits: float, clients: np.ndarray | None = None, down: bool = False
+    ) -> np.ndarray:
         """[C] seconds each client's uplink (or downlink) takes for `bits`, alone on its band
         and without fading."""
         snr = self._down_snr_hz if down else self._up_snr_hz
@@ -81,11 +86,13 @@ class Network:
             return bits / np.asarray(shannon_rate_bps(channel.bandwidth_hz, snr))
 
 
-def d2d_link(network: Network, d2d, channel: Channel, src: int, dst: int,
-             rng: np.random.Generator) -> Link:
+def d2d_link(
+    network: Network, d2d, channel: Channel, src: int, dst: int, rng: np.random.Generator
+) -> Link:
     """The device-to-device link src -> dst on `channel`: its SNR drawn from `d2d.snr_db` with
     `rng`, the sender's transmit and the receiver's receive power."""
     snr_db = float(sample(d2d.snr_db, rng, 1)[0])
     snr_hz = float(snr_hz_direct(snr_db, d2d.bandwidth_hz))
-    return Link(channel, snr_hz, float(network.tx_power_w[src]), "d2d",
-                float(network.rx_power_w[dst]))
+    return Link(
+        channel, snr_hz, float(network.tx_power_w[src]), "d2d", float(network.rx_power_w[dst])
+    )

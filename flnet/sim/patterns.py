@@ -60,9 +60,18 @@ class Delivery(NamedTuple):
 # ---------------------------------------------------------------------------- round_trip
 
 
-def round_trip(world: AbstractWorld, cohort: np.ndarray, down: Packet, work_flops: np.ndarray,
-               up: Packet, *, tag: int, deadline_s: float | None = None,
-               keep: int | None = None, client_state: ClientState | None = None):
+def round_trip(
+    world: AbstractWorld,
+    cohort: np.ndarray,
+    down: Packet,
+    work_flops: np.ndarray,
+    up: Packet,
+    *,
+    tag: int,
+    deadline_s: float | None = None,
+    keep: int | None = None,
+    client_state: ClientState | None = None,
+):
     """Each member of `cohort` ([C] client ids) downloads `down`, computes its `work_flops`
     ([C]) and uploads `up`; the value is a `Delivery`. `tag` is the round.
 
@@ -77,9 +86,10 @@ def round_trip(world: AbstractWorld, cohort: np.ndarray, down: Packet, work_flop
     gather = _Gather(world, n, keep)
     down_bits, up_bits = _per_member(down.bits, n), _per_member(up.bits, n)
     step = Tag("round_trip", tag)
-    trips = [_Trip(world, gather, pos, client, step, down_bits[pos], flops, up_bits[pos])
-             for pos, (client, flops) in enumerate(zip(cohort.tolist(),
-                                                       np.asarray(work_flops).tolist()))]
+    trips = [
+        _Trip(world, gather, pos, client, step, down_bits[pos], flops, up_bits[pos])
+        for pos, (client, flops) in enumerate(zip(cohort.tolist(), np.asarray(work_flops).tolist()))
+    ]
     if deadline_s is None:
         yield gather.done
     else:
@@ -92,8 +102,9 @@ def round_trip(world: AbstractWorld, cohort: np.ndarray, down: Packet, work_flop
     if client_state is not None:
         client_state.commit(np.flatnonzero(completed))
     world.events += len(gather.delivered)
-    return Delivery(np.asarray(gather.delivered, dtype=np.int64), gather.outcomes, completed,
-                    start, world.now)
+    return Delivery(
+        np.asarray(gather.delivered, dtype=np.int64), gather.outcomes, completed, start, world.now
+    )
 
 
 def _per_member(bits: Any, n: int) -> list[float]:
@@ -130,26 +141,43 @@ class _Trip:
     primitives (half the cost of a SimPy process per client, the same timing and charges).
     `stop` charges the phase under way up to now."""
 
-    __slots__ = ("world", "gather", "pos", "client", "tag", "flops", "up_bits", "job",
-                 "computed", "over")
+    __slots__ = (
+        "world",
+        "gather",
+        "pos",
+        "client",
+        "tag",
+        "flops",
+        "up_bits",
+        "job",
+        "computed",
+        "over",
+    )
 
-    def __init__(self, world: AbstractWorld, gather: _Gather, pos: int, client: int, tag: Tag,
-                 down_bits: float, flops: float, up_bits: float):
-        self.world, self.gather, self.pos, self.client, self.tag = (world, gather, pos, client,
-                                                                    tag)
+    def __init__(
+        self,
+        world: AbstractWorld,
+        gather: _Gather,
+        pos: int,
+        client: int,
+        tag: Tag,
+        down_bits: float,
+        flops: float,
+        up_bits: float,
+    ):
+        self.world, self.gather, self.pos, self.client, self.tag = (world, gather, pos, client, tag)
         self.flops, self.up_bits = flops, up_bits
         self.computed = self.over = False
-        self.job: Job = world.start_transfer(SERVER, client, down_bits, tag,
-                                             then=self._downloaded)
+        self.job: Job = world.start_transfer(SERVER, client, down_bits, tag, then=self._downloaded)
 
     def _downloaded(self, _job: Job) -> None:
-        self.job = self.world.start_compute(self.client, self.flops, self.tag,
-                                            then=self._trained)
+        self.job = self.world.start_compute(self.client, self.flops, self.tag, then=self._trained)
 
     def _trained(self, _job: Job) -> None:
         self.computed = True
-        self.job = self.world.start_transfer(self.client, SERVER, self.up_bits, self.tag,
-                                             then=self._uploaded)
+        self.job = self.world.start_transfer(
+            self.client, SERVER, self.up_bits, self.tag, then=self._uploaded
+        )
 
     def _uploaded(self, _job: Job) -> None:
         self.over = True
@@ -175,9 +203,17 @@ class Exchange(NamedTuple):
     end_s: float
 
 
-def exchange(world: AbstractWorld, nodes: np.ndarray, edges: np.ndarray, packets: Packet,
-             work_flops: np.ndarray, *, tag: int, timeout_s: float | None = None,
-             send_after_work: bool = False):
+def exchange(
+    world: AbstractWorld,
+    nodes: np.ndarray,
+    edges: np.ndarray,
+    packets: Packet,
+    work_flops: np.ndarray,
+    *,
+    tag: int,
+    timeout_s: float | None = None,
+    send_after_work: bool = False,
+):
     """One iteration of gossip: every node computes its `work_flops` ([N]) and sends `packets`
     (bits: one number, or [N] per sender) along each directed edge of `edges` ([M, 2] positions
     into `nodes`, [N] client ids); the value is an `Exchange`. `tag` is the iteration.
@@ -207,8 +243,9 @@ def exchange(world: AbstractWorld, nodes: np.ndarray, edges: np.ndarray, packets
 
     def send(pos: int) -> None:
         for e in out[pos]:
-            sends[e] = world.start_transfer(ids[pos], ids[pairs[e][1]], bits[pos], step,
-                                            then=lambda _job, e=e: arrive(e))
+            sends[e] = world.start_transfer(
+                ids[pos], ids[pairs[e][1]], bits[pos], step, then=lambda _job, e=e: arrive(e)
+            )
 
     def worked(pos: int) -> None:
         computed.tick()
@@ -285,8 +322,15 @@ class StreamServer(Protocol):
         must have advanced `version`), else None."""
 
 
-def stream(world: AbstractWorld, server: StreamServer, clients: np.ndarray, *, concurrency: int,
-           resume: dict | None = None, pick=None):
+def stream(
+    world: AbstractWorld,
+    server: StreamServer,
+    clients: np.ndarray,
+    *,
+    concurrency: int,
+    resume: dict | None = None,
+    pick=None,
+):
     """Clients in `clients` ([N] ids) work and upload continuously, at most `concurrency` at
     once, until the run stops: whenever a slot is free the pattern picks an idle client, asks
     `server.work` for its work and runs its download, compute and upload; each upload that
@@ -327,8 +371,9 @@ def stream(world: AbstractWorld, server: StreamServer, clients: np.ndarray, *, c
         progress = server.receive(arrival)
         if progress is not None:
             if progress.state is not None:
-                progress = progress._replace(state=progress.state._replace(
-                    flight=flight.freeze(counts, launches)))
+                progress = progress._replace(
+                    state=progress.state._replace(flight=flight.freeze(counts, launches))
+                )
             world.publish(progress)
     return flight.under_way
 
@@ -353,11 +398,18 @@ class _Flight:
     def launch(self, client: int, count: int, work: Work) -> None:
         self.under_way.append(_Work(self, client, count, self.server.version, work))
 
-    def arrive(self, done: "_Work") -> None:
+    def arrive(self, done: _Work) -> None:
         self.under_way.remove(done)
-        self.arrived.append(Arrival(done.client, done.count, done.version,
-                                    self.server.version - done.version, done.work.up.payload,
-                                    done.start_s))
+        self.arrived.append(
+            Arrival(
+                done.client,
+                done.count,
+                done.version,
+                self.server.version - done.version,
+                done.work.up.payload,
+                done.start_s,
+            )
+        )
         if not self.wake.triggered:
             self.wake.succeed()
 
@@ -369,25 +421,41 @@ class _Flight:
         return self.arrived.pop(0)
 
     def freeze(self, counts: dict[int, int], launches: int) -> dict:
-        works = [{"client": w.client, "count": w.count, "version": w.version,
-                  "start_s": w.start_s, "phase": w.phase, "flops": float(w.work.flops),
-                  "up_bits": float(w.work.up.bits), "up": w.work.up.payload,
-                  "state_under_way": w.work.state is not None and w.phase < 2}
-                 for w in self.under_way]
-        return {"counts": [[c, n] for c, n in counts.items()], "launches": launches,
-                "works": works, "jobs": self.world.freeze([w.job for w in self.under_way]),
-                "arrived": [list(a) for a in self.arrived]}
+        works = [
+            {
+                "client": w.client,
+                "count": w.count,
+                "version": w.version,
+                "start_s": w.start_s,
+                "phase": w.phase,
+                "flops": float(w.work.flops),
+                "up_bits": float(w.work.up.bits),
+                "up": w.work.up.payload,
+                "state_under_way": w.work.state is not None and w.phase < 2,
+            }
+            for w in self.under_way
+        ]
+        return {
+            "counts": [[c, n] for c, n in counts.items()],
+            "launches": launches,
+            "works": works,
+            "jobs": self.world.freeze([w.job for w in self.under_way]),
+            "arrived": [list(a) for a in self.arrived],
+        }
 
     def thaw(self, frozen: dict) -> tuple[dict[int, int], int]:
         if any(w["state_under_way"] for w in frozen["works"]):
-            raise FlnetError("this stream checkpoint cannot resume exactly: work under way "
-                             "had client state not yet committed")
+            raise FlnetError(
+                "this stream checkpoint cannot resume exactly: work under way "
+                "had client state not yet committed"
+            )
         self.under_way = [_Work.thawed(self, w) for w in frozen["works"]]
         jobs = self.world.thaw(frozen["jobs"], [w.then for w in self.under_way])
         for w, job in zip(self.under_way, jobs):
             w.job = job
-        self.arrived = [Arrival(int(c), int(n), int(v), int(s), p, t)
-                        for c, n, v, s, p, t in frozen["arrived"]]
+        self.arrived = [
+            Arrival(int(c), int(n), int(v), int(s), p, t) for c, n, v, s, p, t in frozen["arrived"]
+        ]
         return {int(c): int(n) for c, n in frozen["counts"]}, int(frozen["launches"])
 
 
@@ -395,21 +463,31 @@ class _Work:
     """One client's download, compute and upload in a stream, as a callback chain; its
     transfers' fading keyed by (client, count)."""
 
-    __slots__ = ("flight", "client", "count", "version", "work", "start_s", "tag", "job",
-                 "phase")
+    __slots__ = ("flight", "client", "count", "version", "work", "start_s", "tag", "job", "phase")
 
     def __init__(self, flight: _Flight, client: int, count: int, version: int, work: Work):
-        self.flight, self.client, self.count, self.version, self.work = (flight, client, count,
-                                                                         version, work)
+        self.flight, self.client, self.count, self.version, self.work = (
+            flight,
+            client,
+            count,
+            version,
+            work,
+        )
         world = flight.world
         self.start_s = world.now
         self.tag = Tag("stream", version)
         self.phase = 0  # 0 download, 1 compute, 2 upload
-        self.job = world.start_transfer(SERVER, client, float(work.down.bits), self.tag,
-                                        then=self._downloaded, key=(client, count))
+        self.job = world.start_transfer(
+            SERVER,
+            client,
+            float(work.down.bits),
+            self.tag,
+            then=self._downloaded,
+            key=(client, count),
+        )
 
     @classmethod
-    def thawed(cls, flight: _Flight, w: dict) -> "_Work":
+    def thawed(cls, flight: _Flight, w: dict) -> _Work:
         self = cls.__new__(cls)
         self.flight, self.client, self.count = flight, int(w["client"]), int(w["count"])
         self.version, self.start_s, self.phase = int(w["version"]), w["start_s"], int(w["phase"])
@@ -423,17 +501,22 @@ class _Work:
 
     def _downloaded(self, _job: Job) -> None:
         self.phase = 1
-        self.job = self.flight.world.start_compute(self.client, float(self.work.flops),
-                                                   self.tag, then=self._trained)
+        self.job = self.flight.world.start_compute(
+            self.client, float(self.work.flops), self.tag, then=self._trained
+        )
 
     def _trained(self, _job: Job) -> None:
         self.phase = 2
         if self.work.state is not None:
             self.work.state.commit(np.zeros(1, dtype=np.int64))
-        self.job = self.flight.world.start_transfer(self.client, SERVER,
-                                                    float(self.work.up.bits), self.tag,
-                                                    then=self._uploaded,
-                                                    key=(self.client, self.count))
+        self.job = self.flight.world.start_transfer(
+            self.client,
+            SERVER,
+            float(self.work.up.bits),
+            self.tag,
+            then=self._uploaded,
+            key=(self.client, self.count),
+        )
 
     def _uploaded(self, _job: Job) -> None:
         self.flight.arrive(self)

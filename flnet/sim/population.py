@@ -53,8 +53,10 @@ def build(clients, radio, seed: int) -> Population:
     rx_power_w = sample(radio.rx_power_w, rng, n)
     with np.errstate(over="ignore", divide="ignore", invalid="ignore"):  # checked below
         up_snr, down_snr = _snr_hz(radio, tx_power_w, n, rng)
-        for name, snr, spec in (("uplink", up_snr, radio.uplink),
-                                ("downlink", down_snr, radio.downlink)):
+        for name, snr, spec in (
+            ("uplink", up_snr, radio.uplink),
+            ("downlink", down_snr, radio.downlink),
+        ):
             _check_rates(name, snr, spec.bandwidth_hz)
     tx_power_w += circuit_w
     return Population(cpu_hz, flops_per_cycle, kappa, up_snr, down_snr, tx_power_w, rx_power_w)
@@ -68,7 +70,9 @@ def _check_rates(name: str, snr_hz: np.ndarray, bandwidth_hz: float) -> None:
         raise ScenarioError(
             f"client {k}'s {name} has a rate of {float(rate[k]):.3g} bit/s (SNR "
             f"{float(snr_hz[k] / bandwidth_hz):.3g} over the band): check the "
-            "radio's powers, distances, path loss and noise", field="radio")
+            "radio's powers, distances, path loss and noise",
+            field="radio",
+        )
 
 
 def _snr_hz(radio, tx_power_w: np.ndarray, n: int, rng: np.random.Generator):

@@ -32,8 +32,14 @@ ROW_SUM_TOL = 1e-9  # a row of a given W may be off 1 by float rounding of its e
 ER_TRIES = 100  # Erdos-Renyi draws before giving up on a connected graph
 
 
-def graph(kind: str, n: int, *, p: float | None = None, rng: np.random.Generator | None = None,
-          field: str = "algorithm.topology") -> nx.Graph:
+def graph(
+    kind: str,
+    n: int,
+    *,
+    p: float | None = None,
+    rng: np.random.Generator | None = None,
+    field: str = "algorithm.topology",
+) -> nx.Graph:
     """The undirected graph of `kind` on nodes 0..n-1.
 
     ring: i ~ i+1 mod n. grid / torus: a sqrt(n) x sqrt(n) mesh, node r * side + c, without /
@@ -48,35 +54,40 @@ def graph(kind: str, n: int, *, p: float | None = None, rng: np.random.Generator
     elif kind in ("grid", "torus"):
         side = math.isqrt(n)
         if side * side != n:
-            raise ScenarioError(f"a {kind} needs a square number of nodes, got {n} "
-                                f"(nearest: {side * side} or {(side + 1) ** 2})",
-                                field=f"{field}.kind")
+            raise ScenarioError(
+                f"a {kind} needs a square number of nodes, got {n} "
+                f"(nearest: {side * side} or {(side + 1) ** 2})",
+                field=f"{field}.kind",
+            )
         mesh = nx.grid_2d_graph(side, side, periodic=kind == "torus" and side > 2)
         g = nx.relabel_nodes(mesh, {(r, c): r * side + c for r, c in mesh.nodes})
     elif kind == "exponential":
         g = nx.empty_graph(n)
-        hops = [2 ** k for k in range(max(1, n.bit_length())) if 2 ** k < n]
+        hops = [2**k for k in range(max(1, n.bit_length())) if 2**k < n]
         g.add_edges_from((i, (i + h) % n) for i in range(n) for h in hops if (i + h) % n != i)
     elif kind == "full":
         g = nx.complete_graph(n)
     elif kind == "erdos_renyi":
         g = erdos_renyi(n, p, rng, field=field)
     else:
-        raise ScenarioError(f"unknown topology {kind!r}; allowed: {', '.join(KINDS)}",
-                            field=f"{field}.kind")
+        raise ScenarioError(
+            f"unknown topology {kind!r}; allowed: {', '.join(KINDS)}", field=f"{field}.kind"
+        )
     check_connected(g, field=field)
     return g
 
 
-def erdos_renyi(n: int, p: float | None, rng: np.random.Generator | None, *,
-                field: str = "algorithm.topology") -> nx.Graph:
+def erdos_renyi(
+    n: int, p: float | None, rng: np.random.Generator | None, *, field: str = "algorithm.topology"
+) -> nx.Graph:
     """G(n, p), redrawn until connected: the number of edges ~ Binomial(n(n-1)/2, p), then
     that many distinct pairs uniformly (the same law as a coin per pair, in O(edges) time and
     memory, not O(n^2)), from numpy draws only, so the graph does not depend on the networkx
     version."""
     if p is None or not 0.0 <= p <= 1.0 or not math.isfinite(p):
-        raise ScenarioError(f"the edge probability must be in [0, 1], got {p!r}",
-                            field=f"{field}.p")
+        raise ScenarioError(
+            f"the edge probability must be in [0, 1], got {p!r}", field=f"{field}.p"
+        )
     if rng is None:
         raise ValueError("erdos_renyi needs a generator")
     pairs = n * (n - 1) // 2
@@ -86,9 +97,11 @@ def erdos_renyi(n: int, p: float | None, rng: np.random.Generator | None, *,
         g.add_edges_from(zip(*_pair(np.asarray(idx, dtype=np.int64))))
         if n < 2 or nx.is_connected(g):
             return g
-    raise ScenarioError(f"{ER_TRIES} draws of G({n}, {p:g}) were all disconnected; raise p "
-                        f"(connectivity needs about ln(n)/n = {math.log(max(n, 2)) / n:.3g})",
-                        field=f"{field}.p")
+    raise ScenarioError(
+        f"{ER_TRIES} draws of G({n}, {p:g}) were all disconnected; raise p "
+        f"(connectivity needs about ln(n)/n = {math.log(max(n, 2)) / n:.3g})",
+        field=f"{field}.p",
+    )
 
 
 def _pair(idx: np.ndarray) -> tuple[list[int], list[int]]:
@@ -104,12 +117,19 @@ def check_connected(g: nx.Graph, *, field: str = "algorithm.topology") -> None:
     """Gossip on a disconnected graph never reaches consensus: refuse it."""
     if g.number_of_nodes() > 1 and not nx.is_connected(g):
         parts = nx.number_connected_components(g)
-        raise ScenarioError(f"the graph is disconnected ({parts} components); gossip could "
-                            "never reach consensus", field=field)
+        raise ScenarioError(
+            f"the graph is disconnected ({parts} components); gossip could never reach consensus",
+            field=field,
+        )
 
 
-def mixing_matrix(g: nx.Graph, weights: str = "metropolis_hastings",
-                  laziness: float = 0.0, *, field: str = "algorithm.topology") -> np.ndarray:
+def mixing_matrix(
+    g: nx.Graph,
+    weights: str = "metropolis_hastings",
+    laziness: float = 0.0,
+    *,
+    field: str = "algorithm.topology",
+) -> np.ndarray:
     """W [n, n] (float64) on graph `g` (nodes 0..n-1) with the given weight rule."""
     if not 0.0 <= laziness < 1.0:
         raise ScenarioError(f"must be in [0, 1), got {laziness!r}", field=f"{field}.laziness")
@@ -125,8 +145,9 @@ def mixing_matrix(g: nx.Graph, weights: str = "metropolis_hastings",
         w[i, j] = 1.0 / (1.0 + np.maximum(deg[i], deg[j]))
         w[np.arange(n), np.arange(n)] = 1.0 - w.sum(axis=1)
     else:
-        raise ScenarioError(f"unknown weights {weights!r}; allowed: {', '.join(WEIGHTS)}",
-                            field=f"{field}.weights")
+        raise ScenarioError(
+            f"unknown weights {weights!r}; allowed: {', '.join(WEIGHTS)}", field=f"{field}.weights"
+        )
     if laziness:
         w = (1.0 - laziness) * w + laziness * np.eye(n)
     return w
@@ -137,20 +158,19 @@ def check_mixing(w: np.ndarray, *, field: str = "algorithm.topology.matrix") -> 
     connected. Returns it as float64."""
     w = np.asarray(w, dtype=np.float64)
     if w.ndim != 2 or w.shape[0] != w.shape[1] or w.shape[0] == 0:
-        raise ScenarioError(f"must be a non-empty square matrix, got shape {w.shape}",
-                            field=field)
+        raise ScenarioError(f"must be a non-empty square matrix, got shape {w.shape}", field=field)
     if not np.isfinite(w).all():
         raise ScenarioError("has an entry that is not a finite number", field=field)
     if (w < 0).any():
         i, j = map(int, np.argwhere(w < 0)[0])
-        raise ScenarioError(f"entry [{i}][{j}] is {w[i, j]:g}; weights must be >= 0",
-                            field=field)
+        raise ScenarioError(f"entry [{i}][{j}] is {w[i, j]:g}; weights must be >= 0", field=field)
     sums = w.sum(axis=1)
     bad = np.flatnonzero(np.abs(sums - 1.0) > ROW_SUM_TOL)
     if len(bad):
         i = int(bad[0])
-        raise ScenarioError(f"is not row-stochastic: row {i} sums to {sums[i]:.12g}, not 1",
-                            field=field)
+        raise ScenarioError(
+            f"is not row-stochastic: row {i} sums to {sums[i]:.12g}, not 1", field=field
+        )
     support = nx.from_numpy_array(((w + w.T) > 0).astype(np.int8))
     support.remove_edges_from(nx.selfloop_edges(support))
     check_connected(support, field=field)
@@ -183,8 +203,9 @@ def spectral_gap(w: np.ndarray) -> float:
     return float(1.0 - mod[1])
 
 
-def from_config(cfg, n: int, rng: np.random.Generator, *,
-                field: str = "algorithm.topology") -> np.ndarray:
+def from_config(
+    cfg, n: int, rng: np.random.Generator, *, field: str = "algorithm.topology"
+) -> np.ndarray:
     """W [n, n] for a scenario's topology section (`flnet.config.TopologyConfig`); `rng` draws
     random graphs (the run's TOPOLOGY stream)."""
     if cfg.kind == "matrix":

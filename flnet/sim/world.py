@@ -17,17 +17,18 @@ point, the only places a run may stop or checkpoint (see `flnet.sim.patterns` fo
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Iterator, NamedTuple, Protocol
+from collections.abc import Callable, Iterator
+from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 import simpy
 
+from flnet.rng import Stream, generator
 from flnet.sim import population as population_mod
+from flnet.sim.channel import Channel, Transmission, band, timeout_at
 from flnet.sim.device import compute_energy_j, compute_time_s
 from flnet.sim.ledger import NOBODY, Ledger, Tag
-from flnet.sim.channel import Channel, Transmission, band, timeout_at
 from flnet.sim.network import Link, Network, d2d_link
-from flnet.rng import Stream, generator
 
 SELECTION_AHEAD = 16  # rounds of client selection drawn at once
 INTERRUPTED = "interrupted"  # the stop reason of `request_stop` from a signal
@@ -67,14 +68,15 @@ class Observer(Protocol):
     """Watches a run: `flnet.run(..., observers=[...])`. Observers are called in order; each
     sees the stop reason of those before it."""
 
-    def on_start(self, world: "AbstractWorld") -> None:
+    def on_start(self, world: AbstractWorld) -> None:
         """Before the first step (of a fresh or a resumed run)."""
 
-    def on_progress(self, world: "AbstractWorld", progress: Progress,
-                    stopping: str | None) -> str | None:
+    def on_progress(
+        self, world: AbstractWorld, progress: Progress, stopping: str | None
+    ) -> str | None:
         """After each step; return a reason to stop the run, or None."""
 
-    def on_end(self, world: "AbstractWorld", reason: str | None) -> None:
+    def on_end(self, world: AbstractWorld, reason: str | None) -> None:
         """After the last step (reason: why the run stopped; None if the protocol ended)."""
 
 
@@ -115,12 +117,20 @@ class AbstractWorld(Protocol):
 
     def link(self, src: int, dst: int) -> Link: ...
 
-    def start_transfer(self, src: int, dst: int, bits: float, tag: Tag, *,
-                       then: Callable[[Job], None] | None = None,
-                       key: tuple[int, ...] | None = None) -> Job: ...
+    def start_transfer(
+        self,
+        src: int,
+        dst: int,
+        bits: float,
+        tag: Tag,
+        *,
+        then: Callable[[Job], None] | None = None,
+        key: tuple[int, ...] | None = None,
+    ) -> Job: ...
 
-    def start_compute(self, node: int, flops: float, tag: Tag, *,
-                      then: Callable[[Job], None] | None = None) -> Job: ...
+    def start_compute(
+        self, node: int, flops: float, tag: Tag, *, then: Callable[[Job], None] | None = None
+    ) -> Job: ...
 
     def transfer(self, src: int, dst: int, packet: Any, tag: Tag) -> simpy.Process: ...
 
@@ -224,9 +234,14 @@ class World:
         """
         m = min(self.num_clients, math.ceil(k * over_selection - 1e-9))
         if (m, round) not in self._selections:
-            self._selections = {(m, r): np.sort(generator(self.seed, Stream.SELECTION, r).choice(
-                self.num_clients, size=m, replace=False))
-                for r in range(round, round + SELECTION_AHEAD)}
+            self._selections = {
+                (m, r): np.sort(
+                    generator(self.seed, Stream.SELECTION, r).choice(
+                        self.num_clients, size=m, replace=False
+                    )
+                )
+                for r in range(round, round + SELECTION_AHEAD)
+            }
         return self._selections[(m, round)].copy()
 
     def link(self, src: int, dst: int) -> Link:
@@ -240,10 +255,17 @@ class World:
                 raise
         if self._d2d_channel is None:
             d2d = self.radio.d2d
-            self._d2d_channel = band(self.env, d2d.bandwidth_hz, d2d.sharing == "shared",
-                                     users=self.num_clients)
-        link = d2d_link(self.network, self.radio.d2d, self._d2d_channel, src, dst,
-                        generator(self.seed, Stream.D2D, src, dst))
+            self._d2d_channel = band(
+                self.env, d2d.bandwidth_hz, d2d.sharing == "shared", users=self.num_clients
+            )
+        link = d2d_link(
+            self.network,
+            self.radio.d2d,
+            self._d2d_channel,
+            src,
+            dst,
+            generator(self.seed, Stream.D2D, src, dst),
+        )
         self.network.add_link(src, dst, link)
         return link
 
@@ -251,22 +273,33 @@ class World:
         """The quickest any client could download, compute and upload: alone on every band,
         without fading."""
         net, dev = self.network, self.devices
-        total = (net.alone_s(down_bits, down=True) + net.alone_s(up_bits)
-                 + compute_time_s(flops, dev.cpu_hz, dev.flops_per_cycle))
+        total = (
+            net.alone_s(down_bits, down=True)
+            + net.alone_s(up_bits)
+            + compute_time_s(flops, dev.cpu_hz, dev.flops_per_cycle)
+        )
         return float(total.min())
 
     # ------------------------------------------------------------------ primitives
 
-    def start_transfer(self, src: int, dst: int, bits: float, tag: Tag, *,
-                       then: Callable[[Job], None] | None = None,
-                       key: tuple[int, ...] | None = None) -> Job:
+    def start_transfer(
+        self,
+        src: int,
+        dst: int,
+        bits: float,
+        tag: Tag,
+        *,
+        then: Callable[[Job], None] | None = None,
+        key: tuple[int, ...] | None = None,
+    ) -> Job:
         """Start sending `bits` from `src` to `dst`; `then(job)` runs when it completes (after
         its ledger row is written). `key` (ints) keys its fading draw; by default the draw is
         keyed by the step and the link's draws so far in that step."""
         return _Transfer(self, src, dst, bits, tag, then, key)
 
-    def start_compute(self, node: int, flops: float, tag: Tag, *,
-                      then: Callable[[Job], None] | None = None) -> Job:
+    def start_compute(
+        self, node: int, flops: float, tag: Tag, *, then: Callable[[Job], None] | None = None
+    ) -> Job:
         """Start `flops` of local work on `node`; `then(job)` runs when it completes."""
         return _Compute(self, node, flops, tag, then)
 
@@ -299,8 +332,12 @@ class World:
         out = []
         for job in jobs:
             if isinstance(job, _Compute):
-                out.append({"tag": tuple(job.tag), "compute": (job.node, job.flops, job.start_s,
-                                                               job.duration_s)})
+                out.append(
+                    {
+                        "tag": tuple(job.tag),
+                        "compute": (job.node, job.flops, job.start_s, job.duration_s),
+                    }
+                )
                 continue
             assert isinstance(job, _Transfer)
             channel, tx = job.link.channel, job.tx
@@ -324,8 +361,9 @@ class World:
             tag = Tag(f["tag"][0], int(f["tag"][1]))
             if "compute" in f:
                 node, flops, start_s, duration_s = f["compute"]
-                jobs.append(_Compute(self, int(node), flops, tag, then,
-                                     resume=(start_s, duration_s)))
+                jobs.append(
+                    _Compute(self, int(node), flops, tag, then, resume=(start_s, duration_s))
+                )
                 continue
             src, dst = map(int, f["link"])
             link = self.link(src, dst)
@@ -350,29 +388,74 @@ class World:
             rng = generator(self.seed, Stream.FADING, step, src + 2, dst + 2, count)
         return max(float(rng.exponential()), 1e-300)  # a draw of 0 would stall the transfer
 
-    def _charge_transfer(self, tag: Tag, src: int, dst: int, link: Link, tx: Transmission,
-                         outcome: str) -> None:
+    def _charge_transfer(
+        self, tag: Tag, src: int, dst: int, link: Link, tx: Transmission, outcome: str
+    ) -> None:
         start, end = tx.start_s, self.env.now
         if link.kind == "download":
-            self.ledger.add(tag, dst, src, "download", start, end, link.power_w * (end - start),
-                            tx.sent_bits, 0.0, outcome)
+            self.ledger.add(
+                tag,
+                dst,
+                src,
+                "download",
+                start,
+                end,
+                link.power_w * (end - start),
+                tx.sent_bits,
+                0.0,
+                outcome,
+            )
             return
-        self.ledger.add(tag, src, dst, link.kind, start, end, link.power_w * (end - start),
-                        tx.sent_bits, 0.0, outcome)
+        self.ledger.add(
+            tag,
+            src,
+            dst,
+            link.kind,
+            start,
+            end,
+            link.power_w * (end - start),
+            tx.sent_bits,
+            0.0,
+            outcome,
+        )
         if link.kind == "d2d":  # the receiver's own battery, on its own row; bits counted once
-            self.ledger.add(tag, dst, src, "d2d_rx", start, end, link.rx_power_w * (end - start),
-                            0.0, 0.0, outcome)
+            self.ledger.add(
+                tag,
+                dst,
+                src,
+                "d2d_rx",
+                start,
+                end,
+                link.rx_power_w * (end - start),
+                0.0,
+                0.0,
+                outcome,
+            )
 
-    def _charge_compute(self, tag: Tag, node: int, flops: float, start_s: float,
-                        duration_s: float, outcome: str) -> None:
+    def _charge_compute(
+        self, tag: Tag, node: int, flops: float, start_s: float, duration_s: float, outcome: str
+    ) -> None:
         """Work interrupted before its end is charged pro rata."""
         dev = self.devices
-        f, fpc, kappa = float(dev.cpu_hz[node]), float(dev.flops_per_cycle[node]), float(
-            dev.kappa[node])
+        f, fpc, kappa = (
+            float(dev.cpu_hz[node]),
+            float(dev.flops_per_cycle[node]),
+            float(dev.kappa[node]),
+        )
         if outcome != "ok":
             flops *= min(1.0, (self.env.now - start_s) / duration_s) if duration_s > 0 else 0.0
-        self.ledger.add(tag, node, NOBODY, "compute", start_s, self.env.now,
-                        compute_energy_j(flops, f, fpc, kappa), 0.0, flops, outcome)
+        self.ledger.add(
+            tag,
+            node,
+            NOBODY,
+            "compute",
+            start_s,
+            self.env.now,
+            compute_energy_j(flops, f, fpc, kappa),
+            0.0,
+            flops,
+            outcome,
+        )
 
     def _compute_time_s(self, node: int, flops: float) -> float:
         dev = self.devices
@@ -392,12 +475,24 @@ class _Transfer:
 
     __slots__ = ("world", "tag", "src", "dst", "link", "tx", "event", "outcome", "then")
 
-    def __init__(self, world: World, src: int, dst: int, bits: float, tag: Tag, then, key,
-                 tx: Transmission | None = None):
+    def __init__(
+        self,
+        world: World,
+        src: int,
+        dst: int,
+        bits: float,
+        tag: Tag,
+        then,
+        key,
+        tx: Transmission | None = None,
+    ):
         self.world, self.tag, self.src, self.dst, self.then = world, tag, src, dst, then
         self.link = link = world.link(src, dst)
-        self.tx = tx if tx is not None else link.channel.transmit(
-            bits, link.snr_hz * world._fading(src, dst, tag, key))
+        self.tx = (
+            tx
+            if tx is not None
+            else link.channel.transmit(bits, link.snr_hz * world._fading(src, dst, tag, key))
+        )
         self.event = self.tx.done
         self.outcome: str | None = None
         self.event.callbacks.append(self._done)
@@ -419,11 +514,27 @@ class _Transfer:
 class _Compute:
     """Local work under way: charged when it completes, or pro rata when stopped."""
 
-    __slots__ = ("world", "tag", "node", "flops", "start_s", "duration_s", "event", "outcome",
-                 "then")
+    __slots__ = (
+        "world",
+        "tag",
+        "node",
+        "flops",
+        "start_s",
+        "duration_s",
+        "event",
+        "outcome",
+        "then",
+    )
 
-    def __init__(self, world: World, node: int, flops: float, tag: Tag, then,
-                 resume: tuple[float, float] | None = None):
+    def __init__(
+        self,
+        world: World,
+        node: int,
+        flops: float,
+        tag: Tag,
+        then,
+        resume: tuple[float, float] | None = None,
+    ):
         self.world, self.tag, self.node, self.flops, self.then = world, tag, node, flops, then
         if resume is None:
             self.start_s = world.env.now
@@ -447,5 +558,6 @@ class _Compute:
 
     def _charge(self, outcome: str) -> None:
         self.outcome = outcome
-        self.world._charge_compute(self.tag, self.node, self.flops, self.start_s,
-                                   self.duration_s, outcome)
+        self.world._charge_compute(
+            self.tag, self.node, self.flops, self.start_s, self.duration_s, outcome
+        )

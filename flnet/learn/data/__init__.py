@@ -28,11 +28,11 @@ import numpy as np
 import pandas as pd
 import torch
 
+from flnet.errors import ScenarioError
 from flnet.learn.data import embedded, features, files, partition
 from flnet.learn.data.embedded import Source
 from flnet.learn.data.lazy import LazyClients
 from flnet.learn.data.views import ClientViews
-from flnet.errors import ScenarioError
 from flnet.rng import Stream, generator, minibatch_generator, work_generator
 
 # Sub-streams of Stream.PARTITION; the Hsu Dirichlet split keeps the bare stream. Synthetic
@@ -105,16 +105,20 @@ class FederatedData:
         k = self.num_classes
         if self.lazy is not None:
             clients = self.eval_clients
-            columns = {"client": clients, "num_samples": self.lazy.train_sizes[clients],
-                       "num_test_samples": (self.lazy.sizes - self.lazy.train_sizes)[clients]}
+            columns = {
+                "client": clients,
+                "num_samples": self.lazy.train_sizes[clients],
+                "num_test_samples": (self.lazy.sizes - self.lazy.train_sizes)[clients],
+            }
             columns.update({f"label_{c}": self.eval_label_counts[:, c] for c in range(k)})
             return pd.DataFrame(columns)
         views = self.client_indices
         sizes = np.diff(views.offsets)
         n = views.slots
         labels = self.y_train.cpu().numpy()[views.indices]
-        counts = np.bincount(np.repeat(np.arange(n), sizes) * k + labels,
-                             minlength=n * k).reshape(n, k)
+        counts = np.bincount(np.repeat(np.arange(n), sizes) * k + labels, minlength=n * k).reshape(
+            n, k
+        )
         columns = {"slot" if views.shared else "client": np.arange(n), "num_samples": sizes}
         if self.client_test_indices is not None:
             columns["num_test_samples"] = np.diff(self.client_test_indices.offsets)
@@ -131,10 +135,15 @@ def source(config, num_clients: int, seed: int) -> tuple[Source, tuple]:
         cfg = config.mnist1d
         return embedded.mnist1d(cfg.num_samples, cfg.seed), (name, cfg)
     if name == "synthetic":  # pooled, for a partition other than natural
-        return (embedded.synthetic(num_clients, config.synthetic,
-                                   generator(seed, Stream.PARTITION, SYNTHETIC),
-                                   synthetic_client_rng(seed)),
-                (name, config.synthetic, num_clients, seed))
+        return (
+            embedded.synthetic(
+                num_clients,
+                config.synthetic,
+                generator(seed, Stream.PARTITION, SYNTHETIC),
+                synthetic_client_rng(seed),
+            ),
+            (name, config.synthetic, num_clients, seed),
+        )
     root = Path(config.root).expanduser()
     if name in files.IDX_SETS:
         return files.load_idx_set(name, root, config.download), (name, str(root.resolve()))
@@ -153,16 +162,19 @@ def split(part, src: Source, num_slots: int, seed: int) -> list[np.ndarray]:
     if part.kind == "iid":
         return partition.iid(n, num_slots, seed)
     if part.kind == "dirichlet":
-        return partition.dirichlet_per_class(labels, num_slots, part.alpha, part.min_size,
-                                             generator(seed, Stream.PARTITION))
+        return partition.dirichlet_per_class(
+            labels, num_slots, part.alpha, part.min_size, generator(seed, Stream.PARTITION)
+        )
     if part.kind == "shards":
-        return partition.shards(labels, num_slots, part.classes_per_client,
-                                generator(seed, Stream.PARTITION, LABELS))
+        return partition.shards(
+            labels, num_slots, part.classes_per_client, generator(seed, Stream.PARTITION, LABELS)
+        )
     if part.kind == "zipf":
         sizes = partition.zipf_sizes(n, num_slots, part.sigma)
     else:
-        sizes = partition.lognormal_sizes(n, num_slots, part.sigma,
-                                          generator(seed, Stream.PARTITION, SIZES))
+        sizes = partition.lognormal_sizes(
+            n, num_slots, part.sigma, generator(seed, Stream.PARTITION, SIZES)
+        )
     partition.check_min_size(sizes, part.min_size)
     return partition.by_sizes(labels, sizes, part.alpha, generator(seed, Stream.PARTITION, LABELS))
 
@@ -175,20 +187,34 @@ def load(config, num_clients: int, seed: int, device: torch.device) -> Federated
     src, key = source(config, num_clients, seed)
     if config.features is not None:
         src = features.apply(config.features, src, key)
-    parts = [np.asarray(ix, dtype=np.int64)
-             for ix in split(config.partition, src, num_slots(config, num_clients, src), seed)]
+    parts = [
+        np.asarray(ix, dtype=np.int64)
+        for ix in split(config.partition, src, num_slots(config, num_clients, src), seed)
+    ]
     test_indices = None
     if config.local_test_fraction is not None:
         test_indices = ClientViews.from_lists(
-            partition.local_tests(parts, src.y_train, src.y_test, config.local_test_fraction,
-                                  generator(seed, Stream.PARTITION, LOCAL_TEST)), num_clients)
+            partition.local_tests(
+                parts,
+                src.y_train,
+                src.y_test,
+                config.local_test_fraction,
+                generator(seed, Stream.PARTITION, LOCAL_TEST),
+            ),
+            num_clients,
+        )
     as_t = lambda a, dt: torch.tensor(a, dtype=dt, device=device)  # noqa: E731
     return FederatedData(
         name=config.dataset,
-        x_train=as_t(src.x_train, torch.float32), y_train=as_t(src.y_train, torch.int64),
-        x_test=as_t(src.x_test, torch.float32), y_test=as_t(src.y_test, torch.int64),
-        client_indices=ClientViews.from_lists(parts, num_clients), num_classes=src.num_classes,
-        client_test_indices=test_indices, eval_clients=eval_clients)
+        x_train=as_t(src.x_train, torch.float32),
+        y_train=as_t(src.y_train, torch.int64),
+        x_test=as_t(src.x_test, torch.float32),
+        y_test=as_t(src.y_test, torch.int64),
+        client_indices=ClientViews.from_lists(parts, num_clients),
+        num_classes=src.num_classes,
+        client_test_indices=test_indices,
+        eval_clients=eval_clients,
+    )
 
 
 def num_slots(config, num_clients: int, src: Source) -> int:
@@ -200,27 +226,35 @@ def num_slots(config, num_clients: int, src: Source) -> int:
         raise ScenarioError(
             f"{num_clients} clients but only {rows} training samples; set data.share_rows: "
             f"true to let client k hold the rows of partition slot k mod {rows} (or a number "
-            f"of slots)", field="data.share_rows")
+            f"of slots)",
+            field="data.share_rows",
+        )
     if share is False or share is True:
         return min(num_clients, rows)
     if share > rows:
-        raise ScenarioError(f"{share} slots but only {rows} training samples",
-                            field="data.share_rows")
+        raise ScenarioError(
+            f"{share} slots but only {rows} training samples", field="data.share_rows"
+        )
     return min(num_clients, share)
 
 
-def load_lazy(config, num_clients: int, seed: int, device: torch.device,
-              eval_clients: np.ndarray) -> FederatedData:
+def load_lazy(
+    config, num_clients: int, seed: int, device: torch.device, eval_clients: np.ndarray
+) -> FederatedData:
     """Synthetic(alpha, beta), natural partition: each client generated from its own stream when
     it takes part. The test set is the evaluation sample's own test rows (every client's up to
     ``data.eval_clients``), generated now with their label counts."""
     if config.features is not None:
-        raise ScenarioError("frozen features need the whole data set in memory; a natural "
-                            "synthetic population is generated per client (use another "
-                            "partition, or no features)", field="data.features")
+        raise ScenarioError(
+            "frozen features need the whole data set in memory; a natural "
+            "synthetic population is generated per client (use another "
+            "partition, or no features)",
+            field="data.features",
+        )
     cfg = config.synthetic
-    lazy = LazyClients(cfg, num_clients, generator(seed, Stream.PARTITION, SYNTHETIC),
-                       synthetic_client_rng(seed))
+    lazy = LazyClients(
+        cfg, num_clients, generator(seed, Stream.PARTITION, SYNTHETIC), synthetic_client_rng(seed)
+    )
     xs, ys = [], []
     counts = np.zeros((len(eval_clients), cfg.num_classes), dtype=np.int64)
     for i, k in enumerate(eval_clients.tolist()):
@@ -230,21 +264,31 @@ def load_lazy(config, num_clients: int, seed: int, device: torch.device,
         ys.append(y[n:].copy())
         counts[i] = np.bincount(y[:n], minlength=cfg.num_classes)
     test_sizes = (lazy.sizes - lazy.train_sizes)[eval_clients]
-    test_views = ClientViews(np.concatenate([[0], np.cumsum(test_sizes)]),
-                             np.arange(int(test_sizes.sum())), num_clients, owners=eval_clients)
+    test_views = ClientViews(
+        np.concatenate([[0], np.cumsum(test_sizes)]),
+        np.arange(int(test_sizes.sum())),
+        num_clients,
+        owners=eval_clients,
+    )
     as_t = lambda a, dt: torch.as_tensor(a, dtype=dt, device=device)  # noqa: E731
     return FederatedData(
         name=config.dataset,
         x_train=torch.empty((0, cfg.num_features), device=device),
         y_train=torch.empty(0, dtype=torch.int64, device=device),
-        x_test=as_t(np.concatenate(xs), torch.float32), y_test=as_t(np.concatenate(ys),
-                                                                    torch.int64),
-        client_indices=None, num_classes=cfg.num_classes, client_test_indices=test_views,
-        eval_clients=eval_clients, lazy=lazy, eval_label_counts=counts)
+        x_test=as_t(np.concatenate(xs), torch.float32),
+        y_test=as_t(np.concatenate(ys), torch.int64),
+        client_indices=None,
+        num_classes=cfg.num_classes,
+        client_test_indices=test_views,
+        eval_clients=eval_clients,
+        lazy=lazy,
+        eval_label_counts=counts,
+    )
 
 
-def work_rng(seed: int, round: int, client: int, row: int,
-             work_counts: np.ndarray | None) -> np.random.Generator:
+def work_rng(
+    seed: int, round: int, client: int, row: int, work_counts: np.ndarray | None
+) -> np.random.Generator:
     """Client `client`'s generator for this work: keyed by (round, client) in round and
     gossip patterns, by (client, its work count) in a stream (`work_counts[row]`)."""
     if work_counts is None:
@@ -252,9 +296,15 @@ def work_rng(seed: int, round: int, client: int, row: int,
     return work_generator(seed, client, int(work_counts[row]))
 
 
-def minibatches(data: FederatedData, clients: np.ndarray, round: int, steps: np.ndarray,
-                batch_size: int, seed: int, work_counts: np.ndarray | None = None
-                ) -> torch.Tensor:
+def minibatches(
+    data: FederatedData,
+    clients: np.ndarray,
+    round: int,
+    steps: np.ndarray,
+    batch_size: int,
+    seed: int,
+    work_counts: np.ndarray | None = None,
+) -> torch.Tensor:
     """[C, max(steps), B] training-set rows, drawn with replacement from each client's share.
 
     Client k's draw in round t is ``default_rng([seed, t, k]).integers(0, n_k, (steps_k, B))``
@@ -288,16 +338,24 @@ def own_rows(data: FederatedData, clients: np.ndarray):
     return (np.arange(s, s + n) for s, n in zip(starts.tolist(), sizes.tolist()))
 
 
-def epoch_steps(num_samples: np.ndarray, epochs: int, batch_size: int,
-                drop_last: bool) -> np.ndarray:
+def epoch_steps(
+    num_samples: np.ndarray, epochs: int, batch_size: int, drop_last: bool
+) -> np.ndarray:
     """[C] local steps of E epochs: ceil(n_k / B) * E, or floor(n_k / B) * E with drop_last."""
     per_epoch = num_samples // batch_size if drop_last else -(-num_samples // batch_size)
     return per_epoch * epochs
 
 
-def epoch_batches(data: FederatedData, clients: np.ndarray, round: int, epochs: int,
-                  batch_size: int, drop_last: bool, seed: int,
-                  work_counts: np.ndarray | None = None) -> tuple[torch.Tensor, np.ndarray]:
+def epoch_batches(
+    data: FederatedData,
+    clients: np.ndarray,
+    round: int,
+    epochs: int,
+    batch_size: int,
+    drop_last: bool,
+    seed: int,
+    work_counts: np.ndarray | None = None,
+) -> tuple[torch.Tensor, np.ndarray]:
     """E epochs over each client's share in minibatches drawn without replacement.
 
     Returns rows [C, max steps, B] and sizes [C, max steps], the samples each step really has:
@@ -319,11 +377,11 @@ def epoch_batches(data: FederatedData, clients: np.ndarray, round: int, epochs: 
         for e in range(epochs):
             perm = own[rng.permutation(n)]
             first = e * per_epoch
-            out[row, first:first + full] = perm[:full * batch_size].reshape(full, batch_size)
-            sizes[row, first:first + full] = batch_size
+            out[row, first : first + full] = perm[: full * batch_size].reshape(full, batch_size)
+            sizes[row, first : first + full] = batch_size
             if per_epoch > full:  # the short last batch
                 out[row, first + full] = perm[full * batch_size]
-                out[row, first + full, :rest] = perm[full * batch_size:]
+                out[row, first + full, :rest] = perm[full * batch_size :]
                 sizes[row, first + full] = rest
         if s == 0:  # drop_last on fewer rows than a batch: no step at all
             out[row], sizes[row] = own[0], batch_size

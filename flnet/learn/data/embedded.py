@@ -48,8 +48,10 @@ SYNTHETIC_CHUNK_ROWS = 4096  # a client's rows are drawn in float64 this many at
 def synthetic_sizes(num_clients: int, cfg, rng: np.random.Generator) -> np.ndarray:
     """[N] samples per client of Synthetic(alpha, beta): lognormal(4, 2) + 50, as in the
     authors' generator; drawn for every client at once (8 bytes a client)."""
-    return rng.lognormal(cfg.size_log_mean, cfg.size_log_std, num_clients).astype(np.int64) \
+    return (
+        rng.lognormal(cfg.size_log_mean, cfg.size_log_std, num_clients).astype(np.int64)
         + cfg.min_samples
+    )
 
 
 def synthetic_train_sizes(sizes: np.ndarray, cfg) -> np.ndarray:
@@ -57,9 +59,9 @@ def synthetic_train_sizes(sizes: np.ndarray, cfg) -> np.ndarray:
     return ((1 - cfg.test_fraction) * sizes).astype(np.int64)
 
 
-def synthetic_client(cfg, size: int, rng: np.random.Generator,
-                     out: tuple[np.ndarray, np.ndarray] | None = None
-                     ) -> tuple[np.ndarray, np.ndarray]:
+def synthetic_client(
+    cfg, size: int, rng: np.random.Generator, out: tuple[np.ndarray, np.ndarray] | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """One user of FedProx's Synthetic(alpha, beta) (Li et al., MLSys 2020, Sec. 5.1):
     x [size, D] float32 and y [size] int64, training rows first (rows are drawn in order, so
     its first n rows are the same whatever `size` >= n); written into `out` if given.
@@ -77,12 +79,15 @@ def synthetic_client(cfg, size: int, rng: np.random.Generator,
     b = rng.normal(u, 1.0, c)
     v = rng.normal(b_mean, 1.0, d)
     sd = np.arange(1, d + 1, dtype=np.float64) ** -0.6  # sqrt of Sigma_jj = j^-1.2
-    x, y = out if out is not None else (np.empty((int(size), d), dtype=np.float32),
-                                        np.empty(int(size), dtype=np.int64))
+    x, y = (
+        out
+        if out is not None
+        else (np.empty((int(size), d), dtype=np.float32), np.empty(int(size), dtype=np.int64))
+    )
     for start in range(0, int(size), SYNTHETIC_CHUNK_ROWS):  # float64 a chunk at a time
-        rows = x[start:start + SYNTHETIC_CHUNK_ROWS]
+        rows = x[start : start + SYNTHETIC_CHUNK_ROWS]
         chunk = v + sd * rng.standard_normal(rows.shape)  # the same draws as in one call
-        y[start:start + len(rows)] = np.argmax(chunk @ w + b, axis=1)
+        y[start : start + len(rows)] = np.argmax(chunk @ w + b, axis=1)
         rows[:] = chunk
     return x, y
 
@@ -93,8 +98,14 @@ def synthetic(num_clients: int, cfg, sizes_rng: np.random.Generator, client_rng)
     stream."""
     sizes = synthetic_sizes(num_clients, cfg, sizes_rng)
     n_train = synthetic_train_sizes(sizes, cfg)
-    parts = {"x_train": [], "y_train": [], "x_test": [], "y_test": [],
-             "train_owner": [], "test_owner": []}
+    parts = {
+        "x_train": [],
+        "y_train": [],
+        "x_test": [],
+        "y_test": [],
+        "train_owner": [],
+        "test_owner": [],
+    }
     for k in range(num_clients):
         x, y = synthetic_client(cfg, sizes[k], client_rng(k))
         for split, rows in (("train", slice(0, n_train[k])), ("test", slice(n_train[k], None))):
@@ -135,13 +146,16 @@ def mnist1d(num_samples: int, seed: int) -> Source:
         arrays = {k: np.asarray(d[k]) for k in ("x", "y", "x_test", "y_test")}
         cache.save_arrays(path, arrays)
     f32, i64 = (lambda a: np.asarray(a, dtype=np.float32)), (lambda a: np.asarray(a, np.int64))
-    return Source(f32(arrays["x"]), i64(arrays["y"]), f32(arrays["x_test"]),
-                  i64(arrays["y_test"]), 10)
+    return Source(
+        f32(arrays["x"]), i64(arrays["y"]), f32(arrays["x_test"]), i64(arrays["y_test"]), 10
+    )
 
 
 def _mnist1d_cache_path(args: dict) -> Path:
     from importlib.metadata import version
 
-    key = json.dumps({**{k: v for k, v in args.items() if k != "url"},
-                      "mnist1d": version("mnist1d")}, sort_keys=True)
+    key = json.dumps(
+        {**{k: v for k, v in args.items() if k != "url"}, "mnist1d": version("mnist1d")},
+        sort_keys=True,
+    )
     return cache.cache_dir() / "mnist1d" / f"{hashlib.sha256(key.encode()).hexdigest()[:24]}.npz"

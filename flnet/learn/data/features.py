@@ -24,8 +24,8 @@ import zipfile
 import numpy as np
 import torch
 
-from flnet.learn.data.embedded import Source
 from flnet.errors import DataError
+from flnet.learn.data.embedded import Source
 
 
 def _random_relu(x: np.ndarray, dim: int, seed: int) -> np.ndarray:
@@ -43,8 +43,9 @@ def _resnet18(x: np.ndarray, seed: int, chunk: int = 256) -> np.ndarray:
         torch.manual_seed(seed)
         trunk = resnet18_trunk(x.shape[1]).eval()
     with torch.inference_mode():
-        return torch.cat([trunk(torch.from_numpy(x[i:i + chunk]))
-                          for i in range(0, len(x), chunk)]).numpy()
+        return torch.cat(
+            [trunk(torch.from_numpy(x[i : i + chunk])) for i in range(0, len(x), chunk)]
+        ).numpy()
 
 
 def _npz(path: str, src: Source) -> tuple[np.ndarray, np.ndarray]:
@@ -53,31 +54,40 @@ def _npz(path: str, src: Source) -> tuple[np.ndarray, np.ndarray]:
     try:
         f = np.load(path, allow_pickle=False)
         if not isinstance(f, np.lib.npyio.NpzFile):
-            raise DataError(f"{path} is a single .npy array, not an .npz archive holding "
-                            f"x_train and x_test", field=field)
+            raise DataError(
+                f"{path} is a single .npy array, not an .npz archive holding x_train and x_test",
+                field=field,
+            )
         with f:
             missing = [k for k in ("x_train", "x_test") if k not in f.files]
             if missing:
-                raise DataError(f"{path} has no {' or '.join(missing)} (it holds "
-                                f"{', '.join(f.files) or 'no arrays'})", field=field)
+                raise DataError(
+                    f"{path} has no {' or '.join(missing)} (it holds "
+                    f"{', '.join(f.files) or 'no arrays'})",
+                    field=field,
+                )
             tr, te = f["x_train"], f["x_test"]
     except FileNotFoundError:
         raise DataError(f"feature file not found: {path}", field=field) from None
     except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:
-        raise DataError(f"cannot read features from {path}: {str(e)[:160]}", field=field) \
-            from None
+        raise DataError(f"cannot read features from {path}: {str(e)[:160]}", field=field) from None
     for name, a in (("x_train", tr), ("x_test", te)):
         if a.ndim != 2:
-            raise DataError(f"{path}: {name} must be [rows, features], it is {list(a.shape)}",
-                            field=field)
+            raise DataError(
+                f"{path}: {name} must be [rows, features], it is {list(a.shape)}", field=field
+            )
         if not (np.issubdtype(a.dtype, np.floating) or np.issubdtype(a.dtype, np.integer)):
             raise DataError(f"{path}: {name} must hold numbers, not {a.dtype}", field=field)
     if tr.shape[1] != te.shape[1] or tr.shape[1] == 0:
-        raise DataError(f"{path}: x_train has {tr.shape[1]} features a row, x_test "
-                        f"{te.shape[1]}", field=field)
+        raise DataError(
+            f"{path}: x_train has {tr.shape[1]} features a row, x_test {te.shape[1]}", field=field
+        )
     if len(tr) != len(src.y_train) or len(te) != len(src.y_test):
-        raise DataError(f"{path} holds {len(tr)} / {len(te)} feature rows for a data set of "
-                        f"{len(src.y_train)} / {len(src.y_test)}", field=field)
+        raise DataError(
+            f"{path} holds {len(tr)} / {len(te)} feature rows for a data set of "
+            f"{len(src.y_train)} / {len(src.y_test)}",
+            field=field,
+        )
     for name, a in (("x_train", tr), ("x_test", te)):
         if np.issubdtype(a.dtype, np.floating) and not np.isfinite(a).all():
             row = int(np.flatnonzero(~np.isfinite(a).all(1))[0])
@@ -105,11 +115,13 @@ def _backbone_features(cfg, keyed: _Keyed) -> tuple[np.ndarray, np.ndarray]:
     if cfg.kind == "random_relu":
         out = _random_relu(both, cfg.dim, cfg.seed)
     elif both.ndim != 4:
-        raise DataError(f"resnet18 features need image inputs; this data set gives "
-                        f"{list(both.shape[1:])}", field="data.features.kind")
+        raise DataError(
+            f"resnet18 features need image inputs; this data set gives {list(both.shape[1:])}",
+            field="data.features.kind",
+        )
     else:
         out = _resnet18(both, cfg.seed)
-    return _standardised(out[:len(src.x_train)], out[len(src.x_train):])
+    return _standardised(out[: len(src.x_train)], out[len(src.x_train) :])
 
 
 def _standardised(tr: np.ndarray, te: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -25,8 +25,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from flnet.learn.data.embedded import Source
 from flnet.errors import DataError
+from flnet.learn.data.embedded import Source
 
 
 class IdxSet(NamedTuple):
@@ -45,33 +45,80 @@ class CifarSet(NamedTuple):
     num_classes: int
 
 
-IDX_NAMES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte",
-             "t10k-labels-idx1-ubyte")
+IDX_NAMES = (
+    "train-images-idx3-ubyte",
+    "train-labels-idx1-ubyte",
+    "t10k-images-idx3-ubyte",
+    "t10k-labels-idx1-ubyte",
+)
 
 IDX_SETS = {
-    "mnist": IdxSet("MNIST/raw", ("https://ossci-datasets.s3.amazonaws.com/mnist/",
-                                  "http://yann.lecun.com/exdb/mnist/"), dict(zip(
-        IDX_NAMES, ("f68b3c2dcbeaaa9fbdd348bbdeb94873", "d53e105ee54ea40749a09fcbcd1e9432",
-                    "9fb629c4189551a2d022fa330f9573f3", "ec29112dd5afa0611ce80d1b7f02629c")))),
-    "fashion_mnist": IdxSet("FashionMNIST/raw", (
-        "http://fashion-mnist.s3-website.eu-central-1.amazonaws.com/",), dict(zip(
-            IDX_NAMES, ("8d4fb7e6c68d591d4c3dfef9ec88bf0d", "25c81989df183df01b3e8a0aad5dffbe",
-                        "bef4ecab320f06d8554ea6380940ec79", "bb300cfdad3c16e7a12a480ee83cd310")))),
-    "kmnist": IdxSet("KMNIST/raw", ("http://codh.rois.ac.jp/kmnist/dataset/kmnist/",), dict(zip(
-        IDX_NAMES, ("bdb82020997e1d708af4cf47b453dcf7", "e144d726b3acfaa3e44228e80efcd344",
-                    "5c965bf0a639b31b8f53240b1b52f4d7", "7320c461ea6c1c855c0b718fb2a4b134")))),
+    "mnist": IdxSet(
+        "MNIST/raw",
+        ("https://ossci-datasets.s3.amazonaws.com/mnist/", "http://yann.lecun.com/exdb/mnist/"),
+        dict(
+            zip(
+                IDX_NAMES,
+                (
+                    "f68b3c2dcbeaaa9fbdd348bbdeb94873",
+                    "d53e105ee54ea40749a09fcbcd1e9432",
+                    "9fb629c4189551a2d022fa330f9573f3",
+                    "ec29112dd5afa0611ce80d1b7f02629c",
+                ),
+            )
+        ),
+    ),
+    "fashion_mnist": IdxSet(
+        "FashionMNIST/raw",
+        ("http://fashion-mnist.s3-website.eu-central-1.amazonaws.com/",),
+        dict(
+            zip(
+                IDX_NAMES,
+                (
+                    "8d4fb7e6c68d591d4c3dfef9ec88bf0d",
+                    "25c81989df183df01b3e8a0aad5dffbe",
+                    "bef4ecab320f06d8554ea6380940ec79",
+                    "bb300cfdad3c16e7a12a480ee83cd310",
+                ),
+            )
+        ),
+    ),
+    "kmnist": IdxSet(
+        "KMNIST/raw",
+        ("http://codh.rois.ac.jp/kmnist/dataset/kmnist/",),
+        dict(
+            zip(
+                IDX_NAMES,
+                (
+                    "bdb82020997e1d708af4cf47b453dcf7",
+                    "e144d726b3acfaa3e44228e80efcd344",
+                    "5c965bf0a639b31b8f53240b1b52f4d7",
+                    "7320c461ea6c1c855c0b718fb2a4b134",
+                ),
+            )
+        ),
+    ),
 }
 
 CIFAR_SETS = {
-    "cifar10": CifarSet("cifar-10-batches-py",
-                        "https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz",
-                        "c58f30108f718f92721af3b95e74349a",
-                        tuple(f"data_batch_{i}" for i in range(1, 6)), ("test_batch",),
-                        "labels", 10),
-    "cifar100": CifarSet("cifar-100-python",
-                         "https://www.cs.toronto.edu/~kriz/cifar-100-python.tar.gz",
-                         "eb9058c3a382ffc7106e4002c42a8d85", ("train",), ("test",),
-                         "fine_labels", 100),
+    "cifar10": CifarSet(
+        "cifar-10-batches-py",
+        "https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz",
+        "c58f30108f718f92721af3b95e74349a",
+        tuple(f"data_batch_{i}" for i in range(1, 6)),
+        ("test_batch",),
+        "labels",
+        10,
+    ),
+    "cifar100": CifarSet(
+        "cifar-100-python",
+        "https://www.cs.toronto.edu/~kriz/cifar-100-python.tar.gz",
+        "eb9058c3a382ffc7106e4002c42a8d85",
+        ("train",),
+        ("test",),
+        "fine_labels",
+        100,
+    ),
 }
 
 # ---------------------------------------------------------------- IDX
@@ -92,8 +139,10 @@ def read_idx(path: Path) -> np.ndarray:
         with (gzip.open if path.suffix == ".gz" else open)(path, "rb") as f:
             head = f.read(4)
             if len(head) < 4 or head[0] != 0 or head[1] != 0 or head[2] not in _IDX_DTYPES:
-                raise DataError(f"{path} is not an IDX file (bad magic number "
-                                f"{head.hex() or 'of an empty file'})")
+                raise DataError(
+                    f"{path} is not an IDX file (bad magic number "
+                    f"{head.hex() or 'of an empty file'})"
+                )
             ndim = head[3]
             dims = f.read(4 * ndim)
             if len(dims) < 4 * ndim:
@@ -104,17 +153,20 @@ def read_idx(path: Path) -> np.ndarray:
                 raise DataError(f"{path}: the header gives the shape {list(shape)}")
             size = math.prod(shape) * dtype.itemsize
             if size > MAX_IDX_BYTES:
-                raise DataError(f"{path}: the header's shape {list(shape)} means {size:,} "
-                                f"bytes, more than any data set flnet reads")
+                raise DataError(
+                    f"{path}: the header's shape {list(shape)} means {size:,} "
+                    f"bytes, more than any data set flnet reads"
+                )
             raw = f.read(size + 1)
     except (OSError, EOFError, zlib.error) as e:
         what = "not a readable gzip file" if path.suffix == ".gz" else "not readable"
         raise DataError(f"{path} is {what}: {e}") from None
     if len(raw) != size:
         state = "truncated" if len(raw) < size else "longer than its header says"
-        raise DataError(f"{path} is {state}: the header's shape {list(shape)} needs {size:,} "
-                        f"bytes of values, the file has {len(raw):,}"
-                        + ("" if len(raw) < size else " or more"))
+        raise DataError(
+            f"{path} is {state}: the header's shape {list(shape)} needs {size:,} "
+            f"bytes of values, the file has {len(raw):,}" + ("" if len(raw) < size else " or more")
+        )
     return np.frombuffer(raw, dtype, count=math.prod(shape)).reshape(shape)
 
 
@@ -123,8 +175,9 @@ def check_labels(y: np.ndarray, num_classes: int, where: str) -> None:
     deep inside training or evaluation."""
     if len(y) and (y.min() < 0 or y.max() >= num_classes):
         bad = y[(y < 0) | (y >= num_classes)][0]
-        raise DataError(f"{where}: label {bad} is outside 0..{num_classes - 1} "
-                        f"({num_classes} classes)")
+        raise DataError(
+            f"{where}: label {bad} is outside 0..{num_classes - 1} ({num_classes} classes)"
+        )
 
 
 def _idx_file(folder: Path, name: str) -> Path | None:
@@ -149,20 +202,24 @@ def load_idx_set(name: str, root: Path, download: bool) -> Source:
     for images, labels in ((IDX_NAMES[0], IDX_NAMES[1]), (IDX_NAMES[2], IDX_NAMES[3])):
         x, y = (x_tr, y_tr) if images == IDX_NAMES[0] else (x_te, y_te)
         if x.ndim != 3:
-            raise DataError(f"{paths[images]}: images must be [N, height, width], the file "
-                            f"holds {list(x.shape)}")
+            raise DataError(
+                f"{paths[images]}: images must be [N, height, width], the file "
+                f"holds {list(x.shape)}"
+            )
         if y.ndim != 1:
-            raise DataError(f"{paths[labels]}: labels must be [N], the file holds "
-                            f"{list(y.shape)}")
+            raise DataError(f"{paths[labels]}: labels must be [N], the file holds {list(y.shape)}")
         if len(x) != len(y):
-            raise DataError(f"{paths[labels]} holds {len(y)} labels for the {len(x)} images "
-                            f"of {paths[images]}")
+            raise DataError(
+                f"{paths[labels]} holds {len(y)} labels for the {len(x)} images of {paths[images]}"
+            )
         if not np.issubdtype(y.dtype, np.integer):
             raise DataError(f"{paths[labels]}: labels must be integers, not {y.dtype}")
         check_labels(y, 10, str(paths[labels]))
     if x_tr.shape[1:] != x_te.shape[1:]:
-        raise DataError(f"{paths[IDX_NAMES[0]]} holds {list(x_tr.shape[1:])} images but "
-                        f"{paths[IDX_NAMES[2]]} holds {list(x_te.shape[1:])}")
+        raise DataError(
+            f"{paths[IDX_NAMES[0]]} holds {list(x_tr.shape[1:])} images but "
+            f"{paths[IDX_NAMES[2]]} holds {list(x_te.shape[1:])}"
+        )
     images = lambda a: (a.astype(np.float32) / 255.0)[:, None]  # noqa: E731
     return Source(images(x_tr), y_tr.astype(np.int64), images(x_te), y_te.astype(np.int64), 10)
 
@@ -177,8 +234,13 @@ class _ArraysOnly(pickle.Unpickler):
     reconstructors, `ndarray`, `dtype`, `scalar`, and ``_codecs.encode`` (protocol-2 bytes).
     """
 
-    _NUMPY_MODULES = {"numpy", "numpy.core.multiarray", "numpy._core.multiarray",
-                      "numpy.core.numeric", "numpy._core.numeric"}
+    _NUMPY_MODULES = {
+        "numpy",
+        "numpy.core.multiarray",
+        "numpy._core.multiarray",
+        "numpy.core.numeric",
+        "numpy._core.numeric",
+    }
     _ARRAY = np.zeros(1)
     _NUMPY_NAMES = {
         "_reconstruct": _ARRAY.__reduce__()[0],
@@ -201,37 +263,45 @@ def read_cifar_batch(path: Path) -> dict:
     try:
         with open(path, "rb") as f:
             batch = _ArraysOnly(f, encoding="latin1").load()
-    except Exception as e:  # noqa: BLE001 - an untrusted file: any failure means "not a batch"
-        raise DataError(f"{path} is not a CIFAR python batch: {type(e).__name__}: "
-                        f"{str(e)[:120]}") from None
+    except Exception as e:
+        raise DataError(
+            f"{path} is not a CIFAR python batch: {type(e).__name__}: {str(e)[:120]}"
+        ) from None
     if not isinstance(batch, dict):
-        raise DataError(f"{path} is not a CIFAR python batch: it holds a "
-                        f"{type(batch).__name__}, not a dict")
+        raise DataError(
+            f"{path} is not a CIFAR python batch: it holds a {type(batch).__name__}, not a dict"
+        )
     return {k.decode() if isinstance(k, bytes) else k: v for k, v in batch.items()}
 
 
 CIFAR_ROW = 3 * 32 * 32  # one image: 1024 red, 1024 green, 1024 blue bytes
 
 
-def cifar_arrays(batch: dict, path: Path, label_key: str,
-                 num_classes: int) -> tuple[np.ndarray, np.ndarray]:
+def cifar_arrays(
+    batch: dict, path: Path, label_key: str, num_classes: int
+) -> tuple[np.ndarray, np.ndarray]:
     """The batch's images [N, 3072] uint8 and labels [N], checked."""
     for key in ("data", label_key):
         if key not in batch:
-            raise DataError(f"{path}: the batch has no {key!r} entry (it has "
-                            f"{', '.join(map(repr, sorted(map(str, batch)))) or 'nothing'})")
+            raise DataError(
+                f"{path}: the batch has no {key!r} entry (it has "
+                f"{', '.join(map(repr, sorted(map(str, batch)))) or 'nothing'})"
+            )
     try:
         x, y = np.asarray(batch["data"]), np.asarray(batch[label_key])
     except (TypeError, ValueError) as e:
         raise DataError(f"{path}: 'data' or {label_key!r} is not an array: {e}") from None
     if x.ndim != 2 or x.shape[1] != CIFAR_ROW:
-        raise DataError(f"{path}: 'data' must be [N, {CIFAR_ROW}] (3x32x32 bytes a row), "
-                        f"it is {list(x.shape)}")
+        raise DataError(
+            f"{path}: 'data' must be [N, {CIFAR_ROW}] (3x32x32 bytes a row), it is {list(x.shape)}"
+        )
     if not np.issubdtype(x.dtype, np.integer) or (x.size and (x.min() < 0 or x.max() > 255)):
         raise DataError(f"{path}: 'data' must hold bytes 0..255 ({x.dtype})")
     if y.ndim != 1 or len(y) != len(x) or not np.issubdtype(y.dtype, np.integer):
-        raise DataError(f"{path}: {label_key!r} must be {len(x)} integer labels, one per row "
-                        f"of 'data'; it is {list(y.shape)} {y.dtype}")
+        raise DataError(
+            f"{path}: {label_key!r} must be {len(x)} integer labels, one per row "
+            f"of 'data'; it is {list(y.shape)} {y.dtype}"
+        )
     check_labels(y, num_classes, str(path))
     return x.astype(np.uint8), y.astype(np.int64)
 
@@ -247,8 +317,10 @@ def load_cifar_set(name: str, root: Path, download: bool) -> Source:
         raise missing_error(name, folder, missing)
 
     def read(files):
-        arrays = [cifar_arrays(read_cifar_batch(folder / f), folder / f, spec.label_key,
-                               spec.num_classes) for f in files]
+        arrays = [
+            cifar_arrays(read_cifar_batch(folder / f), folder / f, spec.label_key, spec.num_classes)
+            for f in files
+        ]
         x = np.concatenate([a[0] for a in arrays])
         y = np.concatenate([a[1] for a in arrays])
         return (x.reshape(-1, 3, 32, 32).astype(np.float32) / 255.0), y
@@ -264,7 +336,9 @@ def missing_error(name: str, folder: Path, files: list[str]) -> DataError:
     return DataError(
         f"data set {name!r} not found: {folder} must hold {', '.join(files)}. Put the files "
         f"there (torchvision's layout under data.root), or set data.download: true on a "
-        f"machine with network access", field="data.root")
+        f"machine with network access",
+        field="data.root",
+    )
 
 
 def _md5(path: Path) -> str:
@@ -303,7 +377,10 @@ def _fetch_archive(spec: CifarSet, root: Path) -> None:
     if not archive.is_file():
         _fetch([spec.url], archive, spec.md5)
     with tarfile.open(archive, "r:gz") as tar:
-        members = [m for m in tar.getmembers()
-                   if m.isfile() and Path(m.name).parts[0] == spec.folder and ".." not in m.name]
+        members = [
+            m
+            for m in tar.getmembers()
+            if m.isfile() and Path(m.name).parts[0] == spec.folder and ".." not in m.name
+        ]
         safe = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
         tar.extractall(root, members=members, **safe)

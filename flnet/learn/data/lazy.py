@@ -6,7 +6,7 @@ a client), not their rows.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 
@@ -14,8 +14,13 @@ from flnet.learn.data.embedded import synthetic_client, synthetic_sizes, synthet
 
 
 class LazyClients:
-    def __init__(self, cfg, num_clients: int, sizes_rng: np.random.Generator,
-                 client_rng: Callable[[int], np.random.Generator]):
+    def __init__(
+        self,
+        cfg,
+        num_clients: int,
+        sizes_rng: np.random.Generator,
+        client_rng: Callable[[int], np.random.Generator],
+    ):
         self.cfg = cfg
         self.num_clients = num_clients
         self.client_rng = client_rng  # k -> client k's own generator
@@ -36,6 +41,7 @@ class LazyClients:
         x = np.empty((int(ends[-1]) if len(ends) else 0, self.cfg.num_features), np.float32)
         y = np.empty(len(x), np.int64)
         for k, n, end in zip(clients.tolist(), sizes.tolist(), ends.tolist()):
-            synthetic_client(self.cfg, n, self.client_rng(k), out=(x[end - n:end],
-                                                                   y[end - n:end]))
+            synthetic_client(
+                self.cfg, n, self.client_rng(k), out=(x[end - n : end], y[end - n : end])
+            )
         return x, y

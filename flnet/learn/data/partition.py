@@ -31,7 +31,7 @@ def round_to_total(weights: np.ndarray, total: int) -> np.ndarray:
     exact = w / w.sum() * total
     out = np.floor(exact).astype(np.int64)
     order = np.argsort(-(exact - out), kind="stable")
-    out[order[:total - out.sum()]] += 1
+    out[order[: total - out.sum()]] += 1
     return out
 
 
@@ -41,8 +41,14 @@ def iid(num_samples: int, num_clients: int, seed: int) -> list[np.ndarray]:
     return np.array_split(perm, num_clients)
 
 
-def dirichlet_per_class(labels: np.ndarray, num_clients: int, alpha: float, min_size: int,
-                        rng: np.random.Generator, max_draws: int = 1000) -> list[np.ndarray]:
+def dirichlet_per_class(
+    labels: np.ndarray,
+    num_clients: int,
+    alpha: float,
+    min_size: int,
+    rng: np.random.Generator,
+    max_draws: int = 1000,
+) -> list[np.ndarray]:
     """Label skew (Hsu et al. 2019): class c goes to clients in proportions ~ Dir(alpha 1).
 
     Draws again until every client holds at least `min_size` samples.
@@ -61,11 +67,13 @@ def dirichlet_per_class(labels: np.ndarray, num_clients: int, alpha: float, min_
     raise ScenarioError(
         f"no Dirichlet(alpha={alpha}) draw in {max_draws} gave every one of {num_clients} "
         f"clients {min_size} samples; lower min_size, raise alpha or use fewer clients",
-        field="data.partition.min_size")
+        field="data.partition.min_size",
+    )
 
 
-def shards(labels: np.ndarray, num_clients: int, classes_per_client: int,
-           rng: np.random.Generator) -> list[np.ndarray]:
+def shards(
+    labels: np.ndarray, num_clients: int, classes_per_client: int, rng: np.random.Generator
+) -> list[np.ndarray]:
     """Every client holds exactly `classes_per_client` classes, in equal shards.
 
     The N k class slots are dealt round a random relabelling of the C classes: the client in
@@ -76,8 +84,10 @@ def shards(labels: np.ndarray, num_clients: int, classes_per_client: int,
     classes = np.unique(labels)
     k = classes_per_client
     if k > len(classes):
-        raise ScenarioError(f"{k} classes per client but the data set has {len(classes)}",
-                            field="data.partition.classes_per_client")
+        raise ScenarioError(
+            f"{k} classes per client but the data set has {len(classes)}",
+            field="data.partition.classes_per_client",
+        )
     relabel = classes[rng.permutation(len(classes))]
     holders: dict[int, list[int]] = {int(c): [] for c in classes}
     for i, client in enumerate(rng.permutation(num_clients)):
@@ -90,9 +100,11 @@ def shards(labels: np.ndarray, num_clients: int, classes_per_client: int,
             parts[owner].append(piece)
     out = [np.sort(np.concatenate(p)).astype(np.int64) for p in parts]
     if min(len(p) for p in out) == 0:
-        raise ScenarioError("some classes have fewer samples than the clients that share "
-                            "them; use fewer clients or more classes per client",
-                            field="data.partition.classes_per_client")
+        raise ScenarioError(
+            "some classes have fewer samples than the clients that share "
+            "them; use fewer clients or more classes per client",
+            field="data.partition.classes_per_client",
+        )
     return out
 
 
@@ -104,8 +116,9 @@ def zipf_sizes(total: int, num_clients: int, sigma: float) -> np.ndarray:
     return round_to_total(np.arange(1, num_clients + 1, dtype=np.float64) ** -sigma, total)
 
 
-def lognormal_sizes(total: int, num_clients: int, sigma: float,
-                    rng: np.random.Generator) -> np.ndarray:
+def lognormal_sizes(
+    total: int, num_clients: int, sigma: float, rng: np.random.Generator
+) -> np.ndarray:
     """[N] sizes proportional to exp(N(0, sigma^2)) draws, rounded to sum to `total`."""
     return round_to_total(np.exp(sigma * rng.standard_normal(num_clients)), total)
 
@@ -114,11 +127,14 @@ def check_min_size(sizes: np.ndarray, min_size: int) -> None:
     if sizes.min() < min_size:
         raise ScenarioError(
             f"the smallest client gets {sizes.min()} samples, fewer than min_size = {min_size}; "
-            f"lower sigma or min_size, or use fewer clients", field="data.partition.min_size")
+            f"lower sigma or min_size, or use fewer clients",
+            field="data.partition.min_size",
+        )
 
 
-def mixture_counts(mixtures: np.ndarray, sizes: np.ndarray, supply: np.ndarray,
-                   rng: np.random.Generator) -> np.ndarray:
+def mixture_counts(
+    mixtures: np.ndarray, sizes: np.ndarray, supply: np.ndarray, rng: np.random.Generator
+) -> np.ndarray:
     """[N, C] class counts: client i draws sizes[i] samples from mixtures[i] (rows sum to 1),
     without taking more of class c than supply[c].
 
@@ -144,8 +160,9 @@ def mixture_counts(mixtures: np.ndarray, sizes: np.ndarray, supply: np.ndarray,
     return counts
 
 
-def by_sizes(labels: np.ndarray, sizes: np.ndarray, alpha: float | None,
-             rng: np.random.Generator) -> list[np.ndarray]:
+def by_sizes(
+    labels: np.ndarray, sizes: np.ndarray, alpha: float | None, rng: np.random.Generator
+) -> list[np.ndarray]:
     """Client i gets sizes[i] rows: iid labels (alpha None) or a Dir_C(alpha) class mixture."""
     if alpha is None:
         perm = rng.permutation(len(labels))
@@ -161,9 +178,13 @@ def by_sizes(labels: np.ndarray, sizes: np.ndarray, alpha: float | None,
     return [np.sort(np.concatenate(p)).astype(np.int64) for p in parts]
 
 
-def local_tests(client_indices: list[np.ndarray], train_labels: np.ndarray,
-                test_labels: np.ndarray, fraction: float,
-                rng: np.random.Generator) -> list[np.ndarray]:
+def local_tests(
+    client_indices: list[np.ndarray],
+    train_labels: np.ndarray,
+    test_labels: np.ndarray,
+    fraction: float,
+    rng: np.random.Generator,
+) -> list[np.ndarray]:
     """Client i's local test rows: max(1, round(fraction n_i)) rows of the test set in the
     label proportions of its training share (largest-remainder counts per class).
 
@@ -178,10 +199,14 @@ def local_tests(client_indices: list[np.ndarray], train_labels: np.ndarray,
     for client, idx in enumerate(client_indices):
         hist = np.bincount(train_labels[idx], minlength=num_classes) * available
         if hist.sum() == 0:
-            raise DataError(f"the test set holds none of client {client}'s classes, so it can "
-                            f"have no local test split")
+            raise DataError(
+                f"the test set holds none of client {client}'s classes, so it can "
+                f"have no local test split"
+            )
         counts = round_to_total(hist, max(1, round(fraction * len(idx))))
-        picks = [rng.choice(pools[c], counts[c], replace=counts[c] > len(pools[c]))
-                 for c in np.flatnonzero(counts)]
+        picks = [
+            rng.choice(pools[c], counts[c], replace=counts[c] > len(pools[c]))
+            for c in np.flatnonzero(counts)
+        ]
         out.append(np.sort(np.concatenate(picks)).astype(np.int64))
     return out

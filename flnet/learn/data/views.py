@@ -13,14 +13,19 @@ maps a client to its slot:
 
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
 import numpy as np
 
 
 class ClientViews:
-    def __init__(self, offsets: np.ndarray, indices: np.ndarray, num_clients: int,
-                 owners: np.ndarray | None = None):
+    def __init__(
+        self,
+        offsets: np.ndarray,
+        indices: np.ndarray,
+        num_clients: int,
+        owners: np.ndarray | None = None,
+    ):
         self.offsets = np.asarray(offsets, dtype=np.int64)  # [S + 1]
         self.indices = np.asarray(indices, dtype=np.int64)  # [R]
         self.num_clients = int(num_clients)
@@ -28,12 +33,15 @@ class ClientViews:
         self.slots = len(self.offsets) - 1
 
     @classmethod
-    def from_lists(cls, parts, num_clients: int | None = None) -> "ClientViews":
+    def from_lists(cls, parts, num_clients: int | None = None) -> ClientViews:
         """From one index array per slot (the partition functions' output at small N)."""
         sizes = np.fromiter((len(p) for p in parts), dtype=np.int64, count=len(parts))
         indices = np.concatenate(parts) if len(parts) else np.empty(0, np.int64)
-        return cls(np.concatenate([[0], np.cumsum(sizes)]), indices,
-                   len(parts) if num_clients is None else num_clients)
+        return cls(
+            np.concatenate([[0], np.cumsum(sizes)]),
+            indices,
+            len(parts) if num_clients is None else num_clients,
+        )
 
     @property
     def shared(self) -> bool:
@@ -44,8 +52,9 @@ class ClientViews:
         clients = np.asarray(clients, dtype=np.int64)
         if self.owners is not None:
             pos = np.searchsorted(self.owners, clients)
-            if np.any(pos >= len(self.owners)) or np.any(self.owners[np.minimum(
-                    pos, len(self.owners) - 1)] != clients):
+            if np.any(pos >= len(self.owners)) or np.any(
+                self.owners[np.minimum(pos, len(self.owners) - 1)] != clients
+            ):
                 raise KeyError("some clients have no rows in this view")
             return pos
         return clients % self.slots if self.shared else clients
@@ -64,7 +73,7 @@ class ClientViews:
 
     def __getitem__(self, client: int) -> np.ndarray:
         s = int(self.slot(np.array([client]))[0])
-        return self.indices[self.offsets[s]:self.offsets[s + 1]]
+        return self.indices[self.offsets[s] : self.offsets[s + 1]]
 
     def __iter__(self) -> Iterator[np.ndarray]:  # one array per client: for tests and small N
         return (self[k] for k in range(self.num_clients))
