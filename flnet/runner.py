@@ -30,7 +30,7 @@ from flnet import checkpoint, output
 from flnet.algorithms import ALGORITHMS
 from flnet.errors import FlnetError, ScenarioError
 from flnet.learn import data as data_mod
-from flnet.learn import models
+from flnet.learn import models, references
 from flnet.learn.aggregate import consensus_distance
 from flnet.learn.evaluate import Evaluator
 from flnet.learn.local import Learner
@@ -269,6 +269,17 @@ def optimizer_labels(scenario: Scenario) -> dict:
     return {"optimizer": opt.name, "lr": lr, "sam_rho": local.sam_rho, **own}
 
 
+def charged_labels(learner: Learner) -> dict:
+    """What the run's costs were charged as: `costs_as` (the reference model, None: the model
+    trained), its parameters per model-shaped message and its training FLOPs per sample."""
+    c = learner.charged
+    return {
+        "costs_as": c.name,
+        "charged_params": c.num_params,
+        "charged_flops_per_sample": c.flops_per_sample,
+    }
+
+
 def record_row(scenario: Scenario, world: World, progress: Progress, metrics: dict) -> dict:
     e, b = world.ledger.energy_j, world.ledger.bits
     return {
@@ -276,6 +287,7 @@ def record_row(scenario: Scenario, world: World, progress: Progress, metrics: di
         "algorithm": scenario.algorithm.name,
         "seed": scenario.seed,
         **optimizer_labels(scenario),
+        "costs_as": scenario.model.costs_as,
         "round": progress.step,
         "events": progress.events,
         "sim_time_s": progress.sim_time_s,
@@ -315,7 +327,8 @@ def build(scenario: Scenario, start_time_s: float = 0.0) -> tuple[World, Learner
     model = models.build(scenario.model, fed.input_shape, fed.num_classes, scenario.seed, device)
     world = World(scenario.clients, scenario.radio, scenario.seed, start_time_s=start_time_s)
     check_sampled(world)
-    learner = Learner(model, fed, scenario.seed)
+    costs_as = scenario.model.costs_as
+    learner = Learner(model, fed, scenario.seed, references.charged(costs_as) if costs_as else None)
     check_deadline(scenario, world, learner)
     check_topology(scenario, world)
     return world, learner
@@ -349,7 +362,7 @@ def check_deadline(scenario: Scenario, world: World, learner: Learner) -> None:
     cohort, local = getattr(cfg, "cohort", None), getattr(cfg, "local", None)
     if cohort is None or local is None or cohort.deadline_s is None:
         return
-    model_bits = learner.model.num_params * 32
+    model_bits = learner.charged.num_params * 32  # as charged (model.costs_as)
     if local.epochs is None:
         samples = local.steps * local.batch_size
     else:  # the fewest samples any client processes: a lower bound, so never a false alarm
@@ -661,7 +674,8 @@ def summarize(
         "bits_up": world.ledger.bits["upload"],
         "bits_down": world.ledger.bits["download"],
         "model_params": learner.model.num_params,
-        "training_flops_per_sample": learner.flops_per_sample,
+        "training_flops_per_sample": learner.model.training_flops_per_sample(),
+        **charged_labels(learner),
         "wall_s": wall_s,
         "output_dir": str(scenario.output_dir()),
     }

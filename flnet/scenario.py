@@ -24,6 +24,7 @@ from flnet.algorithms.configs import CONFIGS
 from flnet.config import Strict, topology_problem
 from flnet.dists import Dist, NonNegativeDist, PerClient, PositiveDist, Uniform
 from flnet.errors import ScenarioError, UnitWarning
+from flnet.learn.references import REFERENCES
 
 # ---------------------------------------------------------------- data and model
 
@@ -174,24 +175,35 @@ class DataConfig(Strict):
         return self
 
 
-class MlpConfig(Strict):
+REFERENCE_NAMES = tuple(REFERENCES)
+
+
+class _ModelCommon(Strict):
+    costs_as: Literal[REFERENCE_NAMES] | None = Field(
+        None,
+        description="charge messages and FLOPs as this reference model's (the papers' models "
+        "at their input sizes, flnet/learn/references.py); none: the model trained",
+    )
+
+
+class MlpConfig(_ModelCommon):
     kind: Literal["mlp"] = "mlp"
     hidden: list[Annotated[int, Field(ge=1)]] = Field(default_factory=lambda: [64])
 
 
-class LogisticConfig(Strict):
+class LogisticConfig(_ModelCommon):
     """Multinomial logistic regression: one linear layer."""
 
     kind: Literal["logistic"]
 
 
-class CnnConfig(Strict):
+class CnnConfig(_ModelCommon):
     """One of the papers' CNNs, exactly as published (see flnet/learn/models.py)."""
 
     kind: Literal["cnn_mcmahan", "cnn_dfl_mnist", "cnn_dfl_cifar", "cnn_tutorial", "cnn_kmnist"]
 
 
-class Resnet18Config(Strict):
+class Resnet18Config(_ModelCommon):
     """CIFAR ResNet-18 with GroupNorm in place of BatchNorm."""
 
     kind: Literal["resnet18"]

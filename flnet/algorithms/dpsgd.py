@@ -29,7 +29,7 @@ import torch
 
 from flnet.algorithms.configs import DpsgdConfig as Config
 from flnet.learn.aggregate import mix
-from flnet.learn.wire import ModelMessage, bits
+from flnet.learn.wire import ModelMessage
 from flnet.rng import Stream
 from flnet.sim import topology
 from flnet.sim.patterns import Packet, exchange
@@ -78,7 +78,7 @@ def protocol(world: AbstractWorld, learn, cfg: Config, state: State, loss_fn=Non
             world,
             nodes,
             links,
-            Packet(x, bits(ModelMessage(x[0]))),
+            Packet(x, learn.bits(ModelMessage(x[0]))),
             work.flops,
             tag=k,
             timeout_s=cfg.timeout_s,

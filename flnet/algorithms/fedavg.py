@@ -16,7 +16,7 @@ import torch
 
 from flnet.algorithms.configs import FedAvgConfig as Config
 from flnet.learn.aggregate import weighted_mean
-from flnet.learn.wire import ModelMessage, bits
+from flnet.learn.wire import ModelMessage
 from flnet.sim.patterns import Packet, round_trip
 from flnet.sim.world import AbstractWorld, Progress
 
@@ -51,9 +51,9 @@ def protocol(world: AbstractWorld, learn, cfg: Config, state: State, local_loss=
         done = yield from round_trip(
             world,
             cohort,
-            Packet(x, bits(ModelMessage(x))),
+            Packet(x, learn.bits(ModelMessage(x))),
             work.flops,
-            Packet(work.params, bits(ModelMessage(work.params[0]))),
+            Packet(work.params, learn.bits(ModelMessage(work.params[0]))),
             tag=t,
             deadline_s=cfg.cohort.deadline_s,
             keep=k,

@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 from flnet.algorithms.configs import FedBuffConfig as Config
-from flnet.learn.wire import ModelMessage, bits
+from flnet.learn.wire import ModelMessage
 from flnet.sim.patterns import Arrival, Packet, Work, stream
 from flnet.sim.world import AbstractWorld, Progress
 
@@ -80,7 +80,7 @@ class Server:
     def __init__(self, learn, cfg: Config, state: State, loss_fn=None):
         self.learn, self.cfg, self.loss_fn = learn, cfg, loss_fn
         self.state = state._replace(flight=None)  # the stream holds what is under way
-        self.model_bits = bits(ModelMessage(state.x))
+        self.model_bits = learn.bits(ModelMessage(state.x))
 
     @property
     def version(self) -> int:

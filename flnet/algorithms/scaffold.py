@@ -29,7 +29,6 @@ import torch
 from flnet.algorithms.configs import ScaffoldConfig as Config
 from flnet.learn import optim
 from flnet.learn.table import Keep, Keeps
-from flnet.learn.wire import bits
 from flnet.sim.patterns import Packet, round_trip
 from flnet.sim.world import AbstractWorld, Progress
 
@@ -107,9 +106,9 @@ def protocol(world: AbstractWorld, learn, cfg: Config, state: State, loss_fn=Non
         done = yield from round_trip(
             world,
             cohort,
-            Packet(Down(x, c), bits(Down(x, c))),
+            Packet(Down(x, c), learn.bits(Down(x, c))),
             work.flops,
-            Packet(up, bits(Up(up.dy[0], up.dc[0]))),
+            Packet(up, learn.bits(Up(up.dy[0], up.dc[0]))),
             tag=t,
             deadline_s=cfg.cohort.deadline_s,
             keep=k,

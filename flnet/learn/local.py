@@ -16,7 +16,9 @@ from flnet.learn import cohort, optim
 from flnet.learn import data as data_mod
 from flnet.learn.data import FederatedData
 from flnet.learn.models import Model
+from flnet.learn.references import Charged
 from flnet.learn.table import ClientTable, Keep
+from flnet.learn.wire import Wire
 
 
 class LocalWork(NamedTuple):
@@ -70,19 +72,30 @@ class OptimizerStates:
 
 
 class Learner:
-    """One model on one federated data set: the clients' local training and its FLOPs."""
+    """One model on one federated data set: the clients' local training, its FLOPs and the
+    bits of its messages. With `charged` (``model.costs_as``) both are charged as a reference
+    model's: FLOPs per processed sample and parameters per model-shaped message."""
 
-    def __init__(self, model: Model, data: FederatedData, seed: int):
+    def __init__(
+        self, model: Model, data: FederatedData, seed: int, charged: Charged | None = None
+    ):
         self.model = model
         self.data = data
         self.seed = seed
-        self.flops_per_sample = model.training_flops_per_sample()
+        self.charged = charged or Charged(None, model.num_params, model.training_flops_per_sample())
+        self.flops_per_sample = self.charged.flops_per_sample  # charged per sample processed
+        self.wire = Wire(model.num_params, self.charged.num_params)
         self.trainer = cohort.Trainer(model, data.x_train, data.y_train)
         self.optimizer_states = OptimizerStates()  # persist only
         self.tables: dict[str, ClientTable] = {}  # algorithms' per-client state, by name
         self._saved_tables: dict[str, dict] = {}  # a checkpoint's, until each table is made
         self.num_samples = data.num_samples
         self.last_steps = np.zeros(0, dtype=np.int64)  # [C] local steps of the last cohort
+
+    def bits(self, message: Any) -> int:
+        """Bits charged for one message (`flnet.learn.wire.Wire`): what it holds, or as the
+        reference model's parameters with ``model.costs_as``."""
+        return self.wire.bits(message)
 
     def client_table(self, name: str, initial) -> ClientTable:
         """The per-client table `name` (made on first call, with `initial` as the row of

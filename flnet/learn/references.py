@@ -1,0 +1,66 @@
+"""Reference models: the papers' models at their papers' input sizes, for ``model.costs_as``.
+
+A scenario may train a small stand-in (an MLP on digits) and charge every message and every
+FLOP as if a paper's model were trained instead (``model: {kind: mlp, costs_as: cnn_kmnist}``),
+so the energy-optimal number of local steps moves as it does with the paper's model. A
+reference's parameter count and training FLOPs per sample are not typed in: they are counted
+by the same code as the model a run trains (`flnet.learn.models.Model`), on a module built at
+the reference's input shape.
+
+This module loads without torch (the scenario schema takes `REFERENCES`' names); `charged`
+builds the reference model, so it imports the models module when called.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import NamedTuple
+
+
+class Reference(NamedTuple):
+    """A model kind at a paper's input shape and class count (what `models.build_module`
+    reads: ``kind``, ``hidden``, ``norm_groups``)."""
+
+    kind: str
+    input_shape: tuple[int, ...]
+    num_classes: int
+    source: str
+    hidden: tuple[int, ...] = ()
+    norm_groups: int = 32
+
+
+REFERENCES: dict[str, Reference] = {
+    # DRDM Sec. 4.1: conv 3x3x16, pool, conv 3x3x32, pool, FC 32x7x7 -> 500, ReLU, FC 10 on
+    # 28x28 KMNIST; padding 1 and 2x2 pools (the paper's 32x7x7 needs them), see models.py
+    "cnn_kmnist": Reference("cnn_kmnist", (1, 28, 28), 10, "DRDM's KMNIST CNN (Sec. 4.1)"),
+    "logistic_mnist": Reference("logistic", (1, 28, 28), 10, "DRDM's MNIST linear model"),
+    "cnn_mcmahan": Reference("cnn_mcmahan", (1, 28, 28), 10, "McMahan et al. 2017, MNIST CNN"),
+    "cnn_dfl_mnist": Reference("cnn_dfl_mnist", (1, 28, 28), 10, "DFL paper, Table II left"),
+    "cnn_dfl_cifar": Reference("cnn_dfl_cifar", (3, 32, 32), 10, "DFL paper, Table II right"),
+    "cnn_tutorial": Reference("cnn_tutorial", (3, 32, 32), 10, "PyTorch-tutorial CIFAR CNN"),
+    "resnet18": Reference("resnet18", (3, 32, 32), 10, "CIFAR ResNet-18, GroupNorm"),
+}
+
+
+class Charged(NamedTuple):
+    """What a run charges per parameter sent and per sample processed."""
+
+    name: str | None  # the reference (None: the model trained)
+    num_params: int  # parameters a model-shaped message is charged as
+    flops_per_sample: float  # training FLOPs (forward + backward) charged per sample
+
+
+@functools.cache
+def charged(name: str) -> Charged:
+    """The reference `name`'s parameters and training FLOPs per sample, counted by building it
+    (on the CPU, seed 0: the count does not depend on the weights)."""
+    import torch
+
+    from flnet.learn import models
+
+    ref = REFERENCES[name]
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        module = models.build_module(ref, ref.input_shape, ref.num_classes)
+    model = models.Model(module, ref.input_shape)
+    return Charged(name, model.num_params, model.training_flops_per_sample())
