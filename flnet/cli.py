@@ -376,6 +376,31 @@ def cmd_validate(args) -> int:
     return 2 if failed else 0
 
 
+def cmd_calibrate(args) -> int:
+    """Time the scenario's model training here and print the compute speed that matches."""
+    from flnet.calibrate import measure, setting
+    from flnet.scenario import load_scenario
+    from flnet.sweeps import load_base
+
+    base, _ = load_base(args.file)  # a sweep file: its scenario, without the sweep
+    scenario = load_scenario(data=base, overrides=args.set)
+    m = measure(scenario, args.repeats)
+    fpc = scenario.clients.flops_per_cycle
+    print(
+        f"{m.works} local works of one client ({m.samples / m.works:g} sample gradients each): "
+        f"{m.flops:.4g} training FLOPs of the model trained in {m.seconds:.4g} s on this host "
+        f"(one torch thread): {m.flops_per_s:.4g} FLOP/s"
+    )
+    if scenario.model.costs_as:
+        print(f"(model.costs_as = {scenario.model.costs_as}: its FLOPs are charged at this rate)")
+    given = (
+        f"clients.flops_per_cycle = {fpc.value:g}" if hasattr(fpc, "value") else "1 FLOP a cycle"
+    )
+    print(f"simulated local work takes as long as here with {given} and:")
+    print("  " + " ".join(f"--set {k}={v:.6g}" for k, v in setting(scenario, m).items()))
+    return 0
+
+
 def _has_sweep(path: str) -> bool:
     from flnet.scenario import resolve
 
@@ -564,6 +589,13 @@ def parser() -> argparse.ArgumentParser:
     v.add_argument("files", nargs="+")
     v.add_argument("--set", action="append", metavar="FIELD=VALUE")
     v.set_defaults(func=cmd_validate)
+    c = sub.add_parser(
+        "calibrate", help="time the model's training here; print the matching clients.cpu_hz"
+    )
+    c.add_argument("file")
+    c.add_argument("--set", action="append", metavar="FIELD=VALUE")
+    c.add_argument("--repeats", type=int, default=5, help="local works to time (default 5)")
+    c.set_defaults(func=cmd_calibrate)
     s = sub.add_parser("schema", help="print the scenario JSON Schema (for editors)")
     s.add_argument("-o", "--output")
     s.set_defaults(func=cmd_schema)
