@@ -369,9 +369,11 @@ def cmd_validate(args) -> int:
             refuse(path, e)
             failed = True
             continue
+        charged = learner.charged
+        as_ = f", costed as {charged.name}'s {charged.num_params:,}" if charged.name else ""
         print(
             f"{path}: ok ({scenario.algorithm.name}, {scenario.clients.count} clients, "
-            f"{learner.model.num_params:,} parameters)"
+            f"{learner.model.num_params:,} parameters{as_})"
         )
     return 2 if failed else 0
 
@@ -463,11 +465,24 @@ def _results_parser(
     return p
 
 
+class _HelpFormatter(argparse.HelpFormatter):
+    """argparse measures command names without their extra indent, so a name longer than the
+    longest option wraps its help onto the next line; this counts the indent."""
+
+    def add_argument(self, action: argparse.Action) -> None:
+        super().add_argument(action)
+        if action.help is not argparse.SUPPRESS:
+            for sub in self._iter_indented_subactions(action):  # indented while iterating
+                width = len(self._format_action_invocation(sub)) + self._current_indent
+                self._action_max_length = max(self._action_max_length, width)
+
+
 def parser() -> argparse.ArgumentParser:
     from flnet import __version__
 
     p = argparse.ArgumentParser(
         prog="flnet",
+        formatter_class=_HelpFormatter,
         description="flnet: a discrete-event network-and-energy simulator for "
         "federated learning. `flnet COMMAND --help` tells more about each command.",
     )
@@ -590,7 +605,7 @@ def parser() -> argparse.ArgumentParser:
     v.add_argument("--set", action="append", metavar="FIELD=VALUE")
     v.set_defaults(func=cmd_validate)
     c = sub.add_parser(
-        "calibrate", help="time the model's training here; print the matching clients.cpu_hz"
+        "calibrate", help="time the model's training here; print the clients.cpu_hz to match"
     )
     c.add_argument("file")
     c.add_argument("--set", action="append", metavar="FIELD=VALUE")

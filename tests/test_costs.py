@@ -1,7 +1,9 @@
 """Costs as another model (`model.costs_as`): a stand-in trained here is charged, message by
 message and FLOP by FLOP, as the reference model itself would be."""
 
+import re
 import struct
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -124,3 +126,20 @@ def test_an_unknown_reference_names_the_field_and_the_allowed_names(scenario):
     with pytest.raises(ScenarioError) as e:
         scenario(model={"kind": "mlp", "costs_as": "cnn_kmnis"})
     assert "model.costs_as" in str(e.value) and "'cnn_kmnist'" in str(e.value)
+
+
+def test_the_readmes_reference_table_holds_the_counted_numbers():
+    """Every row of README's `costs_as` table: the parameters and FLOPs the code counts."""
+    text = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    section = text.split("### Costs as another model")[1].split("\n\n**")[0]
+    rows = [r for r in section.splitlines() if r.startswith("| `") and "`costs_as`" not in r]
+    seen = set()
+    for row in rows:
+        names, _, params, flops = (c.strip() for c in row.strip("|").split("|"))
+        names = re.findall(r"`([a-z_0-9]+)`", names)
+        params = [int(p.replace(",", "")) for p in re.findall(r"[\d,]{3,}", params)]
+        flops = [int(f.replace(",", "")) for f in re.findall(r"[\d,]{3,}", flops)]
+        for name, p, f in zip(names, params, flops):
+            assert references.charged(name)[1:] == (p, f), name
+        seen |= set(names)
+    assert seen == set(references.REFERENCES)

@@ -54,7 +54,7 @@ def _mentioned_paths(text):
     tokens = [t for c in code for t in c.split()] + re.findall(r"\]\(([^)#\s]+)\)", text)
     for token in tokens:
         token = token.strip("`'\"()").rstrip(".,:;")
-        token = token.rstrip(".,:;")
+        token = token.strip("`'\"()").rstrip(".,:;")  # "path", -> path
         first = token.split("/")[0]
         if (
             ("/" in token or "." in token)
