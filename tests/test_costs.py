@@ -32,6 +32,8 @@ def test_the_kmnist_reference_is_counted_by_hand():
 
 def test_every_reference_builds_at_its_papers_input():
     assert references.charged("logistic_mnist").num_params == 7_850
+    # forward 2 x 784 x 10, weight gradient the same, no input gradient (the first layer)
+    assert references.charged("logistic_mnist").flops_per_sample == 4 * 784 * 10
     assert references.charged("cnn_mcmahan").num_params == 1_663_370
     assert references.charged("cnn_dfl_mnist").flops_per_sample == 5_964_672  # test_models
 
@@ -106,6 +108,23 @@ def test_a_stand_in_costs_what_the_reference_itself_costs(scenario, kmnist_root,
     assert (stand_in.records.costs_as == "cnn_kmnist").all()
     assert itself.summary["costs_as"] is None
     assert itself.summary["charged_params"] == itself.summary["model_params"] == KMNIST_PARAMS
+
+
+def test_fedbuff_models_and_deltas_are_charged_as_the_reference(scenario):
+    res = run(
+        scenario(
+            model={"kind": "mlp", "hidden": [8], "costs_as": "logistic_mnist"},
+            algorithm={"name": "fedbuff", "concurrency": 3, "buffer_size": 2},
+            run={"rounds": 2},
+        ),
+        write=False,
+    )
+    led = res.ledger
+    for kind in ("download", "upload"):
+        rows = led[(led.kind == kind) & (led.outcome == "ok")]
+        assert len(rows) and (rows.bits == 32 * 7_850).all()
+    compute = led[(led.kind == "compute") & (led.outcome == "ok")]
+    assert (compute.flops == 2 * 8 * 31_360).all()  # steps x batch x the reference's FLOPs
 
 
 def test_gossip_messages_are_charged_as_the_reference(scenario):
