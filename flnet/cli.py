@@ -347,7 +347,7 @@ def cmd_report(args) -> int:
     return 0
 
 
-def cmd_validate(args) -> int:
+def cmd_validate(args: argparse.Namespace) -> int:
     """Each file through every check `run` makes before simulating (runner.check); one error
     message per bad file, exit 2 if any."""
     from flnet.runner import check
@@ -378,7 +378,7 @@ def cmd_validate(args) -> int:
     return 2 if failed else 0
 
 
-def cmd_calibrate(args) -> int:
+def cmd_calibrate(args: argparse.Namespace) -> int:
     """Time the scenario's model training here and print the compute speed that matches."""
     from flnet.calibrate import measure, setting
     from flnet.scenario import load_scenario
