@@ -35,7 +35,7 @@ class ProgressBar:
     """Observer that shows rounds done and the latest accuracy, simulated time and joules: a
     live bar on a terminal, otherwise (a log file, a pipe) one line per tenth of the run."""
 
-    def __init__(self, progress: Progress, rounds: int, console: Console):
+    def __init__(self, progress: Progress, rounds: int, console: Console) -> None:
         self.progress = progress
         self.rounds = rounds
         self.console = console
@@ -43,7 +43,7 @@ class ProgressBar:
         self.task = progress.add_task("starting", total=rounds)
         self.next_line = 0
 
-    def on_start(self, world):
+    def on_start(self, world) -> None:
         pass
 
     def on_progress(self, world, progress, stopping):
@@ -60,7 +60,7 @@ class ProgressBar:
             self.next_line = (progress.step // tenth + 1) * tenth
         return None
 
-    def on_end(self, world, reason):
+    def on_end(self, world, reason) -> None:
         pass
 
 
@@ -546,7 +546,7 @@ def show_unit_warnings() -> None:
     if getattr(shown, "flnet", False):  # installed already (main called twice in one process)
         return
 
-    def show(message, category, filename, lineno, file=None, line=None):
+    def show(message, category, filename, lineno, file=None, line=None) -> None:
         if issubclass(category, UnitWarning):
             err_console.print(
                 f"[bold yellow]warning:[/] {escape(str(message))}", highlight=False, soft_wrap=True

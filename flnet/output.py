@@ -58,7 +58,7 @@ class WriteError(FlnetError):
 class Folder:
     """An open results folder: its absolute path and the lock this process holds on it."""
 
-    def __init__(self, path: Path, lock_fd: int, made: list[Path]):
+    def __init__(self, path: Path, lock_fd: int, made: list[Path]) -> None:
         self.path = path
         self._lock_fd: int | None = lock_fd
         self.made = made  # the folders created for it, outermost first

@@ -62,7 +62,7 @@ class StopRules:
     target accuracy needs the step's evaluation, so `TargetAccuracy` checks it after the
     Recorder."""
 
-    def __init__(self, scenario: Scenario):
+    def __init__(self, scenario: Scenario) -> None:
         self.run = scenario.run
 
     def reason(self, world: World, step: int) -> str | None:
@@ -75,13 +75,13 @@ class StopRules:
             return "energy_budget"
         return None
 
-    def on_start(self, world):
+    def on_start(self, world) -> None:
         pass
 
     def on_progress(self, world, progress, stopping):
         return self.reason(world, progress.step)
 
-    def on_end(self, world, reason):
+    def on_end(self, world, reason) -> None:
         pass
 
 
@@ -90,14 +90,14 @@ class Recorder:
     is interrupted: a resumed run must give the same records), and ends the run as diverged,
     without a row, when the model or its loss is not finite."""
 
-    def __init__(self, scenario: Scenario, evaluator: Evaluator, learner: Learner):
+    def __init__(self, scenario: Scenario, evaluator: Evaluator, learner: Learner) -> None:
         self.scenario = scenario
         self.evaluator = evaluator
         self.learner = learner
         self.rows: list[dict] = []
         self.diverged_round: int | None = None
 
-    def on_start(self, world):
+    def on_start(self, world) -> None:
         pass
 
     def on_progress(self, world, progress, stopping):
@@ -122,14 +122,14 @@ class Recorder:
         )
         return None
 
-    def on_end(self, world, reason):
+    def on_end(self, world, reason) -> None:
         pass
 
 
 class TargetAccuracy:
     """Observer: stops the run at the first evaluation that reaches `run.target_accuracy`."""
 
-    def __init__(self, target: float | None, recorder: Recorder):
+    def __init__(self, target: float | None, recorder: Recorder) -> None:
         self.target = target
         self.recorder = recorder
 
@@ -139,13 +139,13 @@ class TargetAccuracy:
             return "target_accuracy"
         return None
 
-    def on_start(self, world):
+    def on_start(self, world) -> None:
         pass
 
     def on_progress(self, world, progress, stopping):
         return self.reason()
 
-    def on_end(self, world, reason):
+    def on_end(self, world, reason) -> None:
         pass
 
 
@@ -158,7 +158,7 @@ class Checkpointer:
     wall-clock trigger keeps runs reproducible while bounding both the work lost to a kill and
     the time spent writing."""
 
-    def __init__(self, run: Run, every: int | None, interval_s: float | None):
+    def __init__(self, run: Run, every: int | None, interval_s: float | None) -> None:
         self.run = run
         self.every = every
         self.interval_s = interval_s
@@ -171,7 +171,7 @@ class Checkpointer:
             return True
         return self.interval_s is not None and time.monotonic() - self.last_s >= self.interval_s
 
-    def on_start(self, world):
+    def on_start(self, world) -> None:
         pass
 
     def on_progress(self, world, progress, stopping):
@@ -197,7 +197,7 @@ class Checkpointer:
             ) from None
         return None
 
-    def on_end(self, world, reason):
+    def on_end(self, world, reason) -> None:
         pass
 
     def save_or_raise(self, world, progress, now_s: float, stopping: str | None) -> None:
@@ -222,7 +222,7 @@ class Checkpointer:
             scenario=checkpoint.trajectory_fields(self.run.scenario),
         )
 
-        def committed():  # the round noted is the round on disk, even under Ctrl-C
+        def committed() -> None:  # the round noted is the round on disk, even under Ctrl-C
             self.saved_round = ckpt.round
 
         try:
@@ -387,7 +387,7 @@ class Run:
         write: bool = True,
         observers: tuple = (),
         say: Callable[[str], None] | None = None,
-    ):
+    ) -> None:
         self.scenario = scenario
         self.output_dir = scenario.output_dir()
         self.write = write
@@ -536,7 +536,7 @@ class Interrupted(KeyboardInterrupt):
     """A run stopped at once (a second Ctrl-C or SIGTERM, or Ctrl-C outside `flnet run`); the
     message says what was kept, `resumable` whether a checkpoint is there to resume from."""
 
-    def __init__(self, message: str, resumable: bool):
+    def __init__(self, message: str, resumable: bool) -> None:
         super().__init__(message)
         self.resumable = resumable
 

@@ -114,7 +114,7 @@ def _how_it_ended(code: int | None) -> str:
 class Worker:
     """One child interpreter running points one at a time."""
 
-    def __init__(self, log):
+    def __init__(self, log) -> None:
         root = str(Path(__file__).resolve().parent.parent)
         path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
         env = {**os.environ, "PYTHONPATH": path, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}

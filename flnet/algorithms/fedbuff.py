@@ -77,7 +77,7 @@ class Server:
     """FedBuff's side of the stream: a client's work from the current model, the buffer on
     each arrival. `loss_fn` replaces the clients' cross-entropy (tests)."""
 
-    def __init__(self, learn, cfg: Config, state: State, loss_fn=None):
+    def __init__(self, learn, cfg: Config, state: State, loss_fn=None) -> None:
         self.learn, self.cfg, self.loss_fn = learn, cfg, loss_fn
         self.state = state._replace(flight=None)  # the stream holds what is under way
         self.model_bits = bits(ModelMessage(state.x))

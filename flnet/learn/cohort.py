@@ -124,7 +124,7 @@ class DenseStack:
     backward pass reuses the activations. Activations live in buffers reused across calls.
     """
 
-    def __init__(self, layers: list[_Dense]):
+    def __init__(self, layers: list[_Dense]) -> None:
         self.layers = layers
         self._buffers: dict[tuple, dict[str, Any]] = {}
 
@@ -222,7 +222,7 @@ class Trainer:
         x_data: torch.Tensor,
         y_data: torch.Tensor,
         memory_bytes: int = BATCH_MEMORY_BYTES,
-    ):
+    ) -> None:
         self.model = model
         self.x_data = x_data  # [N, *input]
         self.y_data = y_data  # [N]

@@ -28,7 +28,7 @@ METRICS = (
 
 
 class Evaluator:
-    def __init__(self, model: Model, data: FederatedData, chunk: int = 8192):
+    def __init__(self, model: Model, data: FederatedData, chunk: int = 8192) -> None:
         self.model = model
         self.data = data
         self.chunk = chunk

@@ -36,7 +36,7 @@ class OptimizerStates:
     `ClientTable` made on first use from the state's per-client leaves; a client's first
     participation starts from ``optimizer.init`` of its start parameters."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.table: ClientTable | None = None
         self._saved: dict | None = None  # a checkpoint's rows, until the first gather
 
@@ -72,7 +72,7 @@ class OptimizerStates:
 class Learner:
     """One model on one federated data set: the clients' local training and its FLOPs."""
 
-    def __init__(self, model: Model, data: FederatedData, seed: int):
+    def __init__(self, model: Model, data: FederatedData, seed: int) -> None:
         self.model = model
         self.data = data
         self.seed = seed

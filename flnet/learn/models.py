@@ -132,7 +132,7 @@ def cnn_kmnist(shape, num_classes):
 class BasicBlock(nn.Module):
     """ResNet basic block with GroupNorm: conv3x3-GN-ReLU-conv3x3-GN, plus the shortcut."""
 
-    def __init__(self, c_in: int, c_out: int, stride: int, groups: int):
+    def __init__(self, c_in: int, c_out: int, stride: int, groups: int) -> None:
         super().__init__()
         self.conv1 = nn.Conv2d(c_in, c_out, 3, stride, 1, bias=False)
         self.norm1 = nn.GroupNorm(groups, c_out)
@@ -200,7 +200,7 @@ def build_module(config, input_shape: tuple[int, ...], num_classes: int) -> nn.M
 class Model:
     """A module and the layout of its flat parameter vector."""
 
-    def __init__(self, module: nn.Module, input_shape: tuple[int, ...]):
+    def __init__(self, module: nn.Module, input_shape: tuple[int, ...]) -> None:
         if list(module.buffers()):
             raise ValueError(
                 "models with buffers (e.g. BatchNorm) are not supported; use GroupNorm"
@@ -282,7 +282,7 @@ class _WorkCounter(TorchDispatchMode):
     def _should_skip_dynamo(cls) -> bool:
         return False  # else torch wraps __torch_dispatch__ in a dynamo guard, importing dynamo
 
-    def __init__(self):
+    def __init__(self) -> None:
         super().__init__()
         self.flops = 0
         self.floats = 0

@@ -64,7 +64,7 @@ class FederatedData:
     lazy: LazyClients | None = None  # clients generated on demand
     eval_label_counts: np.ndarray | None = None  # lazy: [E, C] training labels of the sample
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         for name in ("client_indices", "client_test_indices"):
             value = getattr(self, name)
             if isinstance(value, (list, tuple)):  # one array per client (small N, tests)

@@ -98,7 +98,7 @@ def _npz(path: str, src: Source) -> tuple[np.ndarray, np.ndarray]:
 class _Keyed:
     """Hashes as its key, so `lru_cache` keys on the data set's identity, not its arrays."""
 
-    def __init__(self, key: tuple, src: Source):
+    def __init__(self, key: tuple, src: Source) -> None:
         self.key, self.src = key, src
 
     def __hash__(self):

@@ -20,7 +20,7 @@ class LazyClients:
         num_clients: int,
         sizes_rng: np.random.Generator,
         client_rng: Callable[[int], np.random.Generator],
-    ):
+    ) -> None:
         self.cfg = cfg
         self.num_clients = num_clients
         self.client_rng = client_rng  # k -> client k's own generator

@@ -25,7 +25,7 @@ class ClientViews:
         indices: np.ndarray,
         num_clients: int,
         owners: np.ndarray | None = None,
-    ):
+    ) -> None:
         self.offsets = np.asarray(offsets, dtype=np.int64)  # [S + 1]
         self.indices = np.asarray(indices, dtype=np.int64)  # [R]
         self.num_clients = int(num_clients)
