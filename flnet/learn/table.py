@@ -164,7 +164,7 @@ class Keep:
 class Keeps:
     """Several `Keep`s committed together (e.g. an algorithm's state and the optimizer's)."""
 
-    def __init__(self, *keeps) -> None:
+    def __init__(self, *keeps: Keep | None) -> None:
         self.keeps = [k for k in keeps if k is not None]
 
     def commit(self, positions: np.ndarray) -> None:

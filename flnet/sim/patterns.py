@@ -320,7 +320,9 @@ class Arrival(NamedTuple):
 class StreamServer(Protocol):
     """The algorithm's side of a stream."""
 
-    version: int  # server updates so far: the stream's step
+    @property
+    def version(self) -> int:
+        """Server updates so far: the stream's step."""
 
     def work(self, client: int, count: int) -> Work:
         """Start `client`'s `count`-th piece of work from the current server model (maths
