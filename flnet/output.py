@@ -81,7 +81,7 @@ class Folder:
     def __enter__(self) -> Folder:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.release()
 
 
@@ -266,7 +266,7 @@ def signals_held() -> Iterator[None]:
         signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
-def os_error(e: BaseException) -> OSError | None:
+def os_error(e: BaseException | None) -> OSError | None:
     """The OSError behind an exception, if any (torch.save reports a failed write to a file
     object as a RuntimeError whose context is the OSError)."""
     seen = set()

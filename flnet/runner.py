@@ -75,13 +75,13 @@ class StopRules:
             return "energy_budget"
         return None
 
-    def on_start(self, world) -> None:
+    def on_start(self, world: World) -> None:
         pass
 
-    def on_progress(self, world, progress, stopping):
+    def on_progress(self, world: World, progress: Progress, stopping: str | None) -> str | None:
         return self.reason(world, progress.step)
 
-    def on_end(self, world, reason) -> None:
+    def on_end(self, world: World, reason: str | None) -> None:
         pass
 
 
@@ -97,10 +97,10 @@ class Recorder:
         self.rows: list[dict] = []
         self.diverged_round: int | None = None
 
-    def on_start(self, world) -> None:
+    def on_start(self, world: World) -> None:
         pass
 
-    def on_progress(self, world, progress, stopping):
+    def on_progress(self, world: World, progress: Progress, stopping: str | None) -> str | None:
         t = progress.step
         if not all_finite(progress.model):
             self.diverged_round = t
@@ -122,7 +122,7 @@ class Recorder:
         )
         return None
 
-    def on_end(self, world, reason) -> None:
+    def on_end(self, world: World, reason: str | None) -> None:
         pass
 
 
@@ -139,13 +139,13 @@ class TargetAccuracy:
             return "target_accuracy"
         return None
 
-    def on_start(self, world) -> None:
+    def on_start(self, world: World) -> None:
         pass
 
-    def on_progress(self, world, progress, stopping):
+    def on_progress(self, world: World, progress: Progress, stopping: str | None) -> str | None:
         return self.reason()
 
-    def on_end(self, world, reason) -> None:
+    def on_end(self, world: World, reason: str | None) -> None:
         pass
 
 
@@ -163,7 +163,7 @@ class Checkpointer:
         self.every = every
         self.interval_s = interval_s
         self.last_s = time.monotonic()
-        self.final: tuple | None = None  # (progress, now_s, stopping) of the last step
+        self.final: tuple[Progress, float, str] | None = None  # (progress, now_s, stopping)
         self.saved_round: int | None = None  # the round of the checkpoint on disk
 
     def _due(self, step: int) -> bool:
@@ -171,10 +171,10 @@ class Checkpointer:
             return True
         return self.interval_s is not None and time.monotonic() - self.last_s >= self.interval_s
 
-    def on_start(self, world) -> None:
+    def on_start(self, world: World) -> None:
         pass
 
-    def on_progress(self, world, progress, stopping):
+    def on_progress(self, world: World, progress: Progress, stopping: str | None) -> str | None:
         if stopping is not None:
             self.final = (progress, world.now, stopping)
             return None
@@ -197,10 +197,12 @@ class Checkpointer:
             ) from None
         return None
 
-    def on_end(self, world, reason) -> None:
+    def on_end(self, world: World, reason: str | None) -> None:
         pass
 
-    def save_or_raise(self, world, progress, now_s: float, stopping: str | None) -> None:
+    def save_or_raise(
+        self, world: World, progress: Progress, now_s: float, stopping: str | None
+    ) -> None:
         """Append the journal, then save the checkpoint that points into it; raises the
         OSError of a failed write (the checkpoint on disk is then the previous one)."""
         out = self.run.output_dir
@@ -493,11 +495,12 @@ class Run:
         """The end of a run: its tables and summary, each on its own, then the final checkpoint.
         Raises WriteError naming what failed, why, and what was kept."""
         failed, kept = write_each(result)
-        final = self.checkpointer.final if self.checkpointer is not None else None
-        if final is not None:
+        checkpointer = self.checkpointer
+        final = checkpointer.final if checkpointer is not None else None
+        if checkpointer is not None and final is not None:
             progress, now_s, stopping = final
             try:
-                self.checkpointer.save_or_raise(self.world, progress, now_s, stopping)
+                checkpointer.save_or_raise(self.world, progress, now_s, stopping)
                 kept.append(f"{checkpoint.JOURNAL}, {checkpoint.FILE} (round {progress.step})")
             except OSError as e:
                 failed.append(f"{e.filename}: {e.strerror or e}")
@@ -643,7 +646,7 @@ def summarize(
     last = records.iloc[-1].to_dict() if len(records) else {}
     reason = world.stop_reason
     if status is None:
-        status = {"diverged": "diverged", INTERRUPTED: "interrupted"}.get(reason, "completed")
+        status = {"diverged": "diverged", INTERRUPTED: "interrupted"}.get(reason or "", "completed")
     return {
         "scenario": scenario.name,
         "algorithm": scenario.algorithm.name,
@@ -717,13 +720,14 @@ def _result_files(result: Result) -> list[tuple[Path, Callable[[Path], None]]]:
     files: list[tuple[Path, Callable[[Path], None]]] = [
         (out / f"records.{fmt}", lambda p: output.write_table(result.records, p))
     ]
-    if result.ledger is not None:
-        files.append((out / f"ledger.{fmt}", lambda p: output.write_table(result.ledger, p)))
+    ledger = result.ledger
+    if ledger is not None:
+        files.append((out / f"ledger.{fmt}", lambda p: output.write_table(ledger, p)))
     files.append((out / "summary.json", lambda p: output.write_text(p, summary)))
     return files
 
 
-def _jsonable(value: Any):
+def _jsonable(value: Any) -> Any:
     try:
         return value.item()
     except AttributeError:

@@ -80,6 +80,10 @@ class ScaffoldConfig(Strict):
         return self
 
 
+# The members of CONFIGS as one type, for annotations (scenario.AlgorithmConfig is built from
+# CONFIGS at run time, which mypy cannot follow): keep the two in step.
+AnyAlgorithmConfig = FedAvgConfig | FedProxConfig | DpsgdConfig | FedBuffConfig | ScaffoldConfig
+
 CONFIGS = {
     "fedavg": FedAvgConfig,
     "fedprox": FedProxConfig,

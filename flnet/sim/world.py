@@ -71,15 +71,13 @@ class Observer(Protocol):
     """Watches a run: `flnet.run(..., observers=[...])`. Observers are called in order; each
     sees the stop reason of those before it."""
 
-    def on_start(self, world: AbstractWorld) -> None:
+    def on_start(self, world: World) -> None:
         """Before the first step (of a fresh or a resumed run)."""
 
-    def on_progress(
-        self, world: AbstractWorld, progress: Progress, stopping: str | None
-    ) -> str | None:
+    def on_progress(self, world: World, progress: Progress, stopping: str | None) -> str | None:
         """After each step; return a reason to stop the run, or None."""
 
-    def on_end(self, world: AbstractWorld, reason: str | None) -> None:
+    def on_end(self, world: World, reason: str | None) -> None:
         """After the last step (reason: why the run stopped; None if the protocol ended)."""
 
 
