@@ -4,6 +4,7 @@ message and FLOP by FLOP, as the reference model itself would be."""
 import re
 import struct
 from pathlib import Path
+from typing import get_args
 
 import numpy as np
 import pandas as pd
@@ -28,6 +29,10 @@ def test_the_kmnist_reference_is_counted_by_hand():
     ref = references.charged("cnn_kmnist")
     assert ref.num_params == KMNIST_PARAMS == 794_310  # 25,417,920 bits: drdm.md Sec. 4.4
     assert ref.flops_per_sample == KMNIST_FLOPS == 10_604_592
+
+
+def test_the_schemas_names_are_the_registrys():
+    assert get_args(references.ReferenceName) == tuple(references.REFERENCES)
 
 
 def test_every_reference_builds_at_its_papers_input():

@@ -14,19 +14,26 @@ builds the reference model, so it imports the models module when called.
 from __future__ import annotations
 
 import functools
-from typing import NamedTuple
+from typing import Literal, NamedTuple
+
+ReferenceName = Literal[
+    "cnn_kmnist",
+    "logistic_mnist",
+    "cnn_mcmahan",
+    "cnn_dfl_mnist",
+    "cnn_dfl_cifar",
+    "cnn_tutorial",
+    "resnet18",
+]  # the keys of REFERENCES (tests/test_costs.py checks), for the schema
 
 
 class Reference(NamedTuple):
-    """A model kind at a paper's input shape and class count (what `models.build_module`
-    reads: ``kind``, ``hidden``, ``norm_groups``)."""
+    """A model kind (with its defaults) at a paper's input shape and class count."""
 
     kind: str
     input_shape: tuple[int, ...]
     num_classes: int
     source: str
-    hidden: tuple[int, ...] = ()
-    norm_groups: int = 32
 
 
 REFERENCES: dict[str, Reference] = {
@@ -55,12 +62,15 @@ def charged(name: str) -> Charged:
     """The reference `name`'s parameters and training FLOPs per sample, counted by building it
     (on the CPU, seed 0: the count does not depend on the weights)."""
     import torch
+    from pydantic import TypeAdapter
 
     from flnet.learn import models
+    from flnet.scenario import ModelConfig  # here: the scenario imports this module
 
     ref = REFERENCES[name]
+    config = TypeAdapter(ModelConfig).validate_python({"kind": ref.kind})
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
-        module = models.build_module(ref, ref.input_shape, ref.num_classes)
+        module = models.build_module(config, ref.input_shape, ref.num_classes)
     model = models.Model(module, ref.input_shape)
     return Charged(name, model.num_params, model.training_flops_per_sample())
