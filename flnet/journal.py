@@ -30,7 +30,7 @@ import io
 import os
 import struct
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 import torch
@@ -38,6 +38,9 @@ import torch
 from flnet import output
 from flnet.errors import FlnetError
 from flnet.learn.table import ClientTable
+
+if TYPE_CHECKING:
+    from hashlib import _Hash as Hash
 
 FILES = output.TABLE_JOURNALS  # the two files a compaction alternates between
 HEADER = b"flnet table journal 1\n"
@@ -60,7 +63,9 @@ class Tables(Protocol):
 class TableJournal:
     """The journal of one run's folder, as far as the last save (or the resumed checkpoint)."""
 
-    def __init__(self, directory: Path, position: dict | None = None, digest=None):
+    def __init__(
+        self, directory: Path, position: dict | None = None, digest: Hash | None = None
+    ) -> None:
         self.directory = directory
         self.file = position["file"] if position else FILES[0]
         self.entries = position["entries"] if position else 0
@@ -161,7 +166,7 @@ def _entry(name: str, state: dict) -> bytes:
     return _FRAME.pack(MAGIC, len(payload)) + payload
 
 
-def _replay(path: Path, position: dict, digest, tables: dict[str, ClientTable]) -> None:
+def _replay(path: Path, position: dict, digest: Hash, tables: dict[str, ClientTable]) -> None:
     """Read the first ``position["bytes"]`` bytes of the journal at `path` entry by entry into
     `tables` (each made from its first entry), hashing them into `digest`; check them against
     the position."""
@@ -169,7 +174,7 @@ def _replay(path: Path, position: dict, digest, tables: dict[str, ClientTable]) 
 
     def bad(what: str) -> FlnetError:
         return FlnetError(
-            f"the table journal {path} {what}; it does not belong to the checkpoint beside it "
+            f"the table journal {path} {what}, so it does not match the checkpoint beside it "
             "(start afresh with --force)"
         )
 
