@@ -47,8 +47,9 @@ class Checkpoint(NamedTuple):
 
 def trajectory_fields(scenario) -> dict:
     """The scenario minus what may change between a run and its resumption (when to stop,
-    where to write)."""
-    return scenario.model_dump(mode="json", exclude={"run", "output", "name"})
+    where to write, which folder holds the data sets' files)."""
+    exclude = {"run": True, "output": True, "name": True, "data": {"root"}}
+    return scenario.model_dump(mode="json", exclude=exclude)
 
 
 def _plain(value: Any) -> Any:

@@ -728,30 +728,15 @@ def energy_by_class_figure(results):
     return fig
 
 
-def _to_target(run: pd.DataFrame, target: float, metric: str = "test_accuracy") -> dict:
-    """The first record of one run at or above `target` (a small, private stand-in for the
-    analysis functions to come): its round, seconds and joules; NaN when never reached."""
-    hit = run[run[metric] >= target]
-    if not len(hit):
-        return {"reached": False, "round": math.nan, "sim_time_s": math.nan, "energy_j": math.nan}
-    first = hit.iloc[0]
-    return {
-        "reached": True,
-        "round": int(first["round"]),
-        "sim_time_s": float(first.sim_time_s),
-        "energy_j": float(first.energy_j),
-    }
-
-
 def to_target_table(results, target: float, metric: str = "test_accuracy") -> pd.DataFrame:
     """Per run: whether it reached `target` and the round, simulated seconds and joules of the
-    first record that did."""
-    res = as_results(results)
-    rows = [
-        {"run_id": rid, **_to_target(r, target, metric)}
-        for rid, r in res.records.groupby("run_id", sort=False)
-    ]
-    return pd.DataFrame(rows, columns=["run_id", "reached", "round", "sim_time_s", "energy_j"])
+    first record that did (`flnet.analysis.to_target`; NaN when never reached)."""
+    from flnet.analysis import to_target
+
+    per_run = to_target(as_results(results).records, target, metric, keys=["run_id"])
+    names = {"rounds_to_target": "round", "seconds_to_target": "sim_time_s"}
+    per_run = per_run.rename(columns={**names, "joules_to_target": "energy_j"})
+    return per_run[["run_id", "reached", "round", "sim_time_s", "energy_j"]]
 
 
 def _pick_column(columns, suffix: str):
@@ -779,6 +764,8 @@ def best_tau_table(
     others). Ties go to the smaller tau. SNR and bandwidth columns default to the swept
     fields ending in `snr_db` and `bandwidth_hz`; either may be absent (one row or column).
     """
+    from flnet.analysis import best_tau, to_target
+
     snr = snr or _pick_column(records.columns, "snr_db")
     bandwidth = bandwidth or _pick_column(records.columns, "bandwidth_hz")
     if tau not in records or not (snr or bandwidth):
@@ -788,37 +775,14 @@ def best_tau_table(
         )
     rec = records.copy()
     for name, col in (("snr", snr), ("bandwidth", bandwidth)):
-        rec[f"_{name}"] = rec[col] if col else "as in scenario"
-    rec["_seed"] = rec[seed] if seed in rec else 0
-    run_keys = ["point"] if "point" in rec else ["_seed", "_snr", "_bandwidth", tau]
-    rows = []
-    for _, run in rec.sort_values("round", kind="stable").groupby(run_keys, sort=False):
-        first = run.iloc[0]
-        hit = run[run[metric] >= target]
-        rows.append(
-            {
-                "snr": first._snr,
-                "bandwidth": first._bandwidth,
-                "seed": first._seed,
-                "tau": first[tau],
-                "energy_j": float(hit.energy_j.iloc[0]) if len(hit) else math.inf,
-            }
-        )
-    per_run = pd.DataFrame(rows).sort_values(["energy_j", "tau"], kind="stable")
-    best = per_run.groupby(["snr", "bandwidth", "seed"], sort=True).first().reset_index()
-    best.loc[np.isinf(best.energy_j), "tau"] = np.nan
-    best["tau"] = best.tau.astype(float)
-    out = (
-        best.groupby(["snr", "bandwidth"], sort=True)
-        .agg(
-            best_tau_median=("tau", "median"),
-            best_tau_min=("tau", "min"),
-            best_tau_max=("tau", "max"),
-            seeds=("seed", "size"),
-            seeds_reached=("tau", "count"),
-        )
-        .reset_index()
-    )
+        rec[name] = rec[col] if col else "as in scenario"
+    rec["seed"] = rec[seed] if seed in rec else 0
+    keys = [*(["point"] if "point" in rec else []), "seed", "snr", "bandwidth", tau]
+    per_run = to_target(rec, target, metric, keys=keys)
+    per_seed, per_cell = best_tau(per_run, "joules", tau, cell=["snr", "bandwidth"])
+    reached = per_seed.groupby(["snr", "bandwidth"], sort=True).best_tau.count()
+    out = per_cell[["snr", "bandwidth", "best_tau_median", "best_tau_min", "best_tau_max"]]
+    out = out.assign(seeds=per_cell.seeds.to_numpy(), seeds_reached=reached.to_numpy())
     out.attrs.update(snr=snr, bandwidth=bandwidth, tau=tau, target=target, metric=metric)
     return out
 

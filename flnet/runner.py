@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -598,8 +599,9 @@ def run(
     if not write:
         return _simulate(Run(scenario, write=False, observers=observers), write=False)
     with output.open_folder(scenario.output_dir(), resume=resume, force=force) as folder:
-        # the absolute folder goes into scenario.yaml: --resume from anywhere finds the run
-        scenario = scenario.model_copy(
+        # absolute folder and data paths go into scenario.yaml: --resume from anywhere finds
+        # the run and its data
+        scenario = absolute_paths(scenario).model_copy(
             update={"output": scenario.output.model_copy(update={"dir": str(folder.path)})}
         )
         try:
@@ -608,6 +610,17 @@ def run(
             folder.discard_if_unused()  # a run refused before it wrote leaves no folder
             raise
         return _simulate(sim, write=True)
+
+
+def absolute_paths(scenario: Scenario) -> Scenario:
+    """The scenario with its data paths (data.root, an npz features file) made absolute
+    against the current directory."""
+    data = scenario.data
+    update: dict[str, Any] = {"root": os.path.abspath(data.root)}
+    if data.features is not None and data.features.kind == "npz":
+        path = os.path.abspath(data.features.path)
+        update["features"] = data.features.model_copy(update={"path": path})
+    return scenario.model_copy(update={"data": data.model_copy(update=update)})
 
 
 def _simulate(sim: Run, write: bool) -> Result:
@@ -678,6 +691,7 @@ def summarize(
         "energy_j": world.ledger.total_energy_j,
         "bits_up": world.ledger.bits["upload"],
         "bits_down": world.ledger.bits["download"],
+        "bits_d2d": world.ledger.bits["d2d"],
         "model_params": learner.model.num_params,
         "training_flops_per_sample": learner.flops_per_sample,
         "wall_s": wall_s,
