@@ -29,6 +29,7 @@ import hashlib
 import io
 import os
 import struct
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
@@ -95,30 +96,36 @@ class TableJournal:
         changed = tables.state_dict(changed_only=True)
         if not changed:
             return self.position()
-        chunks = [_entry(name, state) for name, state in changed.items()]
-        grown = self.bytes + sum(map(len, chunks))
+        entries = [_entry(name, state) for name, state in changed.items()]
+        grown = self.bytes + sum(len(frame) + len(payload) for frame, payload in entries)
         if grown > max(COMPACT_MIN_BYTES, COMPACT_FACTOR * tables.table_bytes()):
-            full = tables.state_dict()
+            del entries, changed
+            full = tables.state_dict()  # each table let go once its entry is written
             other = FILES[1 - FILES.index(self.file)]
-            self._write(other, 0, [_entry(name, state) for name, state in full.items()])
+            self._write(other, 0, (_entry(name, full.pop(name)) for name in list(full)))
         else:
-            self._write(self.file, self.bytes, chunks, self.entries)
+            self._write(self.file, self.bytes, iter(entries))
         tables.mark_saved()
         return self.position()
 
-    def _write(self, file: str, at: int, chunks: list[bytes], entries: int = 0) -> None:
-        """Write `chunks` into `file` from byte `at` (0: a new file, with its header)."""
+    def _write(self, file: str, at: int, entries: Iterator[tuple[bytes, bytes]]) -> None:
+        """Write `entries` into `file` from byte `at` (0: a new file, with its header)."""
         digest = self._hash.copy() if at else hashlib.sha256()
-        data = b"".join([HEADER if not at else b"", *chunks])
-        path = self.directory / file
-        with open(path, "r+b" if at else "wb") as f:
+        count = self.entries if at else 0
+        with open(self.directory / file, "r+b" if at else "wb") as f:
             f.seek(at)
             f.truncate()
-            f.write(data)
-        digest.update(data)
-        self.file, self.bytes, self.entries = file, at + len(data), entries + len(chunks)
-        self._hash = digest
-        self.written_bytes += len(data)
+            for piece in [] if at else [HEADER]:
+                f.write(piece)
+                digest.update(piece)
+            for frame, payload in entries:
+                for piece in (frame, payload):
+                    f.write(piece)
+                    digest.update(piece)
+                count += 1
+            end = f.tell()
+        self.written_bytes += end - at
+        self.file, self.bytes, self.entries, self._hash = file, end, count, digest
 
     def committed(self) -> None:
         """The checkpoint naming this position is on disk: the other file is no longer needed."""
@@ -152,7 +159,8 @@ def remove(directory: Path) -> None:
         (directory / name).unlink(missing_ok=True)
 
 
-def _entry(name: str, state: dict) -> bytes:
+def _entry(name: str, state: dict) -> tuple[bytes, bytes]:
+    """(frame, payload) of one table's rows."""
     buf = io.BytesIO()
     torch.save(
         {
@@ -163,7 +171,7 @@ def _entry(name: str, state: dict) -> bytes:
         buf,
     )
     payload = buf.getvalue()
-    return _FRAME.pack(MAGIC, len(payload)) + payload
+    return _FRAME.pack(MAGIC, len(payload)), payload
 
 
 def _replay(path: Path, position: dict, digest: Hash, tables: dict[str, ClientTable]) -> None:
