@@ -64,7 +64,7 @@ class StopRules:
     target accuracy needs the step's evaluation, so `TargetAccuracy` checks it after the
     Recorder."""
 
-    def __init__(self, scenario: Scenario):
+    def __init__(self, scenario: Scenario) -> None:
         self.run = scenario.run
 
     def reason(self, world: World, step: int) -> str | None:
@@ -77,13 +77,13 @@ class StopRules:
             return "energy_budget"
         return None
 
-    def on_start(self, world):
+    def on_start(self, world: World) -> None:
         pass
 
-    def on_progress(self, world, progress, stopping):
+    def on_progress(self, world: World, progress: Progress, stopping: str | None) -> str | None:
         return self.reason(world, progress.step)
 
-    def on_end(self, world, reason):
+    def on_end(self, world: World, reason: str | None) -> None:
         pass
 
 
@@ -92,17 +92,17 @@ class Recorder:
     is interrupted: a resumed run must give the same records), and ends the run as diverged,
     without a row, when the model or its loss is not finite."""
 
-    def __init__(self, scenario: Scenario, evaluator: Evaluator, learner: Learner):
+    def __init__(self, scenario: Scenario, evaluator: Evaluator, learner: Learner) -> None:
         self.scenario = scenario
         self.evaluator = evaluator
         self.learner = learner
         self.rows: list[dict] = []
         self.diverged_round: int | None = None
 
-    def on_start(self, world):
+    def on_start(self, world: World) -> None:
         pass
 
-    def on_progress(self, world, progress, stopping):
+    def on_progress(self, world: World, progress: Progress, stopping: str | None) -> str | None:
         t = progress.step
         if not all_finite(progress.model):
             self.diverged_round = t
@@ -124,14 +124,14 @@ class Recorder:
         )
         return None
 
-    def on_end(self, world, reason):
+    def on_end(self, world: World, reason: str | None) -> None:
         pass
 
 
 class TargetAccuracy:
     """Observer: stops the run at the first evaluation that reaches `run.target_accuracy`."""
 
-    def __init__(self, target: float | None, recorder: Recorder):
+    def __init__(self, target: float | None, recorder: Recorder) -> None:
         self.target = target
         self.recorder = recorder
 
@@ -141,13 +141,13 @@ class TargetAccuracy:
             return "target_accuracy"
         return None
 
-    def on_start(self, world):
+    def on_start(self, world: World) -> None:
         pass
 
-    def on_progress(self, world, progress, stopping):
+    def on_progress(self, world: World, progress: Progress, stopping: str | None) -> str | None:
         return self.reason()
 
-    def on_end(self, world, reason):
+    def on_end(self, world: World, reason: str | None) -> None:
         pass
 
 
@@ -168,7 +168,7 @@ class Checkpointer:
         self.every = every
         self.interval_s = interval_s
         self.last_s = time.monotonic()
-        self.final: tuple | None = None  # (progress, now_s, stopping) of the last step
+        self.final: tuple[Progress, float, str] | None = None  # (progress, now_s, stopping)
         self.saved_round: int | None = None  # the round of the checkpoint on disk
 
     def _due(self, step: int) -> bool:
@@ -176,10 +176,10 @@ class Checkpointer:
             return True
         return self.interval_s is not None and time.monotonic() - self.last_s >= self.interval_s
 
-    def on_start(self, world):
+    def on_start(self, world: World) -> None:
         pass
 
-    def on_progress(self, world, progress, stopping):
+    def on_progress(self, world: World, progress: Progress, stopping: str | None) -> str | None:
         if stopping is not None:
             self.final = (progress, world.now, stopping)
             return None
@@ -202,10 +202,12 @@ class Checkpointer:
             ) from None
         return None
 
-    def on_end(self, world, reason):
+    def on_end(self, world: World, reason: str | None) -> None:
         pass
 
-    def save_or_raise(self, world, progress, now_s: float, stopping: str | None) -> None:
+    def save_or_raise(
+        self, world: World, progress: Progress, now_s: float, stopping: str | None
+    ) -> None:
         """Append the journals (the ledger's new rows, the tables' changed rows), then save the
         checkpoint that points into them; raises the OSError of a failed write (the checkpoint
         on disk is then the previous one)."""
@@ -233,7 +235,7 @@ class Checkpointer:
             scenario=checkpoint.trajectory_fields(self.run.scenario),
         )
 
-        def committed():  # the round noted is the round on disk, even under Ctrl-C
+        def committed() -> None:  # the round noted is the round on disk, even under Ctrl-C
             self.saved_round = ckpt.round
             self.tables.committed()
 
@@ -399,7 +401,7 @@ class Run:
         write: bool = True,
         observers: tuple = (),
         say: Callable[[str], None] | None = None,
-    ):
+    ) -> None:
         self.scenario = scenario
         self.output_dir = scenario.output_dir()
         self.write = write
@@ -421,8 +423,9 @@ class Run:
         self.stop_rules = StopRules(scenario)
         self.target = TargetAccuracy(scenario.run.target_accuracy, self.recorder)
         chain: list[Observer] = [self.stop_rules, self.recorder, self.target]
+        rows: dict[str, dict] = {}
         if ckpt is None:
-            tables, rows = TableJournal(self.output_dir), None
+            tables = TableJournal(self.output_dir)
         else:  # the per-client rows as of the checkpoint; what follows it is cut off
             tables, rows = TableJournal.resume(self.output_dir, ckpt.tables)
         self.checkpointer = (
@@ -512,11 +515,12 @@ class Run:
         """The end of a run: its tables and summary, each on its own, then the final checkpoint.
         Raises WriteError naming what failed, why, and what was kept."""
         failed, kept = write_each(result)
-        final = self.checkpointer.final if self.checkpointer is not None else None
-        if final is not None:
+        checkpointer = self.checkpointer
+        final = checkpointer.final if checkpointer is not None else None
+        if checkpointer is not None and final is not None:
             progress, now_s, stopping = final
             try:
-                self.checkpointer.save_or_raise(self.world, progress, now_s, stopping)
+                checkpointer.save_or_raise(self.world, progress, now_s, stopping)
                 kept.append(f"{checkpoint.JOURNAL}, {checkpoint.FILE} (round {progress.step})")
             except OSError as e:
                 failed.append(f"{e.filename}: {e.strerror or e}")
@@ -555,7 +559,7 @@ class Interrupted(KeyboardInterrupt):
     """A run stopped at once (a second Ctrl-C or SIGTERM, or Ctrl-C outside `flnet run`); the
     message says what was kept, `resumable` whether a checkpoint is there to resume from."""
 
-    def __init__(self, message: str, resumable: bool):
+    def __init__(self, message: str, resumable: bool) -> None:
         super().__init__(message)
         self.resumable = resumable
 
@@ -674,7 +678,7 @@ def summarize(
     last = records.iloc[-1].to_dict() if len(records) else {}
     reason = world.stop_reason
     if status is None:
-        status = {"diverged": "diverged", INTERRUPTED: "interrupted"}.get(reason, "completed")
+        status = {"diverged": "diverged", INTERRUPTED: "interrupted"}.get(reason or "", "completed")
     return {
         "scenario": scenario.name,
         "algorithm": scenario.algorithm.name,
@@ -748,13 +752,14 @@ def _result_files(result: Result) -> list[tuple[Path, Callable[[Path], None]]]:
     files: list[tuple[Path, Callable[[Path], None]]] = [
         (out / f"records.{fmt}", lambda p: output.write_table(result.records, p))
     ]
-    if result.ledger is not None:
-        files.append((out / f"ledger.{fmt}", lambda p: output.write_table(result.ledger, p)))
+    ledger = result.ledger
+    if ledger is not None:
+        files.append((out / f"ledger.{fmt}", lambda p: output.write_table(ledger, p)))
     files.append((out / "summary.json", lambda p: output.write_text(p, summary)))
     return files
 
 
-def _jsonable(value: Any):
+def _jsonable(value: Any) -> Any:
     try:
         return value.item()
     except AttributeError:

@@ -20,10 +20,10 @@ import json
 import math
 import shutil
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pandas as pd
 import yaml
@@ -138,7 +138,12 @@ class Spec:
         ]
 
 
-def spec_from(grid=None, paired=None, seeds=None, fixed=None) -> Spec:
+def spec_from(
+    grid: dict[str, list] | None = None,
+    paired: dict[str, list] | Sequence[dict[str, list]] | None = None,
+    seeds: int | Iterable[int] | None = None,
+    fixed: list[str] | tuple[str, ...] | dict[str, Any] | None = None,
+) -> Spec:
     """A Spec from the plain arguments of `sweep` (dicts, lists, an int number of seeds)."""
     if isinstance(paired, dict):
         paired = [paired]
@@ -188,7 +193,7 @@ class Point:
     note: str | None = None
 
 
-def load_base(scenario) -> tuple[dict, Spec]:
+def load_base(scenario: Scenario | dict | str | Path) -> tuple[dict, Spec]:
     """The scenario as a plain dict (unvalidated) and the `sweep:` section a file may hold."""
     if isinstance(scenario, Scenario):
         return scenario.model_dump(mode="json"), Spec()
@@ -422,7 +427,7 @@ def typed(df: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
     return df
 
 
-def _isnan(v) -> bool:
+def _isnan(v: Any) -> bool:
     return isinstance(v, float) and math.isnan(v)
 
 
@@ -503,14 +508,14 @@ class SweepResult:
 
 
 def run_sweep(
-    scenario,
+    scenario: Scenario | dict | str | Path,
     spec: Spec = Spec(),
     *,
     workers: int = 1,
-    out_dir=None,
+    out_dir: str | Path | None = None,
     backend: str = "local",
     address: str | None = None,
-    on_progress=None,
+    on_progress: Callable[[int, int], None] | None = None,
 ) -> SweepResult:
     """Plan, skip finished points, run the rest, gather. `on_progress(done, total)` is called
     as points finish. Ctrl-C stops the workers, writes the tables of what finished, and
@@ -529,7 +534,8 @@ def run_sweep(
     for p in todo:  # an unfinished folder is started afresh
         shutil.rmtree(out / p.key, ignore_errors=True)
     out.mkdir(parents=True, exist_ok=True)
-    tasks = [(p.key, _for_worker(p.data, out / p.key)) for p in todo]
+    # a point with a key is valid, so it has its data
+    tasks = [(p.key, _for_worker(cast(dict, p.data), out / p.key)) for p in todo]
     outcomes: dict[str, dict] = {}
     total = len(tasks)
     if on_progress:
