@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+import numpy as np
 import torch
 
 from flnet.algorithms.configs import ScaffoldConfig as Config
@@ -116,7 +117,8 @@ def protocol(world: AbstractWorld, learn, cfg: Config, state: State, loss_fn=Non
             client_state=Keeps(Keep(c_table, cohort, c_new), work.keep),
         )  # line 14
         if len(done.positions):
-            arrived = torch.as_tensor(done.positions, device=x.device)
+            # cohort order, not arrival order: timing never changes the means' rounding
+            arrived = torch.as_tensor(np.sort(done.positions), device=x.device)
             x, c = server_step(
                 x,
                 c,
