@@ -484,3 +484,89 @@ def _jsonable(value: Any):
         return value.item()
     except AttributeError:
         return str(value)
+
+
+# ---------------------------------------------------------------- scheduling a sweep
+
+
+@dataclass
+class Schedule:
+    """A sweep's points in two phases: `first` (point, note) run in full at once (trajectory
+    runs, points that cannot reuse, points alone in their group); `replays` maps a trajectory's
+    key to the points that replay it once it has finished."""
+
+    first: list[tuple[Any, str | None]]
+    replays: dict[str, list]
+
+
+def _full_run(folder: Path) -> bool:
+    from flnet.sweeps import finished
+
+    summary = finished(folder)
+    return (
+        summary is not None
+        and summary.get("reused_from") is None
+        and not summary.get("timing_only")
+    )
+
+
+TRAJECTORY_NOTE = "trajectory run: the other points of its group replay its training"
+
+
+def schedule(points: list, todo: set[str], out: Path, enabled: bool = True) -> Schedule:
+    """Group the points (`sweeps.Point`s with a key, in plan order) by `group_key`; in each
+    group with points to run, the trajectory is the first finished full run on disk, else the
+    first point to run, and the other points to run replay it. Deterministic, so a sweep
+    started again picks the same trajectories."""
+    if not enabled:
+        return Schedule([(p, None) for p in points if p.key in todo], {})
+    groups: dict[str, list] = {}
+    for p in points:
+        groups.setdefault(group_key(p.data), []).append(p)
+    first: list[tuple[Any, str | None]] = []
+    replays: dict[str, list] = {}
+    for members in groups.values():
+        waiting = [p for p in members if p.key in todo]
+        if not waiting:
+            continue
+        if len(members) == 1:
+            first.append((waiting[0], None))
+            continue
+        reason = why_not(members[0].data)  # the same for the whole group
+        if reason is not None:
+            first += [(p, f"ran in full: {reason}") for p in waiting]
+            continue
+        done = [p for p in members if p.key not in todo and _full_run(out / p.key)]
+        if done:
+            trajectory = done[0]
+        else:
+            trajectory = waiting[0]
+            first.append((trajectory, TRAJECTORY_NOTE))
+        rest = [p for p in waiting if p is not trajectory]
+        if rest:
+            replays[trajectory.key] = rest
+    return Schedule(first, replays)
+
+
+def replay_jobs(replays: dict[str, list], out: Path, data_of) -> list[tuple[str, Job]]:
+    """The second phase's jobs, once the trajectories have run: each a replay of its
+    trajectory, or a full run saying why not (the trajectory failed or did something timing
+    decided). `data_of(point)` is the scenario dict the worker runs."""
+    from flnet.sweeps import finished
+
+    jobs = []
+    for key, points in replays.items():
+        source: Source | None = None
+        note = None
+        if finished(out / key) is None:
+            note = f"ran in full: its trajectory run {key} did not finish"
+        else:
+            try:
+                source = load_source(out / key, key)
+                problem = source_problem(source)
+            except FlnetError as e:
+                problem = str(e)
+            if problem is not None:
+                source, note = None, f"ran in full: {problem}"
+        jobs += [(p.key, Job(data_of(p), source, note)) for p in points]
+    return jobs

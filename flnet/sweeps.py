@@ -403,10 +403,13 @@ def point_row(point: Point, summary: dict | None, outcome: dict | None) -> dict:
         row.update(status="invalid", error=point.error)
     elif summary is not None:
         row.update({c: summary.get(c) for c in SUMMARY_COLUMNS}, error=None)
+        row.update(reused_from=summary.get("reused_from"), reuse_note=summary.get("reuse_note"))
     elif outcome is not None:
         row.update(status=outcome["status"], error=outcome.get("error"))
     else:
         row.update(status="not finished", error=None)
+    row.setdefault("reused_from", None)
+    row.setdefault("reuse_note", None)
     row["note"] = point.note
     return row
 
@@ -511,10 +514,13 @@ def run_sweep(
     backend: str = "local",
     address: str | None = None,
     on_progress=None,
+    reuse_runs: bool = True,
 ) -> SweepResult:
     """Plan, skip finished points, run the rest, gather. `on_progress(done, total)` is called
     as points finish. Ctrl-C stops the workers, writes the tables of what finished, and
-    raises KeyboardInterrupt."""
+    raises KeyboardInterrupt. With `reuse_runs`, points that differ only in radio or device
+    settings replay one training run where they can (`flnet.reuse`)."""
+    from flnet import reuse
     from flnet import workers as pool
 
     start = time.perf_counter()
@@ -529,18 +535,31 @@ def run_sweep(
     for p in todo:  # an unfinished folder is started afresh
         shutil.rmtree(out / p.key, ignore_errors=True)
     out.mkdir(parents=True, exist_ok=True)
-    tasks = [(p.key, _for_worker(p.data, out / p.key)) for p in todo]
+    # points that differ only in costs replay one training run (flnet.reuse): trajectories and
+    # points that cannot reuse first, then the replays
+    plan_ = reuse.schedule(list(unique.values()), {p.key for p in todo}, out, reuse_runs)
+    first = [
+        (p.key, reuse.Job(_for_worker(p.data, out / p.key), note=note)) for p, note in plan_.first
+    ]
     outcomes: dict[str, dict] = {}
-    total = len(tasks)
+    total = len(todo)
     if on_progress:
         on_progress(0, total)
     try:
-        for key, outcome in pool.execute(
-            tasks, workers=workers, backend=backend, address=address, log=out / "sweep.log"
-        ):
-            outcomes[key] = outcome
-            if on_progress:
-                on_progress(len(outcomes), total)
+        for phase in (1, 2):
+            tasks = (
+                first
+                if phase == 1
+                else reuse.replay_jobs(
+                    plan_.replays, out, lambda p: _for_worker(p.data, out / p.key)
+                )
+            )
+            for key, outcome in pool.execute(
+                tasks, workers=workers, backend=backend, address=address, log=out / "sweep.log"
+            ):
+                outcomes[key] = outcome
+                if on_progress:
+                    on_progress(len(outcomes), total)
     finally:
         table, records = gather(points, out, outcomes)
         warnings = write_tables(table, records, out)
@@ -560,6 +579,7 @@ def sweep(
     out_dir: str | Path | None = None,
     backend: str = "local",
     address: str | None = None,
+    reuse: bool = True,
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Run every point; return (points table, all records), both also written to `out_dir`
     (default ``runs/<name>-sweep``): ``points.csv`` and ``records.parquet``.
@@ -569,7 +589,9 @@ def sweep(
     axis; `fixed` {field: value} or ["field=value"] applies to every point. Workers are separate
     processes (one torch thread each), so a script calling this needs no
     ``if __name__ == "__main__":`` guard. `backend="ray"` runs the points as Ray tasks
-    (`address` of a cluster, or a local instance).
+    (`address` of a cluster, or a local instance). `reuse=False` runs every point in full
+    (by default points that differ only in radio or device settings replay one training run
+    where they can; the table's `reused_from` says which).
     """
     result = run_sweep(
         scenario,
@@ -578,5 +600,6 @@ def sweep(
         out_dir=out_dir,
         backend=backend,
         address=address,
+        reuse_runs=reuse,
     )
     return result.table, result.records

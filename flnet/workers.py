@@ -21,6 +21,7 @@ import traceback
 from collections.abc import Iterator
 from multiprocessing.connection import wait
 from pathlib import Path
+from typing import Any
 
 from flnet.errors import FlnetError
 
@@ -28,17 +29,17 @@ HEADER = struct.Struct("!Q")
 STOP_GRACE_S = 5.0  # after Ctrl-C, how long workers get to exit before they are killed
 
 
-def run_point(data: dict, write: bool = True):
-    """Run one resolved scenario; every failure becomes an outcome, never an exception.
+def run_point(data: Any, write: bool = True):
+    """Run one resolved scenario (a dict, or a `flnet.reuse.Job`: a replay or a full run with
+    a note); every failure becomes an outcome, never an exception.
 
     Returns (outcome, result): outcome is {"status", "error"}; result is the run's Result
     (None when it failed).
     """
-    from flnet import runner
-    from flnet.scenario import load_scenario
+    from flnet import reuse
 
     try:
-        result = runner.run(load_scenario(data=data), write=write)
+        result = reuse.run_job(data, write=write)
     except FlnetError as e:
         return {"status": "error", "error": str(e)}, None
     except Exception as e:
@@ -143,7 +144,7 @@ class Worker:
             pass
 
 
-def run_local(tasks: list[tuple[str, dict]], workers: int, log: Path) -> Iterator[tuple]:
+def run_local(tasks: list[tuple[str, Any]], workers: int, log: Path) -> Iterator[tuple]:
     """Yield (key, outcome) as points finish, `workers` at a time."""
     todo = list(reversed(tasks))
     log.parent.mkdir(parents=True, exist_ok=True)
@@ -182,7 +183,7 @@ def run_local(tasks: list[tuple[str, dict]], workers: int, log: Path) -> Iterato
                     w.proc.wait()
 
 
-def run_here(tasks: list[tuple[str, dict]]) -> Iterator[tuple]:
+def run_here(tasks: list[tuple[str, Any]]) -> Iterator[tuple]:
     """Every point in this process, one after the other (workers=0; for debugging)."""
     for key, data in tasks:
         outcome, _ = run_point(data)
@@ -192,7 +193,7 @@ def run_here(tasks: list[tuple[str, dict]]) -> Iterator[tuple]:
 # ---------------------------------------------------------------- Ray
 
 
-def ray_point(data: dict):
+def ray_point(data: Any):
     """A Ray task: run without writing (the node may not share our disk); the driver writes."""
     import torch
 
@@ -200,7 +201,7 @@ def ray_point(data: dict):
     return run_point(data, write=False)
 
 
-def run_ray(tasks: list[tuple[str, dict]], address: str | None) -> Iterator[tuple]:
+def run_ray(tasks: list[tuple[str, Any]], address: str | None) -> Iterator[tuple]:
     """Yield (key, outcome) as Ray tasks finish, one CPU each. Uses the Ray instance already
     started in this process if there is one, else connects to `address` (None: a new local
     instance, shut down at the end)."""
@@ -208,6 +209,7 @@ def run_ray(tasks: list[tuple[str, dict]], address: str | None) -> Iterator[tupl
         import ray
     except ImportError:
         raise FlnetError("the Ray backend needs the ray package: pip install ray") from None
+    from flnet.reuse import scenario_data
     from flnet.runner import write_inputs, write_results
 
     own = not ray.is_initialized()
@@ -234,7 +236,7 @@ def run_ray(tasks: list[tuple[str, dict]], address: str | None) -> Iterator[tupl
                     None,
                 )
             if result is not None:
-                result.output_dir = Path(data["output"]["dir"])
+                result.output_dir = Path(scenario_data(data)["output"]["dir"])
                 result.output_dir.mkdir(parents=True, exist_ok=True)  # the driver writes here
                 write_inputs(result.scenario, result.partition, result.output_dir)
                 write_results(result)
@@ -247,7 +249,7 @@ def run_ray(tasks: list[tuple[str, dict]], address: str | None) -> Iterator[tupl
 
 
 def execute(
-    tasks: list[tuple[str, dict]],
+    tasks: list[tuple[str, Any]],
     *,
     workers: int = 1,
     backend: str = "local",
