@@ -535,31 +535,38 @@ def run_sweep(
     for p in todo:  # an unfinished folder is started afresh
         shutil.rmtree(out / p.key, ignore_errors=True)
     out.mkdir(parents=True, exist_ok=True)
-    # points that differ only in costs replay one training run (flnet.reuse): trajectories and
-    # points that cannot reuse first, then the replays
+    # points that differ only in costs replay one training run (flnet.reuse): a replay starts
+    # once its trajectory has finished (at once when it finished in an earlier sweep)
     plan_ = reuse.schedule(list(unique.values()), {p.key for p in todo}, out, reuse_runs)
-    first = [
-        (p.key, reuse.Job(_for_worker(p.data, out / p.key), note=note)) for p, note in plan_.first
-    ]
+
+    def data_of(p: Point) -> dict:
+        return _for_worker(p.data, out / p.key)
+
+    tasks = [(p.key, reuse.Job(data_of(p), note=note)) for p, note in plan_.first]
+    waiting = dict(plan_.replays)
+    running = {p.key for p, _ in plan_.first}
+    for key in [k for k in waiting if k not in running]:
+        tasks += reuse.replay_jobs({key: waiting.pop(key)}, out, data_of)
+
+    def follow(key: str) -> list:
+        return reuse.replay_jobs({key: waiting.pop(key)}, out, data_of) if key in waiting else []
+
     outcomes: dict[str, dict] = {}
     total = len(todo)
     if on_progress:
         on_progress(0, total)
     try:
-        for phase in (1, 2):
-            tasks = (
-                first
-                if phase == 1
-                else reuse.replay_jobs(
-                    plan_.replays, out, lambda p: _for_worker(p.data, out / p.key)
-                )
-            )
-            for key, outcome in pool.execute(
-                tasks, workers=workers, backend=backend, address=address, log=out / "sweep.log"
-            ):
-                outcomes[key] = outcome
-                if on_progress:
-                    on_progress(len(outcomes), total)
+        for key, outcome in pool.execute(
+            tasks,
+            workers=workers,
+            backend=backend,
+            address=address,
+            log=out / "sweep.log",
+            follow=follow,
+        ):
+            outcomes[key] = outcome
+            if on_progress:
+                on_progress(len(outcomes), total)
     finally:
         table, records = gather(points, out, outcomes)
         warnings = write_tables(table, records, out)
