@@ -7,6 +7,7 @@ load torch."""
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 import signal
 import sys
@@ -76,6 +77,7 @@ def summary_table(summary: dict) -> Table:
         ("simulated time", f"{summary['sim_time_s']:.3f} s"),
         ("energy", f"{summary['energy_j']:.4g} J"),
         ("bits up / down", f"{summary['bits_up']:.4g} / {summary['bits_down']:.4g}"),
+        *([("bits device to device", f"{d2d:.4g}")] if (d2d := summary.get("bits_d2d")) else []),
         ("wall time", f"{summary['wall_s']:.1f} s"),
     ]
     for name, value in rows:
@@ -389,16 +391,20 @@ def cmd_validate(args) -> int:
     from flnet.runner import check
     from flnet.scenario import load_scenario
 
+    def refuse(path: str, e: FlnetError) -> None:
+        text = str(e) if str(e).startswith(str(path)) else f"{path}: {e}"
+        err_console.print(f"[bold red]error:[/] {escape(text)}", highlight=False, soft_wrap=True)
+
     failed = False
     for path in args.files:
         try:
+            if _has_sweep(path):
+                failed |= not _validate_sweep(path, args.set, refuse)
+                continue
             scenario = load_scenario(path, args.set)
             _, learner = check(scenario)
         except FlnetError as e:
-            text = str(e) if str(e).startswith(str(path)) else f"{path}: {e}"
-            err_console.print(
-                f"[bold red]error:[/] {escape(text)}", highlight=False, soft_wrap=True
-            )
+            refuse(path, e)
             failed = True
             continue
         print(
@@ -406,6 +412,36 @@ def cmd_validate(args) -> int:
             f"{learner.model.num_params:,} parameters)"
         )
     return 2 if failed else 0
+
+
+def _has_sweep(path: str) -> bool:
+    from flnet.scenario import resolve
+
+    return "sweep" in resolve(path)
+
+
+def _validate_sweep(path: str, overrides: list[str], refuse) -> bool:
+    """Every point of a file's `sweep:` section through run's checks; each bad point is
+    reported with its swept values. True when all are fine."""
+    from flnet.runner import check
+    from flnet.scenario import load_scenario
+    from flnet.sweeps import combine, load_base, plan, spec_from
+
+    base, spec = load_base(path)
+    points = plan(base, combine(spec, spec_from(fixed=list(overrides or []))))
+    bad = 0
+    for p in points:
+        where = ", ".join(f"{k}={v}" for k, v in p.values.items())
+        try:
+            if p.error is not None:
+                raise FlnetError(p.error)
+            check(load_scenario(data=p.data))
+        except FlnetError as e:
+            refuse(path, FlnetError(f"sweep point ({where}): {e}"))
+            bad += 1
+    if not bad:
+        print(f"{path}: ok (a sweep of {len(points)} points, each checked)")
+    return not bad
 
 
 def cmd_schema(args) -> int:
@@ -626,6 +662,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         err_console.print("interrupted")
         return 130
+    except BrokenPipeError:  # `flnet analyze ... | head`: the reader has what it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no error at exit
+        return 141  # as a shell reports SIGPIPE
 
 
 if __name__ == "__main__":

@@ -660,6 +660,7 @@ def summarize(
         "energy_j": world.ledger.total_energy_j,
         "bits_up": world.ledger.bits["upload"],
         "bits_down": world.ledger.bits["download"],
+        "bits_d2d": world.ledger.bits["d2d"],
         "model_params": learner.model.num_params,
         "training_flops_per_sample": learner.flops_per_sample,
         "wall_s": wall_s,

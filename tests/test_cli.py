@@ -24,6 +24,23 @@ def test_validate_good_file():
     assert "ok" in out.stdout
 
 
+def test_validate_checks_every_point_of_a_sweep_file(tmp_path):
+    """A file with a `sweep:` section is validated point by point: a point `run` would refuse
+    (SPS with a learning rate) is named with its swept values; the others pass."""
+    path = tmp_path / "s.yaml"
+    sweep = {"grid": {"algorithm.local.optimizer.name": ["sgd", "sps"]}, "seeds": [0, 1]}
+    scenario = {"clients": {"count": 10}, "run": {"rounds": 2}, "sweep": sweep}
+    path.write_text(json.dumps({**scenario, "algorithm": {"name": "fedavg"}}))
+    good = flnet("validate", str(path))
+    assert good.returncode == 0, good.stderr
+    assert "a sweep of 4 points" in good.stdout
+    bad = flnet("validate", str(path), "--set", "algorithm.local.lr=0.1")
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr
+    lines = [line for line in bad.stderr.splitlines() if "sweep point" in line]
+    assert len(lines) == 2 and all("optimizer.name=sps" in line for line in lines), bad.stderr
+    assert all("sps sets its own step size" in line for line in lines)
+
+
 def test_run_writes_results_and_prints_summary(tmp_path):
     out = flnet(
         "run",
@@ -123,3 +140,18 @@ def test_unit_warnings_are_one_line_each_on_stderr(tmp_path):
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 2 and all(ln.startswith("warning: ") for ln in lines)
     assert any("did you mean 20 MHz (20e6)?" in ln for ln in lines)
+
+
+def test_output_into_a_closed_pipe_ends_quietly():
+    """`flnet schema | head -1`: the reader leaves early; no traceback, the shell's SIGPIPE
+    status."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "flnet.cli", "schema"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    proc.stdout.close()  # before the child writes a byte
+    err = proc.stderr.read()
+    assert proc.wait(timeout=60) == 141, err
+    assert "Traceback" not in err and "Broken pipe" not in err

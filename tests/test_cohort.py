@@ -164,6 +164,25 @@ def test_custom_loss_adds_a_term_to_the_gradient():
     assert torch.allclose(prox.params, plain.params - mu * (p0 - anchor), atol=1e-6)
 
 
+def test_a_loss_linear_in_the_parameters_trains_with_stateful_optimizers():
+    """The gradient of sum(w) is one broadcast 1 (a stride-0 tensor); momentum and Adam update
+    it in place. Each step of SGD with lr 0.1 lowers every weight by 0.1 times its momentum
+    buffer: 1, 1.9, 2.71 after three steps (heavy ball, beta 0.9)."""
+    model = mlp()
+    x, y = dataset(model)
+    trainer = cohort.Trainer(model, x, y)
+    p0, rows = start(model), batches()[:, :3]
+    three = torch.full((C,), 3, dtype=torch.long)
+
+    def linear(model_, params, xb, yb, aux):
+        return params.sum(1)
+
+    out = trainer.train(p0, rows, three, optim.sgd(0.1, momentum=0.9), loss_fn=linear)
+    assert torch.allclose(out.params, p0 - 0.1 * (1 + 1.9 + 2.71), atol=1e-5)
+    adam = trainer.train(p0, rows, three, optim.adam(0.01), loss_fn=linear)
+    assert torch.allclose(adam.params, p0 - 0.03, atol=1e-4)  # Adam: lr per step on a constant
+
+
 def test_optimizer_states_continue_each_clients_state():
     opt = optim.adam()
     store = OptimizerStates()

@@ -232,4 +232,5 @@ def test_the_dpsgd_scenario_runs(tmp_path):
     )
     assert list(res.records["round"]) == [0, 2, 4]
     assert res.records.bits_d2d.iloc[-1] == 4 * 32 * (res.summary["model_params"] * 32)
+    assert res.summary["bits_d2d"] == res.records.bits_d2d.iloc[-1]  # the summary says it too
     assert res.records.consensus_distance.iloc[-1] > 0 and res.records.bits_up.iloc[-1] == 0

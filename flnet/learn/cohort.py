@@ -74,7 +74,9 @@ def autograd_value_and_grad(model: Model, loss_fn: LossFn = cross_entropy) -> Va
             w = params.detach().requires_grad_(True)
             loss = loss_fn(model, w, x, y, aux)
             (grad,) = torch.autograd.grad(loss.sum(), w)
-        return loss.detach(), grad
+        # a loss linear in w gets an expanded (stride-0) gradient, which optimizers updating
+        # their state in place cannot write to
+        return loss.detach(), grad.contiguous()
 
     return value_and_grad
 
