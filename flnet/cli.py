@@ -13,6 +13,7 @@ import signal
 import sys
 import warnings
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.markup import escape
@@ -28,6 +29,11 @@ from rich.table import Table
 
 from flnet.errors import FlnetError
 from flnet.output import WriteError
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from flnet.scenario import Scenario
 
 err_console = Console(stderr=True, soft_wrap=True)  # messages stay one line (paths whole)
 
@@ -148,7 +154,7 @@ def cmd_run(args) -> int:
     return 0
 
 
-def timing_only_run(scenario, args) -> int:
+def timing_only_run(scenario: Scenario, args: argparse.Namespace) -> int:
     """`flnet run --timing-only`: the time side alone (flnet.reuse.timing_only)."""
     from flnet.reuse import timing_only
 
@@ -254,7 +260,7 @@ def cmd_sweep(args) -> int:
 SWEEP_SHOWN = ("status", "rounds", "final_test_accuracy", "sim_time_s", "energy_j")
 
 
-def reuse_lines(table) -> list[str]:
+def reuse_lines(table: pd.DataFrame) -> list[str]:
     """What trajectory reuse did: how many points replayed how many training runs, and why
     the others that could have ran in full (one line per reason)."""
     if "reused_from" not in table:

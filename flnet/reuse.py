@@ -41,7 +41,7 @@ import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -49,6 +49,14 @@ import pandas as pd
 from flnet.errors import FlnetError, ScenarioError
 from flnet.sim.patterns import Packet, round_trip
 from flnet.sim.world import AbstractWorld, Progress, World
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Generator
+
+    from flnet.runner import Result
+    from flnet.scenario import Scenario
+
+    Work = Callable[[int, np.ndarray], tuple[Any, Any, Any]]
 
 # Fields that only change what things cost, never what is computed (a conservative list: a
 # field not named here is learning-relevant). Dotted paths into the resolved scenario; a
@@ -179,7 +187,7 @@ class _LedgerWork:
     """Each (round, client)'s download bits, FLOPs and upload bits, as the trajectory's
     ledger holds them."""
 
-    def __init__(self, ledger: pd.DataFrame):
+    def __init__(self, ledger: pd.DataFrame) -> None:
         self.work: dict[tuple[int, int], list[float]] = {}
         kinds = ledger["kind"].astype(str)
         for kind, i, col in (
@@ -208,10 +216,12 @@ class _PlannedWork:
     """Timing-only: each client's work from the model and the local-work settings, computed
     as the Learner counts it (samples processed x gradients a step x FLOPs per sample)."""
 
-    def __init__(self, scenario, num_params: int, flops_per_sample: float, sizes: np.ndarray):
+    def __init__(
+        self, scenario: Scenario, num_params: int, flops_per_sample: float, sizes: np.ndarray
+    ) -> None:
         from flnet.learn import optim
 
-        cfg = scenario.algorithm
+        cfg: Any = scenario.algorithm  # a round-trip algorithm's config
         self.local = cfg.local
         if self.local.optimizer.name == "delta_sgd":
             raise ScenarioError(
@@ -240,7 +250,7 @@ class _PlannedWork:
 # ---------------------------------------------------------------- the replay protocol
 
 
-def protocol(world: AbstractWorld, cfg, work):
+def protocol(world: AbstractWorld, cfg: Any, work: Work) -> Generator:
     """The round trips of a round-trip algorithm with the maths left out: `work(t, cohort)`
     gives (download bits, FLOPs, upload bits), each one number or one per member."""
     k = cfg.cohort.k(world.num_clients)
@@ -265,16 +275,20 @@ class CostRecorder:
     its zero-cost `evaluate` ledger row). With `rows` (a trajectory's records by round), those
     rounds' rows with their costs replaced, and a stop at the trajectory's last round."""
 
-    def __init__(self, scenario, rows: dict[int, dict] | None, end: tuple[int, str] | None):
+    def __init__(
+        self, scenario: Scenario, rows: dict[int, dict] | None, end: tuple[int, str] | None
+    ) -> None:
         self.scenario = scenario
         self.rows = rows
         self.end = end
         self.out: list[dict] = []
 
-    def on_start(self, world) -> None:
+    def on_start(self, world: AbstractWorld) -> None:
         pass
 
-    def on_progress(self, world, progress: Progress, stopping: str | None) -> str | None:
+    def on_progress(
+        self, world: AbstractWorld, progress: Progress, stopping: str | None
+    ) -> str | None:
         from flnet.runner import record_row
         from flnet.sim.ledger import NOBODY, SERVER, Tag
 
@@ -291,6 +305,7 @@ class CostRecorder:
         else:
             base = {}
         world.ledger.add(Tag(progress.pattern, t), SERVER, NOBODY, "evaluate", world.now, world.now)
+        assert isinstance(world, World)  # observers of a run are called by its World
         costs = record_row(self.scenario, world, progress, {})
         if self.rows is None:
             self.out.append({**costs, "timing_only": True})
@@ -298,11 +313,16 @@ class CostRecorder:
             self.out.append({**base, **{c: costs[c] for c in COST_COLUMNS}})
         return reason
 
-    def on_end(self, world, reason) -> None:
+    def on_end(self, world: AbstractWorld, reason: str | None) -> None:
         pass
 
 
-def _simulate(scenario, work, rows=None, end=None) -> tuple[World, CostRecorder]:
+def _simulate(
+    scenario: Scenario,
+    work: Work,
+    rows: dict[int, dict] | None = None,
+    end: tuple[int, str] | None = None,
+) -> tuple[World, CostRecorder]:
     from flnet.runner import StopRules, check_sampled
 
     world = World(scenario.clients, scenario.radio, scenario.seed)
@@ -318,17 +338,17 @@ def _simulate(scenario, work, rows=None, end=None) -> tuple[World, CostRecorder]
     return world, recorder
 
 
-def _write(result, partition: pd.DataFrame) -> None:
+def _write(result: Result, partition: pd.DataFrame) -> None:
     from flnet import output
     from flnet.runner import write_inputs, write_results
 
-    with output.open_folder(result.output_dir) as folder:
+    with output.open_folder(result.scenario.output_dir()) as folder:
         result.output_dir = folder.path
         write_inputs(result.scenario, partition, folder.path)
         write_results(result)
 
 
-def replay(scenario, source: Source, *, write: bool = True):
+def replay(scenario: Scenario, source: Source, *, write: bool = True) -> Result:
     """The point `scenario` replayed on `source`'s training: a `runner.Result` whose ledger and
     cost columns are a full run's. Raises NotReusable when it is not the point's run."""
     from flnet.runner import Result
@@ -377,14 +397,15 @@ def replay(scenario, source: Source, *, write: bool = True):
     return result
 
 
-def timing_only(scenario, *, write: bool = True, force: bool = False):
+def timing_only(scenario: Scenario, *, write: bool = True, force: bool = False) -> Result:
     """Run the time side of `scenario` alone (see the module doc): a `runner.Result` with cost
     columns only."""
     from flnet.learn import data as data_mod
     from flnet.learn import models
     from flnet.runner import Result, resolve_device
 
-    name = scenario.algorithm.name
+    algo: Any = scenario.algorithm  # every algorithm's config has a name
+    name: str = algo.name
     if name not in REPLAYABLE:
         raise ScenarioError(
             f"a timing-only run supports {', '.join(REPLAYABLE)}, not {name} "
@@ -454,7 +475,7 @@ def scenario_data(job: dict | Job) -> dict:
     return job.data if isinstance(job, Job) else job
 
 
-def run_job(job: dict | Job, *, write: bool = True):
+def run_job(job: dict | Job, *, write: bool = True) -> Result:
     """Run a sweep point: a replay when it has a source and can be, else in full."""
     from flnet.runner import run
     from flnet.scenario import load_scenario
@@ -481,7 +502,7 @@ def run_job(job: dict | Job, *, write: bool = True):
     return result
 
 
-def _jsonable(value: Any):
+def _jsonable(value: Any) -> Any:
     try:
         return value.item()
     except AttributeError:
@@ -515,7 +536,7 @@ def _full_run(folder: Path) -> bool:
 TRAJECTORY_NOTE = "trajectory run: the other points of its group replay its training"
 
 
-def schedule(points: list, todo: set[str], out: Path, enabled: bool = True) -> Schedule:
+def schedule(points: list[Any], todo: set[str], out: Path, enabled: bool = True) -> Schedule:
     """Group the points (`sweeps.Point`s with a key, in plan order) by `group_key`; in each
     group with points to run, the trajectory is the first finished full run on disk, else the
     first point to run, and the other points to run replay it. Deterministic, so a sweep
@@ -550,7 +571,9 @@ def schedule(points: list, todo: set[str], out: Path, enabled: bool = True) -> S
     return Schedule(first, replays)
 
 
-def replay_jobs(replays: dict[str, list], out: Path, data_of) -> list[tuple[str, Job]]:
+def replay_jobs(
+    replays: dict[str, list], out: Path, data_of: Callable[[Any], dict]
+) -> list[tuple[str, Job]]:
     """The second phase's jobs, once the trajectories have run: each a replay of its
     trajectory, or a full run saying why not (the trajectory failed or did something timing
     decided). `data_of(point)` is the scenario dict the worker runs."""

@@ -30,7 +30,7 @@ STOP_GRACE_S = 5.0  # after Ctrl-C, how long workers get to exit before they are
 Follow = Callable[[str], list[tuple[str, Any]]]  # a finished point's key -> tasks it unlocks
 
 
-def run_point(data: Any, write: bool = True):
+def run_point(data: Any, write: bool = True) -> tuple[dict, Any]:
     """Run one resolved scenario (a dict, or a `flnet.reuse.Job`: a replay or a full run with
     a note); every failure becomes an outcome, never an exception.
 
@@ -205,7 +205,7 @@ def run_here(tasks: list[tuple[str, Any]], follow: Follow | None = None) -> Iter
 # ---------------------------------------------------------------- Ray
 
 
-def ray_point(data: Any):
+def ray_point(data: Any) -> tuple[dict, Any]:
     """A Ray task: run without writing (the node may not share our disk); the driver writes."""
     import torch
 

@@ -202,3 +202,16 @@ def test_ray_replays_give_the_same_table_as_local_workers(tmp_path):
     cols = ["point", *grid, "status", "sim_time_s", "energy_j", "reused_from"]
     pd.testing.assert_frame_equal(ray_table[cols], local_table[cols], check_exact=True)
     assert ray_table.reused_from.notna().sum() == 2
+
+
+def test_a_replay_stops_where_its_trajectory_reached_the_target(tmp_path):
+    target = merge(COSTLY, {"run": {"rounds": 30, "target_accuracy": 0.3, "eval_every": 1}})
+    trajectory = run(_scenario(tmp_path, "a", target))
+    assert trajectory.summary["stop_reason"] == "target_accuracy"
+    assert trajectory.summary["rounds"] < 30
+    source = reuse.load_source(tmp_path / "a", "a")
+    full = run(_scenario(tmp_path, "full", target, CELLS[0]), write=False)
+    replayed = reuse.replay(_scenario(tmp_path, "b", target, CELLS[0]), source)
+    assert replayed.summary["stop_reason"] == "target_accuracy"
+    pd.testing.assert_frame_equal(replayed.records, full.records, check_exact=True)
+    pd.testing.assert_frame_equal(replayed.ledger, full.ledger, check_exact=True)
