@@ -1,21 +1,29 @@
-# Set-up and the two everyday commands. `make quickstart` and `make test` create .venv on first
-# use: torch first (the CPU wheel 2.13.0 that pip finds on this machine), then flnet with its
-# test extras. To use your own torch build instead: make TORCH_SPEC="torch==<your version>",
-# or install flnet into your own environment with `pip install -e ".[test]"`.
+# Set-up and the everyday commands (`make test` runs `make lint` first). `make quickstart`,
+# `make lint` and `make test` create .venv on first use: torch first (the CPU wheel 2.13.0 that
+# pip finds on this machine), then flnet with its test extras (ruff, mypy and stubs included). To
+# use your own torch build instead: make TORCH_SPEC="torch==<your version>", or install flnet
+# into your own environment with `pip install -e ".[test]"`.
 
 PYTHON ?= python3
 VENV ?= .venv
 TORCH_SPEC ?= torch==2.13.0
 BIN := $(VENV)/bin
 
-.PHONY: quickstart test bench setup clean
+.PHONY: quickstart test lint bench setup clean
 
 # --force: each `make quickstart` replaces the previous one's results in runs/quickstart/
 quickstart: $(VENV)/.installed
 	$(BIN)/flnet run scenarios/quickstart.yaml --force
 
-test: $(VENV)/.installed
+# lint first: a finding stops `make test` before the suite runs
+test: lint
 	$(BIN)/python -m pytest
+
+# ruff (lint and format) over the whole tree, then mypy over flnet/ (both set in pyproject.toml)
+lint: $(VENV)/.installed
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
 
 bench: $(VENV)/.installed
 	$(BIN)/python benchmarks/bench.py

@@ -10,6 +10,7 @@ torch and the command line answers `--help` at once.
 """
 
 from importlib import import_module
+from typing import Any
 
 from flnet.errors import DataError, FlnetError, ScenarioError, UnitWarning
 
@@ -39,7 +40,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> Any:
     if name in _LAZY:
         return getattr(import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'flnet' has no attribute {name!r}")

@@ -10,6 +10,8 @@ made: the best tau is chosen per seed, then summarised over seeds.
 from __future__ import annotations
 
 import math
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -72,7 +74,7 @@ def to_target(
     return pd.DataFrame(rows)
 
 
-def _costs(row) -> dict:
+def _costs(row: pd.Series | None) -> dict:
     """Cumulative costs at one evaluation (NaN for none)."""
     if row is None:
         return dict.fromkeys(
@@ -167,11 +169,11 @@ def best_tau(
     return per_seed, pd.DataFrame(per_cell)
 
 
-def _isnan(v) -> bool:
+def _isnan(v: Any) -> bool:
     return isinstance(v, float) and math.isnan(v)
 
 
-def _fmt(v) -> str:
+def _fmt(v: Any) -> str:
     if _isnan(v):
         return "none"
     return str(int(v)) if float(v).is_integer() else f"{v:g}"
@@ -204,10 +206,8 @@ def pareto(df: pd.DataFrame, objectives: dict[str, str] | None = None) -> pd.Dat
     return df.assign(on_front=front)
 
 
-def read_records(path) -> pd.DataFrame:
+def read_records(path: str | Path) -> pd.DataFrame:
     """A sweep folder's (or a run folder's) records, or a records file."""
-    from pathlib import Path
-
     path = Path(path)
     candidates = [path] if path.is_file() else [path / "records.parquet", path / "records.csv"]
     for p in candidates:

@@ -35,7 +35,7 @@ def save_arrays(path: Path, arrays: dict[str, np.ndarray]) -> bool:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
         with os.fdopen(fd, "wb") as f:
-            np.savez(f, **arrays)
+            np.savez(f, **arrays)  # type: ignore[arg-type]  # mypy matches **arrays to allow_pickle
         os.replace(tmp, path)
         return True
     except OSError:

@@ -18,13 +18,16 @@ import json
 import numbers
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 import numpy as np
 import torch
 
 from flnet import output
 from flnet.errors import FlnetError
+
+if TYPE_CHECKING:  # for annotations only
+    from flnet.scenario import Scenario
 
 FORMAT = 3  # 3: per-client state as ClientTable rows (learner tables, optimizer states)
 FILE = output.CHECKPOINT
@@ -44,10 +47,11 @@ class Checkpoint(NamedTuple):
     scenario: dict  # the scenario's fields that define the trajectory
 
 
-def trajectory_fields(scenario) -> dict:
+def trajectory_fields(scenario: Scenario) -> dict:
     """The scenario minus what may change between a run and its resumption (when to stop,
-    where to write)."""
-    return scenario.model_dump(mode="json", exclude={"run", "output", "name"})
+    where to write, which folder holds the data sets' files)."""
+    exclude: dict[str, Any] = {"run": True, "output": True, "name": True, "data": {"root"}}
+    return scenario.model_dump(mode="json", exclude=exclude)
 
 
 def _plain(value: Any) -> Any:
@@ -62,7 +66,7 @@ def _plain(value: Any) -> Any:
         return (
             type(value)(_plain(v) for v in value)
             if not hasattr(value, "_fields")
-            else {k: _plain(v) for k, v in value._asdict().items()}
+            else {k: _plain(v) for k, v in cast(Any, value)._asdict().items()}  # a NamedTuple
         )
     return value
 
@@ -119,15 +123,10 @@ def _problem(payload: Any) -> str | None:
     if set(payload) != expected:
         missing, extra = sorted(expected - set(payload)), sorted(set(payload) - expected)
         return "; ".join(
-            filter(
-                None,
-                (
-                    missing and f"missing {', '.join(missing)}",
-                    extra and f"unexpected {', '.join(map(str, extra))}",
-                ),
-            )
+            ([f"missing {', '.join(missing)}"] if missing else [])
+            + ([f"unexpected {', '.join(map(str, extra))}"] if extra else [])
         )
-    types = {
+    types: dict[str, type | tuple[type, ...]] = {
         "round": numbers.Integral,
         "events": numbers.Integral,
         "now_s": numbers.Real,

@@ -12,8 +12,10 @@ import shlex
 import signal
 import sys
 import warnings
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from types import FrameType
+from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
 from rich.console import Console
 from rich.markup import escape
@@ -30,10 +32,12 @@ from rich.table import Table
 from flnet.errors import FlnetError
 from flnet.output import WriteError
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # for annotations only: importing these at start would load torch
     import pandas as pd
 
     from flnet.scenario import Scenario
+    from flnet.sim.world import Progress as Step
+    from flnet.sim.world import World
 
 err_console = Console(stderr=True, soft_wrap=True)  # messages stay one line (paths whole)
 
@@ -42,7 +46,7 @@ class ProgressBar:
     """Observer that shows rounds done and the latest accuracy, simulated time and joules: a
     live bar on a terminal, otherwise (a log file, a pipe) one line per tenth of the run."""
 
-    def __init__(self, progress: Progress, rounds: int, console: Console):
+    def __init__(self, progress: Progress, rounds: int, console: Console) -> None:
         self.progress = progress
         self.rounds = rounds
         self.console = console
@@ -50,10 +54,10 @@ class ProgressBar:
         self.task = progress.add_task("starting", total=rounds)
         self.next_line = 0
 
-    def on_start(self, world):
+    def on_start(self, world: World) -> None:
         pass
 
-    def on_progress(self, world, progress, stopping):
+    def on_progress(self, world: World, progress: Step, stopping: str | None) -> str | None:
         from flnet.runner import Recorder  # loaded by then; importing it at start loads torch
 
         rows = next(o.rows for o in world.observers if isinstance(o, Recorder))
@@ -67,7 +71,7 @@ class ProgressBar:
             self.next_line = (progress.step // tenth + 1) * tenth
         return None
 
-    def on_end(self, world, reason):
+    def on_end(self, world: World, reason: str | None) -> None:
         pass
 
 
@@ -91,7 +95,7 @@ def summary_table(summary: dict) -> Table:
     return table
 
 
-def cmd_run(args) -> int:
+def cmd_run(args: argparse.Namespace) -> int:
     from flnet.runner import Interrupted, run
     from flnet.scenario import load_scenario
     from flnet.stop import StopOnSignal
@@ -166,7 +170,7 @@ def timing_only_run(scenario: Scenario, args: argparse.Namespace) -> int:
     return 0
 
 
-def resume_command(args) -> str:
+def resume_command(args: argparse.Namespace) -> str:
     """The command that continues this run, as the user would type it."""
     words = ["flnet", "run", args.file]
     for item in args.set or []:
@@ -178,7 +182,7 @@ def resume_command(args) -> str:
     return shlex.join([*words, "--resume"])
 
 
-def cmd_sweep(args) -> int:
+def cmd_sweep(args: argparse.Namespace) -> int:
     from flnet.sweeps import parse_grid, parse_seeds, run_sweep, spec_from
 
     spec = spec_from(
@@ -278,13 +282,13 @@ def reuse_lines(table: pd.DataFrame) -> list[str]:
     return lines
 
 
-def spec_columns(table) -> list[str]:
+def spec_columns(table: pd.DataFrame) -> list[str]:
     """The swept columns of a points table (between `point` and `status`)."""
     cols = list(table.columns)
     return cols[cols.index("point") + 1 : cols.index("status")]
 
 
-def sweep_text(table) -> str:
+def sweep_text(table: pd.DataFrame) -> str:
     """The points table as plain text: full headers, numbers to 4 significant digits."""
     reused = ["reused_from"] if "reused_from" in table and table.reused_from.notna().any() else []
     shown = table[["point", *spec_columns(table), *SWEEP_SHOWN, *reused]]
@@ -293,7 +297,7 @@ def sweep_text(table) -> str:
     )
 
 
-def cmd_analyze(args) -> int:
+def cmd_analyze(args: argparse.Namespace) -> int:
     import pandas as pd
 
     from flnet.analysis import best_tau, pareto, read_records, to_target
@@ -306,7 +310,7 @@ def cmd_analyze(args) -> int:
     per_run.to_csv(out / "to_target.csv", index=False)
     cost = f"{args.cost}_to_target"
 
-    def text(df) -> str:
+    def text(df: pd.DataFrame) -> str:
         return df.to_string(index=False, na_rep="-", float_format=lambda v: f"{v:.4g}")
 
     keys = [c for c in per_run.columns if c == "point" or "." in c or c == "seed"]
@@ -367,7 +371,7 @@ def cmd_analyze(args) -> int:
     return 0
 
 
-def cmd_plot(args) -> int:
+def cmd_plot(args: argparse.Namespace) -> int:
     from flnet.plot import check_target, default_output, load_results, make_plots
 
     out = Path(args.output) if args.output else default_output(args.results, "plots")
@@ -378,7 +382,7 @@ def cmd_plot(args) -> int:
     return 0
 
 
-def cmd_report(args) -> int:
+def cmd_report(args: argparse.Namespace) -> int:
     from flnet.plot import check_target, default_output, load_results
     from flnet.report import screenshot, write_report
 
@@ -391,7 +395,7 @@ def cmd_report(args) -> int:
     return 0
 
 
-def cmd_validate(args) -> int:
+def cmd_validate(args: argparse.Namespace) -> int:
     """Each file through every check `run` makes before simulating (runner.check); one error
     message per bad file, exit 2 if any."""
     from flnet.runner import check
@@ -426,7 +430,9 @@ def _has_sweep(path: str) -> bool:
     return "sweep" in resolve(path)
 
 
-def _validate_sweep(path: str, overrides: list[str], refuse) -> bool:
+def _validate_sweep(
+    path: str, overrides: list[str], refuse: Callable[[str, FlnetError], None]
+) -> bool:
     """Every point of a file's `sweep:` section through run's checks; each bad point is
     reported with its swept values. True when all are fine."""
     from flnet.runner import check
@@ -450,7 +456,7 @@ def _validate_sweep(path: str, overrides: list[str], refuse) -> bool:
     return not bad
 
 
-def cmd_schema(args) -> int:
+def cmd_schema(args: argparse.Namespace) -> int:
     from flnet.scenario import json_schema
 
     text = json_schema()
@@ -462,7 +468,7 @@ def cmd_schema(args) -> int:
 
 
 def _results_parser(
-    sub, name: str, help: str, *, output: tuple[str, str], target: str
+    sub: Any, name: str, help: str, *, output: tuple[str, str], target: str
 ) -> argparse.ArgumentParser:
     """A command that reads results folders: RESULTS..., -o/--output and --target."""
     p = sub.add_parser(name, help=help)
@@ -626,7 +632,7 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def _terminate(signum, frame):
+def _terminate(signum: int, frame: FrameType | None) -> NoReturn:
     raise KeyboardInterrupt  # SIGTERM ends a command like Ctrl-C (`run` stops more gently)
 
 
@@ -638,7 +644,14 @@ def show_unit_warnings() -> None:
     if getattr(shown, "flnet", False):  # installed already (main called twice in one process)
         return
 
-    def show(message, category, filename, lineno, file=None, line=None):
+    def show(
+        message: Warning | str,
+        category: type[Warning],
+        filename: str,
+        lineno: int,
+        file: TextIO | None = None,
+        line: str | None = None,
+    ) -> None:
         if issubclass(category, UnitWarning):
             err_console.print(
                 f"[bold yellow]warning:[/] {escape(str(message))}", highlight=False, soft_wrap=True

@@ -150,7 +150,7 @@ class LocalConfig(Strict):
 
     @model_validator(mode="before")
     @classmethod
-    def _sgd_by_default(cls, data):
+    def _sgd_by_default(cls, data: Any) -> Any:
         """`optimizer:` without `name:` is SGD, as before optimizers had names."""
         opt = data.get("optimizer") if isinstance(data, dict) else None
         if isinstance(opt, dict) and "name" not in opt:
@@ -159,7 +159,7 @@ class LocalConfig(Strict):
 
     @model_validator(mode="before")
     @classmethod
-    def _epochs_replace_steps(cls, data):
+    def _epochs_replace_steps(cls, data: Any) -> Any:
         """`epochs:` without `steps:` means epochs mode; both set is a mistake."""
         if isinstance(data, dict) and data.get("epochs") is not None:
             if data.get("steps") is not None:
@@ -170,7 +170,7 @@ class LocalConfig(Strict):
         return data
 
     @model_validator(mode="after")
-    def _one_mode(self):
+    def _one_mode(self) -> LocalConfig:
         if self.steps is None and self.epochs is None:
             raise ValueError("give steps (local steps per round) or epochs")
         if self.drop_last and self.epochs is None:
@@ -183,7 +183,7 @@ class LocalConfig(Strict):
 
     @field_validator("lr")
     @classmethod
-    def _lr_is_used(cls, lr, info: ValidationInfo):
+    def _lr_is_used(cls, lr: float | None, info: ValidationInfo) -> float | None:
         opt = info.data.get("optimizer")
         if lr is not None and opt is not None and opt.default_lr is None:
             raise ValueError(f"{opt.name} sets its own step size; remove lr or set it to null")
@@ -213,7 +213,7 @@ class CohortConfig(Strict):
         return max(1, int(exact.to_integral_value(rounding=ROUND_HALF_UP)))
 
     @model_validator(mode="after")
-    def _one_of(self):
+    def _one_of(self) -> CohortConfig:
         if self.clients_per_round is not None and self.client_fraction is not None:
             raise ValueError("give clients_per_round or client_fraction, not both")
         return self
@@ -253,7 +253,7 @@ TopologyConfig = Annotated[
 ]
 
 
-def topology_problem(topology, num_nodes: int) -> tuple[str, str] | None:
+def topology_problem(topology: TopologyConfig, num_nodes: int) -> tuple[str, str] | None:
     """(field, message) when a topology cannot be built on `num_nodes` nodes, else None; what
     depends on random draws (Erdos-Renyi connectivity) is checked when the graph is drawn."""
     if topology.kind in ("grid", "torus") and math.isqrt(num_nodes) ** 2 != num_nodes:

@@ -8,7 +8,7 @@ sigma: 0.5}`` for a lognormal spread of CPU speeds.
 from __future__ import annotations
 
 import math
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, cast
 
 import numpy as np
 from pydantic import Field, ValidationError, model_validator
@@ -39,7 +39,7 @@ class Uniform(Strict):
     high: float
 
     @model_validator(mode="after")
-    def _ordered(self):
+    def _ordered(self) -> Uniform:
         if self.high < self.low:
             raise ValueError(f"high ({self.high}) must be >= low ({self.low})")
         return self
@@ -69,7 +69,7 @@ class Choice(Strict):
     weights: list[float] | None = None
 
     @model_validator(mode="after")
-    def _weights_match(self):
+    def _weights_match(self) -> Choice:
         if self.weights is not None:
             if len(self.weights) != len(self.values):
                 raise ValueError("weights must have one entry per value")
@@ -116,7 +116,7 @@ class Constant(Strict):
         return self.value
 
 
-_KINDS = {
+_KINDS: dict[str, type[Strict]] = {
     "lognormal": Lognormal,
     "uniform": Uniform,
     "normal": Normal,
@@ -129,7 +129,7 @@ AnyDist = Constant | Lognormal | Uniform | Normal | Choice | PerClient
 
 def _parse(value: Any) -> AnyDist:
     if isinstance(value, tuple(_KINDS.values())):
-        return value
+        return cast(AnyDist, value)  # one of the kinds
     if isinstance(value, bool):
         raise ValueError("expected a number or a distribution, got a boolean")
     if isinstance(value, str):
@@ -156,7 +156,7 @@ def _parse(value: Any) -> AnyDist:
                     f"{str(items[at]).lower()}"
                 )
         try:
-            return _KINDS[kind].model_validate(value)
+            return cast(AnyDist, _KINDS[kind].model_validate(value))
         except ValidationError as e:
             err = e.errors()[0]
             where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in err["loc"])
@@ -179,6 +179,9 @@ _SCHEMA = {
     ]
 }
 
+# A field of these types may default to a plain number: `validate_default` runs it through the
+# validator, which makes it a Constant. mypy sees only the annotation, hence the
+# `# type: ignore[assignment]  # number -> Constant` beside such defaults.
 Dist = Annotated[AnyDist, BeforeValidator(_parse), WithJsonSchema(_SCHEMA)]
 
 

@@ -7,7 +7,7 @@ class FlnetError(Exception):
     `field` is the dotted path of the offending scenario field when there is one.
     """
 
-    def __init__(self, message: str, field: str | None = None):
+    def __init__(self, message: str, field: str | None = None) -> None:
         self.field = field
         super().__init__(f"{field}: {message}" if field else message)
 

@@ -58,7 +58,7 @@ class WriteError(FlnetError):
 class Folder:
     """An open results folder: its absolute path and the lock this process holds on it."""
 
-    def __init__(self, path: Path, lock_fd: int, made: list[Path]):
+    def __init__(self, path: Path, lock_fd: int, made: list[Path]) -> None:
         self.path = path
         self._lock_fd: int | None = lock_fd
         self.made = made  # the folders created for it, outermost first
@@ -81,7 +81,7 @@ class Folder:
     def __enter__(self) -> Folder:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.release()
 
 
@@ -266,7 +266,7 @@ def signals_held() -> Iterator[None]:
         signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
-def os_error(e: BaseException) -> OSError | None:
+def os_error(e: BaseException | None) -> OSError | None:
     """The OSError behind an exception, if any (torch.save reports a failed write to a file
     object as a RuntimeError whose context is the OSError)."""
     seen = set()

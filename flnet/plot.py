@@ -21,14 +21,23 @@ import functools
 import json
 import math
 import textwrap
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 import numpy as np
 import pandas as pd
 import yaml
 
 from flnet.errors import FlnetError
+
+if TYPE_CHECKING:  # matplotlib is imported when a figure is drawn
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 # -- reading results --------------------------------------------------------------------------
 
@@ -86,7 +95,7 @@ class Results:
             )
         )
 
-    def folder(self, run_id) -> Path | None:
+    def folder(self, run_id: Any) -> Path | None:
         value = self.runs.set_index("run_id").folder.get(run_id)
         return (
             None
@@ -94,7 +103,7 @@ class Results:
             else Path(value)
         )
 
-    def ledger(self, run_id, columns=None) -> pd.DataFrame | None:
+    def ledger(self, run_id: Any, columns: list[str] | None = None) -> pd.DataFrame | None:
         """The run's ledger; a killed run's journal (`ledger-journal.csv`, the same columns,
         appended at each checkpoint) when it has no ledger; None when it has neither."""
         folder = self.folder(run_id)
@@ -115,6 +124,10 @@ class Results:
             if isinstance(value, (int, float)) and 0 < value <= 1:
                 return float(value)
         return DEFAULT_TARGET
+
+
+# what the plotting and report functions accept: Results, a folder, folders, or records
+ResultsLike = Results | pd.DataFrame | str | Path | list[str | Path] | tuple[str | Path, ...]
 
 
 def load_results(*paths: str | Path) -> Results:
@@ -141,7 +154,7 @@ def load_results(*paths: str | Path) -> Results:
     return res
 
 
-def as_results(obj) -> Results:
+def as_results(obj: ResultsLike) -> Results:
     """Results from a Results, a path, a list of paths, or a records DataFrame (a sweep's, with
     its `point` and swept columns, or one of flnet.run(...).records)."""
     if isinstance(obj, Results):
@@ -173,7 +186,7 @@ def _check_folder(folder: Path) -> None:
         )
 
 
-def _read_table(folder: Path, stem: str, columns=None) -> pd.DataFrame | None:
+def _read_table(folder: Path, stem: str, columns: list[str] | None = None) -> pd.DataFrame | None:
     """`stem`.parquet or `stem`.csv from `folder`, or None when neither exists."""
     for path in (folder / f"{stem}.parquet", folder / f"{stem}.csv"):
         if not path.exists():
@@ -337,7 +350,7 @@ def _in_run_order(rec: pd.DataFrame) -> pd.DataFrame:
     )
 
 
-def _point_folder(folder: Path, point) -> Path:
+def _point_folder(folder: Path, point: Any) -> Path:
     """A point's folder: named by its hash (flnet.sweeps), or point-XXXX in older sweeps."""
     if isinstance(point, str) or (folder / str(point)).is_dir():
         return folder / str(point)
@@ -370,7 +383,7 @@ def _from_records(records: pd.DataFrame) -> Results:
     return Results(rec, runs, fields, "records")
 
 
-def _first(df: pd.DataFrame, column: str, default=None):
+def _first(df: pd.DataFrame, column: str, default: Any = None) -> Any:
     return df[column].iloc[0] if column in df and len(df) else default
 
 
@@ -394,7 +407,7 @@ def short_name(field_name: str) -> str:
     return {"algorithm.local.steps": "tau"}.get(field_name, field_name.rsplit(".", 1)[-1])
 
 
-def _fmt_value(value) -> str:
+def _fmt_value(value: Any) -> str:
     if isinstance(value, float) and value.is_integer() and abs(value) < 1e15:
         return str(int(value))
     if isinstance(value, float):
@@ -422,7 +435,7 @@ def _label_runs(runs: pd.DataFrame, fields: list[str], base: str | None = None) 
 
 # -- figures ----------------------------------------------------------------------------------
 
-STYLE = {
+STYLE: dict[Any, Any] = {  # rcParams (matplotlib types their names as literals)
     "figure.dpi": 100,
     "savefig.dpi": 100,
     "font.size": 10,
@@ -469,11 +482,11 @@ MAX_CLASS_PANELS = 6  # device-class panels: the first few run groups
 MAX_BAR_LABELS = 40
 
 
-def _styled(fn):
+def _styled(fn: Callable[P, R]) -> Callable[P, R]:
     """Every figure is drawn under the one STYLE, whatever the caller's rcParams."""
 
     @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
         import matplotlib as mpl
 
         with mpl.rc_context(STYLE):
@@ -482,7 +495,9 @@ def _styled(fn):
     return wrapper
 
 
-def _figure(ncols: int = 1, nrows: int = 1, width_in: float = 4.4, height_in: float = 3.6, **kw):
+def _figure(
+    ncols: int = 1, nrows: int = 1, width_in: float = 4.4, height_in: float = 3.6, **kw: Any
+) -> tuple[Figure, list[Axes]]:
     """A Figure on an Agg canvas (no pyplot, no display) with a grid of axes."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
@@ -493,7 +508,7 @@ def _figure(ncols: int = 1, nrows: int = 1, width_in: float = 4.4, height_in: fl
     return fig, list(axes.ravel())
 
 
-def save_figure(fig, path: str | Path) -> Path:
+def save_figure(fig: Figure, path: str | Path) -> Path:
     """Write `fig` as a PNG, atomically (a half-written plot never replaces a whole one)."""
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp")
@@ -502,7 +517,7 @@ def save_figure(fig, path: str | Path) -> Path:
     return path
 
 
-def png_bytes(fig) -> bytes:
+def png_bytes(fig: Figure) -> bytes:
     import io
 
     buf = io.BytesIO()
@@ -518,7 +533,9 @@ def _colors(n: int) -> list:
     return [mpl.colormaps["viridis"](i / max(1, n - 1)) for i in range(n)]
 
 
-def seed_band(curves: list[tuple[np.ndarray, np.ndarray]]):
+def seed_band(
+    curves: list[tuple[np.ndarray, np.ndarray]],
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Median and min-max over seeds, on the union of their x values within the range that
     every seed covers.
 
@@ -551,7 +568,7 @@ def _group_curves(res: Results, x: str, y: str) -> list[tuple[str, list]]:
     return [(g, c) for g, c in curves.items() if c]
 
 
-def _draw_series(ax, res: Results, x: str, y: str) -> int:
+def _draw_series(ax: Axes, res: Results, x: str, y: str) -> int:
     """One line per group (the median over its seeds) and a min-max band when it has more
     than one seed; returns the number of lines drawn."""
     series = _group_curves(res, x, y)
@@ -565,7 +582,7 @@ def _draw_series(ax, res: Results, x: str, y: str) -> int:
     return len(series)
 
 
-def _legend(fig, ax, n: int, title: str) -> None:
+def _legend(fig: Figure, ax: Axes, n: int, title: str) -> None:
     """A legend right of the panels (even for one series: it names the run, and says when its
     band spans seeds); past MAX_LEGEND a legend would hide the plot, so the title says how the
     series are coloured instead."""
@@ -577,7 +594,9 @@ def _legend(fig, ax, n: int, title: str) -> None:
 
 
 @_styled
-def accuracy_figure(results, x: str = "sim_time_s", metrics=None):
+def accuracy_figure(
+    results: ResultsLike, x: str = "sim_time_s", metrics: Iterable[str] | None = None
+) -> Figure:
     """Accuracy (test, mean client, worst client) against `x`: `sim_time_s`, `energy_j` or
     `round` (or `events` where the records have it); one panel per accuracy, one series per
     group of runs with a band over seeds."""
@@ -609,7 +628,7 @@ def _final_parts(res: Results) -> pd.DataFrame:
 
 
 @_styled
-def energy_split_figure(results):
+def energy_split_figure(results: ResultsLike) -> Figure:
     """Each group's joules at its last record, split into compute, uplink, downlink and D2D
     (median over seeds): one stacked horizontal bar per group."""
     res = as_results(results)
@@ -679,7 +698,7 @@ def _class_energy(ledger: pd.DataFrame) -> pd.DataFrame:
 
 
 @_styled
-def energy_by_class_figure(results):
+def energy_by_class_figure(results: ResultsLike) -> Figure | None:
     """Joules per device class, split into compute, uplink, downlink and D2D; one panel per run
     group (the first MAX_CLASS_PANELS), averaged over its seeds. None when no run kept a
     ledger."""
@@ -730,33 +749,20 @@ def energy_by_class_figure(results):
     return fig
 
 
-def _to_target(run: pd.DataFrame, target: float, metric: str = "test_accuracy") -> dict:
-    """The first record of one run at or above `target` (a small, private stand-in for the
-    analysis functions to come): its round, seconds and joules; NaN when never reached."""
-    hit = run[run[metric] >= target]
-    if not len(hit):
-        return {"reached": False, "round": math.nan, "sim_time_s": math.nan, "energy_j": math.nan}
-    first = hit.iloc[0]
-    return {
-        "reached": True,
-        "round": int(first["round"]),
-        "sim_time_s": float(first.sim_time_s),
-        "energy_j": float(first.energy_j),
-    }
-
-
-def to_target_table(results, target: float, metric: str = "test_accuracy") -> pd.DataFrame:
+def to_target_table(
+    results: ResultsLike, target: float, metric: str = "test_accuracy"
+) -> pd.DataFrame:
     """Per run: whether it reached `target` and the round, simulated seconds and joules of the
-    first record that did."""
-    res = as_results(results)
-    rows = [
-        {"run_id": rid, **_to_target(r, target, metric)}
-        for rid, r in res.records.groupby("run_id", sort=False)
-    ]
-    return pd.DataFrame(rows, columns=["run_id", "reached", "round", "sim_time_s", "energy_j"])
+    first record that did (`flnet.analysis.to_target`; NaN when never reached)."""
+    from flnet.analysis import to_target
+
+    per_run = to_target(as_results(results).records, target, metric, keys=["run_id"])
+    names = {"rounds_to_target": "round", "seconds_to_target": "sim_time_s"}
+    per_run = per_run.rename(columns={**names, "joules_to_target": "energy_j"})
+    return per_run[["run_id", "reached", "round", "sim_time_s", "energy_j"]]
 
 
-def _pick_column(columns, suffix: str):
+def _pick_column(columns: Iterable[Any], suffix: str) -> Any:
     found = [c for c in columns if str(c).endswith(suffix)]
     found.sort(key=lambda c: ("uplink" not in c, c))  # uplink first: it is the costly link
     return found[0] if found else None
@@ -781,6 +787,8 @@ def best_tau_table(
     others). Ties go to the smaller tau. SNR and bandwidth columns default to the swept
     fields ending in `snr_db` and `bandwidth_hz`; either may be absent (one row or column).
     """
+    from flnet.analysis import best_tau, to_target
+
     snr = snr or _pick_column(records.columns, "snr_db")
     bandwidth = bandwidth or _pick_column(records.columns, "bandwidth_hz")
     if tau not in records or not (snr or bandwidth):
@@ -790,37 +798,14 @@ def best_tau_table(
         )
     rec = records.copy()
     for name, col in (("snr", snr), ("bandwidth", bandwidth)):
-        rec[f"_{name}"] = rec[col] if col else "as in scenario"
-    rec["_seed"] = rec[seed] if seed in rec else 0
-    run_keys = ["point"] if "point" in rec else ["_seed", "_snr", "_bandwidth", tau]
-    rows = []
-    for _, run in rec.sort_values("round", kind="stable").groupby(run_keys, sort=False):
-        first = run.iloc[0]
-        hit = run[run[metric] >= target]
-        rows.append(
-            {
-                "snr": first._snr,
-                "bandwidth": first._bandwidth,
-                "seed": first._seed,
-                "tau": first[tau],
-                "energy_j": float(hit.energy_j.iloc[0]) if len(hit) else math.inf,
-            }
-        )
-    per_run = pd.DataFrame(rows).sort_values(["energy_j", "tau"], kind="stable")
-    best = per_run.groupby(["snr", "bandwidth", "seed"], sort=True).first().reset_index()
-    best.loc[np.isinf(best.energy_j), "tau"] = np.nan
-    best["tau"] = best.tau.astype(float)
-    out = (
-        best.groupby(["snr", "bandwidth"], sort=True)
-        .agg(
-            best_tau_median=("tau", "median"),
-            best_tau_min=("tau", "min"),
-            best_tau_max=("tau", "max"),
-            seeds=("seed", "size"),
-            seeds_reached=("tau", "count"),
-        )
-        .reset_index()
-    )
+        rec[name] = rec[col] if col else "as in scenario"
+    rec["seed"] = rec[seed] if seed in rec else 0
+    keys = [*(["point"] if "point" in rec else []), "seed", "snr", "bandwidth", tau]
+    per_run = to_target(rec, target, metric, keys=keys)
+    per_seed, per_cell = best_tau(per_run, "joules", tau, cell=["snr", "bandwidth"])
+    reached = per_seed.groupby(["snr", "bandwidth"], sort=True).best_tau.count()
+    out = per_cell[["snr", "bandwidth", "best_tau_median", "best_tau_min", "best_tau_max"]]
+    out = out.assign(seeds=per_cell.seeds.to_numpy(), seeds_reached=reached.to_numpy())
     out.attrs.update(snr=snr, bandwidth=bandwidth, tau=tau, target=target, metric=metric)
     return out
 
@@ -846,7 +831,7 @@ def axis_name(column: str | None) -> str:
 
 
 @_styled
-def best_tau_figure(table: pd.DataFrame):
+def best_tau_figure(table: pd.DataFrame) -> Figure:
     """Heatmap of best_tau_table: colour is the median best tau over seeds, each cell
     annotated with the median and its [min-max] spread (and how many seeds reached the target
     when not all did)."""
@@ -902,11 +887,11 @@ def best_tau_figure(table: pd.DataFrame):
     return fig
 
 
-def _sort_key(v):
+def _sort_key(v: Any) -> tuple[int, float, str]:
     return (0, float(v), "") if isinstance(v, (int, float, np.number)) else (1, 0.0, str(v))
 
 
-def _cell_text(row) -> str:
+def _cell_text(row: Any) -> str:
     if not row.seeds_reached:
         return "not\nreached"
     text = _fmt_value(float(row.best_tau_median))
@@ -916,7 +901,7 @@ def _cell_text(row) -> str:
     return text
 
 
-def _text_color(image, value) -> str:
+def _text_color(image: Any, value: float) -> str:
     if not np.isfinite(value):
         return "black"
     r, g, b, _ = image.cmap(image.norm(value))
@@ -939,7 +924,7 @@ def _sweep_records(res: Results) -> pd.DataFrame:
 
 
 @_styled
-def consensus_figure(results):
+def consensus_figure(results: ResultsLike) -> Figure | None:
     """Consensus distance (gossip runs) against rounds and simulated time, one series per group
     with a band over seeds; None when no record has one."""
     res = as_results(results)
@@ -978,7 +963,9 @@ NEEDS = {
 }
 
 
-def figures(results, target: float | None = None, only=None) -> dict[str, object]:
+def figures(
+    results: ResultsLike, target: float | None = None, only: Iterable[str] | None = None
+) -> dict[str, Figure]:
     """The figures that apply to these results, by file stem (`only`: just these, each of
     which must apply)."""
     res = as_results(results)
@@ -1000,7 +987,10 @@ def check_target(target: float | None) -> float | None:
 
 
 def make_plots(
-    results, out_dir: str | Path, target: float | None = None, only=None
+    results: ResultsLike,
+    out_dir: str | Path,
+    target: float | None = None,
+    only: Iterable[str] | None = None,
 ) -> dict[str, Path]:
     """Write every figure that applies (or those named in `only`) as `out_dir/<name>.png`;
     returns {name: path}."""

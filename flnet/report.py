@@ -17,6 +17,7 @@ import math
 import platform
 from importlib import metadata
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
@@ -24,6 +25,7 @@ from flnet.plot import (
     ENERGY_PARTS,
     Results,
     ResultsError,
+    ResultsLike,
     _fmt_value,
     _sweep_records,
     as_results,
@@ -35,6 +37,9 @@ from flnet.plot import (
     short_name,
     to_target_table,
 )
+
+if TYPE_CHECKING:  # matplotlib is imported when a figure is drawn
+    from matplotlib.figure import Figure
 
 LIBRARIES = (
     "flnet",
@@ -76,7 +81,7 @@ pre { background: #f7f7f7; padding: 1em; overflow: auto; max-height: 40em; font-
 """
 
 
-def _fmt(value) -> str:
+def _fmt(value: Any) -> str:
     """Table cell text: four significant digits, integers as they are, '–' for missing."""
     if value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value)):
         return "–"
@@ -231,7 +236,7 @@ def versions() -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["library", "version"])
 
 
-def _image(name: str, fig) -> str:
+def _image(name: str, fig: Figure) -> str:
     data = base64.b64encode(png_bytes(fig)).decode("ascii")
     caption = CAPTIONS.get(name, name)
     return (
@@ -270,10 +275,11 @@ def _scenario_section(res: Results) -> str:
     return _section("Scenario", body or "<p>No scenario.yaml in the results.</p>")
 
 
-def render_report(results, target: float | None = None) -> str:
+def render_report(results: ResultsLike, target: float | None = None) -> str:
     """The report as one HTML string."""
     res = as_results(results)
-    target = res.target() if check_target(target) is None else target
+    checked = check_target(target)
+    target = res.target() if checked is None else checked
     n_runs = res.records.run_id.nunique()
     sources = ", ".join(str(s) for s in res.sources) or "records in memory"
     title = f"flnet report: {', '.join(s.name for s in res.sources) or 'records'}"
@@ -340,7 +346,9 @@ def render_report(results, target: float | None = None) -> str:
     )
 
 
-def write_report(results, out: str | Path | None = None, target: float | None = None) -> Path:
+def write_report(
+    results: ResultsLike, out: str | Path | None = None, target: float | None = None
+) -> Path:
     """Write the report to `out` (default: RESULTS/report.html for one results folder),
     atomically; returns its path."""
     res = as_results(results)
@@ -363,7 +371,7 @@ CHROMIUM = ("/usr/bin/chromium", "/usr/bin/chromium-browser")
 CHROMEDRIVER = "/usr/bin/chromedriver"
 
 
-def headless_chromium(width: int = 1280, height: int = 900):
+def headless_chromium(width: int = 1280, height: int = 900) -> Any:
     """A Selenium driver for the system's Chromium (Debian's chromium and chromium-driver),
     headless. Selenium Manager is never asked to download a browser or a driver."""
     import os

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -62,7 +63,7 @@ class StopRules:
     target accuracy needs the step's evaluation, so `TargetAccuracy` checks it after the
     Recorder."""
 
-    def __init__(self, scenario: Scenario):
+    def __init__(self, scenario: Scenario) -> None:
         self.run = scenario.run
 
     def reason(self, world: World, step: int) -> str | None:
@@ -75,13 +76,13 @@ class StopRules:
             return "energy_budget"
         return None
 
-    def on_start(self, world):
+    def on_start(self, world: World) -> None:
         pass
 
-    def on_progress(self, world, progress, stopping):
+    def on_progress(self, world: World, progress: Progress, stopping: str | None) -> str | None:
         return self.reason(world, progress.step)
 
-    def on_end(self, world, reason):
+    def on_end(self, world: World, reason: str | None) -> None:
         pass
 
 
@@ -90,17 +91,17 @@ class Recorder:
     is interrupted: a resumed run must give the same records), and ends the run as diverged,
     without a row, when the model or its loss is not finite."""
 
-    def __init__(self, scenario: Scenario, evaluator: Evaluator, learner: Learner):
+    def __init__(self, scenario: Scenario, evaluator: Evaluator, learner: Learner) -> None:
         self.scenario = scenario
         self.evaluator = evaluator
         self.learner = learner
         self.rows: list[dict] = []
         self.diverged_round: int | None = None
 
-    def on_start(self, world):
+    def on_start(self, world: World) -> None:
         pass
 
-    def on_progress(self, world, progress, stopping):
+    def on_progress(self, world: World, progress: Progress, stopping: str | None) -> str | None:
         t = progress.step
         if not all_finite(progress.model):
             self.diverged_round = t
@@ -122,14 +123,14 @@ class Recorder:
         )
         return None
 
-    def on_end(self, world, reason):
+    def on_end(self, world: World, reason: str | None) -> None:
         pass
 
 
 class TargetAccuracy:
     """Observer: stops the run at the first evaluation that reaches `run.target_accuracy`."""
 
-    def __init__(self, target: float | None, recorder: Recorder):
+    def __init__(self, target: float | None, recorder: Recorder) -> None:
         self.target = target
         self.recorder = recorder
 
@@ -139,13 +140,13 @@ class TargetAccuracy:
             return "target_accuracy"
         return None
 
-    def on_start(self, world):
+    def on_start(self, world: World) -> None:
         pass
 
-    def on_progress(self, world, progress, stopping):
+    def on_progress(self, world: World, progress: Progress, stopping: str | None) -> str | None:
         return self.reason()
 
-    def on_end(self, world, reason):
+    def on_end(self, world: World, reason: str | None) -> None:
         pass
 
 
@@ -158,12 +159,12 @@ class Checkpointer:
     wall-clock trigger keeps runs reproducible while bounding both the work lost to a kill and
     the time spent writing."""
 
-    def __init__(self, run: Run, every: int | None, interval_s: float | None):
+    def __init__(self, run: Run, every: int | None, interval_s: float | None) -> None:
         self.run = run
         self.every = every
         self.interval_s = interval_s
         self.last_s = time.monotonic()
-        self.final: tuple | None = None  # (progress, now_s, stopping) of the last step
+        self.final: tuple[Progress, float, str] | None = None  # (progress, now_s, stopping)
         self.saved_round: int | None = None  # the round of the checkpoint on disk
 
     def _due(self, step: int) -> bool:
@@ -171,10 +172,10 @@ class Checkpointer:
             return True
         return self.interval_s is not None and time.monotonic() - self.last_s >= self.interval_s
 
-    def on_start(self, world):
+    def on_start(self, world: World) -> None:
         pass
 
-    def on_progress(self, world, progress, stopping):
+    def on_progress(self, world: World, progress: Progress, stopping: str | None) -> str | None:
         if stopping is not None:
             self.final = (progress, world.now, stopping)
             return None
@@ -197,10 +198,12 @@ class Checkpointer:
             ) from None
         return None
 
-    def on_end(self, world, reason):
+    def on_end(self, world: World, reason: str | None) -> None:
         pass
 
-    def save_or_raise(self, world, progress, now_s: float, stopping: str | None) -> None:
+    def save_or_raise(
+        self, world: World, progress: Progress, now_s: float, stopping: str | None
+    ) -> None:
         """Append the journal, then save the checkpoint that points into it; raises the
         OSError of a failed write (the checkpoint on disk is then the previous one)."""
         out = self.run.output_dir
@@ -222,7 +225,7 @@ class Checkpointer:
             scenario=checkpoint.trajectory_fields(self.run.scenario),
         )
 
-        def committed():  # the round noted is the round on disk, even under Ctrl-C
+        def committed() -> None:  # the round noted is the round on disk, even under Ctrl-C
             self.saved_round = ckpt.round
 
         try:
@@ -387,7 +390,7 @@ class Run:
         write: bool = True,
         observers: tuple = (),
         say: Callable[[str], None] | None = None,
-    ):
+    ) -> None:
         self.scenario = scenario
         self.output_dir = scenario.output_dir()
         self.write = write
@@ -493,11 +496,12 @@ class Run:
         """The end of a run: its tables and summary, each on its own, then the final checkpoint.
         Raises WriteError naming what failed, why, and what was kept."""
         failed, kept = write_each(result)
-        final = self.checkpointer.final if self.checkpointer is not None else None
-        if final is not None:
+        checkpointer = self.checkpointer
+        final = checkpointer.final if checkpointer is not None else None
+        if checkpointer is not None and final is not None:
             progress, now_s, stopping = final
             try:
-                self.checkpointer.save_or_raise(self.world, progress, now_s, stopping)
+                checkpointer.save_or_raise(self.world, progress, now_s, stopping)
                 kept.append(f"{checkpoint.JOURNAL}, {checkpoint.FILE} (round {progress.step})")
             except OSError as e:
                 failed.append(f"{e.filename}: {e.strerror or e}")
@@ -536,7 +540,7 @@ class Interrupted(KeyboardInterrupt):
     """A run stopped at once (a second Ctrl-C or SIGTERM, or Ctrl-C outside `flnet run`); the
     message says what was kept, `resumable` whether a checkpoint is there to resume from."""
 
-    def __init__(self, message: str, resumable: bool):
+    def __init__(self, message: str, resumable: bool) -> None:
         super().__init__(message)
         self.resumable = resumable
 
@@ -580,8 +584,9 @@ def run(
     if not write:
         return _simulate(Run(scenario, write=False, observers=observers), write=False)
     with output.open_folder(scenario.output_dir(), resume=resume, force=force) as folder:
-        # the absolute folder goes into scenario.yaml: --resume from anywhere finds the run
-        scenario = scenario.model_copy(
+        # absolute folder and data paths go into scenario.yaml: --resume from anywhere finds
+        # the run and its data
+        scenario = absolute_paths(scenario).model_copy(
             update={"output": scenario.output.model_copy(update={"dir": str(folder.path)})}
         )
         try:
@@ -590,6 +595,17 @@ def run(
             folder.discard_if_unused()  # a run refused before it wrote leaves no folder
             raise
         return _simulate(sim, write=True)
+
+
+def absolute_paths(scenario: Scenario) -> Scenario:
+    """The scenario with its data paths (data.root, an npz features file) made absolute
+    against the current directory."""
+    data = scenario.data
+    update: dict[str, Any] = {"root": os.path.abspath(data.root)}
+    if data.features is not None and data.features.kind == "npz":
+        path = os.path.abspath(data.features.path)
+        update["features"] = data.features.model_copy(update={"path": path})
+    return scenario.model_copy(update={"data": data.model_copy(update=update)})
 
 
 def _simulate(sim: Run, write: bool) -> Result:
@@ -643,7 +659,7 @@ def summarize(
     last = records.iloc[-1].to_dict() if len(records) else {}
     reason = world.stop_reason
     if status is None:
-        status = {"diverged": "diverged", INTERRUPTED: "interrupted"}.get(reason, "completed")
+        status = {"diverged": "diverged", INTERRUPTED: "interrupted"}.get(reason or "", "completed")
     return {
         "scenario": scenario.name,
         "algorithm": scenario.algorithm.name,
@@ -717,13 +733,14 @@ def _result_files(result: Result) -> list[tuple[Path, Callable[[Path], None]]]:
     files: list[tuple[Path, Callable[[Path], None]]] = [
         (out / f"records.{fmt}", lambda p: output.write_table(result.records, p))
     ]
-    if result.ledger is not None:
-        files.append((out / f"ledger.{fmt}", lambda p: output.write_table(result.ledger, p)))
+    ledger = result.ledger
+    if ledger is not None:
+        files.append((out / f"ledger.{fmt}", lambda p: output.write_table(ledger, p)))
     files.append((out / "summary.json", lambda p: output.write_text(p, summary)))
     return files
 
 
-def _jsonable(value: Any):
+def _jsonable(value: Any) -> Any:
     try:
         return value.item()
     except AttributeError:

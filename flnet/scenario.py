@@ -13,16 +13,16 @@ import math
 import reprlib
 import warnings
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Union, get_args
 
 import yaml
 from pydantic import Field, ValidationError, field_validator, model_validator
-from pydantic_core import PydanticCustomError
+from pydantic_core import ErrorDetails, PydanticCustomError
 
 from flnet import units
 from flnet.algorithms.configs import CONFIGS
 from flnet.config import Strict, topology_problem
-from flnet.dists import Dist, NonNegativeDist, PerClient, PositiveDist, Uniform
+from flnet.dists import AnyDist, Dist, NonNegativeDist, PerClient, PositiveDist, Uniform
 from flnet.errors import ScenarioError, UnitWarning
 
 # ---------------------------------------------------------------- data and model
@@ -121,7 +121,7 @@ Features = Annotated[
     RandomReluFeatures | Resnet18Features | NpzFeatures, Field(discriminator="kind")
 ]
 
-DATASETS = (
+Dataset = Literal[
     "digits",
     "synthetic",
     "mnist1d",
@@ -130,11 +130,12 @@ DATASETS = (
     "kmnist",
     "cifar10",
     "cifar100",
-)
+]
+DATASETS: tuple[str, ...] = get_args(Dataset)
 
 
 class DataConfig(Strict):
-    dataset: Literal[DATASETS] = Field("digits", description="see the README")
+    dataset: Dataset = Field("digits", description="see the README")
     root: str = Field("data", description="folder holding the real data sets' files")
     download: bool = Field(False, description="fetch missing real data sets (needs network)")
     partition: Partition = IidPartition()
@@ -158,7 +159,7 @@ class DataConfig(Strict):
     mnist1d: Mnist1dConfig = Mnist1dConfig()
 
     @model_validator(mode="after")
-    def _consistent(self):
+    def _consistent(self) -> DataConfig:
         if self.partition.kind == "natural" and self.dataset != "synthetic":
             raise inconsistent(
                 "data.partition.kind",
@@ -198,7 +199,7 @@ class Resnet18Config(Strict):
     norm_groups: int = Field(32, ge=1, description="GroupNorm groups; must divide 64")
 
     @model_validator(mode="after")
-    def _divides(self):
+    def _divides(self) -> Resnet18Config:
         if 64 % self.norm_groups:
             raise inconsistent(
                 "model.norm_groups",
@@ -218,9 +219,13 @@ class ClientsConfig(Strict):
     """The client population: numbers or per-client distributions."""
 
     count: int = Field(10, ge=1, le=10_000_000)
-    cpu_hz: PositiveDist = Field(1.0e9, description="CPU frequency f")
-    flops_per_cycle: PositiveDist = Field(4.0, description="training FLOPs per CPU cycle")
-    kappa: NonNegativeDist = Field(
+    cpu_hz: PositiveDist = Field(  # type: ignore[assignment]  # number -> Constant
+        1.0e9, description="CPU frequency f"
+    )
+    flops_per_cycle: PositiveDist = Field(  # type: ignore[assignment]  # number -> Constant
+        4.0, description="training FLOPs per CPU cycle"
+    )
+    kappa: NonNegativeDist = Field(  # type: ignore[assignment]  # number -> Constant
         1.0e-28, description="effective switched capacitance: J = kappa * cycles * f^2"
     )
 
@@ -254,15 +259,21 @@ class D2D(Strict):
         "dedicated",
         description="dedicated: a band per link; shared: all D2D transfers split one band equally",
     )
-    snr_db: Dist = Field(20.0, description="per directed link, over the D2D band")
+    snr_db: Dist = Field(  # type: ignore[assignment]  # number -> Constant
+        20.0, description="per directed link, over the D2D band"
+    )
 
 
 class _RadioCommon(Strict):
-    tx_power_dbm: Dist = Field(10.0, description="client transmit power")
-    tx_circuit_power_w: NonNegativeDist = Field(
+    tx_power_dbm: Dist = Field(  # type: ignore[assignment]  # number -> Constant
+        10.0, description="client transmit power"
+    )
+    tx_circuit_power_w: NonNegativeDist = Field(  # type: ignore[assignment]  # number -> Constant
         0.0, description="radio electronics power while transmitting, on top of tx power"
     )
-    rx_power_w: NonNegativeDist = Field(0.0, description="client power while receiving")
+    rx_power_w: NonNegativeDist = Field(  # type: ignore[assignment]  # number -> Constant
+        0.0, description="client power while receiving"
+    )
     rayleigh_fading: bool = Field(False, description="|h|^2 ~ Exp(1) drawn per transfer")
     uplink: Band = Band(bandwidth_hz=20e6, sharing="shared")
     downlink: Band = Band(bandwidth_hz=20e6, sharing="dedicated")
@@ -284,7 +295,7 @@ class PhysicalRadio(_RadioCommon):
 
     @field_validator("distance_m")
     @classmethod
-    def _far_field(cls, d):
+    def _far_field(cls, d: AnyDist) -> AnyDist:
         nearest = units.nearest_distance_m(d)
         if nearest < units.REFERENCE_DISTANCE_M:
             tail = " (its 6-sigma tail)" if d.kind == "lognormal" else ""
@@ -301,7 +312,7 @@ class PhysicalRadio(_RadioCommon):
         return d
 
     @model_validator(mode="after")
-    def _gain_below_one(self):
+    def _gain_below_one(self) -> PhysicalRadio:
         for d in (
             units.nearest_distance_m(self.distance_m),
             units.farthest_distance_m(self.distance_m),
@@ -322,8 +333,8 @@ class DirectRadio(_RadioCommon):
     """SNR given directly, in dB over each link's whole band."""
 
     mode: Literal["direct"]
-    uplink_snr_db: Dist = 20.0
-    downlink_snr_db: Dist = 20.0
+    uplink_snr_db: Dist = 20.0  # type: ignore[assignment]  # number -> Constant
+    downlink_snr_db: Dist = 20.0  # type: ignore[assignment]  # number -> Constant
 
 
 Radio = Annotated[PhysicalRadio | DirectRadio, Field(discriminator="mode")]
@@ -361,14 +372,17 @@ class OutputConfig(Strict):
     format: Literal["parquet", "csv"] = "parquet"
 
 
-def _algorithm_union():
+def _algorithm_union() -> Any:
     configs = tuple(CONFIGS.values())
     if len(configs) == 1:
         return configs[0]
     return Annotated[Union[configs], Field(discriminator="name")]  # noqa: UP007 (a tuple)
 
 
-AlgorithmConfig = _algorithm_union()
+if TYPE_CHECKING:  # mypy cannot follow the union built from CONFIGS; the same members
+    from flnet.algorithms.configs import AnyAlgorithmConfig as AlgorithmConfig
+else:
+    AlgorithmConfig = _algorithm_union()
 
 
 class Scenario(Strict):
@@ -388,7 +402,7 @@ class Scenario(Strict):
 
     @model_validator(mode="before")
     @classmethod
-    def _default_tags(cls, data):
+    def _default_tags(cls, data: Any) -> Any:
         """`radio:` without `mode:` is physical; `model:` without `kind:` is an MLP."""
         if isinstance(data, dict):
             for section, tag, default in (("radio", "mode", "physical"), ("model", "kind", "mlp")):
@@ -422,7 +436,7 @@ class Scenario(Strict):
         return name
 
     @model_validator(mode="after")
-    def _consistent(self):
+    def _consistent(self) -> Scenario:
         n = self.clients.count
         cohort = getattr(self.algorithm, "cohort", None)
         if cohort is not None and cohort.k(n) > n:
@@ -693,7 +707,7 @@ def _fields_of(node: Any) -> list[str]:
     return sorted({f for m in members for f in getattr(m, "model_fields", {})})
 
 
-def _unwrap(annotation):
+def _unwrap(annotation: Any) -> Any:
     """Model class, or a tuple of classes for unions."""
     import types
     from typing import get_args, get_origin
@@ -707,7 +721,7 @@ def _unwrap(annotation):
     return annotation
 
 
-def _tags_of(model) -> tuple:
+def _tags_of(model: Any) -> tuple:
     """The values of a union member's tag field (a Literal may allow several)."""
     from typing import get_args
 
@@ -718,7 +732,7 @@ def _tags_of(model) -> tuple:
     return ()
 
 
-def describe(err: dict) -> str:
+def describe(err: ErrorDetails) -> str:
     """One line for one pydantic error: ``field: what is wrong; what is allowed``."""
     loc, kind, ctx = err["loc"], err["type"], err.get("ctx", {})
     path = ctx.get("field") or _walk(loc)[0]

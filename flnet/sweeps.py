@@ -20,10 +20,10 @@ import json
 import math
 import shutil
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pandas as pd
 import yaml
@@ -138,7 +138,12 @@ class Spec:
         ]
 
 
-def spec_from(grid=None, paired=None, seeds=None, fixed=None) -> Spec:
+def spec_from(
+    grid: dict[str, list] | None = None,
+    paired: dict[str, list] | Sequence[dict[str, list]] | None = None,
+    seeds: int | Iterable[int] | None = None,
+    fixed: list[str] | tuple[str, ...] | dict[str, Any] | None = None,
+) -> Spec:
     """A Spec from the plain arguments of `sweep` (dicts, lists, an int number of seeds)."""
     if isinstance(paired, dict):
         paired = [paired]
@@ -188,7 +193,7 @@ class Point:
     note: str | None = None
 
 
-def load_base(scenario) -> tuple[dict, Spec]:
+def load_base(scenario: Scenario | dict | str | Path) -> tuple[dict, Spec]:
     """The scenario as a plain dict (unvalidated) and the `sweep:` section a file may hold."""
     if isinstance(scenario, Scenario):
         return scenario.model_dump(mode="json"), Spec()
@@ -425,7 +430,7 @@ def typed(df: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
     return df
 
 
-def _isnan(v) -> bool:
+def _isnan(v: Any) -> bool:
     return isinstance(v, float) and math.isnan(v)
 
 
@@ -506,14 +511,14 @@ class SweepResult:
 
 
 def run_sweep(
-    scenario,
+    scenario: Scenario | dict | str | Path,
     spec: Spec = Spec(),
     *,
     workers: int = 1,
-    out_dir=None,
+    out_dir: str | Path | None = None,
     backend: str = "local",
     address: str | None = None,
-    on_progress=None,
+    on_progress: Callable[[int, int], None] | None = None,
     reuse_runs: bool = True,
 ) -> SweepResult:
     """Plan, skip finished points, run the rest, gather. `on_progress(done, total)` is called
@@ -540,7 +545,7 @@ def run_sweep(
     plan_ = reuse.schedule(list(unique.values()), {p.key for p in todo}, out, reuse_runs)
 
     def data_of(p: Point) -> dict:
-        return _for_worker(p.data, out / p.key)
+        return _for_worker(cast(dict, p.data), out / p.key)  # keyed points are valid
 
     tasks = [(p.key, reuse.Job(data_of(p), note=note)) for p, note in plan_.first]
     waiting = dict(plan_.replays)

@@ -21,7 +21,11 @@ The table below is also in the README (scenario reference, "Plausible ranges").
 from __future__ import annotations
 
 import math
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+if TYPE_CHECKING:  # for annotations only (scenario imports this module)
+    from flnet.dists import AnyDist
+    from flnet.scenario import Scenario
 
 REFERENCE_DISTANCE_M = 1.0
 MACRO_MIN_DISTANCE_M = 35.0
@@ -111,7 +115,7 @@ def _hint(field: str, value: float, r: Range) -> str:
     return f" (typical: {num(r.typical)} {r.unit})"
 
 
-def implausible(scenario) -> list[str]:
+def implausible(scenario: Scenario) -> list[str]:
     """One line per field whose value is far outside its plausible range."""
     lines = []
     for field, r in PLAUSIBLE.items():
@@ -132,15 +136,19 @@ def implausible(scenario) -> list[str]:
     return lines
 
 
-def nearest_distance_m(distance) -> float:
+def nearest_distance_m(distance: AnyDist) -> float:
     """The smallest distance a distribution can give a client (a lognormal: its 6-sigma
     tail, reached by about one client in a billion)."""
     if distance.kind == "lognormal":
         return distance.median * math.exp(-LOGNORMAL_TAIL_SIGMAS * distance.sigma)
-    return _span(distance)[0]
+    span = _span(distance)
+    assert span is not None  # a distribution always spans
+    return span[0]
 
 
-def farthest_distance_m(distance) -> float:
+def farthest_distance_m(distance: AnyDist) -> float:
     if distance.kind == "lognormal":
         return distance.median * math.exp(LOGNORMAL_TAIL_SIGMAS * distance.sigma)
-    return _span(distance)[1]
+    span = _span(distance)
+    assert span is not None  # a distribution always spans
+    return span[1]

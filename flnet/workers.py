@@ -21,16 +21,19 @@ import traceback
 from collections.abc import Callable, Iterator
 from multiprocessing.connection import wait
 from pathlib import Path
-from typing import Any
+from typing import IO, TYPE_CHECKING, Any
 
 from flnet.errors import FlnetError
+
+if TYPE_CHECKING:  # for annotations only: the runner loads torch
+    from flnet.runner import Result
 
 HEADER = struct.Struct("!Q")
 STOP_GRACE_S = 5.0  # after Ctrl-C, how long workers get to exit before they are killed
 Follow = Callable[[str], list[tuple[str, Any]]]  # a finished point's key -> tasks it unlocks
 
 
-def run_point(data: Any, write: bool = True) -> tuple[dict, Any]:
+def run_point(data: Any, write: bool = True) -> tuple[dict, Result | None]:
     """Run one resolved scenario (a dict, or a `flnet.reuse.Job`: a replay or a full run with
     a note); every failure becomes an outcome, never an exception.
 
@@ -52,13 +55,13 @@ def run_point(data: Any, write: bool = True) -> tuple[dict, Any]:
 # ---------------------------------------------------------------- the pipe protocol
 
 
-def _send(stream, message) -> None:
+def _send(stream: IO[bytes], message: Any) -> None:
     body = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
     stream.write(HEADER.pack(len(body)) + body)
     stream.flush()
 
 
-def _read_exactly(stream, n: int) -> bytes | None:
+def _read_exactly(stream: IO[bytes], n: int) -> bytes | None:
     chunks, left = [], n
     while left:
         chunk = stream.read(left)
@@ -69,7 +72,7 @@ def _read_exactly(stream, n: int) -> bytes | None:
     return b"".join(chunks)
 
 
-def _receive(stream):
+def _receive(stream: IO[bytes]) -> Any:
     """The next message, or None when the other side closed the pipe (or died mid-write)."""
     head = _read_exactly(stream, HEADER.size)
     if head is None:
@@ -116,7 +119,7 @@ def _how_it_ended(code: int | None) -> str:
 class Worker:
     """One child interpreter running points one at a time."""
 
-    def __init__(self, log):
+    def __init__(self, log: IO[bytes]) -> None:
         root = str(Path(__file__).resolve().parent.parent)
         path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
         env = {**os.environ, "PYTHONPATH": path, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
@@ -128,11 +131,13 @@ class Worker:
             stderr=log,
             bufsize=0,
         )
+        assert self.proc.stdin is not None and self.proc.stdout is not None  # both are pipes
+        self.requests, self.answers = self.proc.stdin, self.proc.stdout
         self.key: str | None = None
 
     def start(self, key: str, data: dict) -> None:
         self.key = key
-        _send(self.proc.stdin, (key, data))
+        _send(self.requests, (key, data))
 
     def stop(self) -> None:
         if self.proc.poll() is None:
@@ -140,7 +145,7 @@ class Worker:
 
     def close(self) -> None:
         try:
-            self.proc.stdin.close()
+            self.requests.close()
         except OSError:
             pass
 
@@ -159,10 +164,10 @@ def run_local(
                 if todo:
                     w.start(*todo.pop())
             while any(w.key for w in pool):
-                busy = {w.proc.stdout: w for w in pool if w.key}
+                busy: dict[Any, Worker] = {w.answers: w for w in pool if w.key}
                 for stream in wait(list(busy)):
                     w = busy[stream]
-                    answer = _receive(stream)
+                    answer = _receive(w.answers)  # the stream that is ready
                     if answer is None:  # the worker died with its point
                         w.close()
                         code = w.proc.wait()
@@ -205,7 +210,7 @@ def run_here(tasks: list[tuple[str, Any]], follow: Follow | None = None) -> Iter
 # ---------------------------------------------------------------- Ray
 
 
-def ray_point(data: Any) -> tuple[dict, Any]:
+def ray_point(data: Any) -> tuple[dict, Result | None]:
     """A Ray task: run without writing (the node may not share our disk); the driver writes."""
     import torch
 

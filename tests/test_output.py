@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 import torch
@@ -219,16 +220,24 @@ def test_the_lock_is_held_while_the_folder_is_open_and_released_after(tmp_path):
 
 
 def test_resume_from_another_directory_finds_the_run(tmp_path):
-    """scenario.yaml stores the folder as an absolute path, so the copy in the results folder
-    resumes the run from anywhere."""
+    """scenario.yaml stores the folder and the data paths (an npz features file given relative
+    to the cwd) as absolute paths, so the copy in the results folder resumes the run from
+    anywhere."""
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
-    path = write_scenario(tmp_path / "a")
+    rng = np.random.default_rng(0)  # features for digits' 1437 train and 360 test rows
+    np.savez(
+        tmp_path / "a" / "feat.npz", x_train=rng.random((1437, 6)), x_test=rng.random((360, 6))
+    )
+    features = {"features": {"kind": "npz", "path": "feat.npz"}}
+    path = write_scenario(tmp_path / "a", data=features)
     first = flnet("run", "s.yaml", "--quiet", "--out", "rel/out", cwd=tmp_path / "a")
     assert first.returncode == 0, first.stderr
     out = tmp_path / "a" / "rel" / "out"
     stored = yaml.safe_load((out / "scenario.yaml").read_text())
     assert stored["output"]["dir"] == str(out)
+    assert stored["data"]["features"]["path"] == str(tmp_path / "a" / "feat.npz")
+    assert stored["data"]["root"] == str(tmp_path / "a" / "data")
     assert json.loads((out / "summary.json").read_text())["output_dir"] == str(out)
     again = flnet(
         "run",
@@ -243,7 +252,8 @@ def test_resume_from_another_directory_finds_the_run(tmp_path):
     assert f"resuming {out} from round 3" in " ".join(again.stderr.split())
     assert json.loads((out / "summary.json").read_text())["rounds"] == 5
     assert listing(tmp_path / "b") == []
-    whole = run(path, overrides=[f"output.dir={tmp_path / 'whole'}", "run.rounds=5"])
+    feat = f"data.features.path={tmp_path / 'a' / 'feat.npz'}"
+    whole = run(path, overrides=[f"output.dir={tmp_path / 'whole'}", "run.rounds=5", feat])
     pd.testing.assert_frame_equal(
         pd.read_parquet(out / "records.parquet"), whole.records, check_exact=True
     )

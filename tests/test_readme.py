@@ -53,8 +53,7 @@ def _mentioned_paths(text):
     code = blocks + re.findall(r"`([^`]+)`", re.sub(r"```.*?```", "", text, flags=re.S))
     tokens = [t for c in code for t in c.split()] + re.findall(r"\]\(([^)#\s]+)\)", text)
     for token in tokens:
-        token = token.strip("`'\"()").rstrip(".,:;")
-        token = token.rstrip(".,:;")
+        token = token.lstrip("`'\"(").rstrip("`'\"().,:;")
         first = token.split("/")[0]
         if (
             ("/" in token or "." in token)

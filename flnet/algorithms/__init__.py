@@ -9,7 +9,7 @@ needs only `configs.CONFIGS`) never loads torch.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from importlib import import_module
 from types import ModuleType
 
@@ -26,7 +26,7 @@ class _Lazy(Mapping):
     def __getitem__(self, name: str) -> ModuleType:
         return import_module(MODULES[name])
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[str]:
         return iter(MODULES)
 
     def __len__(self) -> int:

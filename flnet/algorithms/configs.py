@@ -39,7 +39,7 @@ class DpsgdConfig(Strict):
     )
 
     @model_validator(mode="after")
-    def _one_step(self):
+    def _one_step(self) -> DpsgdConfig:
         if self.local.steps != 1:
             raise PydanticCustomError(
                 "inconsistent",
@@ -70,7 +70,7 @@ class ScaffoldConfig(Strict):
     local: LocalConfig = LocalConfig()
 
     @model_validator(mode="after")
-    def _has_a_learning_rate(self):
+    def _has_a_learning_rate(self) -> ScaffoldConfig:
         if self.local.optimizer.default_lr is None:
             raise ValueError(
                 f"local.optimizer: option II control variates need the local "
@@ -79,6 +79,10 @@ class ScaffoldConfig(Strict):
             )
         return self
 
+
+# The members of CONFIGS as one type, for annotations (scenario.AlgorithmConfig is built from
+# CONFIGS at run time, which mypy cannot follow): keep the two in step.
+AnyAlgorithmConfig = FedAvgConfig | FedProxConfig | DpsgdConfig | FedBuffConfig | ScaffoldConfig
 
 CONFIGS = {
     "fedavg": FedAvgConfig,

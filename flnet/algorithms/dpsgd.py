@@ -22,18 +22,24 @@ A message that did not arrive leaves its weight on the receiver's own model (W_t
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from collections.abc import Generator
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
+import simpy
 import torch
 
 from flnet.algorithms.configs import DpsgdConfig as Config
 from flnet.learn.aggregate import mix
+from flnet.learn.cohort import LossFn
 from flnet.learn.wire import ModelMessage, bits
 from flnet.rng import Stream
 from flnet.sim import topology
 from flnet.sim.patterns import Packet, exchange
 from flnet.sim.world import AbstractWorld, Progress
+
+if TYPE_CHECKING:  # the learning side's object, for annotations only
+    from flnet.learn.local import Learner
 
 
 class State(NamedTuple):
@@ -41,7 +47,7 @@ class State(NamedTuple):
     x: torch.Tensor  # [n, P] every node's model
 
 
-def init(learn, cfg: Config) -> State:
+def init(learn: Learner, cfg: Config) -> State:
     """Every node starts from the same x_0 (Algorithm 1's input)."""
     x0 = learn.model.init_params()
     return State(0, x0.expand(learn.data.num_clients, -1).clone())
@@ -63,7 +69,13 @@ def progress(state: State) -> Progress:
     return Progress(state.round, state.x.mean(dim=0), state, pattern="exchange", nodes=state.x)
 
 
-def protocol(world: AbstractWorld, learn, cfg: Config, state: State, loss_fn=None):
+def protocol(
+    world: AbstractWorld,
+    learn: Learner,
+    cfg: Config,
+    state: State,
+    loss_fn: LossFn | None = None,
+) -> Generator[simpy.Event, Any, None]:
     """`loss_fn` replaces the nodes' cross-entropy (tests use one with zero gradients)."""
     n, x = world.num_clients, state.x
     w_np = topology.from_config(cfg.topology, n, world.generator(Stream.TOPOLOGY))

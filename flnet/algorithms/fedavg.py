@@ -12,16 +12,23 @@ upload arrived first never changes the model's last bits.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from collections.abc import Callable, Generator
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
+import simpy
 import torch
 
 from flnet.algorithms.configs import FedAvgConfig as Config
+from flnet.algorithms.configs import FedProxConfig
 from flnet.learn.aggregate import weighted_mean
+from flnet.learn.cohort import LossFn
 from flnet.learn.wire import ModelMessage, bits
 from flnet.sim.patterns import Packet, round_trip
 from flnet.sim.world import AbstractWorld, Progress
+
+if TYPE_CHECKING:  # the learning side's object, for annotations only
+    from flnet.learn.local import Learner
 
 
 class State(NamedTuple):
@@ -29,7 +36,7 @@ class State(NamedTuple):
     x: torch.Tensor  # [P] global model
 
 
-def init(learn, cfg: Config) -> State:
+def init(learn: Learner, cfg: Config) -> State:
     return State(0, learn.model.init_params())
 
 
@@ -38,7 +45,13 @@ def progress(state: State) -> Progress:
     return Progress(state.round, state.x, state)
 
 
-def protocol(world: AbstractWorld, learn, cfg: Config, state: State, local_loss=None):
+def protocol(
+    world: AbstractWorld,
+    learn: Learner,
+    cfg: Config | FedProxConfig,
+    state: State,
+    local_loss: Callable[[torch.Tensor], LossFn] | None = None,
+) -> Generator[simpy.Event, Any, None]:
     """`local_loss(x_t)`, if given, is the clients' loss in round t (FedProx adds a term)."""
     x = state.x
     k = cfg.cohort.k(world.num_clients)

@@ -21,15 +21,21 @@ check the default against the paper before relying on it.
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
+from collections.abc import Generator
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
+import simpy
 import torch
 
 from flnet.algorithms.configs import FedBuffConfig as Config
+from flnet.learn.cohort import LossFn
 from flnet.learn.wire import ModelMessage, bits
 from flnet.sim.patterns import Arrival, Packet, Work, stream
 from flnet.sim.world import AbstractWorld, Progress
+
+if TYPE_CHECKING:  # the learning side's object, for annotations only
+    from flnet.learn.local import Learner
 
 
 class State(NamedTuple):
@@ -42,7 +48,7 @@ class State(NamedTuple):
     flight: dict | None = None  # the stream's work under way, frozen at each server update
 
 
-def init(learn, cfg: Config) -> State:
+def init(learn: Learner, cfg: Config) -> State:
     x = learn.model.init_params()
     return State(0, x, torch.zeros_like(x), 0)
 
@@ -77,7 +83,9 @@ class Server:
     """FedBuff's side of the stream: a client's work from the current model, the buffer on
     each arrival. `loss_fn` replaces the clients' cross-entropy (tests)."""
 
-    def __init__(self, learn, cfg: Config, state: State, loss_fn=None):
+    def __init__(
+        self, learn: Learner, cfg: Config, state: State, loss_fn: LossFn | None = None
+    ) -> None:
         self.learn, self.cfg, self.loss_fn = learn, cfg, loss_fn
         self.state = state._replace(flight=None)  # the stream holds what is under way
         self.model_bits = bits(ModelMessage(state.x))
@@ -120,7 +128,13 @@ class Server:
         )
 
 
-def protocol(world: AbstractWorld, learn, cfg: Config, state: State, loss_fn=None):
+def protocol(
+    world: AbstractWorld,
+    learn: Learner,
+    cfg: Config,
+    state: State,
+    loss_fn: LossFn | None = None,
+) -> Generator[simpy.Event, Any, None]:
     """Resumes a checkpoint's stream exactly: `state.flight` is what was under way then."""
     server = Server(learn, cfg, state, loss_fn)
     yield from stream(

@@ -11,25 +11,38 @@ aggregates exactly as FedAvg (sample-size weighted mean of the delivered models)
 
 from __future__ import annotations
 
+from collections.abc import Generator
+from typing import TYPE_CHECKING, Any
+
+import simpy
 import torch
 
 from flnet.algorithms import fedavg
 from flnet.algorithms.configs import FedProxConfig as Config
-from flnet.learn.cohort import cross_entropy
+from flnet.learn.cohort import LossFn, cross_entropy
+from flnet.learn.models import Model
+from flnet.sim.world import AbstractWorld
+
+if TYPE_CHECKING:  # the learning side's object, for annotations only
+    from flnet.learn.local import Learner
 
 State = fedavg.State
 init = fedavg.init
 progress = fedavg.progress
 
 
-def proximal_loss(mu: float, anchor: torch.Tensor):
+def proximal_loss(mu: float, anchor: torch.Tensor) -> LossFn:
     """Per-client cross-entropy + (mu / 2) ||w - anchor||^2; anchor [P] is x_t."""
 
-    def loss_fn(model, params, x, y, aux=None):
+    def loss_fn(
+        model: Model, params: torch.Tensor, x: torch.Tensor, y: torch.Tensor, aux: Any = None
+    ) -> torch.Tensor:
         return cross_entropy(model, params, x, y) + 0.5 * mu * (params - anchor).square().sum(1)
 
     return loss_fn
 
 
-def protocol(world, learn, cfg: Config, state: State):
+def protocol(
+    world: AbstractWorld, learn: Learner, cfg: Config, state: State
+) -> Generator[simpy.Event, Any, None]:
     return fedavg.protocol(world, learn, cfg, state, local_loss=lambda x: proximal_loss(cfg.mu, x))

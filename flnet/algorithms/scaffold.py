@@ -22,17 +22,23 @@ Choices where the paper is silent (documented, tested):
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from collections.abc import Generator
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
+import simpy
 import torch
 
 from flnet.algorithms.configs import ScaffoldConfig as Config
 from flnet.learn import optim
+from flnet.learn.cohort import LossFn
 from flnet.learn.table import Keep, Keeps
 from flnet.learn.wire import bits
 from flnet.sim.patterns import Packet, round_trip
 from flnet.sim.world import AbstractWorld, Progress
+
+if TYPE_CHECKING:  # the learning side's object, for annotations only
+    from flnet.learn.local import Learner
 
 
 class State(NamedTuple):
@@ -55,7 +61,7 @@ class Up(NamedTuple):
     dc: torch.Tensor  # [P] c_i+ - c_i
 
 
-def init(learn, cfg: Config) -> State:
+def init(learn: Learner, cfg: Config) -> State:
     x = learn.model.init_params()
     return State(0, x, torch.zeros_like(x))
 
@@ -78,16 +84,30 @@ def client_control(
     return c_i - c + (x - y) / (steps.to(y.dtype)[:, None] * lr)
 
 
-def server_step(x, c, dy, dc, num_clients: int, server_lr: float):
+def server_step(
+    x: torch.Tensor,
+    c: torch.Tensor,
+    dy: torch.Tensor,
+    dc: torch.Tensor,
+    num_clients: int,
+    server_lr: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Line 17 over the delivered uploads dy, dc [D, P]: x + eta_g mean(dy), c + D/N mean(dc)."""
     return x + server_lr * dy.mean(0), c + len(dc) / num_clients * dc.mean(0)
 
 
-def protocol(world: AbstractWorld, learn, cfg: Config, state: State, loss_fn=None):
+def protocol(
+    world: AbstractWorld,
+    learn: Learner,
+    cfg: Config,
+    state: State,
+    loss_fn: LossFn | None = None,
+) -> Generator[simpy.Event, Any, None]:
     """`loss_fn` replaces the clients' cross-entropy (tests use a quadratic)."""
     x, c = state.x, state.c
     c_table = learn.client_table("scaffold.c_i", torch.zeros_like(x))  # rows only once written
     lr = cfg.local.lr if cfg.local.lr is not None else cfg.local.optimizer.default_lr
+    assert lr is not None  # ScaffoldConfig refuses an optimizer without a learning rate
     corrected = optim.chain(optim.add_correction(), optim.from_config(cfg.local))
     k = cfg.cohort.k(world.num_clients)
     for t in world.steps(state.round):

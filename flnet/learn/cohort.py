@@ -69,7 +69,13 @@ def cross_entropy(
 def autograd_value_and_grad(model: Model, loss_fn: LossFn = cross_entropy) -> ValueAndGrad:
     """Losses ``[C]`` and gradients ``[C, P]`` of `loss_fn` by autograd on their sum."""
 
-    def value_and_grad(params, x, y, out=None, aux=None):
+    def value_and_grad(
+        params: torch.Tensor,
+        x: torch.Tensor,
+        y: torch.Tensor,
+        out: torch.Tensor | None = None,
+        aux: Any = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         with torch.enable_grad():
             w = params.detach().requires_grad_(True)
             loss = loss_fn(model, w, x, y, aux)
@@ -126,7 +132,7 @@ class DenseStack:
     backward pass reuses the activations. Activations live in buffers reused across calls.
     """
 
-    def __init__(self, layers: list[_Dense]):
+    def __init__(self, layers: list[_Dense]) -> None:
         self.layers = layers
         self._buffers: dict[tuple, dict[str, Any]] = {}
 
@@ -148,7 +154,14 @@ class DenseStack:
             }
         return self._buffers[key]
 
-    def __call__(self, params, x, y, out=None, aux=None):
+    def __call__(
+        self,
+        params: torch.Tensor,
+        x: torch.Tensor,
+        y: torch.Tensor,
+        out: torch.Tensor | None = None,
+        aux: Any = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """params [C, P], x [C, B, *input], y [C, B] -> loss [C], grads [C, P] (into `out`);
         the cross-entropy reads no aux."""
         c, b = y.shape
@@ -179,7 +192,7 @@ class DenseStack:
         loss = (top + total.log() - z.gather(1, label)).mean((1, 2))  # [C]
         dz = e.div_(total.mul_(b)).scatter_add_(1, label, buf["minus_1_over_b"])  # [C, K, B]
         # backward: dz is [C, out, B] for the last layer, then d is [C, B, out]
-        parts = []
+        parts: list[torch.Tensor] = []
         d_t, d = dz, None
         for i in range(len(self.layers) - 1, -1, -1):
             layer, a_in = self.layers[i], acts[i]
@@ -201,15 +214,15 @@ class DenseStack:
         return loss, grads
 
 
-def _rows(tree, start: int, stop: int):
+def _rows(tree: Any, start: int, stop: int) -> Any:
     return tree_map(lambda leaf: leaf[start:stop] if _per_client(leaf) else leaf, tree)
 
 
-def _per_client(leaf) -> bool:
+def _per_client(leaf: Any) -> bool:
     return isinstance(leaf, torch.Tensor) and leaf.dim() > 0
 
 
-def _where_rows(active: torch.Tensor, new, old):
+def _where_rows(active: torch.Tensor, new: Any, old: Any) -> Any:
     if not _per_client(new):
         return new
     return torch.where(active.view(-1, *([1] * (new.dim() - 1))), new, old)
@@ -224,7 +237,7 @@ class Trainer:
         x_data: torch.Tensor,
         y_data: torch.Tensor,
         memory_bytes: int = BATCH_MEMORY_BYTES,
-    ):
+    ) -> None:
         self.model = model
         self.x_data = x_data  # [N, *input]
         self.y_data = y_data  # [N]
@@ -322,18 +335,18 @@ class Trainer:
 
     def _train(
         self,
-        params,
-        batches,
-        steps,
-        optimizer,
-        opt_state,
-        engines,
-        sizes,
-        aux=None,
-        snapshot_at=None,
+        params: torch.Tensor,
+        batches: torch.Tensor,
+        steps: torch.Tensor,
+        optimizer: GradientTransformation,
+        opt_state: Any,
+        engines: tuple[ValueAndGrad, ValueAndGrad],
+        sizes: np.ndarray | None,
+        aux: Any = None,
+        snapshot_at: torch.Tensor | None = None,
     ) -> CohortResult:
         c, t_max, b = batches.shape
-        short = np.zeros(t_max, bool) if sizes is None else (sizes < b).any(0)  # [T]
+        short = np.zeros(t_max, bool) if sizes is None else np.asarray((sizes < b).any(0))  # [T]
         sample_grads = torch.zeros(c, dtype=torch.int64, device=params.device)
         if opt_state is None:
             opt_state = optimizer.init(params)
@@ -353,7 +366,9 @@ class Trainer:
             torch.index_select(self.x_data, 0, rows, out=xb.view(c * b, *xb.shape[2:]))
             torch.index_select(self.y_data, 0, rows, out=yb.view(-1))
             value_and_grad = engines[int(short[s])]
+            size: torch.Tensor | int
             if short[s]:
+                assert sizes is not None  # a step is short only where sizes say so
                 size = torch.as_tensor(sizes[:, s], device=yb.device)  # [C]
                 yb.masked_fill_(torch.arange(b, device=yb.device) >= size[:, None], PAD)
             else:
@@ -361,7 +376,7 @@ class Trainer:
             loss, grads = value_and_grad(params, xb, yb, out=grads_buf, aux=aux)
             calls = 0
 
-            def grad_fn(p):
+            def grad_fn(p: torch.Tensor) -> torch.Tensor:
                 nonlocal calls
                 calls += 1
                 return value_and_grad(p, xb, yb, aux=aux)[1]  # noqa: B023 (called within this step)
@@ -387,6 +402,7 @@ class Trainer:
                 grad_evals += active * (1 + calls)
                 sample_grads += active * (1 + calls) * size
             if snapshot is not None:
+                assert snapshot_at is not None  # a snapshot is taken only where asked
                 snapshot = torch.where((snapshot_at == s + 1)[:, None], params, snapshot)
         return CohortResult(
             params,

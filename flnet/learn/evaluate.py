@@ -28,13 +28,15 @@ METRICS = (
 
 
 class Evaluator:
-    def __init__(self, model: Model, data: FederatedData, chunk: int = 8192):
+    def __init__(self, model: Model, data: FederatedData, chunk: int = 8192) -> None:
         self.model = model
         self.data = data
         self.chunk = chunk
         self._local_test = data.client_test_indices is not None
         views = data.client_test_indices if self._local_test else data.client_indices
         clients = data.eval_clients
+        # lazy data has local test views; eval_clients is set by FederatedData itself
+        assert views is not None and clients is not None
         rows, sizes = views.gather(clients)
         device = data.x_train.device
         self.clients_evaluated = len(clients)

@@ -6,7 +6,7 @@ a `Learner` only says how many FLOPs each client's work took.
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 import torch
@@ -17,6 +17,9 @@ from flnet.learn import data as data_mod
 from flnet.learn.data import FederatedData
 from flnet.learn.models import Model
 from flnet.learn.table import ClientTable, Keep
+
+if TYPE_CHECKING:  # the scenario's section, for annotations only
+    from flnet.config import LocalConfig
 
 
 class LocalWork(NamedTuple):
@@ -36,13 +39,13 @@ class OptimizerStates:
     `ClientTable` made on first use from the state's per-client leaves; a client's first
     participation starts from ``optimizer.init`` of its start parameters."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.table: ClientTable | None = None
         self._saved: dict | None = None  # a checkpoint's rows, until the first gather
 
     def gather(
         self, clients: np.ndarray, optimizer: optim.GradientTransformation, params: torch.Tensor
-    ):
+    ) -> Any:
         """The cohort's states: stored rows, fresh ``optimizer.init(params)`` for newcomers."""
         fresh, spec = tree_flatten(optimizer.init(params))
         rows = [leaf for leaf in fresh if cohort._per_client(leaf)]
@@ -50,17 +53,20 @@ class OptimizerStates:
             self.table = ClientTable([row[0].clone() for row in rows])
             if self._saved is not None:
                 self.table.load_state_dict(self._saved)
-        if not rows or not len(self.table):
+        if not rows or self.table is None or not len(self.table):  # (rows: a table exists)
             return tree_unflatten(fresh, spec)
         stored = iter(self.table.rows(clients, default=rows))
         return tree_unflatten(
             [next(stored) if cohort._per_client(leaf) else leaf for leaf in fresh], spec
         )
 
-    def keep(self, clients: np.ndarray, state) -> Keep | None:
+    def keep(self, clients: np.ndarray, state: Any) -> Keep | None:
         """The cohort's new states, kept by the clients whose local work completes."""
         rows = [leaf for leaf in tree_flatten(state)[0] if cohort._per_client(leaf)]
-        return Keep(self.table, clients, rows) if rows else None
+        if not rows:
+            return None
+        assert self.table is not None  # made by `gather`, which comes first
+        return Keep(self.table, clients, rows)
 
     def state_dict(self) -> dict:
         return self.table.state_dict() if self.table is not None else (self._saved or {})
@@ -72,7 +78,7 @@ class OptimizerStates:
 class Learner:
     """One model on one federated data set: the clients' local training and its FLOPs."""
 
-    def __init__(self, model: Model, data: FederatedData, seed: int):
+    def __init__(self, model: Model, data: FederatedData, seed: int) -> None:
         self.model = model
         self.data = data
         self.seed = seed
@@ -84,7 +90,7 @@ class Learner:
         self.num_samples = data.num_samples
         self.last_steps = np.zeros(0, dtype=np.int64)  # [C] local steps of the last cohort
 
-    def client_table(self, name: str, initial) -> ClientTable:
+    def client_table(self, name: str, initial: Any) -> ClientTable:
         """The per-client table `name` (made on first call, with `initial` as the row of
         clients never written), checkpointed with the run: an algorithm's client state
         (SCAFFOLD's c_i). After a resume it holds the checkpoint's rows."""
@@ -112,11 +118,11 @@ class Learner:
         self,
         clients: np.ndarray,
         start: torch.Tensor,
-        local,
+        local: LocalConfig,
         round: int,
         optimizer: optim.GradientTransformation | None = None,
         loss_fn: cohort.LossFn | None = None,
-        aux=None,
+        aux: Any = None,
         snapshot_at: int | torch.Tensor | None = None,
         work_counts: np.ndarray | None = None,
     ) -> LocalWork:

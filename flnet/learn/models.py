@@ -27,7 +27,7 @@ from __future__ import annotations
 import copy
 import functools
 import math
-from typing import NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
 from torch import nn
@@ -37,6 +37,9 @@ from torch.utils._pytree import tree_leaves
 from torch.utils.flop_counter import flop_registry
 
 from flnet.errors import ScenarioError
+
+if TYPE_CHECKING:  # the scenario's section, for annotations only
+    from flnet.scenario import ModelConfig
 
 
 def _mlp(in_features: int, hidden: list[int], num_classes: int) -> list[nn.Module]:
@@ -68,7 +71,7 @@ def _conv_relu_pool(
     ]
 
 
-def cnn_mcmahan(shape, num_classes):
+def cnn_mcmahan(shape: tuple[int, ...], num_classes: int) -> nn.Module:
     """McMahan et al. 2017 Sec. 3: two 5x5 convolutions (32, 64 channels), each followed by
     2x2 max pooling, a 512-unit ReLU layer and a softmax layer; 'same' padding as in their
     TensorFlow code, so 28 -> 14 -> 7. The paper gives 1,663,370 parameters."""
@@ -81,7 +84,7 @@ def cnn_mcmahan(shape, num_classes):
     )
 
 
-def cnn_dfl_mnist(shape, num_classes):
+def cnn_dfl_mnist(shape: tuple[int, ...], num_classes: int) -> nn.Module:
     """DFL paper Table II (MNIST): Conv[1,16,3x3], ReLU, MaxPool[2x2], Conv[16,32,3x3], ReLU,
     MaxPool[2x2], Dense[32x7x7, 10]. The table's 32x7x7 needs padding 1 (28 -> 14 -> 7)."""
     c = shape[0]
@@ -90,7 +93,7 @@ def cnn_dfl_mnist(shape, num_classes):
     )
 
 
-def cnn_dfl_cifar(shape, num_classes):
+def cnn_dfl_cifar(shape: tuple[int, ...], num_classes: int) -> nn.Module:
     """DFL paper Table II (CIFAR-10): Conv[3,64,5x5], ReLU, MaxPool[3x3], twice, then Dense
     64x4x4 -> 384 -> 192 -> 10. The paper gives no padding or pool stride; its 64x4x4 needs
     'valid' convolutions and stride-2 pools (32 -> 28 -> 13 -> 9 -> 4)."""
@@ -103,7 +106,7 @@ def cnn_dfl_cifar(shape, num_classes):
     )
 
 
-def cnn_tutorial(shape, num_classes):
+def cnn_tutorial(shape: tuple[int, ...], num_classes: int) -> nn.Module:
     """The PyTorch CIFAR-10 tutorial CNN used by the block-cyclic paper ("two convolutional
     layers and three fully connected layers"): conv 3->6 5x5, pool 2, conv 6->16 5x5, pool 2,
     dense 400 -> 120 -> 84 -> 10. The paper names the tutorial; the widths are the tutorial's."""
@@ -116,7 +119,7 @@ def cnn_tutorial(shape, num_classes):
     )
 
 
-def cnn_kmnist(shape, num_classes):
+def cnn_kmnist(shape: tuple[int, ...], num_classes: int) -> nn.Module:
     """DRDM Sec. 4.1 (KMNIST): 3x3 conv 16 channels, max-pool, 3x3 conv 32, max-pool, flatten
     (32x7x7), FC 500, ReLU, FC 10. The paper names ReLU only after FC1 and gives no padding;
     32x7x7 needs padding 1 and 2x2 pools, and we put ReLU after the convolutions too."""
@@ -132,7 +135,7 @@ def cnn_kmnist(shape, num_classes):
 class BasicBlock(nn.Module):
     """ResNet basic block with GroupNorm: conv3x3-GN-ReLU-conv3x3-GN, plus the shortcut."""
 
-    def __init__(self, c_in: int, c_out: int, stride: int, groups: int):
+    def __init__(self, c_in: int, c_out: int, stride: int, groups: int) -> None:
         super().__init__()
         self.conv1 = nn.Conv2d(c_in, c_out, 3, stride, 1, bias=False)
         self.norm1 = nn.GroupNorm(groups, c_out)
@@ -144,7 +147,7 @@ class BasicBlock(nn.Module):
                 nn.Conv2d(c_in, c_out, 1, stride, bias=False), nn.GroupNorm(groups, c_out)
             )
 
-    def forward(self, x):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         out = torch.relu(self.norm1(self.conv1(x)))
         return torch.relu(self.norm2(self.conv2(out)) + self.shortcut(x))
 
@@ -171,11 +174,11 @@ CNNS = {
 }
 
 
-def build_module(config, input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
+def build_module(config: ModelConfig, input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
     kind = config.kind
     if kind == "logistic":
         return nn.Sequential(nn.Flatten(), nn.Linear(math.prod(input_shape), num_classes))
-    if kind == "mlp":
+    if config.kind == "mlp":
         return nn.Sequential(
             nn.Flatten(), *_mlp(math.prod(input_shape), config.hidden, num_classes)
         )
@@ -186,7 +189,7 @@ def build_module(config, input_shape: tuple[int, ...], num_classes: int) -> nn.M
             field="model.kind",
         )
     try:
-        if kind == "resnet18":
+        if config.kind == "resnet18":
             return nn.Sequential(
                 *resnet18_trunk(input_shape[0], config.norm_groups), nn.Linear(512, num_classes)
             )
@@ -200,7 +203,7 @@ def build_module(config, input_shape: tuple[int, ...], num_classes: int) -> nn.M
 class Model:
     """A module and the layout of its flat parameter vector."""
 
-    def __init__(self, module: nn.Module, input_shape: tuple[int, ...]):
+    def __init__(self, module: nn.Module, input_shape: tuple[int, ...]) -> None:
         if list(module.buffers()):
             raise ValueError(
                 "models with buffers (e.g. BatchNorm) are not supported; use GroupNorm"
@@ -282,12 +285,14 @@ class _WorkCounter(TorchDispatchMode):
     def _should_skip_dynamo(cls) -> bool:
         return False  # else torch wraps __torch_dispatch__ in a dynamo guard, importing dynamo
 
-    def __init__(self):
+    def __init__(self) -> None:
         super().__init__()
         self.flops = 0
         self.floats = 0
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+    def __torch_dispatch__(
+        self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None
+    ) -> Any:
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
         formula = flop_registry.get(func.overloadpacket)
@@ -298,7 +303,11 @@ class _WorkCounter(TorchDispatchMode):
 
 
 def build(
-    config, input_shape: tuple[int, ...], num_classes: int, seed: int, device: torch.device
+    config: ModelConfig,
+    input_shape: tuple[int, ...],
+    num_classes: int,
+    seed: int,
+    device: torch.device,
 ) -> Model:
     """Initialise with torch's default init under `seed`, without touching the global RNG."""
     with torch.random.fork_rng(devices=[]):

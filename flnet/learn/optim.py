@@ -33,9 +33,12 @@ in the trainer's loss instead.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
+
+if TYPE_CHECKING:  # the scenario's section, for annotations only
+    from flnet.config import LocalConfig
 
 GradFn = Callable[[torch.Tensor], torch.Tensor]
 
@@ -55,7 +58,8 @@ class TraceState(NamedTuple):
 
 
 class AdamState(NamedTuple):
-    count: torch.Tensor  # [C] steps taken, for the bias correction
+    # [C] steps taken, for the bias correction (the field shadows tuple.count)
+    count: torch.Tensor  # type: ignore[assignment]  # a field named like a tuple method
     mu: torch.Tensor  # [C, P] first moment
     nu: torch.Tensor  # [C, P] second moment
 
@@ -72,7 +76,15 @@ class DeltaSgdState(NamedTuple):
 
 
 def _stateless(fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> GradientTransformation:
-    def update(grads, state, params, *, grad_fn=None, loss=None, aux=None):
+    def update(
+        grads: torch.Tensor,
+        state: Any,
+        params: torch.Tensor,
+        *,
+        grad_fn: GradFn | None = None,
+        loss: torch.Tensor | None = None,
+        aux: Any = None,
+    ) -> tuple[torch.Tensor, Any]:
         return fn(grads, params), state
 
     return GradientTransformation(lambda params: EmptyState(), update)
@@ -91,10 +103,18 @@ def add_decayed_weights(weight_decay: float) -> GradientTransformation:
 def trace(momentum: float) -> GradientTransformation:
     """Heavy-ball buffer b = momentum * b + g (b starts at 0), as `torch.optim.SGD`."""
 
-    def init(params):
+    def init(params: torch.Tensor) -> TraceState:
         return TraceState(torch.zeros_like(params))
 
-    def update(grads, state, params, *, grad_fn=None, loss=None, aux=None):
+    def update(
+        grads: torch.Tensor,
+        state: TraceState,
+        params: torch.Tensor,
+        *,
+        grad_fn: GradFn | None = None,
+        loss: torch.Tensor | None = None,
+        aux: Any = None,
+    ) -> tuple[torch.Tensor, TraceState]:
         buf = state.momentum.mul(momentum).add_(grads)
         return grads.copy_(buf), TraceState(buf)
 
@@ -104,14 +124,22 @@ def trace(momentum: float) -> GradientTransformation:
 def scale_by_adam(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8) -> GradientTransformation:
     """m_hat / (sqrt(v_hat) + eps) with bias-corrected moments (Kingma & Ba 2015, Alg. 1)."""
 
-    def init(params):
+    def init(params: torch.Tensor) -> AdamState:
         return AdamState(
             torch.zeros(params.shape[0], dtype=params.dtype, device=params.device),
             torch.zeros_like(params),
             torch.zeros_like(params),
         )
 
-    def update(grads, state, params, *, grad_fn=None, loss=None, aux=None):
+    def update(
+        grads: torch.Tensor,
+        state: AdamState,
+        params: torch.Tensor,
+        *,
+        grad_fn: GradFn | None = None,
+        loss: torch.Tensor | None = None,
+        aux: Any = None,
+    ) -> tuple[torch.Tensor, AdamState]:
         count = state.count + 1
         mu = state.mu.mul(b1).add_(grads, alpha=1 - b1)
         nu = state.nu.mul(b2).addcmul_(grads, grads, value=1 - b2)
@@ -125,10 +153,18 @@ def scale_by_adam(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8) -> Grad
 def scale_by_rss(eps: float = 1e-10, initial_accumulator: float = 0.0) -> GradientTransformation:
     """Adagrad: g / (sqrt(sum of squared gradients) + eps) (Duchi et al. 2011), as torch."""
 
-    def init(params):
+    def init(params: torch.Tensor) -> AdagradState:
         return AdagradState(torch.full_like(params, initial_accumulator))
 
-    def update(grads, state, params, *, grad_fn=None, loss=None, aux=None):
+    def update(
+        grads: torch.Tensor,
+        state: AdagradState,
+        params: torch.Tensor,
+        *,
+        grad_fn: GradFn | None = None,
+        loss: torch.Tensor | None = None,
+        aux: Any = None,
+    ) -> tuple[torch.Tensor, AdagradState]:
         acc = state.sum_of_squares.addcmul(grads, grads)
         return grads.div_(acc.sqrt().add_(eps)), AdagradState(acc)
 
@@ -144,7 +180,15 @@ def scale_by_polyak(
     paper's SPS runs).
     """
 
-    def update(grads, state, params, *, grad_fn=None, loss=None, aux=None):
+    def update(
+        grads: torch.Tensor,
+        state: Any,
+        params: torch.Tensor,
+        *,
+        grad_fn: GradFn | None = None,
+        loss: torch.Tensor | None = None,
+        aux: Any = None,
+    ) -> tuple[torch.Tensor, Any]:
         if loss is None:
             raise ValueError("scale_by_polyak needs the minibatch loss (update(..., loss=))")
         step = (loss - f_star).clamp_min(0) / (c * grads.square().sum(1) + eps)  # [C]
@@ -176,7 +220,7 @@ def scale_by_delta(
     round compares its new start point with its last iterate of the round before.
     """
 
-    def init(params):
+    def init(params: torch.Tensor) -> DeltaSgdState:
         c = params.shape[0]
         full = lambda v: torch.full((c,), v, dtype=params.dtype, device=params.device)  # noqa: E731
         return DeltaSgdState(
@@ -186,7 +230,15 @@ def scale_by_delta(
             full(theta0),
         )
 
-    def update(grads, state, params, *, grad_fn=None, loss=None, aux=None):
+    def update(
+        grads: torch.Tensor,
+        state: DeltaSgdState,
+        params: torch.Tensor,
+        *,
+        grad_fn: GradFn | None = None,
+        loss: torch.Tensor | None = None,
+        aux: Any = None,
+    ) -> tuple[torch.Tensor, DeltaSgdState]:
         eta, theta = state.eta, state.theta
         if bool(state.has_prev.any()):
             if grad_fn is None:
@@ -209,7 +261,15 @@ def add_correction(get: Callable[[Any], torch.Tensor] = lambda aux: aux) -> Grad
     """g + get(aux): a per-client gradient correction ``[C, P]`` handed in as the trainer's aux
     rows (SCAFFOLD's c - c_i, Karimireddy et al. 2020, Algorithm 1 line 10)."""
 
-    def update(grads, state, params, *, grad_fn=None, loss=None, aux=None):
+    def update(
+        grads: torch.Tensor,
+        state: Any,
+        params: torch.Tensor,
+        *,
+        grad_fn: GradFn | None = None,
+        loss: torch.Tensor | None = None,
+        aux: Any = None,
+    ) -> tuple[torch.Tensor, Any]:
         if aux is None:
             raise ValueError("add_correction needs the trainer's aux rows (train(..., aux=))")
         return grads.add_(get(aux)), state
@@ -225,10 +285,18 @@ def scale_by_learning_rate(lr: float) -> GradientTransformation:
 def chain(*transforms: GradientTransformation) -> GradientTransformation:
     """Apply transforms in order; the state is the tuple of their states."""
 
-    def init(params):
+    def init(params: torch.Tensor) -> tuple[Any, ...]:
         return tuple(t.init(params) for t in transforms)
 
-    def update(grads, state, params, *, grad_fn=None, loss=None, aux=None):
+    def update(
+        grads: torch.Tensor,
+        state: tuple[Any, ...],
+        params: torch.Tensor,
+        *,
+        grad_fn: GradFn | None = None,
+        loss: torch.Tensor | None = None,
+        aux: Any = None,
+    ) -> tuple[torch.Tensor, tuple[Any, ...]]:
         new_state = []
         for t, s in zip(transforms, state):
             grads, s = t.update(grads, s, params, grad_fn=grad_fn, loss=loss, aux=aux)
@@ -246,11 +314,19 @@ def sam(inner: GradientTransformation, rho: float) -> GradientTransformation:
     probes other points (Delta-SGD) stays consistent. Costs twice the inner's gradients.
     """
 
-    def ascent(params, grads, grad_fn):
+    def ascent(params: torch.Tensor, grads: torch.Tensor, grad_fn: GradFn) -> torch.Tensor:
         norm = grads.norm(dim=1, keepdim=True).clamp_min(1e-12)
         return grad_fn(params + (rho / norm) * grads)
 
-    def update(grads, state, params, *, grad_fn=None, loss=None, aux=None):
+    def update(
+        grads: torch.Tensor,
+        state: Any,
+        params: torch.Tensor,
+        *,
+        grad_fn: GradFn | None = None,
+        loss: torch.Tensor | None = None,
+        aux: Any = None,
+    ) -> tuple[torch.Tensor, Any]:
         if grad_fn is None:
             raise ValueError("sam needs grad_fn (the gradient at the ascent point)")
         sam_grad_fn = lambda p: ascent(p, grad_fn(p), grad_fn)  # noqa: E731
@@ -264,7 +340,9 @@ def sam(inner: GradientTransformation, rho: float) -> GradientTransformation:
 # ---------------------------------------------------------------- named optimizers
 
 
-def _with_weight_decay(weight_decay: float, *rest: GradientTransformation):
+def _with_weight_decay(
+    weight_decay: float, *rest: GradientTransformation
+) -> GradientTransformation:
     return chain(*((add_decayed_weights(weight_decay),) if weight_decay else ()), *rest)
 
 
@@ -312,16 +390,19 @@ def delta_sgd(
     return chain(scale_by_delta(eta0, theta0, gamma, delta), scale_by_learning_rate(1.0))
 
 
-def from_config(local) -> GradientTransformation:
+def from_config(local: LocalConfig) -> GradientTransformation:
     """The client optimizer a scenario's `local:` section asks for (`flnet.config`)."""
     opt = local.optimizer
-    lr = opt.default_lr if local.lr is None else local.lr
+
+    def lr(default_lr: float) -> float:  # methods with a learning rate of their own
+        return default_lr if local.lr is None else local.lr
+
     if opt.name == "sgd":
-        base = sgd(lr, opt.momentum, opt.weight_decay)
+        base = sgd(lr(opt.default_lr), opt.momentum, opt.weight_decay)
     elif opt.name == "adam":
-        base = adam(lr, opt.b1, opt.b2, opt.eps, opt.weight_decay)
+        base = adam(lr(opt.default_lr), opt.b1, opt.b2, opt.eps, opt.weight_decay)
     elif opt.name == "adagrad":
-        base = adagrad(lr, opt.eps, opt.initial_accumulator, opt.weight_decay)
+        base = adagrad(lr(opt.default_lr), opt.eps, opt.initial_accumulator, opt.weight_decay)
     elif opt.name == "sps":
         base = sps(opt.c, opt.f_star, opt.max_step, opt.eps)
     elif opt.name == "delta_sgd":

@@ -31,7 +31,7 @@ class ClientTable:
     the shapes, dtypes and device of the stored rows.
     """
 
-    def __init__(self, initial: Any, block_rows: int = BLOCK_ROWS):
+    def __init__(self, initial: Any, block_rows: int = BLOCK_ROWS) -> None:
         self.initial, self._spec = tree_flatten(initial)
         if not self.initial or not all(isinstance(x, torch.Tensor) for x in self.initial):
             raise TypeError("a ClientTable row is a tensor or a pytree of tensors")
@@ -144,7 +144,7 @@ class Keep:
     upload does not undo a commit.
     """
 
-    def __init__(self, table: ClientTable, clients: np.ndarray, rows: Any):
+    def __init__(self, table: ClientTable, clients: np.ndarray, rows: Any) -> None:
         self.table = table
         self.clients = np.asarray(clients, np.int64)
         self.rows = rows
@@ -164,7 +164,7 @@ class Keep:
 class Keeps:
     """Several `Keep`s committed together (e.g. an algorithm's state and the optimizer's)."""
 
-    def __init__(self, *keeps):
+    def __init__(self, *keeps: Keep | None) -> None:
         self.keeps = [k for k in keeps if k is not None]
 
     def commit(self, positions: np.ndarray) -> None:

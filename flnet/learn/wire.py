@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import torch
 
@@ -13,7 +13,7 @@ class ModelMessage(NamedTuple):
     params: torch.Tensor  # [P]
 
 
-def bits(message) -> int:
+def bits(message: Any) -> int:
     """Bits of one message: a tensor, or a (named) tuple of tensors; fp32 is 32 bits a value."""
     if isinstance(message, torch.Tensor):
         return message.numel() * message.element_size() * 8

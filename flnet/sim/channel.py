@@ -10,6 +10,7 @@ can share a band (cheaper below about a hundred) and numpy arrays when many can.
 from __future__ import annotations
 
 import math
+from typing import cast
 
 import numpy as np
 import simpy
@@ -41,7 +42,7 @@ class Transmission:
         "end_s",
     )
 
-    def __init__(self, channel: Channel, bits: float, snr_hz: float, done: simpy.Event):
+    def __init__(self, channel: Channel, bits: float, snr_hz: float, done: simpy.Event) -> None:
         self.channel = channel
         self.bits = bits
         self.snr_hz = snr_hz
@@ -69,7 +70,7 @@ class Channel:
 
     shared = False
 
-    def __init__(self, env: simpy.Environment, bandwidth_hz: float):
+    def __init__(self, env: simpy.Environment, bandwidth_hz: float) -> None:
         self.env = env
         self.bandwidth_hz = bandwidth_hz
 
@@ -101,7 +102,7 @@ class SharedBand(Channel):
 
     shared = True
 
-    def __init__(self, env: simpy.Environment, bandwidth_hz: float):
+    def __init__(self, env: simpy.Environment, bandwidth_hz: float) -> None:
         super().__init__(env, bandwidth_hz)
         self._active: list[Transmission] = []
         self._settled_at = env.now
@@ -117,7 +118,7 @@ class SharedBand(Channel):
         self._schedule()
         return tx
 
-    def _on_timer(self, version: int, due: Transmission) -> None:
+    def _on_timer(self, version: int, due: Transmission | None) -> None:
         if version != self._version:
             return  # the set of transfers changed since this timer was set
         self._settle()
@@ -150,7 +151,7 @@ class SharedBand(Channel):
             self._set_timer(self.env.timeout(max(delay, 0.0)), due)
             self._timer = (self.env.now + max(delay, 0.0), due)
 
-    def _set_timer(self, timeout: simpy.Event, due: Transmission) -> None:
+    def _set_timer(self, timeout: simpy.Event, due: Transmission | None) -> None:
         version = self._version
         timeout.callbacks.append(lambda _e: self._on_timer(version, due))
 
@@ -208,7 +209,7 @@ class SharedBand(Channel):
             tx.remaining_bits = max(tx.remaining_bits, 0.0)
         return txs
 
-    def _finished(self, due: Transmission) -> list[Transmission]:
+    def _finished(self, due: Transmission | None) -> list[Transmission]:
         return [
             tx for tx in self._active if tx is due or tx.remaining_bits <= 1e-9 * tx.bits + 1e-6
         ]
@@ -217,7 +218,7 @@ class SharedBand(Channel):
         for tx in self._active:
             tx.remaining_bits -= tx.rate_bps * elapsed_s
 
-    def _rerate(self, share_hz: float) -> tuple[float, Transmission]:
+    def _rerate(self, share_hz: float) -> tuple[float, Transmission | None]:
         """Every active transfer's rate on `share_hz`; the delay to the first finish and who."""
         scale, log1p = share_hz / LN2, math.log1p  # shannon_rate_bps, inlined: the hot loop
         due, delay = None, math.inf
@@ -232,7 +233,7 @@ class SharedBandArrays(SharedBand):
     """The same band with its active transfers' remaining bits, SNRs and sizes in the first n
     entries of arrays, so an event is a few vectorised operations however many share it."""
 
-    def __init__(self, env: simpy.Environment, bandwidth_hz: float):
+    def __init__(self, env: simpy.Environment, bandwidth_hz: float) -> None:
         super().__init__(env, bandwidth_hz)
         self._columns = np.empty((3, 16))  # remaining bits, snr_hz, bits; [3, capacity]
         self._rates = np.empty(0)  # [n] rates of the current set
@@ -264,16 +265,17 @@ class SharedBandArrays(SharedBand):
         self._columns[0, :n] = [tx.remaining_bits for tx in self._active]
         self._rates = np.array([tx.rate_bps for tx in self._active])
 
-    def _finished(self, due: Transmission) -> list[Transmission]:
+    def _finished(self, due: Transmission | None) -> list[Transmission]:
         n = len(self._active)
         done = self._columns[0, :n] <= 1e-9 * self._columns[2, :n] + 1e-6
-        done[self._active.index(due)] = True
+        # a timer is set only while a transfer is active, so `due` is one of them
+        done[self._active.index(cast(Transmission, due))] = True
         return [self._active[i] for i in np.flatnonzero(done)]
 
     def _send_for(self, elapsed_s: float) -> None:
         self._columns[0, : len(self._active)] -= self._rates * elapsed_s
 
-    def _rerate(self, share_hz: float) -> tuple[float, Transmission]:
+    def _rerate(self, share_hz: float) -> tuple[float, Transmission | None]:
         n = len(self._active)
         self._rates = shannon_rate_bps(share_hz, self._columns[1, :n])
         delays = self._columns[0, :n] / self._rates

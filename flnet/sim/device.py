@@ -5,14 +5,21 @@ cycles = FLOPs / (FLOPs per cycle); time = cycles / f; energy = kappa * cycles *
 
 from __future__ import annotations
 
+from typing import Any
 
-def cycles(flops, flops_per_cycle):
+import numpy as np
+
+# Each takes one client's floats or [N] arrays of them and returns the same shape.
+Num = float | np.ndarray
+
+
+def cycles(flops: Num, flops_per_cycle: Num) -> Any:
     return flops / flops_per_cycle
 
 
-def compute_time_s(flops, cpu_hz, flops_per_cycle):
+def compute_time_s(flops: Num, cpu_hz: Num, flops_per_cycle: Num) -> Any:
     return cycles(flops, flops_per_cycle) / cpu_hz
 
 
-def compute_energy_j(flops, cpu_hz, flops_per_cycle, kappa):
+def compute_energy_j(flops: Num, cpu_hz: Num, flops_per_cycle: Num, kappa: Num) -> Any:
     return kappa * cycles(flops, flops_per_cycle) * cpu_hz**2

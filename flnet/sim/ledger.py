@@ -15,7 +15,7 @@ import math
 import os
 from collections import defaultdict
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -51,7 +51,7 @@ class Tag(NamedTuple):
 
 
 class Ledger:
-    def __init__(self):
+    def __init__(self) -> None:
         self._rows: list[tuple] = []
         self._partials: dict[str, list[float]] = defaultdict(list)  # by kind, exact sums
         self.bits: dict[str, float] = defaultdict(float)  # by kind
@@ -92,9 +92,9 @@ class Ledger:
 
     def frame(self) -> pd.DataFrame:
         """The rows as a DataFrame, pattern, kind and outcome categorical."""
-        cols = self.columns()
+        cols: dict[str, Any] = dict(self.columns())  # codes become categoricals
         for c, names in _NAMES.items():
-            cols[c] = pd.Categorical.from_codes(cols[c], categories=names)
+            cols[c] = pd.Categorical.from_codes(cols[c], categories=pd.Index(names))
         return pd.DataFrame(cols, columns=COLUMNS)
 
     def columns(self) -> dict[str, np.ndarray]:
@@ -146,8 +146,18 @@ class Ledger:
             )
         for line in lines:
             step, pattern, node, peer, kind, *nums, outcome = line.split(",")
+            start_s, end_s, energy_j, bits, flops = map(float, nums)
             self.add(
-                Tag(pattern, int(step)), int(node), int(peer), kind, *map(float, nums), outcome
+                Tag(pattern, int(step)),
+                int(node),
+                int(peer),
+                kind,
+                start_s,
+                end_s,
+                energy_j,
+                bits,
+                flops,
+                outcome,
             )
         self._flushed = len(self._rows)
 

@@ -11,6 +11,7 @@ nodes that gossip (`add_link`); `graph` shows them as a networkx graph.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import networkx as nx
 import numpy as np
@@ -21,6 +22,9 @@ from flnet.sim.channel import Channel, band
 from flnet.sim.ledger import SERVER
 from flnet.sim.population import Population
 from flnet.sim.radio import shannon_rate_bps, snr_hz_direct
+
+if TYPE_CHECKING:  # the scenario's sections, for annotations only
+    from flnet.scenario import D2D, Radio
 
 
 @dataclass(frozen=True)
@@ -33,7 +37,7 @@ class Link:
 
 
 class Network:
-    def __init__(self, env: simpy.Environment, radio, population: Population):
+    def __init__(self, env: simpy.Environment, radio: Radio, population: Population) -> None:
         n = population.size
         up_band, down_band = radio.uplink, radio.downlink
         self.uplink = band(env, up_band.bandwidth_hz, up_band.sharing == "shared", users=n)
@@ -70,7 +74,7 @@ class Network:
     def graph(self) -> nx.DiGraph:
         """The device-to-device links as a graph (the gossiping nodes only; the star is
         implicit)."""
-        g = nx.DiGraph()
+        g: nx.DiGraph = nx.DiGraph()
         g.add_edges_from((u, v, {"link": link}) for (u, v), link in self._links.items())
         return g
 
@@ -87,7 +91,7 @@ class Network:
 
 
 def d2d_link(
-    network: Network, d2d, channel: Channel, src: int, dst: int, rng: np.random.Generator
+    network: Network, d2d: D2D, channel: Channel, src: int, dst: int, rng: np.random.Generator
 ) -> Link:
     """The device-to-device link src -> dst on `channel`: its SNR drawn from `d2d.snr_db` with
     `rng`, the sender's transmit and the receiver's receive power."""

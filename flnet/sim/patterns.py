@@ -21,9 +21,11 @@ way is frozen into the published state's `flight` (see `stream`) and resumes to 
 
 from __future__ import annotations
 
+from collections.abc import Callable, Generator
 from typing import Any, NamedTuple, Protocol
 
 import numpy as np
+import simpy
 
 from flnet.errors import FlnetError
 from flnet.rng import Stream
@@ -71,7 +73,7 @@ def round_trip(
     deadline_s: float | None = None,
     keep: int | None = None,
     client_state: ClientState | None = None,
-):
+) -> Generator[simpy.Event, Any, Delivery]:
     """Each member of `cohort` ([C] client ids) downloads `down`, computes its `work_flops`
     ([C]) and uploads `up`; the value is a `Delivery`. `tag` is the round.
 
@@ -115,7 +117,7 @@ class _Gather:
     """The server's side of a round trip: arrivals in order; `done` fires once `keep` clients
     have delivered or nobody is left to wait for. Arrivals after it closes are not used."""
 
-    def __init__(self, world: AbstractWorld, n: int, keep: int):
+    def __init__(self, world: AbstractWorld, n: int, keep: int) -> None:
         self.outcomes = [""] * n
         self.delivered: list[int] = []
         self.waiting = n
@@ -164,7 +166,7 @@ class _Trip:
         down_bits: float,
         flops: float,
         up_bits: float,
-    ):
+    ) -> None:
         self.world, self.gather, self.pos, self.client, self.tag = (world, gather, pos, client, tag)
         self.flops, self.up_bits = flops, up_bits
         self.computed = self.over = False
@@ -195,6 +197,11 @@ class _Trip:
 # ---------------------------------------------------------------------------- exchange
 
 
+def _then(fn: Callable[[int], None], arg: int) -> Callable[[Job], None]:
+    """A job's `then` that calls `fn(arg)`, `arg` bound now (not when the job ends)."""
+    return lambda _job: fn(arg)
+
+
 class Exchange(NamedTuple):
     """How one gossip iteration ended."""
 
@@ -213,7 +220,7 @@ def exchange(
     tag: int,
     timeout_s: float | None = None,
     send_after_work: bool = False,
-):
+) -> Generator[simpy.Event, Any, Exchange]:
     """One iteration of gossip: every node computes its `work_flops` ([N]) and sends `packets`
     (bits: one number, or [N] per sender) along each directed edge of `edges` ([M, 2] positions
     into `nodes`, [N] client ids); the value is an `Exchange`. `tag` is the iteration.
@@ -244,7 +251,7 @@ def exchange(
     def send(pos: int) -> None:
         for e in out[pos]:
             sends[e] = world.start_transfer(
-                ids[pos], ids[pairs[e][1]], bits[pos], step, then=lambda _job, e=e: arrive(e)
+                ids[pos], ids[pairs[e][1]], bits[pos], step, then=_then(arrive, e)
             )
 
     def worked(pos: int) -> None:
@@ -253,7 +260,7 @@ def exchange(
             send(pos)
 
     for pos in range(len(ids)):
-        world.start_compute(ids[pos], flops[pos], step, then=lambda _job, pos=pos: worked(pos))
+        world.start_compute(ids[pos], flops[pos], step, then=_then(worked, pos))
         if not send_after_work:
             send(pos)
     yield computed.done
@@ -273,7 +280,7 @@ class _Countdown:
 
     __slots__ = ("left", "done")
 
-    def __init__(self, world: AbstractWorld, n: int):
+    def __init__(self, world: AbstractWorld, n: int) -> None:
         self.left = n
         self.done = world.signal()
         if n == 0:
@@ -301,7 +308,9 @@ class Arrival(NamedTuple):
     """An upload that reached the server."""
 
     client: int
-    count: int  # the client's work count: this was its count-th piece of work (from 0)
+    # the client's work count: this was its count-th piece of work (from 0); the field
+    # shadows tuple.count, which nothing here calls
+    count: int  # type: ignore[assignment]  # a field named like a tuple method
     version: int  # server version (updates so far) when the work started
     staleness: int  # server version at arrival minus `version`
     payload: Any  # the uploaded packet's payload
@@ -311,7 +320,9 @@ class Arrival(NamedTuple):
 class StreamServer(Protocol):
     """The algorithm's side of a stream."""
 
-    version: int  # server updates so far: the stream's step
+    @property
+    def version(self) -> int:
+        """Server updates so far: the stream's step."""
 
     def work(self, client: int, count: int) -> Work:
         """Start `client`'s `count`-th piece of work from the current server model (maths
@@ -329,8 +340,8 @@ def stream(
     *,
     concurrency: int,
     resume: dict | None = None,
-    pick=None,
-):
+    pick: Callable[[int, set[int]], int] | None = None,
+) -> Generator[simpy.Event, Any, list[_Work]]:
     """Clients in `clients` ([N] ids) work and upload continuously, at most `concurrency` at
     once, until the run stops: whenever a slot is free the pattern picks an idle client, asks
     `server.work` for its work and runs its download, compute and upload; each upload that
@@ -389,7 +400,7 @@ def _pick_idle(world: AbstractWorld, pool: list[int], busy: set[int], launches: 
 class _Flight:
     """The works under way in a stream and the arrivals not yet handed to the server."""
 
-    def __init__(self, world: AbstractWorld, server: StreamServer):
+    def __init__(self, world: AbstractWorld, server: StreamServer) -> None:
         self.world, self.server = world, server
         self.under_way: list[_Work] = []
         self.arrived: list[Arrival] = []
@@ -413,7 +424,7 @@ class _Flight:
         if not self.wake.triggered:
             self.wake.succeed()
 
-    def next(self):
+    def next(self) -> Generator[simpy.Event, Any, Arrival]:
         """Wait for the next arrival (in arrival order)."""
         if not self.arrived:
             self.wake = self.world.signal()
@@ -465,7 +476,7 @@ class _Work:
 
     __slots__ = ("flight", "client", "count", "version", "work", "start_s", "tag", "job", "phase")
 
-    def __init__(self, flight: _Flight, client: int, count: int, version: int, work: Work):
+    def __init__(self, flight: _Flight, client: int, count: int, version: int, work: Work) -> None:
         self.flight, self.client, self.count, self.version, self.work = (
             flight,
             client,
@@ -496,7 +507,7 @@ class _Work:
         return self
 
     @property
-    def then(self):
+    def then(self) -> Callable[[Job], None]:
         return (self._downloaded, self._trained, self._uploaded)[self.phase]
 
     def _downloaded(self, _job: Job) -> None:

@@ -10,7 +10,7 @@ shadowing, or the direct SNRs), so the numbers are those of one draw per client 
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
@@ -18,6 +18,9 @@ from flnet.dists import sample
 from flnet.errors import ScenarioError
 from flnet.rng import Stream, generator
 from flnet.sim.radio import dbm_to_w, path_loss_db, shannon_rate_bps, snr_hz_direct, snr_hz_physical
+
+if TYPE_CHECKING:  # the scenario's sections, for annotations only
+    from flnet.scenario import ClientsConfig, Radio
 
 
 class Population(NamedTuple):
@@ -40,7 +43,7 @@ class Population(NamedTuple):
         return sum(column.nbytes for column in self)
 
 
-def build(clients, radio, seed: int) -> Population:
+def build(clients: ClientsConfig, radio: Radio, seed: int) -> Population:
     """Draw every client's attributes from the scenario's `clients` and `radio` sections."""
     n = clients.count
     rng = generator(seed, Stream.DEVICES)
@@ -75,7 +78,9 @@ def _check_rates(name: str, snr_hz: np.ndarray, bandwidth_hz: float) -> None:
         )
 
 
-def _snr_hz(radio, tx_power_w: np.ndarray, n: int, rng: np.random.Generator):
+def _snr_hz(
+    radio: Radio, tx_power_w: np.ndarray, n: int, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
     """[N] uplink and downlink ``P g / N0`` of every client."""
     up_band, down_band = radio.uplink, radio.downlink
     if radio.mode == "physical":

@@ -20,11 +20,16 @@ that is built, never from an asymptotic formula. Bad input is a `ScenarioError` 
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import networkx as nx
 import numpy as np
+from numpy.typing import ArrayLike
 
 from flnet.errors import ScenarioError
+
+if TYPE_CHECKING:  # the scenario's section, for annotations only
+    from flnet.config import TopologyConfig
 
 KINDS = ("ring", "grid", "torus", "exponential", "full", "erdos_renyi")
 WEIGHTS = ("uniform", "metropolis_hastings")
@@ -92,7 +97,9 @@ def erdos_renyi(
         raise ValueError("erdos_renyi needs a generator")
     pairs = n * (n - 1) // 2
     for _ in range(ER_TRIES):
-        idx = rng.choice(pairs, size=rng.binomial(pairs, p), replace=False) if pairs else []
+        idx: np.ndarray | list[int] = (
+            rng.choice(pairs, size=rng.binomial(pairs, p), replace=False) if pairs else []
+        )
         g = nx.empty_graph(n)
         g.add_edges_from(zip(*_pair(np.asarray(idx, dtype=np.int64))))
         if n < 2 or nx.is_connected(g):
@@ -153,7 +160,7 @@ def mixing_matrix(
     return w
 
 
-def check_mixing(w: np.ndarray, *, field: str = "algorithm.topology.matrix") -> np.ndarray:
+def check_mixing(w: ArrayLike, *, field: str = "algorithm.topology.matrix") -> np.ndarray:
     """A W given by hand: square, finite, non-negative, rows summing to 1, and its support
     connected. Returns it as float64."""
     w = np.asarray(w, dtype=np.float64)
@@ -204,7 +211,7 @@ def spectral_gap(w: np.ndarray) -> float:
 
 
 def from_config(
-    cfg, n: int, rng: np.random.Generator, *, field: str = "algorithm.topology"
+    cfg: TopologyConfig, n: int, rng: np.random.Generator, *, field: str = "algorithm.topology"
 ) -> np.ndarray:
     """W [n, n] for a scenario's topology section (`flnet.config.TopologyConfig`); `rng` draws
     random graphs (the run's TOPOLOGY stream)."""

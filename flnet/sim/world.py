@@ -17,18 +17,21 @@ point, the only places a run may stop or checkpoint (see `flnet.sim.patterns` fo
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator
-from typing import Any, NamedTuple, Protocol
+from collections.abc import Callable, Generator, Iterator
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, cast
 
 import numpy as np
 import simpy
 
 from flnet.rng import Stream, generator
 from flnet.sim import population as population_mod
-from flnet.sim.channel import Channel, Transmission, band, timeout_at
+from flnet.sim.channel import Channel, SharedBand, Transmission, band, timeout_at
 from flnet.sim.device import compute_energy_j, compute_time_s
 from flnet.sim.ledger import NOBODY, Ledger, Tag
 from flnet.sim.network import Link, Network, d2d_link
+
+if TYPE_CHECKING:  # the scenario's sections, for annotations only
+    from flnet.scenario import ClientsConfig, Radio
 
 SELECTION_AHEAD = 16  # rounds of client selection drawn at once
 INTERRUPTED = "interrupted"  # the stop reason of `request_stop` from a signal
@@ -68,15 +71,13 @@ class Observer(Protocol):
     """Watches a run: `flnet.run(..., observers=[...])`. Observers are called in order; each
     sees the stop reason of those before it."""
 
-    def on_start(self, world: AbstractWorld) -> None:
+    def on_start(self, world: World) -> None:
         """Before the first step (of a fresh or a resumed run)."""
 
-    def on_progress(
-        self, world: AbstractWorld, progress: Progress, stopping: str | None
-    ) -> str | None:
+    def on_progress(self, world: World, progress: Progress, stopping: str | None) -> str | None:
         """After each step; return a reason to stop the run, or None."""
 
-    def on_end(self, world: AbstractWorld, reason: str | None) -> None:
+    def on_end(self, world: World, reason: str | None) -> None:
         """After the last step (reason: why the run stopped; None if the protocol ended)."""
 
 
@@ -150,7 +151,9 @@ class AbstractWorld(Protocol):
 class World:
     """Devices, links and the ledger on a SimPy clock, built from the sections it needs."""
 
-    def __init__(self, clients, radio, seed: int, *, start_time_s: float = 0.0):
+    def __init__(
+        self, clients: ClientsConfig, radio: Radio, seed: int, *, start_time_s: float = 0.0
+    ) -> None:
         self.clients = clients
         self.radio = radio
         self.seed = seed
@@ -345,9 +348,10 @@ class World:
             if math.isnan(tx.end_s):  # on a shared band: the band's state holds it
                 if id(channel) not in where:
                     where[id(channel)] = len(bands)
-                    bands.append({"link": (job.src, job.dst), **channel.freeze_band()})
+                    shared = cast(SharedBand, channel)  # an unfinished end: a shared band
+                    bands.append({"link": (job.src, job.dst), **shared.freeze_band()})
                 frozen["band"] = where[id(channel)]
-                frozen["slot"] = channel.position(tx)
+                frozen["slot"] = cast(SharedBand, channel).position(tx)
             else:
                 frozen["tx"] = channel.freeze(tx)
             out.append(frozen)
@@ -355,7 +359,9 @@ class World:
 
     def thaw(self, frozen: dict, thens: list[Callable[[Job], None]]) -> list[Job]:
         """Frozen jobs under way again, each calling its `then` when it completes."""
-        bands = [self.link(*b["link"]).channel.thaw_band(b) for b in frozen["bands"]]
+        bands = [
+            cast(SharedBand, self.link(*b["link"]).channel).thaw_band(b) for b in frozen["bands"]
+        ]
         jobs: list[Job] = []
         for f, then in zip(frozen["jobs"], thens):
             tag = Tag(f["tag"][0], int(f["tag"][1]))
@@ -462,11 +468,11 @@ class World:
         return compute_time_s(flops, float(dev.cpu_hz[node]), float(dev.flops_per_cycle[node]))
 
 
-def _until_done(job: Job):
+def _until_done(job: Job) -> Generator[simpy.Event, Any, str | None]:
     try:
         yield job.event
     except simpy.Interrupt as stop:
-        job.stop(stop.cause)
+        job.stop(cast(str, stop.cause))  # the interrupter names the outcome
     return job.outcome
 
 
@@ -482,10 +488,10 @@ class _Transfer:
         dst: int,
         bits: float,
         tag: Tag,
-        then,
-        key,
+        then: Callable[[Job], None] | None,
+        key: tuple[int, ...] | None,
         tx: Transmission | None = None,
-    ):
+    ) -> None:
         self.world, self.tag, self.src, self.dst, self.then = world, tag, src, dst, then
         self.link = link = world.link(src, dst)
         self.tx = (
@@ -497,7 +503,7 @@ class _Transfer:
         self.outcome: str | None = None
         self.event.callbacks.append(self._done)
 
-    def _done(self, _event) -> None:
+    def _done(self, _event: simpy.Event) -> None:
         if self.outcome is None:
             self.outcome = "ok"
             self.world._charge_transfer(self.tag, self.src, self.dst, self.link, self.tx, "ok")
@@ -532,21 +538,21 @@ class _Compute:
         node: int,
         flops: float,
         tag: Tag,
-        then,
+        then: Callable[[Job], None] | None,
         resume: tuple[float, float] | None = None,
-    ):
+    ) -> None:
         self.world, self.tag, self.node, self.flops, self.then = world, tag, node, flops, then
         if resume is None:
             self.start_s = world.env.now
             self.duration_s = world._compute_time_s(node, flops)
-            self.event = world.env.timeout(self.duration_s)
+            self.event: simpy.Event = world.env.timeout(self.duration_s)
         else:  # thawed: it ends when it would have (SimPy added the duration to the start)
             self.start_s, self.duration_s = resume
             self.event = timeout_at(world.env, self.start_s + self.duration_s)
         self.outcome: str | None = None
         self.event.callbacks.append(self._done)
 
-    def _done(self, _event) -> None:
+    def _done(self, _event: simpy.Event) -> None:
         if self.outcome is None:
             self._charge("ok")
             if self.then is not None:

@@ -21,8 +21,10 @@ Synthetic(alpha, beta), MNIST-1D); MNIST, Fashion-MNIST, KMNIST and CIFAR-10/100
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -34,6 +36,9 @@ from flnet.learn.data.embedded import Source
 from flnet.learn.data.lazy import LazyClients
 from flnet.learn.data.views import ClientViews
 from flnet.rng import Stream, generator, minibatch_generator, work_generator
+
+if TYPE_CHECKING:  # the scenario's sections, for annotations only
+    from flnet.scenario import DataConfig, Partition
 
 # Sub-streams of Stream.PARTITION; the Hsu Dirichlet split keeps the bare stream. Synthetic
 # client k draws from (seed, PARTITION, SYNTHETIC_CLIENT, k), its size from SYNTHETIC.
@@ -64,7 +69,7 @@ class FederatedData:
     lazy: LazyClients | None = None  # clients generated on demand
     eval_label_counts: np.ndarray | None = None  # lazy: [E, C] training labels of the sample
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         for name in ("client_indices", "client_test_indices"):
             value = getattr(self, name)
             if isinstance(value, (list, tuple)):  # one array per client (small N, tests)
@@ -74,7 +79,10 @@ class FederatedData:
 
     @property
     def num_clients(self) -> int:
-        return self.lazy.num_clients if self.lazy is not None else self.client_indices.num_clients
+        if self.lazy is not None:
+            return self.lazy.num_clients
+        assert self.client_indices is not None  # data in memory has its views
+        return self.client_indices.num_clients
 
     @property
     def input_shape(self) -> tuple[int, ...]:
@@ -85,6 +93,7 @@ class FederatedData:
         """[N] training samples per client."""
         if self.lazy is not None:
             return self.lazy.train_sizes
+        assert self.client_indices is not None  # data in memory has its views
         return self.client_indices.sizes()
 
     def cohort_arrays(self, clients: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
@@ -104,15 +113,17 @@ class FederatedData:
         Lazy data: one row per client of the evaluation sample, whose rows were generated."""
         k = self.num_classes
         if self.lazy is not None:
-            clients = self.eval_clients
+            clients, label_counts = self.eval_clients, self.eval_label_counts
+            assert clients is not None and label_counts is not None  # set for lazy data
             columns = {
                 "client": clients,
                 "num_samples": self.lazy.train_sizes[clients],
                 "num_test_samples": (self.lazy.sizes - self.lazy.train_sizes)[clients],
             }
-            columns.update({f"label_{c}": self.eval_label_counts[:, c] for c in range(k)})
+            columns.update({f"label_{c}": label_counts[:, c] for c in range(k)})
             return pd.DataFrame(columns)
         views = self.client_indices
+        assert views is not None  # data in memory has its views
         sizes = np.diff(views.offsets)
         n = views.slots
         labels = self.y_train.cpu().numpy()[views.indices]
@@ -126,7 +137,7 @@ class FederatedData:
         return pd.DataFrame(columns)
 
 
-def source(config, num_clients: int, seed: int) -> tuple[Source, tuple]:
+def source(config: DataConfig, num_clients: int, seed: int) -> tuple[Source, tuple]:
     """The scenario's data set before partitioning, and a key that identifies its rows."""
     name = config.dataset
     if name == "digits":
@@ -150,12 +161,12 @@ def source(config, num_clients: int, seed: int) -> tuple[Source, tuple]:
     return files.load_cifar_set(name, root, config.download), (name, str(root.resolve()))
 
 
-def synthetic_client_rng(seed: int):
+def synthetic_client_rng(seed: int) -> Callable[[int], np.random.Generator]:
     """k -> synthetic client k's own generator."""
     return functools.partial(generator, seed, Stream.PARTITION, SYNTHETIC_CLIENT)
 
 
-def split(part, src: Source, num_slots: int, seed: int) -> list[np.ndarray]:
+def split(part: Partition, src: Source, num_slots: int, seed: int) -> list[np.ndarray]:
     """Each slot's training rows under the partition config `part` (a slot is a client unless
     rows are shared)."""
     labels, n = src.y_train, len(src.y_train)
@@ -169,6 +180,8 @@ def split(part, src: Source, num_slots: int, seed: int) -> list[np.ndarray]:
         return partition.shards(
             labels, num_slots, part.classes_per_client, generator(seed, Stream.PARTITION, LABELS)
         )
+    # validated: a natural partition is synthetic's, which is generated per client (load_lazy)
+    assert part.kind != "natural"
     if part.kind == "zipf":
         sizes = partition.zipf_sizes(n, num_slots, part.sigma)
     else:
@@ -179,7 +192,7 @@ def split(part, src: Source, num_slots: int, seed: int) -> list[np.ndarray]:
     return partition.by_sizes(labels, sizes, part.alpha, generator(seed, Stream.PARTITION, LABELS))
 
 
-def load(config, num_clients: int, seed: int, device: torch.device) -> FederatedData:
+def load(config: DataConfig, num_clients: int, seed: int, device: torch.device) -> FederatedData:
     """Build the scenario's data set and partition it over `num_clients` clients."""
     eval_clients = evaluation_clients(seed, num_clients, config.eval_clients)
     if config.dataset == "synthetic" and config.partition.kind == "natural":
@@ -217,7 +230,7 @@ def load(config, num_clients: int, seed: int, device: torch.device) -> Federated
     )
 
 
-def num_slots(config, num_clients: int, src: Source) -> int:
+def num_slots(config: DataConfig, num_clients: int, src: Source) -> int:
     """How many row groups the partition makes: one per client, unless rows are shared
     (``data.share_rows``: true for as many as rows, a number for that many, never more than
     the clients or the rows)."""
@@ -239,7 +252,11 @@ def num_slots(config, num_clients: int, src: Source) -> int:
 
 
 def load_lazy(
-    config, num_clients: int, seed: int, device: torch.device, eval_clients: np.ndarray
+    config: DataConfig,
+    num_clients: int,
+    seed: int,
+    device: torch.device,
+    eval_clients: np.ndarray,
 ) -> FederatedData:
     """Synthetic(alpha, beta), natural partition: each client generated from its own stream when
     it takes part. The test set is the evaluation sample's own test rows (every client's up to
@@ -322,17 +339,20 @@ def minibatches(
         local[row, s:] = local[row, s - 1]
     if data.lazy is None:
         views = data.client_indices
+        assert views is not None  # data in memory has its views
         out = views.indices[local + views.offsets[views.slot(clients)][:, None, None]]
     else:
         out = local + np.concatenate([[0], np.cumsum(sizes)[:-1]])[:, None, None]
     return torch.from_numpy(out).to(data.x_train.device)
 
 
-def own_rows(data: FederatedData, clients: np.ndarray):
+def own_rows(data: FederatedData, clients: np.ndarray) -> Iterator[np.ndarray]:
     """Each client's rows, one array at a time: of the training set, or for lazy data of
     `cohort_arrays(clients)` (the clients' rows concatenated in their order)."""
     if data.lazy is None:
-        return (data.client_indices[k] for k in clients)
+        views = data.client_indices
+        assert views is not None  # data in memory has its views
+        return (views[k] for k in clients)
     sizes = data.num_samples[np.asarray(clients, dtype=np.int64)]
     starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
     return (np.arange(s, s + n) for s, n in zip(starts.tolist(), sizes.tolist()))

@@ -9,12 +9,16 @@ import functools
 import hashlib
 import json
 import random
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
 from flnet import cache
+
+if TYPE_CHECKING:  # the scenario's section, for annotations only
+    from flnet.scenario import SyntheticConfig
 
 
 class Source(NamedTuple):
@@ -45,7 +49,7 @@ def digits() -> Source:
 SYNTHETIC_CHUNK_ROWS = 4096  # a client's rows are drawn in float64 this many at a time
 
 
-def synthetic_sizes(num_clients: int, cfg, rng: np.random.Generator) -> np.ndarray:
+def synthetic_sizes(num_clients: int, cfg: SyntheticConfig, rng: np.random.Generator) -> np.ndarray:
     """[N] samples per client of Synthetic(alpha, beta): lognormal(4, 2) + 50, as in the
     authors' generator; drawn for every client at once (8 bytes a client)."""
     return (
@@ -54,13 +58,16 @@ def synthetic_sizes(num_clients: int, cfg, rng: np.random.Generator) -> np.ndarr
     )
 
 
-def synthetic_train_sizes(sizes: np.ndarray, cfg) -> np.ndarray:
+def synthetic_train_sizes(sizes: np.ndarray, cfg: SyntheticConfig) -> np.ndarray:
     """[N] training rows of each client: its first (1 - test_fraction) rows."""
     return ((1 - cfg.test_fraction) * sizes).astype(np.int64)
 
 
 def synthetic_client(
-    cfg, size: int, rng: np.random.Generator, out: tuple[np.ndarray, np.ndarray] | None = None
+    cfg: SyntheticConfig,
+    size: int,
+    rng: np.random.Generator,
+    out: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """One user of FedProx's Synthetic(alpha, beta) (Li et al., MLSys 2020, Sec. 5.1):
     x [size, D] float32 and y [size] int64, training rows first (rows are drawn in order, so
@@ -92,13 +99,18 @@ def synthetic_client(
     return x, y
 
 
-def synthetic(num_clients: int, cfg, sizes_rng: np.random.Generator, client_rng) -> Source:
+def synthetic(
+    num_clients: int,
+    cfg: SyntheticConfig,
+    sizes_rng: np.random.Generator,
+    client_rng: Callable[[int], np.random.Generator],
+) -> Source:
     """Every user of Synthetic(alpha, beta) generated and pooled (for partitions other than
     natural, which re-split the pool; small populations only). `client_rng(k)` is client k's
     stream."""
     sizes = synthetic_sizes(num_clients, cfg, sizes_rng)
     n_train = synthetic_train_sizes(sizes, cfg)
-    parts = {
+    parts: dict[str, list[np.ndarray]] = {
         "x_train": [],
         "y_train": [],
         "x_test": [],
@@ -117,7 +129,7 @@ def synthetic(num_clients: int, cfg, sizes_rng: np.random.Generator, client_rng)
 
 
 @contextlib.contextmanager
-def global_rng_restored():
+def global_rng_restored() -> Iterator[None]:
     """Put numpy's and Python's global RNG states back afterwards (mnist1d seeds them)."""
     np_state, py_state = np.random.get_state(), random.getstate()
     try:

@@ -20,12 +20,16 @@ from __future__ import annotations
 
 import functools
 import zipfile
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
 from flnet.errors import DataError
 from flnet.learn.data.embedded import Source
+
+if TYPE_CHECKING:  # the scenario's section, for annotations only
+    from flnet.scenario import Features, RandomReluFeatures, Resnet18Features
 
 
 def _random_relu(x: np.ndarray, dim: int, seed: int) -> np.ndarray:
@@ -98,18 +102,20 @@ def _npz(path: str, src: Source) -> tuple[np.ndarray, np.ndarray]:
 class _Keyed:
     """Hashes as its key, so `lru_cache` keys on the data set's identity, not its arrays."""
 
-    def __init__(self, key: tuple, src: Source):
+    def __init__(self, key: tuple, src: Source) -> None:
         self.key, self.src = key, src
 
-    def __hash__(self):
+    def __hash__(self) -> int:
         return hash(self.key)
 
-    def __eq__(self, other):
-        return self.key == other.key
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Keyed) and self.key == other.key
 
 
 @functools.lru_cache(maxsize=2)
-def _backbone_features(cfg, keyed: _Keyed) -> tuple[np.ndarray, np.ndarray]:
+def _backbone_features(
+    cfg: RandomReluFeatures | Resnet18Features, keyed: _Keyed
+) -> tuple[np.ndarray, np.ndarray]:
     src = keyed.src
     both = np.concatenate([src.x_train, src.x_test])
     if cfg.kind == "random_relu":
@@ -132,7 +138,7 @@ def _standardised(tr: np.ndarray, te: np.ndarray) -> tuple[np.ndarray, np.ndarra
     return (tr - mean) / std, (te - mean) / std
 
 
-def apply(cfg, src: Source, src_key: tuple) -> Source:
+def apply(cfg: Features, src: Source, src_key: tuple) -> Source:
     """`src` with x_train [N, F] and x_test [M, F] replaced by standardised features.
 
     `src_key` identifies the data set (the same key, the same rows) for the backbones' cache;

@@ -21,7 +21,7 @@ import tempfile
 import urllib.request
 import zlib
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple, cast
 
 import numpy as np
 
@@ -198,7 +198,7 @@ def load_idx_set(name: str, root: Path, download: bool) -> Source:
     missing = [f for f, p in paths.items() if p is None]
     if missing:
         raise missing_error(name, folder, [f"{f}(.gz)" for f in missing])
-    x_tr, y_tr, x_te, y_te = (read_idx(paths[f]) for f in IDX_NAMES)
+    x_tr, y_tr, x_te, y_te = (read_idx(cast(Path, paths[f])) for f in IDX_NAMES)  # none missing
     for images, labels in ((IDX_NAMES[0], IDX_NAMES[1]), (IDX_NAMES[2], IDX_NAMES[3])):
         x, y = (x_tr, y_tr) if images == IDX_NAMES[0] else (x_te, y_te)
         if x.ndim != 3:
@@ -220,8 +220,10 @@ def load_idx_set(name: str, root: Path, download: bool) -> Source:
             f"{paths[IDX_NAMES[0]]} holds {list(x_tr.shape[1:])} images but "
             f"{paths[IDX_NAMES[2]]} holds {list(x_te.shape[1:])}"
         )
-    images = lambda a: (a.astype(np.float32) / 255.0)[:, None]  # noqa: E731
-    return Source(images(x_tr), y_tr.astype(np.int64), images(x_te), y_te.astype(np.int64), 10)
+    as_images = lambda a: (a.astype(np.float32) / 255.0)[:, None]  # noqa: E731
+    return Source(
+        as_images(x_tr), y_tr.astype(np.int64), as_images(x_te), y_te.astype(np.int64), 10
+    )
 
 
 # ---------------------------------------------------------------- CIFAR
@@ -250,7 +252,7 @@ class _ArraysOnly(pickle.Unpickler):
         "dtype": np.dtype,
     }
 
-    def find_class(self, module, name):
+    def find_class(self, module: str, name: str) -> Any:
         if module in self._NUMPY_MODULES and name in self._NUMPY_NAMES:
             return self._NUMPY_NAMES[name]
         if (module, name) == ("_codecs", "encode"):
@@ -316,7 +318,7 @@ def load_cifar_set(name: str, root: Path, download: bool) -> Source:
     if missing:
         raise missing_error(name, folder, missing)
 
-    def read(files):
+    def read(files: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
         arrays = [
             cifar_arrays(read_cifar_batch(folder / f), folder / f, spec.label_key, spec.num_classes)
             for f in files
@@ -382,5 +384,5 @@ def _fetch_archive(spec: CifarSet, root: Path) -> None:
             for m in tar.getmembers()
             if m.isfile() and Path(m.name).parts[0] == spec.folder and ".." not in m.name
         ]
-        safe = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
+        safe: dict[str, Any] = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
         tar.extractall(root, members=members, **safe)

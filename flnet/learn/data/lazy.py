@@ -7,20 +7,25 @@ a client), not their rows.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from flnet.learn.data.embedded import synthetic_client, synthetic_sizes, synthetic_train_sizes
+
+if TYPE_CHECKING:  # the scenario's section, for annotations only
+    from flnet.scenario import SyntheticConfig
 
 
 class LazyClients:
     def __init__(
         self,
-        cfg,
+        cfg: SyntheticConfig,
         num_clients: int,
         sizes_rng: np.random.Generator,
         client_rng: Callable[[int], np.random.Generator],
-    ):
+    ) -> None:
         self.cfg = cfg
         self.num_clients = num_clients
         self.client_rng = client_rng  # k -> client k's own generator
@@ -32,7 +37,7 @@ class LazyClients:
         on every call."""
         return synthetic_client(self.cfg, int(self.sizes[k]), self.client_rng(int(k)))
 
-    def train_rows(self, clients) -> tuple[np.ndarray, np.ndarray]:
+    def train_rows(self, clients: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
         """The training rows of `clients`, concatenated in their order: x [R, D], y [R]; each
         client's first n_k rows made straight into their place (its test rows are not made)."""
         clients = np.asarray(clients, dtype=np.int64)

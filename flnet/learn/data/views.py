@@ -13,9 +13,10 @@ maps a client to its slot:
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 
 class ClientViews:
@@ -25,7 +26,7 @@ class ClientViews:
         indices: np.ndarray,
         num_clients: int,
         owners: np.ndarray | None = None,
-    ):
+    ) -> None:
         self.offsets = np.asarray(offsets, dtype=np.int64)  # [S + 1]
         self.indices = np.asarray(indices, dtype=np.int64)  # [R]
         self.num_clients = int(num_clients)
@@ -33,7 +34,7 @@ class ClientViews:
         self.slots = len(self.offsets) - 1
 
     @classmethod
-    def from_lists(cls, parts, num_clients: int | None = None) -> ClientViews:
+    def from_lists(cls, parts: Sequence[np.ndarray], num_clients: int | None = None) -> ClientViews:
         """From one index array per slot (the partition functions' output at small N)."""
         sizes = np.fromiter((len(p) for p in parts), dtype=np.int64, count=len(parts))
         indices = np.concatenate(parts) if len(parts) else np.empty(0, np.int64)
@@ -47,7 +48,7 @@ class ClientViews:
     def shared(self) -> bool:
         return self.owners is None and self.slots < self.num_clients
 
-    def slot(self, clients) -> np.ndarray:
+    def slot(self, clients: ArrayLike) -> np.ndarray:
         """[C] slot of each client."""
         clients = np.asarray(clients, dtype=np.int64)
         if self.owners is not None:
@@ -59,7 +60,7 @@ class ClientViews:
             return pos
         return clients % self.slots if self.shared else clients
 
-    def sizes(self, clients=None) -> np.ndarray:
+    def sizes(self, clients: ArrayLike | None = None) -> np.ndarray:
         """[C] rows of each client in `clients` (all clients when None)."""
         per_slot = np.diff(self.offsets)
         if clients is None:
@@ -78,7 +79,7 @@ class ClientViews:
     def __iter__(self) -> Iterator[np.ndarray]:  # one array per client: for tests and small N
         return (self[k] for k in range(self.num_clients))
 
-    def gather(self, clients) -> tuple[np.ndarray, np.ndarray]:
+    def gather(self, clients: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
         """The rows of `clients`, concatenated in their order, and [C] how many each has."""
         slots = self.slot(clients)
         starts, sizes = self.offsets[slots], np.diff(self.offsets)[slots]
