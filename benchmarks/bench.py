@@ -337,11 +337,55 @@ def population_child(path: str, overrides: list[str]) -> None:
     )
 
 
-def population_case(*overrides: str) -> dict:
+class CheckpointBytes:
+    """Observer placed after the run's checkpointer: the bytes each checkpoint wrote, by file
+    kind (checkpoint.pt rewritten whole; the journals' growth, a rewritten journal whole)."""
+
+    def __init__(self, out: Path):
+        self.out = out
+        self.sizes: dict[str, int] = {}
+        self.mtime_ns = -1
+        self.written: list[dict[str, int]] = []
+
+    def on_start(self, world):
+        pass
+
+    def on_progress(self, world, progress, stopping):
+        ckpt = self.out / "checkpoint.pt"
+        if not ckpt.exists() or ckpt.stat().st_mtime_ns == self.mtime_ns:
+            return None
+        self.mtime_ns = ckpt.stat().st_mtime_ns
+        row = {"checkpoint": ckpt.stat().st_size, "tables": 0, "ledger": 0}
+        names = [f.name for f in self.out.iterdir() if "journal" in f.name]
+        for name in sorted(set(names) | set(self.sizes)):
+            size = (self.out / name).stat().st_size if name in names else 0
+            row["tables" if name.startswith("tables") else "ledger"] += max(
+                0, size - self.sizes.get(name, 0)
+            )
+            self.sizes[name] = size
+        self.written.append(row)
+        return None
+
+    def on_end(self, world, reason):
+        pass
+
+
+def checkpoint_child(path: str, overrides: list[str]) -> None:
+    """One run writing checkpoints into a temporary folder: the bytes each checkpoint wrote
+    (checkpoint.pt, the table journal, the ledger journal), as JSON."""
+    from flnet.runner import run
+
+    with tempfile.TemporaryDirectory() as tmp:
+        meter = CheckpointBytes(Path(tmp) / "out")
+        run(path, [*overrides, f"output.dir={tmp}/out"], observers=(meter,))
+    print(json.dumps({"written": meter.written}))
+
+
+def population_case(*overrides: str, child: str = "--population-child") -> dict:
     cmd = [
         sys.executable,
         __file__,
-        "--population-child",
+        child,
         str(HERE.parent / "scenarios" / "million.yaml"),
         *(f"--child-set={o}" for o in overrides),
     ]
@@ -374,14 +418,25 @@ def population_report(quick: bool) -> None:
         print("SCAFFOLD: not in this checkout")
         return
     rounds = 10 if quick else 50
-    r = population_case(
-        "algorithm.name=scaffold", "data.synthetic.num_features=784", f"run.rounds={rounds}"
-    )
+    scaffold = ("algorithm.name=scaffold", "data.synthetic.num_features=784")
+    r = population_case(*scaffold, f"run.rounds={rounds}")
     print(
         f"SCAFFOLD, 1,000,000 clients, 100 a round, {rounds} rounds, logistic on 784 "
         f"features (7,850 parameters): built in {r['build_s']:.2f} s; a round "
         f"{r['round_s'] * 1e3:.0f} ms ({r['round_cpu_s'] * 1e3:.0f} CPU-ms); peak RSS "
         f"{r['peak_rss_mb']:.0f} MB"
+    )
+    every = 5
+    w = population_case(
+        *scaffold, f"run.rounds={rounds}", f"run.checkpoint_every={every}", child="--ckpt-child"
+    )["written"][1:]  # the round-0 checkpoint has no c_i rows yet
+    mb = lambda row: (row["checkpoint"] + row["tables"]) / 1e6  # noqa: E731
+    print(
+        f"  the same run checkpointed every {every} rounds: MB written per checkpoint "
+        f"(checkpoint.pt + table journal), first {mb(w[0]):.1f}, median "
+        f"{statistics.median(map(mb, w)):.1f}, last {mb(w[-1]):.1f}, in all "
+        f"{sum(map(mb, w)):.0f} over {len(w)} checkpoints (c_i of the clients seen so far: "
+        f"{100 * rounds * 7850 * 4 / 1e6:.0f} MB at most)"
     )
 
 
@@ -400,6 +455,7 @@ def main(argv=None) -> None:
         help="only the population cases: FedAvg at 10k, 1M and 10M clients, SCAFFOLD at 1M",
     )
     p.add_argument("--population-child", help=argparse.SUPPRESS)
+    p.add_argument("--ckpt-child", help=argparse.SUPPRESS)
     p.add_argument("--child", help=argparse.SUPPRESS)
     p.add_argument("--child-set", action="append", default=[], help=argparse.SUPPRESS)
     p.add_argument("--child-write", action="store_true", help=argparse.SUPPRESS)
@@ -409,6 +465,8 @@ def main(argv=None) -> None:
         return scenario_child(args.child, args.child_set, args.child_write)
     if args.population_child:
         return population_child(args.population_child, args.child_set)
+    if args.ckpt_child:
+        return checkpoint_child(args.ckpt_child, args.child_set)
     if args.population:
         return population_report(args.quick)
     if args.compare_w1:

@@ -3,9 +3,10 @@
 At a safe point no client work is in flight (or, for `stream`, what is in flight is part of the
 algorithm's state) and every random stream is keyed by the step or the work it belongs to, so the
 whole trajectory resumes from: the algorithm's state (tensors and ints, handed over in the
-`Progress` record), the simulated clock and event count, the records so far, the learner's
-per-client state, and how much of the ledger journal (appended as the run goes, see
-`flnet.sim.ledger`) belongs to it.
+`Progress` record), the simulated clock and event count, the records so far, and how much of the
+two journals belongs to it: the ledger's (appended as the run goes, see `flnet.sim.ledger`) and
+the per-client tables' (`flnet.journal`: each checkpoint appends only the rows changed since the
+previous one, so a checkpoint at a million clients does not rewrite every client's row).
 The file is written to a temporary name and renamed (atomic on POSIX), and read back with
 ``torch.load(weights_only=True)``: tensors and plain containers only, never arbitrary objects.
 What comes back is checked field by field, so a torn, foreign or hand-edited file is one clear
@@ -29,7 +30,7 @@ from flnet.errors import FlnetError
 if TYPE_CHECKING:  # for annotations only
     from flnet.scenario import Scenario
 
-FORMAT = 3  # 3: per-client state as ClientTable rows (learner tables, optimizer states)
+FORMAT = 4  # 3: per-client state as ClientTable rows; 4: those rows in the table journal
 FILE = output.CHECKPOINT
 JOURNAL = output.JOURNAL  # the ledger, appended at each checkpoint (Ledger.flush)
 
@@ -39,7 +40,7 @@ class Checkpoint(NamedTuple):
     events: int  # client results delivered so far
     now_s: float
     state: dict  # the algorithm's State fields
-    world: dict  # Learner.state_dict(): per-client state (e.g. optimizer states)
+    tables: dict  # TableJournal.position(): where the per-client rows end in their journal
     ledger_rows: int  # rows of the journal that belong to this checkpoint
     ledger_bytes: int  # and their length in bytes
     records: list[dict]
@@ -131,7 +132,7 @@ def _problem(payload: Any) -> str | None:
         "events": numbers.Integral,
         "now_s": numbers.Real,
         "state": dict,
-        "world": dict,
+        "tables": dict,
         "ledger_rows": numbers.Integral,
         "ledger_bytes": numbers.Integral,
         "records": list,
@@ -144,6 +145,9 @@ def _problem(payload: Any) -> str | None:
     for name in ("round", "events", "ledger_rows", "ledger_bytes"):
         if payload[name] < 0:
             return f"{name} is {payload[name]}"
+    tables = _table_problem(payload["tables"])
+    if tables:
+        return f"its table journal position {tables}"
     if not all(isinstance(r, dict) for r in payload["records"]):
         return "its records are not rows"
     try:
@@ -152,6 +156,21 @@ def _problem(payload: Any) -> str | None:
         return "its scenario is not JSON"
     if not isinstance(scenario, dict):
         return "its scenario is not a mapping"
+    return None
+
+
+def _table_problem(position: dict) -> str | None:
+    """What is wrong with a table journal position (`flnet.journal`), or None."""
+    fields = {"file": str, "entries": numbers.Integral, "bytes": numbers.Integral, "sha256": str}
+    if set(position) != set(fields):
+        return f"has fields {sorted(map(str, position))}, not {sorted(fields)}"
+    for name, kind in fields.items():
+        if not isinstance(position[name], kind) or isinstance(position[name], bool):
+            return f"has a {type(position[name]).__name__} {name}"
+    if position["file"] not in output.TABLE_JOURNALS:
+        return f"names the file {position['file']!r}, not one of {list(output.TABLE_JOURNALS)}"
+    if position["entries"] < 0 or position["bytes"] < 0:
+        return "has a negative count"
     return None
 
 

@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 LOCK = ".flnet.lock"
 CHECKPOINT = "checkpoint.pt"
 JOURNAL = "ledger-journal.csv"  # the ledger, appended as the run goes (flnet.sim.ledger)
+TABLE_JOURNALS = ("tables-journal-a.bin", "tables-journal-b.bin")  # flnet.journal
 TABLES = ("records", "ledger", "partition")
 FORMATS = ("parquet", "csv")
 RUN_FILES = (
@@ -42,6 +43,7 @@ RUN_FILES = (
     "summary.json",
     CHECKPOINT,
     JOURNAL,
+    *TABLE_JOURNALS,
     *(f"{t}.{f}" for t in TABLES for f in FORMATS),
 )
 _TMP = re.compile(r"^\.(?P<name>.+)\.\d+\.[0-9a-f]+\.tmp$")

@@ -27,9 +27,10 @@ import pandas as pd
 import torch
 import yaml
 
-from flnet import checkpoint, output
+from flnet import checkpoint, journal, output
 from flnet.algorithms import ALGORITHMS
 from flnet.errors import FlnetError, ScenarioError
+from flnet.journal import TableJournal
 from flnet.learn import data as data_mod
 from flnet.learn import models
 from flnet.learn.aggregate import consensus_distance
@@ -159,8 +160,11 @@ class Checkpointer:
     wall-clock trigger keeps runs reproducible while bounding both the work lost to a kill and
     the time spent writing."""
 
-    def __init__(self, run: Run, every: int | None, interval_s: float | None) -> None:
+    def __init__(
+        self, run: Run, every: int | None, interval_s: float | None, tables: TableJournal
+    ) -> None:
         self.run = run
+        self.tables = tables  # the per-client tables' journal
         self.every = every
         self.interval_s = interval_s
         self.last_s = time.monotonic()
@@ -204,20 +208,26 @@ class Checkpointer:
     def save_or_raise(
         self, world: World, progress: Progress, now_s: float, stopping: str | None
     ) -> None:
-        """Append the journal, then save the checkpoint that points into it; raises the
-        OSError of a failed write (the checkpoint on disk is then the previous one)."""
+        """Append the journals (the ledger's new rows, the tables' changed rows), then save the
+        checkpoint that points into them; raises the OSError of a failed write (the checkpoint
+        on disk is then the previous one)."""
         out = self.run.output_dir
         try:
             rows, size = world.ledger.flush(out / checkpoint.JOURNAL)
         except OSError as e:
             e.filename = e.filename or str(out / checkpoint.JOURNAL)
             raise
+        try:
+            tables = self.tables.save(self.run.learner)
+        except OSError as e:
+            e.filename = e.filename or str(self.tables.path)
+            raise
         ckpt = checkpoint.Checkpoint(
             round=progress.step,
             events=progress.events,
             now_s=now_s,
             state=progress.state._asdict(),
-            world=self.run.learner.state_dict(),
+            tables=tables,
             ledger_rows=rows,
             ledger_bytes=size,
             records=list(self.run.recorder.rows),
@@ -227,6 +237,7 @@ class Checkpointer:
 
         def committed() -> None:  # the round noted is the round on disk, even under Ctrl-C
             self.saved_round = ckpt.round
+            self.tables.committed()
 
         try:
             checkpoint.save(out, ckpt, committed)
@@ -412,8 +423,15 @@ class Run:
         self.stop_rules = StopRules(scenario)
         self.target = TargetAccuracy(scenario.run.target_accuracy, self.recorder)
         chain: list[Observer] = [self.stop_rules, self.recorder, self.target]
+        rows: dict[str, dict] = {}
+        if ckpt is None:
+            tables = TableJournal(self.output_dir)
+        else:  # the per-client rows as of the checkpoint; what follows it is cut off
+            tables, rows = TableJournal.resume(self.output_dir, ckpt.tables)
         self.checkpointer = (
-            Checkpointer(self, scenario.run.checkpoint_every, scenario.run.checkpoint_interval_s)
+            Checkpointer(
+                self, scenario.run.checkpoint_every, scenario.run.checkpoint_interval_s, tables
+            )
             if write
             else None
         )
@@ -423,8 +441,9 @@ class Run:
         self.algorithm = ALGORITHMS[scenario.algorithm.name]
         if ckpt is None:
             self.state = self.algorithm.init(self.learner, scenario.algorithm)
-            if write:  # a journal left by an earlier run in this folder is not this run's
+            if write:  # journals left by an earlier run in this folder are not this run's
                 remove_journal(self.output_dir / checkpoint.JOURNAL)
+                journal.remove(self.output_dir)
             self.world.start()
             self.world.publish(self.algorithm.progress(self.state))  # step 0: the initial model
         else:
@@ -435,7 +454,7 @@ class Run:
             )
             self.world.events = ckpt.events
             try:
-                self.learner.load_state_dict(ckpt.world)
+                self.learner.load_state_dict(rows)
                 self.state = self.algorithm.State(**ckpt.state)
             except (KeyError, TypeError, ValueError, RuntimeError) as e:
                 raise FlnetError(

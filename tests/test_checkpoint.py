@@ -158,8 +158,11 @@ def test_a_truncated_checkpoint_is_one_clear_error(tmp_path):
     [
         ({"model": torch.zeros(3)}, "its format is None"),
         ([1, 2, 3], "it holds a list, not a mapping"),
-        ({"format": 3, "round": 3}, "missing events, ledger_bytes, ledger_rows, now_s, records"),
+        ({"format": 4, "round": 3}, "missing events, ledger_bytes, ledger_rows, now_s, records"),
+        ("format 3", "its format is 3"),  # an older format: per-client rows inside the file
         ("rewrite", "round is a str"),
+        ("journal file", "its table journal position names the file '../x.bin', not one of"),
+        ("journal fields", r"its table journal position has fields \['file'\], not"),
         ("negative", "ledger_rows is -1"),
         ("records", "its records are not rows"),
     ],
@@ -173,14 +176,17 @@ def test_a_foreign_or_edited_checkpoint_is_one_clear_error(tmp_path, payload, pr
         payload = {
             **good,
             **{
+                "format 3": {"format": 3},
                 "rewrite": {"round": "3"},
+                "journal file": {"tables": {**good["tables"], "file": "../x.bin"}},
+                "journal fields": {"tables": {"file": "tables-journal-a.bin"}},
                 "negative": {"ledger_rows": -1},
                 "records": {"records": [1, 2]},
             }[payload],
         }
     torch.save(payload, ckpt)
     with pytest.raises(
-        FlnetError, match=f"checkpoint {ckpt} is not an flnet checkpoint of format 3: {problem}"
+        FlnetError, match=f"checkpoint {ckpt} is not an flnet checkpoint of format 4: {problem}"
     ):
         run(path, resume=True)
 

@@ -201,7 +201,8 @@ def test_optimizers_without_a_learning_rate_are_refused():
 
 def test_sigterm_mid_run_then_resume_gives_the_uninterrupted_run(tmp_path):
     """`kill -TERM` while a SCAFFOLD run checkpoints every 5 rounds, then `--resume`: it goes on
-    past a quarter of the run and ends with the records and ledger of a run never stopped."""
+    past a quarter of the run and ends with the records and ledger of a run never stopped. The
+    c_i rows are in the table journal (an entry per checkpoint at most), not the checkpoint."""
     import os
     import signal
     import subprocess
@@ -250,6 +251,9 @@ def test_sigterm_mid_run_then_resume_gives_the_uninterrupted_run(tmp_path):
     assert proc.returncode > 0, "the run ended before it could be stopped, or died unhandled"
     stopped_at = checkpoint_round()
     assert rounds // 4 <= stopped_at < rounds  # the tag it resumes from
+    position = torch.load(out / "checkpoint.pt", weights_only=True)["tables"]
+    assert 0 < position["entries"] <= stopped_at // 5
+    assert (out / position["file"]).stat().st_size >= position["bytes"]
     resumed = subprocess.run([*cmd, "--resume"], capture_output=True, text=True, timeout=600)
     assert resumed.returncode == 0, resumed.stderr
     run(path, overrides=[f"output.dir={tmp_path / 'whole'}"])

@@ -80,3 +80,25 @@ def test_keep_writes_only_the_positions_committed():
     keep.commit(np.array([0]))
     assert table.rows(cohort).tolist() == [[1, 1], [0, 0], [3, 3]]
     assert other.rows(cohort).tolist() == [1, 0, 3]
+
+
+def test_changes_are_the_rows_written_since_the_last_save():
+    table = ClientTable(Pair(torch.zeros(3), torch.zeros(())))
+    table.put(np.array([5, 2, 9]), pair_rows([5, 2, 9]))
+    assert sorted(table.changes()["clients"].tolist()) == [2, 5, 9]
+    table.mark_saved()
+    assert len(table.changes()["clients"]) == 0
+    table.put(np.array([9, 40]), pair_rows([90, 400]))  # one rewritten, one new
+    changed = table.changes()
+    order = np.argsort(changed["clients"].numpy())
+    assert changed["clients"][order].tolist() == [9, 40]
+    assert changed["rows"][1][order].tolist() == [-90.0, -400.0]
+    assert table.nbytes == 4 * (3 + 1) * 4  # four rows of four float32s
+
+
+def test_rows_loaded_from_a_checkpoint_count_as_saved():
+    table = ClientTable(torch.zeros(2))
+    table.put(np.array([1, 2]), torch.ones(2, 2))
+    again = ClientTable(torch.zeros(2))
+    again.load_state_dict(table.state_dict())
+    assert len(again.changes()["clients"]) == 0 and len(again) == 2

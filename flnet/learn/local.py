@@ -21,6 +21,9 @@ from flnet.learn.table import ClientTable, Keep
 if TYPE_CHECKING:  # the scenario's section, for annotations only
     from flnet.config import LocalConfig
 
+OPTIMIZER_STATES = "optimizer_states"  # state_dict key of the persisted optimizer states
+TABLES = "tables/"  # state_dict key prefix of the algorithms' tables
+
 
 class LocalWork(NamedTuple):
     """Local training computed for a cohort, waiting to be delivered through SimPy."""
@@ -100,19 +103,49 @@ class Learner:
                 self.tables[name].load_state_dict(self._saved_tables.pop(name))
         return self.tables[name]
 
-    def state_dict(self) -> dict:
-        """Per-client state that outlives a round (saved in checkpoints)."""
-        return {
-            "optimizer_states": self.optimizer_states.state_dict(),
-            "tables": {
-                **self._saved_tables,
-                **{name: t.state_dict() for name, t in self.tables.items()},
-            },
-        }
+    def _made_tables(self) -> dict[str, ClientTable]:
+        made = {f"{TABLES}{name}": t for name, t in self.tables.items()}
+        if self.optimizer_states.table is not None:
+            made[OPTIMIZER_STATES] = self.optimizer_states.table
+        return made
 
-    def load_state_dict(self, state: dict) -> None:
-        self.optimizer_states.load_state_dict(state.get("optimizer_states", {}))
-        self.tables, self._saved_tables = {}, dict(state.get("tables", {}))
+    def state_dict(self, changed_only: bool = False) -> dict[str, dict]:
+        """Per-client state that outlives a round (saved in checkpoints, `flnet.journal`), by
+        table: "optimizer_states" and "tables/NAME", each a `ClientTable.state_dict`. Every
+        row, or with `changed_only` those written since `mark_saved`; tables without rows are
+        left out."""
+        out = {}
+        if not changed_only:
+            if self.optimizer_states.table is None and self.optimizer_states._saved:
+                out[OPTIMIZER_STATES] = self.optimizer_states._saved
+            out.update({f"{TABLES}{name}": s for name, s in self._saved_tables.items()})
+        for key, table in self._made_tables().items():
+            out[key] = table.changes() if changed_only else table.state_dict()
+        return {key: s for key, s in out.items() if len(s["clients"])}
+
+    def mark_saved(self) -> None:
+        """Every table's rows are saved (a checkpoint has them)."""
+        for table in self._made_tables().values():
+            table.mark_saved()
+
+    def table_bytes(self) -> int:
+        """Bytes of the rows the tables hold (saved rows of tables not made yet included)."""
+        made = sum(t.nbytes for t in self._made_tables().values())
+        pending = [*self._saved_tables.values()]
+        if self.optimizer_states.table is None and self.optimizer_states._saved:
+            pending.append(self.optimizer_states._saved)
+        return made + sum(r.nbytes for s in pending for r in s["rows"])
+
+    def load_state_dict(self, state: dict[str, dict]) -> None:
+        """Tables as `state_dict` gives them (each made with these rows when first used)."""
+        unknown = [k for k in state if k != OPTIMIZER_STATES and not k.startswith(TABLES)]
+        if unknown:
+            raise ValueError(f"no per-client table {unknown[0]!r} in this learner")
+        self.optimizer_states.load_state_dict(state.get(OPTIMIZER_STATES, {}))
+        self.tables = {}
+        self._saved_tables = {
+            k.removeprefix(TABLES): s for k, s in state.items() if k.startswith(TABLES)
+        }
 
     def local_train(
         self,

@@ -8,6 +8,10 @@ client -> row index as two sorted numpy arrays (looked up with `searchsorted`). 
 million registered clients costs memory only for the rows written, and a cohort's rows are found
 without a Python loop over its clients.
 
+A table also knows which rows changed since it was last saved (`changes`, `mark_saved`): a
+checkpoint appends only those to the run's table journal (`flnet.journal`), never the rows that
+no client touched since the previous checkpoint.
+
 `Keep` is a cohort's new rows computed now by the eager maths, written into the table only for
 the clients whose local work completes in simulated time: the time side calls `commit` with their
 cohort positions (`flnet.sim` declares the `ClientState` protocol it calls).
@@ -44,10 +48,16 @@ class ClientTable:
         self._clients = np.empty(0, np.int64)  # [R] client of each row, in the order written
         self._keys = np.empty(0, np.int64)  # [R] written clients, sorted
         self._slots = np.empty(0, np.int64)  # [R] row of each sorted client
+        self._dirty = np.empty(0, bool)  # [R] row written since the last save
 
     def __len__(self) -> int:
         """Rows written (distinct clients)."""
         return len(self._clients)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the written rows (not the spare capacity)."""
+        return len(self) * sum(leaf.nbytes for leaf in self.initial)
 
     @property
     def capacity(self) -> int:
@@ -101,13 +111,15 @@ class ClientTable:
             slot = slot.copy()
             slot[~written] = new_slots = np.arange(first, first + len(new))
             self._clients = np.concatenate([self._clients, new])
+            self._dirty = np.concatenate([self._dirty, np.zeros(len(new), bool)])
             order = np.argsort(new)
             at = np.searchsorted(self._keys, new[order])  # a merge: O(R), no re-sort
             self._keys = np.insert(self._keys, at, new[order])
             self._slots = np.insert(self._slots, at, new_slots[order])
+        self._dirty[slot] = True
         idx = torch.as_tensor(slot, device=self.device)
         for store, leaf in zip(self._store, leaves):
-            store.index_copy_(0, idx, leaf.to(store.dtype))
+            store.index_copy_(0, idx, leaf.to(store.device, store.dtype))
 
     def _reserve(self, rows: int) -> None:
         capacity = self.capacity
@@ -122,17 +134,32 @@ class ClientTable:
     def state_dict(self) -> dict:
         """The written rows only (copies, so a checkpoint does not save the spare capacity),
         as tensors loadable with ``torch.load(weights_only=True)``."""
-        r = len(self)
+        return self._selected(np.arange(len(self)))
+
+    def changes(self) -> dict:
+        """The rows written since the last `mark_saved` (or load), as `state_dict` gives them:
+        what a checkpoint appends to the table journal."""
+        return self._selected(np.flatnonzero(self._dirty))
+
+    def mark_saved(self) -> None:
+        """Every row is now saved: `changes` is empty until the next `put`."""
+        self._dirty[:] = False
+
+    def _selected(self, slots: np.ndarray) -> dict:
+        """The rows at `slots` (copies) and their clients."""
+        idx = torch.as_tensor(slots, device=self.device)
         return {
-            "clients": torch.from_numpy(self._clients.copy()),
-            "rows": [store[:r].clone() for store in self._store],
+            "clients": torch.from_numpy(self._clients[slots]),
+            "rows": [store.index_select(0, idx) for store in self._store],
         }
 
     def load_state_dict(self, state: dict) -> None:
+        """Replace every row by `state`'s; they count as saved (they came from a checkpoint)."""
         clients = state["clients"].cpu().numpy().astype(np.int64)
         self._clear()
         if len(clients):
             self.put(clients, tree_unflatten(list(state["rows"]), self._spec))
+        self.mark_saved()
 
 
 class Keep:
