@@ -35,6 +35,7 @@ from flnet.output import WriteError
 if TYPE_CHECKING:  # for annotations only: importing these at start would load torch
     import pandas as pd
 
+    from flnet.scenario import Scenario
     from flnet.sim.world import Progress as Step
     from flnet.sim.world import World
 
@@ -78,7 +79,7 @@ def summary_table(summary: dict) -> Table:
     table = Table(title=f"{summary['scenario']} ({summary['algorithm']}, seed {summary['seed']})")
     table.add_column("quantity")
     table.add_column("value", justify="right")
-    acc = summary["final_test_accuracy"]
+    acc = summary.get("final_test_accuracy")
     rows = [
         ("status", f"{summary['status']} ({summary['stop_reason']})"),
         ("rounds", str(summary["rounds"])),
@@ -102,7 +103,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     overrides = list(args.set or [])
     if args.out:
         overrides.append(f"output.dir={args.out}")
+    if args.rounds is not None:
+        overrides.append(f"run.rounds={args.rounds}")
     scenario = load_scenario(args.file, overrides)
+    if args.timing_only:
+        return timing_only_run(scenario, args)
     stop = StopOnSignal()
     observers: tuple = (stop,)
     try:
@@ -150,6 +155,18 @@ def cmd_run(args: argparse.Namespace) -> int:
             "last finite round are kept"
         )
         return 3
+    return 0
+
+
+def timing_only_run(scenario: Scenario, args: argparse.Namespace) -> int:
+    """`flnet run --timing-only`: the time side alone (flnet.reuse.timing_only)."""
+    from flnet.reuse import timing_only
+
+    if args.resume:
+        raise FlnetError("a timing-only run takes no checkpoints: it cannot be resumed")
+    result = timing_only(scenario, force=args.force)
+    Console().print(summary_table(result.summary))
+    print(f"timing-only (no training, no accuracy): results in {result.output_dir}/")
     return 0
 
 
@@ -202,6 +219,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
                 backend=backend,
                 address=address,
                 on_progress=on_progress,
+                reuse_runs=not args.no_reuse,
             )
         except KeyboardInterrupt:
             progress.stop()
@@ -227,6 +245,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         err_console.print(
             f"note: point {row['point']} ({where}): {row['note']}", highlight=False, soft_wrap=True
         )
+    for line in reuse_lines(table):
+        err_console.print(line, highlight=False, soft_wrap=True)
     for warning in result.warnings:
         err_console.print(f"[bold yellow]warning:[/] {escape(warning)}")
     bad = (~table.status.isin(("completed", "diverged"))).sum()
@@ -244,6 +264,24 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 SWEEP_SHOWN = ("status", "rounds", "final_test_accuracy", "sim_time_s", "energy_j")
 
 
+def reuse_lines(table: pd.DataFrame) -> list[str]:
+    """What trajectory reuse did: how many points replayed how many training runs, and why
+    the others that could have ran in full (one line per reason)."""
+    if "reused_from" not in table:
+        return []
+    replayed = table.reused_from.notna()
+    lines = []
+    if replayed.any():
+        lines.append(
+            f"reuse: {int(replayed.sum())} points replayed the training of "
+            f"{table.reused_from[replayed].nunique()} trajectory runs (column reused_from)"
+        )
+    full = table.reuse_note.fillna("").str.startswith("ran in full")
+    for note, n in table.reuse_note[full].value_counts(sort=False).items():
+        lines.append(f"reuse: {n} points {note}")
+    return lines
+
+
 def spec_columns(table: pd.DataFrame) -> list[str]:
     """The swept columns of a points table (between `point` and `status`)."""
     cols = list(table.columns)
@@ -252,7 +290,8 @@ def spec_columns(table: pd.DataFrame) -> list[str]:
 
 def sweep_text(table: pd.DataFrame) -> str:
     """The points table as plain text: full headers, numbers to 4 significant digits."""
-    shown = table[["point", *spec_columns(table), *SWEEP_SHOWN]]
+    reused = ["reused_from"] if "reused_from" in table and table.reused_from.notna().any() else []
+    shown = table[["point", *spec_columns(table), *SWEEP_SHOWN, *reused]]
     return shown.to_string(
         index=False, na_rep="-", float_format=lambda v: f"{v:.4g}", max_colwidth=40
     )
@@ -508,6 +547,12 @@ def parser() -> argparse.ArgumentParser:
         help="override a field, e.g. --set algorithm.local.lr=0.1 (repeatable)",
     )
     r.add_argument("--out", help="output folder (default: output.dir, or runs/<name>)")
+    r.add_argument("--rounds", type=int, metavar="R", help="run R rounds (sets run.rounds)")
+    r.add_argument(
+        "--timing-only",
+        action="store_true",
+        help="simulate times and energy only: no training, no accuracy (what-if questions)",
+    )
     r.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     again = r.add_mutually_exclusive_group()
     again.add_argument(
@@ -556,6 +601,12 @@ def parser() -> argparse.ArgumentParser:
         metavar="ADDRESS",
         help="run the points as Ray tasks: on a new local Ray instance, or on the "
         "cluster at ADDRESS (e.g. auto, ray://host:10001)",
+    )
+    w.add_argument(
+        "--no-reuse",
+        action="store_true",
+        help="run every point in full (by default points that differ only in radio or "
+        "device settings replay one training run where they can)",
     )
     w.add_argument("--out", help="sweep folder (default: runs/<name>-sweep)")
     w.add_argument("-q", "--quiet", action="store_true", help="no progress bar")

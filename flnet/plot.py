@@ -54,6 +54,8 @@ POINT_OUTCOMES = {
     "wall_s",
     "error",
     "note",
+    "reused_from",
+    "reuse_note",
 }
 NEEDED_COLUMNS = ("round", "sim_time_s", "energy_j", "test_accuracy")
 # resolved-scenario fields that differ between runs without making them different experiments

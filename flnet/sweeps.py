@@ -408,10 +408,13 @@ def point_row(point: Point, summary: dict | None, outcome: dict | None) -> dict:
         row.update(status="invalid", error=point.error)
     elif summary is not None:
         row.update({c: summary.get(c) for c in SUMMARY_COLUMNS}, error=None)
+        row.update(reused_from=summary.get("reused_from"), reuse_note=summary.get("reuse_note"))
     elif outcome is not None:
         row.update(status=outcome["status"], error=outcome.get("error"))
     else:
         row.update(status="not finished", error=None)
+    row.setdefault("reused_from", None)
+    row.setdefault("reuse_note", None)
     row["note"] = point.note
     return row
 
@@ -516,10 +519,13 @@ def run_sweep(
     backend: str = "local",
     address: str | None = None,
     on_progress: Callable[[int, int], None] | None = None,
+    reuse_runs: bool = True,
 ) -> SweepResult:
     """Plan, skip finished points, run the rest, gather. `on_progress(done, total)` is called
     as points finish. Ctrl-C stops the workers, writes the tables of what finished, and
-    raises KeyboardInterrupt."""
+    raises KeyboardInterrupt. With `reuse_runs`, points that differ only in radio or device
+    settings replay one training run where they can (`flnet.reuse`)."""
+    from flnet import reuse
     from flnet import workers as pool
 
     start = time.perf_counter()
@@ -534,15 +540,34 @@ def run_sweep(
     for p in todo:  # an unfinished folder is started afresh
         shutil.rmtree(out / p.key, ignore_errors=True)
     out.mkdir(parents=True, exist_ok=True)
-    # a point with a key is valid, so it has its data
-    tasks = [(p.key, _for_worker(cast(dict, p.data), out / p.key)) for p in todo]
+    # points that differ only in costs replay one training run (flnet.reuse): a replay starts
+    # once its trajectory has finished (at once when it finished in an earlier sweep)
+    plan_ = reuse.schedule(list(unique.values()), {p.key for p in todo}, out, reuse_runs)
+
+    def data_of(p: Point) -> dict:
+        return _for_worker(cast(dict, p.data), out / p.key)  # keyed points are valid
+
+    tasks = [(p.key, reuse.Job(data_of(p), note=note)) for p, note in plan_.first]
+    waiting = dict(plan_.replays)
+    running = {p.key for p, _ in plan_.first}
+    for key in [k for k in waiting if k not in running]:
+        tasks += reuse.replay_jobs({key: waiting.pop(key)}, out, data_of)
+
+    def follow(key: str) -> list:
+        return reuse.replay_jobs({key: waiting.pop(key)}, out, data_of) if key in waiting else []
+
     outcomes: dict[str, dict] = {}
-    total = len(tasks)
+    total = len(todo)
     if on_progress:
         on_progress(0, total)
     try:
         for key, outcome in pool.execute(
-            tasks, workers=workers, backend=backend, address=address, log=out / "sweep.log"
+            tasks,
+            workers=workers,
+            backend=backend,
+            address=address,
+            log=out / "sweep.log",
+            follow=follow,
         ):
             outcomes[key] = outcome
             if on_progress:
@@ -566,6 +591,7 @@ def sweep(
     out_dir: str | Path | None = None,
     backend: str = "local",
     address: str | None = None,
+    reuse: bool = True,
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Run every point; return (points table, all records), both also written to `out_dir`
     (default ``runs/<name>-sweep``): ``points.csv`` and ``records.parquet``.
@@ -575,7 +601,9 @@ def sweep(
     axis; `fixed` {field: value} or ["field=value"] applies to every point. Workers are separate
     processes (one torch thread each), so a script calling this needs no
     ``if __name__ == "__main__":`` guard. `backend="ray"` runs the points as Ray tasks
-    (`address` of a cluster, or a local instance).
+    (`address` of a cluster, or a local instance). `reuse=False` runs every point in full
+    (by default points that differ only in radio or device settings replay one training run
+    where they can; the table's `reused_from` says which).
     """
     result = run_sweep(
         scenario,
@@ -584,5 +612,6 @@ def sweep(
         out_dir=out_dir,
         backend=backend,
         address=address,
+        reuse_runs=reuse,
     )
     return result.table, result.records

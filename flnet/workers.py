@@ -18,7 +18,7 @@ import subprocess
 import sys
 import time
 import traceback
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from multiprocessing.connection import wait
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
@@ -30,19 +30,20 @@ if TYPE_CHECKING:  # for annotations only: the runner loads torch
 
 HEADER = struct.Struct("!Q")
 STOP_GRACE_S = 5.0  # after Ctrl-C, how long workers get to exit before they are killed
+Follow = Callable[[str], list[tuple[str, Any]]]  # a finished point's key -> tasks it unlocks
 
 
-def run_point(data: dict, write: bool = True) -> tuple[dict, Result | None]:
-    """Run one resolved scenario; every failure becomes an outcome, never an exception.
+def run_point(data: Any, write: bool = True) -> tuple[dict, Result | None]:
+    """Run one resolved scenario (a dict, or a `flnet.reuse.Job`: a replay or a full run with
+    a note); every failure becomes an outcome, never an exception.
 
     Returns (outcome, result): outcome is {"status", "error"}; result is the run's Result
     (None when it failed).
     """
-    from flnet import runner
-    from flnet.scenario import load_scenario
+    from flnet import reuse
 
     try:
-        result = runner.run(load_scenario(data=data), write=write)
+        result = reuse.run_job(data, write=write)
     except FlnetError as e:
         return {"status": "error", "error": str(e)}, None
     except Exception as e:
@@ -149,8 +150,11 @@ class Worker:
             pass
 
 
-def run_local(tasks: list[tuple[str, dict]], workers: int, log: Path) -> Iterator[tuple]:
-    """Yield (key, outcome) as points finish, `workers` at a time."""
+def run_local(
+    tasks: list[tuple[str, Any]], workers: int, log: Path, follow: Follow | None = None
+) -> Iterator[tuple]:
+    """Yield (key, outcome) as points finish, `workers` at a time; `follow(key)`, called as
+    each point finishes, gives tasks that may start now (queued after those waiting)."""
     todo = list(reversed(tasks))
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "ab") as log_file:
@@ -167,13 +171,17 @@ def run_local(tasks: list[tuple[str, dict]], workers: int, log: Path) -> Iterato
                     if answer is None:  # the worker died with its point
                         w.close()
                         code = w.proc.wait()
-                        yield w.key, {"status": "failed", "error": _how_it_ended(code)}
+                        answer = (w.key, {"status": "failed", "error": _how_it_ended(code)})
                         pool[pool.index(w)] = w = Worker(log_file)
-                    else:
-                        yield answer
                     w.key = None
+                    yield answer
+                    if follow is not None:
+                        todo[:0] = reversed(follow(answer[0]))
                     if todo:
                         w.start(*todo.pop())
+                    while todo and len(pool) < workers:  # work enough for another worker
+                        pool.append(Worker(log_file))
+                        pool[-1].start(*todo.pop())
         finally:  # normal end, Ctrl-C or an error here: no worker outlives the sweep
             for w in pool:
                 w.close()
@@ -188,17 +196,21 @@ def run_local(tasks: list[tuple[str, dict]], workers: int, log: Path) -> Iterato
                     w.proc.wait()
 
 
-def run_here(tasks: list[tuple[str, dict]]) -> Iterator[tuple]:
+def run_here(tasks: list[tuple[str, Any]], follow: Follow | None = None) -> Iterator[tuple]:
     """Every point in this process, one after the other (workers=0; for debugging)."""
-    for key, data in tasks:
+    todo = list(tasks)
+    while todo:
+        key, data = todo.pop(0)
         outcome, _ = run_point(data)
         yield key, outcome
+        if follow is not None:
+            todo += follow(key)
 
 
 # ---------------------------------------------------------------- Ray
 
 
-def ray_point(data: dict) -> tuple[dict, Result | None]:
+def ray_point(data: Any) -> tuple[dict, Result | None]:
     """A Ray task: run without writing (the node may not share our disk); the driver writes."""
     import torch
 
@@ -206,7 +218,9 @@ def ray_point(data: dict) -> tuple[dict, Result | None]:
     return run_point(data, write=False)
 
 
-def run_ray(tasks: list[tuple[str, dict]], address: str | None) -> Iterator[tuple]:
+def run_ray(
+    tasks: list[tuple[str, Any]], address: str | None, follow: Follow | None = None
+) -> Iterator[tuple]:
     """Yield (key, outcome) as Ray tasks finish, one CPU each. Uses the Ray instance already
     started in this process if there is one, else connects to `address` (None: a new local
     instance, shut down at the end)."""
@@ -214,6 +228,7 @@ def run_ray(tasks: list[tuple[str, dict]], address: str | None) -> Iterator[tupl
         import ray
     except ImportError:
         raise FlnetError("the Ray backend needs the ray package: pip install ray") from None
+    from flnet.reuse import scenario_data
     from flnet.runner import write_inputs, write_results
 
     own = not ray.is_initialized()
@@ -225,9 +240,16 @@ def run_ray(tasks: list[tuple[str, dict]], address: str | None) -> Iterator[tupl
     remote = ray.remote(num_cpus=1, max_retries=0)(ray_point)
     keys = {remote.remote(data): (key, data) for key, data in tasks}
     pending = list(keys)
+
+    def submit(more: list[tuple[str, Any]]) -> None:
+        for key, data in more:
+            ref = remote.remote(data)
+            keys[ref] = (key, data)
+            pending.append(ref)
+
     try:
         while pending:
-            ready, pending = ray.wait(pending, num_returns=1)
+            ready, pending[:] = ray.wait(pending, num_returns=1)
             key, data = keys[ready[0]]
             try:
                 outcome, result = ray.get(ready[0])
@@ -240,11 +262,13 @@ def run_ray(tasks: list[tuple[str, dict]], address: str | None) -> Iterator[tupl
                     None,
                 )
             if result is not None:
-                result.output_dir = Path(data["output"]["dir"])
+                result.output_dir = Path(scenario_data(data)["output"]["dir"])
                 result.output_dir.mkdir(parents=True, exist_ok=True)  # the driver writes here
                 write_inputs(result.scenario, result.partition, result.output_dir)
                 write_results(result)
             yield key, outcome
+            if follow is not None:
+                submit(follow(key))
     finally:
         for ref in pending:
             ray.cancel(ref, force=True)
@@ -253,23 +277,26 @@ def run_ray(tasks: list[tuple[str, dict]], address: str | None) -> Iterator[tupl
 
 
 def execute(
-    tasks: list[tuple[str, dict]],
+    tasks: list[tuple[str, Any]],
     *,
     workers: int = 1,
     backend: str = "local",
     address: str | None = None,
     log: Path,
+    follow: Follow | None = None,
 ) -> Iterator[tuple]:
-    """Run the tasks on the chosen backend; yield (key, outcome) as each finishes."""
+    """Run the tasks on the chosen backend; yield (key, outcome) as each finishes.
+    `follow(key)`, called once each has finished, returns tasks that may start then (a
+    trajectory run's replays)."""
     if not tasks:
         return iter(())
     if backend == "ray":
-        return run_ray(tasks, address)
+        return run_ray(tasks, address, follow)
     if backend != "local":
         raise FlnetError(f"unknown sweep backend {backend!r}; allowed: local, ray")
     if workers < 0:
         raise FlnetError(f"workers must be >= 0 (got {workers})")
-    return run_here(tasks) if workers == 0 else run_local(tasks, workers, log)
+    return run_here(tasks, follow) if workers == 0 else run_local(tasks, workers, log, follow)
 
 
 if __name__ == "__main__":

@@ -6,6 +6,8 @@ from x_t (ClientUpdate) and returns x^k_{t+1}; the server sets
 x_{t+1} = sum_{k in S_t} (n_k / m_t) x^k_{t+1} with m_t = sum_{k in S_t} n_k (the arXiv v4
 form of line 8). Only clients whose upload was delivered count: a client dropped at the
 deadline, or beyond the first K under over-selection, is left out of the sum and out of m_t.
+The sum runs over the delivered clients in cohort order (the set S_t has no order), so which
+upload arrived first never changes the model's last bits.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable, Generator
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+import numpy as np
 import simpy
 import torch
 
@@ -73,9 +76,12 @@ def protocol(
             client_state=work.keep,
         )
         if len(done.positions):
-            delivered = torch.as_tensor(done.positions, device=x.device)
+            # in cohort order, not arrival order: the sum's rounding never depends on timing
+            # (so radio settings cannot change the model; flnet.reuse relies on it)
+            positions = np.sort(done.positions)
+            delivered = torch.as_tensor(positions, device=x.device)
             x = weighted_mean(
                 work.params.index_select(0, delivered),  # line 8
-                learn.num_samples[cohort[done.positions]],
+                learn.num_samples[cohort[positions]],
             )
         world.publish(progress(State(t, x)))

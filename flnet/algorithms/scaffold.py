@@ -25,6 +25,7 @@ from __future__ import annotations
 from collections.abc import Generator
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+import numpy as np
 import simpy
 import torch
 
@@ -135,7 +136,8 @@ def protocol(
             client_state=Keeps(Keep(c_table, cohort, c_new), work.keep),
         )  # line 14
         if len(done.positions):
-            arrived = torch.as_tensor(done.positions, device=x.device)
+            # cohort order, not arrival order: timing never changes the means' rounding
+            arrived = torch.as_tensor(np.sort(done.positions), device=x.device)
             x, c = server_step(
                 x,
                 c,
