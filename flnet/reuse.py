@@ -401,7 +401,7 @@ def timing_only(scenario: Scenario, *, write: bool = True, force: bool = False) 
     """Run the time side of `scenario` alone (see the module doc): a `runner.Result` with cost
     columns only."""
     from flnet.learn import data as data_mod
-    from flnet.learn import models
+    from flnet.learn import models, references
     from flnet.runner import Result, resolve_device
 
     algo: Any = scenario.algorithm  # every algorithm's config has a name
@@ -416,9 +416,14 @@ def timing_only(scenario: Scenario, *, write: bool = True, force: bool = False) 
     device = resolve_device(scenario.device)
     fed = data_mod.load(scenario.data, scenario.clients.count, scenario.seed, device)
     model = models.build(scenario.model, fed.input_shape, fed.num_classes, scenario.seed, device)
-    work = _PlannedWork(
-        scenario, model.num_params, model.training_flops_per_sample(), fed.num_samples
+    # messages and FLOPs as charged: the reference's under model.costs_as, as a full run's
+    costs_as = scenario.model.costs_as
+    charged = (
+        references.charged(costs_as)
+        if costs_as
+        else references.Charged(None, model.num_params, model.training_flops_per_sample())
     )
+    work = _PlannedWork(scenario, charged.num_params, charged.flops_per_sample, fed.num_samples)
     world, recorder = _simulate(scenario, work)
     records = pd.DataFrame(recorder.out)
     summary = {
@@ -436,6 +441,9 @@ def timing_only(scenario: Scenario, *, write: bool = True, force: bool = False) 
         "bits_d2d": world.ledger.bits["d2d"],
         "model_params": model.num_params,
         "training_flops_per_sample": model.training_flops_per_sample(),
+        "costs_as": charged.name,
+        "charged_params": charged.num_params,
+        "charged_flops_per_sample": charged.flops_per_sample,
         "wall_s": time.perf_counter() - wall,
         "output_dir": str(scenario.output_dir()),
     }

@@ -155,8 +155,9 @@ def _no_training(monkeypatch):
         SCAFFOLD,
         {"algorithm": {"local": {"epochs": 1, "steps": None, "batch_size": 16}}},
         {"algorithm": {"local": {"sam_rho": 0.05}, "cohort": {"deadline_s": 0.3}}},
+        {"model": {"costs_as": "cnn_kmnist"}},
     ],
-    ids=["fedavg", "scaffold", "epochs", "sam-deadline"],
+    ids=["fedavg", "scaffold", "epochs", "sam-deadline", "costs-as"],
 )
 def test_timing_only_costs_equal_a_full_runs_and_nothing_trains(tmp_path, monkeypatch, algorithm):
     cell = merge(COSTLY, {"data": {"partition": {"kind": "dirichlet", "alpha": 0.5}}})
@@ -169,6 +170,7 @@ def test_timing_only_costs_equal_a_full_runs_and_nothing_trains(tmp_path, monkey
     on_disk = json.loads((tmp_path / "timed" / "summary.json").read_text())
     assert on_disk["timing_only"] is True
     assert on_disk["energy_j"] == full.summary["energy_j"]
+    assert on_disk["charged_params"] == full.summary["charged_params"]
 
 
 def test_timing_only_from_the_command_line(tmp_path, monkeypatch, capsys):
