@@ -1,7 +1,8 @@
 """D-PSGD: Lian et al., "Can Decentralized Algorithms Outperform Centralized Algorithms? A Case
 Study for Decentralized Parallel Stochastic Gradient Descent", NeurIPS 2017, Algorithm 1.
 
-No server: all n clients are nodes of a graph with a mixing matrix W (`flnet.sim.topology`).
+No server: all n clients are nodes of a graph with a mixing matrix W (`flnet.sim.topology`),
+kept sparse: O(n + edges) memory, and each mixing costs O(edges x P).
 At iteration k every node i
   line 2: draws a minibatch xi_{k,i} (keyed by (seed, iteration, node));
   line 3: computes g_i = grad F_i(x_{k,i}; xi_{k,i}) at its own model, before mixing;
@@ -54,12 +55,12 @@ def init(learn: Learner, cfg: Config) -> State:
 
 
 def step(
-    w: torch.Tensor, x: torch.Tensor, y: torch.Tensor, arrived: torch.Tensor | None = None
+    w: topology.Mixing, x: torch.Tensor, y: torch.Tensor, arrived: np.ndarray | None = None
 ) -> torch.Tensor:
     """Lines 4-5: X_{k+1} = W_t X_k - gamma G_k, with gamma G_k = X_k - Y.
 
-    w [n, n], x [n, P] the models sent, y [n, P] each node's one local step from its x,
-    arrived [n, n] which messages reached whom (None: all).
+    w the sparse W (n nodes, M edges), x [n, P] the models sent, y [n, P] each node's one local
+    step from its x, arrived [M] which of w's edges delivered their message (None: all).
     """
     return mix(w, x, arrived) + (y - x)
 
@@ -78,11 +79,8 @@ def protocol(
 ) -> Generator[simpy.Event, Any, None]:
     """`loss_fn` replaces the nodes' cross-entropy (tests use one with zero gradients)."""
     n, x = world.num_clients, state.x
-    w_np = topology.from_config(cfg.topology, n, world.generator(Stream.TOPOLOGY))
-    w = torch.as_tensor(w_np, dtype=x.dtype, device=x.device)
-    links = topology.edges(w_np)  # [M, 2] (j, i): j sends x_j to i for every W_ij > 0
-    receiver = torch.as_tensor(links[:, 1], device=x.device)
-    sender = torch.as_tensor(links[:, 0], device=x.device)
+    w = topology.from_config(cfg.topology, n, world.generator(Stream.TOPOLOGY))  # sparse
+    links = w.links()  # [M, 2] (j, i): j sends x_j to i for every W_ij > 0
     nodes = np.arange(n)
     for k in world.steps(state.round):
         work = learn.local_train(nodes, x, cfg.local, k, loss_fn=loss_fn)  # lines 2-3
@@ -97,9 +95,6 @@ def protocol(
         )
         if work.keep is not None:  # persisted optimizer states: every node's compute completed
             work.keep.commit(nodes)
-        arrived = None
-        if not done.arrived.all():  # arrived[i, j]: x_j reached node i
-            arrived = torch.ones(n, n, dtype=torch.bool, device=x.device)
-            arrived[receiver, sender] = torch.as_tensor(done.arrived, device=x.device)
+        arrived = None if done.arrived.all() else done.arrived  # [M]: link e's x_j reached i
         x = step(w, x, work.params, arrived)  # lines 4-5
         world.publish(progress(State(k, x)))

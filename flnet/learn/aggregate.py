@@ -1,6 +1,9 @@
 """Aggregation, the math side: weighted means of client models and gossip mixing.
 
-Models are stacked and flat: ``[n, P]``, one row per node. Mixing is one ``W @ X``.
+Models are stacked and flat: ``[n, P]``, one row per node. Mixing is ``W @ X`` over W's entries
+(`flnet.sim.topology.Mixing`): each node's own model times its diagonal weight, plus, along
+each directed edge j -> i, ``W[i, j] x_j`` added to row i. O((n + M) P) time for M edges; no
+``[n, n]`` array is ever built.
 
 **A message that did not arrive.** Node i mixes ``x_i + sum_j W[i, j] (x_j - x_i)`` over the
 neighbours j whose message reached it (with every message there this is ``sum_j W[i, j] x_j``
@@ -15,8 +18,13 @@ loss; keeping each neighbour's last message would cost a model per link.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 import torch
+
+if TYPE_CHECKING:  # the time side's sparse W, for annotations only
+    from flnet.sim.topology import Mixing
 
 
 def weighted_mean(params: torch.Tensor, weights: np.ndarray) -> torch.Tensor:
@@ -25,24 +33,61 @@ def weighted_mean(params: torch.Tensor, weights: np.ndarray) -> torch.Tensor:
     return (w @ params) / w.sum()
 
 
-def effective_mixing(w: torch.Tensor, arrived: torch.Tensor | None) -> torch.Tensor:
-    """W_t [n, n]: W with the weight of every message that did not arrive moved to the
-    receiver's diagonal. `arrived[i, j]`: node j's message reached node i (the diagonal is
-    ignored); None means all did, and W itself is returned."""
+def effective_mixing(mixing: Mixing, arrived: np.ndarray | None) -> Mixing:
+    """W_t: W without the edges whose message did not arrive, their weight added to the
+    receiver's diagonal. `arrived` [M] bool per edge of `mixing` (in its order); None means all
+    did, and W itself is returned. O(n + M)."""
     if arrived is None:
-        return w
-    lost = ~arrived.to(torch.bool)
-    lost.fill_diagonal_(False)
-    w_t = w.masked_fill(lost, 0.0)
-    return w_t + torch.diag((w * lost).sum(dim=1))
+        return mixing
+    arrived = np.asarray(arrived, dtype=bool)
+    lost = ~arrived
+    n = len(mixing.self_weight)
+    moved = np.bincount(mixing.receiver[lost], mixing.weight[lost], minlength=n)
+    return mixing._replace(
+        sender=mixing.sender[arrived],
+        receiver=mixing.receiver[arrived],
+        weight=mixing.weight[arrived],
+        self_weight=mixing.self_weight + moved,
+    )
 
 
-def mix(w: torch.Tensor, x: torch.Tensor, arrived: torch.Tensor | None = None) -> torch.Tensor:
-    """Gossip mixing, one matmul: row i of the result is sum_j W_t[i, j] x_j.
+def mix(mixing: Mixing, x: torch.Tensor, arrived: np.ndarray | None = None) -> torch.Tensor:
+    """Gossip mixing: row i of the result is sum_j W_t[i, j] x_j.
 
-    w [n, n] (row-stochastic), x [n, P], arrived [n, n] bool or None -> [n, P].
+    mixing: W (row-stochastic) with n nodes and M edges, x [n, P], arrived [M] bool per edge or
+    None -> [n, P]. The edges are added in rounds (`_rounds`), each a gather of at most n rows
+    of x, so beyond the result it holds one more [n, P] at most, whatever the graph's density.
+    Each round adds to every receiver once, so the sums run in one fixed order (a node's own
+    term, then its senders in increasing order) on every device: the same bits run after run.
     """
-    return effective_mixing(w.to(x.dtype), arrived) @ x
+    w_t = effective_mixing(mixing, arrived)
+    rounds = _rounds(w_t.receiver)
+
+    def put(a: np.ndarray, dtype: torch.dtype | None = None) -> torch.Tensor:
+        return torch.as_tensor(np.ascontiguousarray(a), dtype=dtype, device=x.device)
+
+    out = x * put(w_t.self_weight, x.dtype).unsqueeze(1)
+    weight, sender, receiver = put(w_t.weight, x.dtype), put(w_t.sender), put(w_t.receiver)
+    for edges in rounds:
+        e = put(edges)
+        rows = x.index_select(0, sender[e]).mul_(weight[e].unsqueeze(1))
+        out.index_add_(0, receiver[e], rows)
+    return out
+
+
+def _rounds(receiver: np.ndarray) -> list[np.ndarray]:
+    """The edges (positions, edges sorted by receiver as `Mixing` keeps them) split into rounds:
+    round k holds each receiver's k-th edge, so no receiver appears twice in a round. As many
+    rounds as the largest in-degree; O(M log M) numpy on the indices (a stable sort by rank)."""
+    m = len(receiver)
+    if m == 0:
+        return []
+    if (receiver[1:] < receiver[:-1]).any():
+        raise ValueError("the mixing's edges must be sorted by receiver (W's row-major order)")
+    count = np.bincount(receiver)
+    rank = np.arange(m) - (np.cumsum(count) - count)[receiver]  # k: the receiver's k-th edge
+    order = np.argsort(rank, kind="stable")
+    return np.split(order, np.cumsum(np.bincount(rank))[:-1])
 
 
 def consensus_distance(x: torch.Tensor) -> float:

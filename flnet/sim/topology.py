@@ -1,9 +1,13 @@
-"""Gossip topologies among the nodes that gossip, and their mixing matrices (numpy, networkx).
+"""Gossip topologies among the nodes that gossip, and their mixing matrices (numpy, scipy).
 
-A topology is an undirected networkx graph on nodes ``0..n-1`` (the gossiping clients, in
-order); a mixing matrix W is ``[n, n]`` with ``W[i, j]`` the weight node i gives to node j's
-model (row convention: ``x_i <- sum_j W[i, j] x_j``), non-zero only on the graph's edges and the
-diagonal. Weights:
+A topology is an undirected graph on nodes ``0..n-1`` (the gossiping clients, in order), kept
+as its ``[E, 2]`` edge array; a mixing matrix W (``[n, n]`` in the maths) has ``W[i, j]`` the
+weight node i gives to node j's model (row convention: ``x_i <- sum_j W[i, j] x_j``), non-zero
+only on the graph's edges and the diagonal. A run never builds W as an array: it is a sparse
+`Mixing`, one entry per directed edge (j sends x_j to i) plus the diagonal, O(n + M) memory for
+M directed edges, built in O(n + M) time (the edges ordered as W's rows, an O(M log d) sort
+within each row for degree d). `Mixing.dense` and `mixing_matrix` give the ``[n, n]`` array for
+small-n analysis and tests (spectral gap, stochasticity). Weights:
 
 - ``uniform``: ``W[i, j] = 1 / (deg_i + 1)`` over i's neighbours and itself (the DisPFL code's
   rule). Row-stochastic; symmetric (so doubly stochastic) only on a regular graph.
@@ -20,7 +24,7 @@ that is built, never from an asymptotic formula. Bad input is a `ScenarioError` 
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import networkx as nx
 import numpy as np
@@ -37,6 +41,98 @@ ROW_SUM_TOL = 1e-9  # a row of a given W may be off 1 by float rounding of its e
 ER_TRIES = 100  # Erdos-Renyi draws before giving up on a connected graph
 
 
+class Mixing(NamedTuple):
+    """A mixing matrix W by its entries: ``W[receiver[e], sender[e]] = weight[e]`` for each
+    directed edge e (node sender[e] sends its model to node receiver[e]; every weight > 0),
+    ``W[i, i] = self_weight[i]``, every other entry 0.
+
+    The edges are in W's row-major order (by receiver, then sender): the order `exchange` sends
+    in, and the one `flnet.learn.aggregate.mix` relies on.
+    """
+
+    sender: np.ndarray  # [M] int64, j
+    receiver: np.ndarray  # [M] int64, i
+    weight: np.ndarray  # [M] float64, W[i, j]
+    self_weight: np.ndarray  # [n] float64, W[i, i]
+
+    @property
+    def num_nodes(self) -> int:
+        return len(self.self_weight)
+
+    def links(self) -> np.ndarray:
+        """[M, 2] (sender, receiver): the `exchange` pattern's directed edges."""
+        return np.stack([self.sender, self.receiver], axis=1)
+
+    def dense(self) -> np.ndarray:
+        """W [n, n] float64: n^2 memory, for small-n analysis and tests only."""
+        w = np.diag(self.self_weight)
+        w[self.receiver, self.sender] = self.weight
+        return w
+
+
+def graph_edges(
+    kind: str,
+    n: int,
+    *,
+    p: float | None = None,
+    rng: np.random.Generator | None = None,
+    field: str = "algorithm.topology",
+) -> np.ndarray:
+    """[E, 2] int64: the undirected graph of `kind` on nodes 0..n-1, each edge once, checked
+    connected. O(n + E) time and memory.
+
+    ring: i ~ i+1 mod n. grid / torus: a sqrt(n) x sqrt(n) mesh, node r * side + c, without /
+    with wrap-around (n must be a square; a 2 x 2 torus is the grid). exponential: i ~ i + 2^k
+    mod n for 2^k < n. full: every pair. erdos_renyi: every pair independently with probability
+    p, drawn from `rng`, redrawn (from the same generator, so reproducibly) until connected.
+    """
+    if n < 1:
+        raise ScenarioError(f"needs at least one node, got {n}", field=field)
+    if kind == "ring":
+        i = np.arange(n if n > 2 else n - 1, dtype=np.int64)
+        e = np.stack([i, (i + 1) % n], axis=1)
+    elif kind in ("grid", "torus"):
+        e = _mesh(kind, n, field)
+    elif kind == "exponential":
+        e = _exponential(n)
+    elif kind == "full":
+        e = np.stack(np.triu_indices(n, 1), axis=1).astype(np.int64)
+    elif kind == "erdos_renyi":
+        return erdos_renyi(n, p, rng, field=field)  # drawn until connected
+    else:
+        raise ScenarioError(
+            f"unknown topology {kind!r}; allowed: {', '.join(KINDS)}", field=f"{field}.kind"
+        )
+    check_connected(n, e, field=field)
+    return e
+
+
+def _mesh(kind: str, n: int, field: str) -> np.ndarray:
+    side = math.isqrt(n)
+    if side * side != n:
+        raise ScenarioError(
+            f"a {kind} needs a square number of nodes, got {n} "
+            f"(nearest: {side * side} or {(side + 1) ** 2})",
+            field=f"{field}.kind",
+        )
+    node = np.arange(n, dtype=np.int64).reshape(side, side)
+    pairs = [(node[:, :-1], node[:, 1:]), (node[:-1, :], node[1:, :])]
+    if kind == "torus" and side > 2:  # on 2 x 2 the wrap-around edges are the mesh's own
+        pairs += [(node[:, -1], node[:, 0]), (node[-1, :], node[0, :])]
+    return np.concatenate([np.stack([a.ravel(), b.ravel()], axis=1) for a, b in pairs])
+
+
+def _exponential(n: int) -> np.ndarray:
+    """i ~ i + h mod n for each hop h = 2^k < n. Hops h and n - h give the same edges, so each
+    distance d = min(h, n - h) is taken once; at d = n / 2, i ~ i + d only for i < d."""
+    hops = [2**k for k in range(n.bit_length()) if 2**k < n]
+    parts = [np.empty((0, 2), dtype=np.int64)]
+    for d in sorted({min(h, n - h) for h in hops}):
+        i = np.arange(d if 2 * d == n else n, dtype=np.int64)
+        parts.append(np.stack([i, (i + d) % n], axis=1))
+    return np.concatenate(parts)
+
+
 def graph(
     kind: str,
     n: int,
@@ -45,50 +141,18 @@ def graph(
     rng: np.random.Generator | None = None,
     field: str = "algorithm.topology",
 ) -> nx.Graph:
-    """The undirected graph of `kind` on nodes 0..n-1.
-
-    ring: i ~ i+1 mod n. grid / torus: a sqrt(n) x sqrt(n) mesh, node r * side + c, without /
-    with wrap-around (n must be a square). exponential: i ~ i + 2^k mod n for 2^k < n. full:
-    every pair. erdos_renyi: every pair independently with probability p, drawn from `rng`,
-    redrawn (from the same generator, so reproducibly) until connected.
-    """
-    if n < 1:
-        raise ScenarioError(f"needs at least one node, got {n}", field=field)
-    if kind == "ring":
-        g = nx.cycle_graph(n) if n > 2 else nx.path_graph(n)
-    elif kind in ("grid", "torus"):
-        side = math.isqrt(n)
-        if side * side != n:
-            raise ScenarioError(
-                f"a {kind} needs a square number of nodes, got {n} "
-                f"(nearest: {side * side} or {(side + 1) ** 2})",
-                field=f"{field}.kind",
-            )
-        mesh = nx.grid_2d_graph(side, side, periodic=kind == "torus" and side > 2)
-        g = nx.relabel_nodes(mesh, {(r, c): r * side + c for r, c in mesh.nodes})
-    elif kind == "exponential":
-        g = nx.empty_graph(n)
-        hops = [2**k for k in range(max(1, n.bit_length())) if 2**k < n]
-        g.add_edges_from((i, (i + h) % n) for i in range(n) for h in hops if (i + h) % n != i)
-    elif kind == "full":
-        g = nx.complete_graph(n)
-    elif kind == "erdos_renyi":
-        g = erdos_renyi(n, p, rng, field=field)
-    else:
-        raise ScenarioError(
-            f"unknown topology {kind!r}; allowed: {', '.join(KINDS)}", field=f"{field}.kind"
-        )
-    check_connected(g, field=field)
+    """`graph_edges` as a networkx graph, for analysis and plots (a run never builds one)."""
+    g = nx.empty_graph(n)
+    g.add_edges_from(graph_edges(kind, n, p=p, rng=rng, field=field).tolist())
     return g
 
 
 def erdos_renyi(
     n: int, p: float | None, rng: np.random.Generator | None, *, field: str = "algorithm.topology"
-) -> nx.Graph:
-    """G(n, p), redrawn until connected: the number of edges ~ Binomial(n(n-1)/2, p), then
-    that many distinct pairs uniformly (the same law as a coin per pair, in O(edges) time and
-    memory, not O(n^2)), from numpy draws only, so the graph does not depend on the networkx
-    version."""
+) -> np.ndarray:
+    """[E, 2] edges of G(n, p), redrawn until connected: the number of edges ~
+    Binomial(n(n-1)/2, p), then that many distinct pairs uniformly (the same law as a coin per
+    pair, in O(edges) time and memory, not O(n^2)), from numpy draws only."""
     if p is None or not 0.0 <= p <= 1.0 or not math.isfinite(p):
         raise ScenarioError(
             f"the edge probability must be in [0, 1], got {p!r}", field=f"{field}.p"
@@ -97,13 +161,15 @@ def erdos_renyi(
         raise ValueError("erdos_renyi needs a generator")
     pairs = n * (n - 1) // 2
     for _ in range(ER_TRIES):
-        idx: np.ndarray | list[int] = (
-            rng.choice(pairs, size=rng.binomial(pairs, p), replace=False) if pairs else []
+        idx: np.ndarray = (
+            rng.choice(pairs, size=rng.binomial(pairs, p), replace=False)
+            if pairs
+            else np.empty(0, np.int64)
         )
-        g = nx.empty_graph(n)
-        g.add_edges_from(zip(*_pair(np.asarray(idx, dtype=np.int64))))
-        if n < 2 or nx.is_connected(g):
-            return g
+        i, j = _pair(np.asarray(idx, dtype=np.int64))
+        e = np.stack([i, j], axis=1)
+        if n < 2 or _components(n, e[:, 0], e[:, 1]) == 1:
+            return e
     raise ScenarioError(
         f"{ER_TRIES} draws of G({n}, {p:g}) were all disconnected; raise p "
         f"(connectivity needs about ln(n)/n = {math.log(max(n, 2)) / n:.3g})",
@@ -111,23 +177,82 @@ def erdos_renyi(
     )
 
 
-def _pair(idx: np.ndarray) -> tuple[list[int], list[int]]:
+def _pair(idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Pair index -> (i, j), j < i, in the order (1, 0), (2, 0), (2, 1), (3, 0), ...:
     i(i-1)/2 <= idx < i(i+1)/2; the float square root corrected to the exact integer."""
     i = np.floor((1.0 + np.sqrt(1.0 + 8.0 * idx)) / 2.0).astype(np.int64)
     i -= i * (i - 1) // 2 > idx
     i += (i + 1) * i // 2 <= idx
-    return i.tolist(), (idx - i * (i - 1) // 2).tolist()
+    return i, idx - i * (i - 1) // 2
 
 
-def check_connected(g: nx.Graph, *, field: str = "algorithm.topology") -> None:
-    """Gossip on a disconnected graph never reaches consensus: refuse it."""
-    if g.number_of_nodes() > 1 and not nx.is_connected(g):
-        parts = nx.number_connected_components(g)
+def _components(n: int, a: np.ndarray, b: np.ndarray) -> int:
+    """Connected components of the graph with edges a[e] - b[e] (direction ignored), O(n + E).
+    scipy is imported here, not at the top, so that loading the module stays light."""
+    from scipy.sparse import coo_array
+    from scipy.sparse.csgraph import connected_components
+
+    adj = coo_array((np.ones(len(a), dtype=bool), (a, b)), shape=(n, n))
+    return int(connected_components(adj, directed=True, connection="weak", return_labels=False))
+
+
+def check_connected(n: int, edges: np.ndarray, *, field: str = "algorithm.topology") -> None:
+    """Gossip on a disconnected graph never reaches consensus: refuse it. `edges` [E, 2]."""
+    e = np.asarray(edges, dtype=np.int64).reshape(-1, 2)
+    if n > 1 and (parts := _components(n, e[:, 0], e[:, 1])) > 1:
         raise ScenarioError(
             f"the graph is disconnected ({parts} components); gossip could never reach consensus",
             field=field,
         )
+
+
+def from_edges(
+    edges: ArrayLike,
+    n: int,
+    weights: str = "metropolis_hastings",
+    laziness: float = 0.0,
+    *,
+    field: str = "algorithm.topology",
+) -> Mixing:
+    """The `Mixing` of the undirected graph with `edges` ([E, 2], each edge once, no self
+    loops) on nodes 0..n-1 under a weight rule: O(n + E)."""
+    if not 0.0 <= laziness < 1.0:
+        raise ScenarioError(f"must be in [0, 1), got {laziness!r}", field=f"{field}.laziness")
+    if weights not in WEIGHTS:
+        raise ScenarioError(
+            f"unknown weights {weights!r}; allowed: {', '.join(WEIGHTS)}", field=f"{field}.weights"
+        )
+    e = np.asarray(edges, dtype=np.int64).reshape(-1, 2)
+    sender = np.concatenate([e[:, 0], e[:, 1]])
+    receiver = np.concatenate([e[:, 1], e[:, 0]])
+    sender, receiver = _row_major(n, sender, receiver)
+    deg = np.bincount(receiver, minlength=n).astype(np.float64)
+    weight: np.ndarray
+    self_weight: np.ndarray
+    if weights == "uniform":
+        weight = 1.0 / (deg[receiver] + 1.0)
+        self_weight = 1.0 / (deg + 1.0)
+    else:
+        weight = 1.0 / (1.0 + np.maximum(deg[receiver], deg[sender]))
+        self_weight = 1.0 - np.bincount(receiver, weight, minlength=n)
+    if laziness:
+        weight = (1.0 - laziness) * weight
+        self_weight = (1.0 - laziness) * self_weight + laziness
+    return Mixing(sender, receiver, weight, self_weight)
+
+
+def _row_major(n: int, sender: np.ndarray, receiver: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The directed edges sorted by receiver, then sender (W's row-major order): scipy's CSR
+    conversion, a counting sort by row (O(n + M)) and a sort within each row (O(M log d))."""
+    from scipy.sparse import coo_array
+
+    m = len(sender)
+    w = coo_array((np.ones(m, dtype=bool), (receiver, sender)), shape=(n, n)).tocsr()
+    w.sum_duplicates()  # sorts each row's columns too
+    if w.nnz != m:
+        raise ValueError(f"{m - w.nnz} duplicate edges")  # a bug in an edge generator
+    rows = np.repeat(np.arange(n, dtype=np.int64), np.diff(w.indptr))
+    return w.indices.astype(np.int64), rows
 
 
 def mixing_matrix(
@@ -137,27 +262,9 @@ def mixing_matrix(
     *,
     field: str = "algorithm.topology",
 ) -> np.ndarray:
-    """W [n, n] (float64) on graph `g` (nodes 0..n-1) with the given weight rule."""
-    if not 0.0 <= laziness < 1.0:
-        raise ScenarioError(f"must be in [0, 1), got {laziness!r}", field=f"{field}.laziness")
-    n = g.number_of_nodes()
-    deg = np.array([g.degree(i) for i in range(n)], dtype=np.float64)
+    """W [n, n] (float64) on the networkx graph `g` (nodes 0..n-1): small-n analysis only."""
     edges = np.array(list(g.edges), dtype=np.int64).reshape(-1, 2)
-    i, j = np.concatenate([edges[:, 0], edges[:, 1]]), np.concatenate([edges[:, 1], edges[:, 0]])
-    w = np.zeros((n, n))
-    if weights == "uniform":
-        w[i, j] = 1.0 / (deg[i] + 1.0)
-        w[np.arange(n), np.arange(n)] = 1.0 / (deg + 1.0)
-    elif weights == "metropolis_hastings":
-        w[i, j] = 1.0 / (1.0 + np.maximum(deg[i], deg[j]))
-        w[np.arange(n), np.arange(n)] = 1.0 - w.sum(axis=1)
-    else:
-        raise ScenarioError(
-            f"unknown weights {weights!r}; allowed: {', '.join(WEIGHTS)}", field=f"{field}.weights"
-        )
-    if laziness:
-        w = (1.0 - laziness) * w + laziness * np.eye(n)
-    return w
+    return from_edges(edges, g.number_of_nodes(), weights, laziness, field=field).dense()
 
 
 def check_mixing(w: ArrayLike, *, field: str = "algorithm.topology.matrix") -> np.ndarray:
@@ -178,10 +285,19 @@ def check_mixing(w: ArrayLike, *, field: str = "algorithm.topology.matrix") -> n
         raise ScenarioError(
             f"is not row-stochastic: row {i} sums to {sums[i]:.12g}, not 1", field=field
         )
-    support = nx.from_numpy_array(((w + w.T) > 0).astype(np.int8))
-    support.remove_edges_from(nx.selfloop_edges(support))
-    check_connected(support, field=field)
+    mixing = from_dense(w)
+    check_connected(len(w), mixing.links(), field=field)
     return w
+
+
+def from_dense(w: np.ndarray) -> Mixing:
+    """The `Mixing` of a W [n, n] array (a matrix given by hand, small by nature): an edge
+    j -> i for every W[i, j] > 0, i != j, in row-major order."""
+    w = np.asarray(w, dtype=np.float64)
+    receiver, sender = np.nonzero((w > 0) & ~np.eye(len(w), dtype=bool))
+    return Mixing(
+        sender.astype(np.int64), receiver.astype(np.int64), w[receiver, sender], np.diag(w).copy()
+    )
 
 
 def is_row_stochastic(w: np.ndarray, tol: float = ROW_SUM_TOL) -> bool:
@@ -196,13 +312,16 @@ def is_symmetric(w: np.ndarray, tol: float = 0.0) -> bool:
     return bool(np.allclose(w, w.T, rtol=0, atol=tol))
 
 
-def spectral_gap(w: np.ndarray) -> float:
-    """1 - |lambda_2|, the second largest eigenvalue modulus of W (1 for n = 1).
+def spectral_gap(w: np.ndarray | Mixing) -> float:
+    """1 - |lambda_2|, the second largest eigenvalue modulus of W (1 for n = 1); dense
+    eigenvalues, so for small-n analysis.
 
     Symmetric W: exact `eigvalsh`. A row-stochastic W from uniform weights is similar to a
     symmetric one (D^-1 (A + I)), so its eigenvalues are real too; any other W goes through the
     general `eigvals`.
     """
+    if isinstance(w, Mixing):
+        w = w.dense()
     if len(w) == 1:
         return 1.0
     lam = np.linalg.eigvalsh(w) if is_symmetric(w, 1e-12) else np.linalg.eigvals(w)
@@ -212,20 +331,14 @@ def spectral_gap(w: np.ndarray) -> float:
 
 def from_config(
     cfg: TopologyConfig, n: int, rng: np.random.Generator, *, field: str = "algorithm.topology"
-) -> np.ndarray:
-    """W [n, n] for a scenario's topology section (`flnet.config.TopologyConfig`); `rng` draws
-    random graphs (the run's TOPOLOGY stream)."""
+) -> Mixing:
+    """The `Mixing` of a scenario's topology section (`flnet.config.TopologyConfig`) on n nodes,
+    O(n + edges) for every graph kind; `rng` draws random graphs (the run's TOPOLOGY stream)."""
     if cfg.kind == "matrix":
         w = check_mixing(cfg.matrix, field=f"{field}.matrix")
         if len(w) != n:
             raise ScenarioError(f"has {len(w)} rows for {n} nodes", field=f"{field}.matrix")
-        return w
-    g = graph(cfg.kind, n, p=cfg.p if cfg.kind == "erdos_renyi" else None, rng=rng, field=field)
-    return mixing_matrix(g, cfg.weights, cfg.laziness, field=field)
-
-
-def edges(w: np.ndarray) -> np.ndarray:
-    """[M, 2] directed edges (sender j, receiver i) for every W[i, j] > 0, i != j: who sends
-    its model to whom, in row-major order of W."""
-    receiver, sender = np.nonzero((w > 0) & ~np.eye(len(w), dtype=bool))
-    return np.stack([sender, receiver], axis=1).astype(np.int64)
+        return from_dense(w)
+    p = cfg.p if cfg.kind == "erdos_renyi" else None
+    edges = graph_edges(cfg.kind, n, p=p, rng=rng, field=field)
+    return from_edges(edges, n, cfg.weights, cfg.laziness, field=field)
