@@ -2,6 +2,7 @@ import math
 
 import pytest
 import torch
+from runs import Keep, StopAt, assert_resumes_exactly
 from tolerance import assert_tensors_close
 
 from flnet.algorithms import fedbuff
@@ -40,21 +41,6 @@ LR, ETA_G = 0.1, 0.8
 
 def quadratic(model, params, x, y, aux=None):
     return 0.5 * (params - A).square().sum(dim=1)
-
-
-class Keep:
-    def __init__(self, steps):
-        self.steps, self.seen = steps, []
-
-    def on_start(self, world):
-        pass
-
-    def on_progress(self, world, progress, stopping):
-        self.seen.append(progress)
-        return "rounds" if progress.step >= self.steps else None
-
-    def on_end(self, world, reason):
-        pass
 
 
 def test_two_clients_concurrency_two_k_two_by_hand(scenario):
@@ -122,20 +108,6 @@ def test_an_interrupted_stream_resumes_to_the_same_records_and_ledger(scenario, 
     """request_stop ends the run at the next server update, with the stream's work under way
     frozen into the state; --resume thaws it (shared uplink, fading): the same records and
     ledger as a run never interrupted."""
-    import pandas as pd
-
-    from flnet.runner import run
-
-    class StopAt:
-        def on_start(self, world):
-            pass
-
-        def on_progress(self, world, progress, stopping):
-            if progress.step == 7:
-                world.request_stop()
-
-        def on_end(self, world, reason):
-            pass
 
     def make(name):
         return scenario(
@@ -156,12 +128,7 @@ def test_an_interrupted_stream_resumes_to_the_same_records_and_ledger(scenario, 
             output={"dir": str(tmp_path / name)},
         )
 
-    whole = run(make("whole"))
-    cut = run(make("cut"), observers=[StopAt()])
-    assert cut.summary["stop_reason"] == "interrupted" and cut.records["round"].max() < 20
-    resumed = run(make("cut"), resume=True)
-    pd.testing.assert_frame_equal(resumed.records, whole.records, check_exact=True)
-    pd.testing.assert_frame_equal(resumed.ledger, whole.ledger, check_exact=True)
+    whole, _ = assert_resumes_exactly(make, StopAt(7))
     assert whole.records.staleness_max.max() >= 1  # the stream really was asynchronous
 
 

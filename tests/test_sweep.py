@@ -10,6 +10,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from conftest import BASE
+from runs import sweep_on_ray
 
 from flnet.columns import POINT_OUTCOMES
 from flnet.errors import ScenarioError
@@ -307,14 +308,10 @@ def test_cli_sweep_prints_full_headers_and_reports_invalid_points(tmp_path):
 
 
 def test_ray_runs_the_points_and_gives_the_same_table_as_local_workers(tmp_path):
-    ray = pytest.importorskip("ray")
+    pytest.importorskip("ray")
     grid = {"algorithm.local.steps": [1, 2], "seed": [0, 1]}
     local_table, local = sweep(BASE, grid, workers=2, out_dir=tmp_path / "local")
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    try:
-        ray_table, on_ray = sweep(BASE, grid, backend="ray", out_dir=tmp_path / "ray")
-    finally:
-        ray.shutdown()
+    ray_table, on_ray = sweep_on_ray(BASE, grid, out_dir=tmp_path / "ray")
     pd.testing.assert_frame_equal(on_ray, local, check_exact=True)
     cols = ["point", "algorithm.local.steps", "seed", "status", "final_test_accuracy"]
     pd.testing.assert_frame_equal(ray_table[cols], local_table[cols], check_exact=True)
