@@ -14,9 +14,6 @@ from collections.abc import Iterator, Mapping
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:
-    from flnet.algorithms.base import AlgorithmModule
-
 MODULES = {
     "fedavg": "flnet.algorithms.fedavg",
     "fedprox": "flnet.algorithms.fedprox",
@@ -27,6 +24,7 @@ MODULES = {
 
 if TYPE_CHECKING:  # mypy checks each module above against the shape, with its Config and State
     from flnet.algorithms import dpsgd, fedavg, fedbuff, fedprox, scaffold
+    from flnet.algorithms.base import AlgorithmModule
 
     _fedavg: AlgorithmModule[fedavg.Config, fedavg.State] = fedavg
     _fedprox: AlgorithmModule[fedprox.Config, fedprox.State] = fedprox
