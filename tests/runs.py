@@ -43,6 +43,15 @@ class Keep:
         pass
 
 
+def run_protocol(world, steps, protocol):
+    """Runs `protocol` (an algorithm's generator, made for `world`) on its own, without the
+    runner, until it has published step `steps`; returns every step's `Progress`."""
+    keep = Keep(steps)
+    world.observers = [keep]
+    world.env.run(until=world.env.process(protocol))
+    return keep.seen
+
+
 class StopAt:
     """Observer: asks the run to stop during step `step` (what the signal handler does); it
     stops at the next safe point, with a checkpoint."""

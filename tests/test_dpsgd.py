@@ -1,7 +1,7 @@
 import networkx as nx
 import pytest
 import torch
-from runs import Keep, StopAt, assert_resumes_exactly
+from runs import StopAt, assert_resumes_exactly, run_protocol
 from tolerance import assert_tensors_close
 
 from flnet.algorithms import dpsgd
@@ -44,15 +44,9 @@ def simulate(scenario, x0, steps, loss_fn=zero_gradients, **algorithm):
         clients={"count": len(x0)},
     )
     world, learn = build(sc)
-    keep = Keep(steps)
-    world.observers = [keep]
-    env = world.env
-    env.run(
-        until=env.process(
-            dpsgd.protocol(world, learn, sc.algorithm, dpsgd.State(0, x0), loss_fn=loss_fn)
-        )
-    )
-    return [p.state.x for p in keep.seen], world, learn, sc  # every step's nodes' models
+    protocol = dpsgd.protocol(world, learn, sc.algorithm, dpsgd.State(0, x0), loss_fn=loss_fn)
+    seen = run_protocol(world, steps, protocol)
+    return [p.state.x for p in seen], world, learn, sc  # every step's nodes' models
 
 
 @pytest.fixture

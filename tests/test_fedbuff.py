@@ -2,7 +2,7 @@ import math
 
 import pytest
 import torch
-from runs import Keep, StopAt, assert_resumes_exactly
+from runs import StopAt, assert_resumes_exactly, run_protocol
 from tolerance import assert_tensors_close
 
 from flnet.algorithms import fedbuff
@@ -78,23 +78,15 @@ def test_two_clients_concurrency_two_k_two_by_hand(scenario):
     flops = 16 * learn.flops_per_sample  # one step of batch 16
     t0, t1 = (2 * link_s + flops / (4 * f) for f in cpu)
     assert 2 * t0 < t1 < 3 * t0
-    keep = Keep(2)
-    world.observers = [keep]
-    env = world.env
-    env.run(
-        until=env.process(
-            fedbuff.protocol(
-                world, learn, sc.algorithm, fedbuff.init(learn, sc.algorithm), loss_fn=quadratic
-            )
-        )
-    )
+    state = fedbuff.init(learn, sc.algorithm)
+    seen = run_protocol(world, 2, fedbuff.protocol(world, learn, sc.algorithm, state, quadratic))
 
     def delta(x):
         return -LR * (x - A)
 
     x1 = x0 + ETA_G * delta(x0)
     x2 = x1 + ETA_G / 2 * (delta(x0) / math.sqrt(2) + delta(x1))
-    one, two = keep.seen
+    one, two = seen
     assert one.sim_time_s == pytest.approx(2 * t0, rel=1e-12)
     assert two.sim_time_s == pytest.approx(3 * t0, rel=1e-12)
     assert_tensors_close(one.model, x1)
