@@ -19,13 +19,14 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import json
 import os
 import re
 import secrets
 import signal
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from flnet.errors import FlnetError
 
@@ -283,6 +284,19 @@ def os_error(e: BaseException | None) -> OSError | None:
 def write_text(path: Path, text: str) -> None:
     with atomic(path) as tmp:
         tmp.write_text(text)
+
+
+def summary_text(summary: dict) -> str:
+    """summary.json's text: numpy and torch scalars as numbers, anything else JSON has no type
+    for as its str."""
+    return json.dumps(summary, indent=2, default=_jsonable)
+
+
+def _jsonable(value: Any) -> Any:
+    try:
+        return value.item()
+    except AttributeError:
+        return str(value)
 
 
 def write_table(df: pd.DataFrame, path: Path) -> None:
