@@ -4,10 +4,10 @@ A topology is an undirected graph on nodes ``0..n-1`` (the gossiping clients, in
 as its ``[E, 2]`` edge array; a mixing matrix W (``[n, n]`` in the maths) has ``W[i, j]`` the
 weight node i gives to node j's model (row convention: ``x_i <- sum_j W[i, j] x_j``), non-zero
 only on the graph's edges and the diagonal. A run never builds W as an array: it is a sparse
-`Mixing`, one entry per directed edge (j sends x_j to i) plus the diagonal, O(n + M) memory for
-M directed edges, built in O(n + M) time (the edges ordered as W's rows, an O(M log d) sort
-within each row for degree d). `Mixing.dense` and `mixing_matrix` give the ``[n, n]`` array for
-small-n analysis and tests (spectral gap, stochasticity). Weights:
+`Mixing`, one entry per directed edge (j sends x_j to i) plus the diagonal: O(n + M) memory for
+M directed edges, built in O(n + M log d) time for the largest degree d (putting the edges in
+W's row-major order sorts each row's d columns). `Mixing.dense` and `mixing_matrix` give the
+``[n, n]`` array for small-n analysis and tests (spectral gap, stochasticity). Weights:
 
 - ``uniform``: ``W[i, j] = 1 / (deg_i + 1)`` over i's neighbours and itself (the DisPFL code's
   rule). Row-stochastic; symmetric (so doubly stochastic) only on a regular graph.
@@ -215,7 +215,7 @@ def from_edges(
     field: str = "algorithm.topology",
 ) -> Mixing:
     """The `Mixing` of the undirected graph with `edges` ([E, 2], each edge once, no self
-    loops) on nodes 0..n-1 under a weight rule: O(n + E)."""
+    loops) on nodes 0..n-1 under a weight rule: O(n + E log d), d the largest degree."""
     if not 0.0 <= laziness < 1.0:
         raise ScenarioError(f"must be in [0, 1), got {laziness!r}", field=f"{field}.laziness")
     if weights not in WEIGHTS:
