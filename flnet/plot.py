@@ -31,6 +31,7 @@ import pandas as pd
 import yaml
 
 from flnet.errors import FlnetError
+from flnet.output import run_status
 
 if TYPE_CHECKING:  # matplotlib is imported when a figure is drawn
     from matplotlib.axes import Axes
@@ -243,7 +244,8 @@ def _load_run(folder: Path) -> Results:
                 "label": label,
                 "group": label,
                 "seed": _first(records, "seed", summary.get("seed")),
-                "status": summary.get("status", "unknown"),
+                # a run killed with -9 left "running" behind (flnet.output.run_status)
+                "status": run_status(folder, summary.get("status", "unknown")),
                 "folder": str(folder),
             }
         ]
