@@ -30,10 +30,11 @@ import os
 import re
 import secrets
 import signal
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from flnet.errors import FlnetError
 
@@ -355,13 +356,29 @@ def atomic(
 @contextlib.contextmanager
 def signals_held() -> Iterator[None]:
     """SIGINT and SIGTERM wait until the block ends (a few instructions: a rename and the
-    bookkeeping that goes with it)."""
-    sigs = {signal.SIGINT, signal.SIGTERM}
+    bookkeeping that goes with it).
+
+    Blocking them holds them back from this thread only: the kernel hands a signal for the
+    process to another thread that does not block it (a progress bar's refresh thread), and
+    Python then runs the handler in the main thread at once, inside the block. So in the main
+    thread the Python handlers are also swapped, for the block, for one that notes the signal;
+    each noted signal is raised again after it."""
+    sigs = (signal.SIGINT, signal.SIGTERM)
+    noted: list[int] = []
+    swapped: dict[signal.Signals, Any] = {}
     old = signal.pthread_sigmask(signal.SIG_BLOCK, sigs)
     try:
+        if threading.current_thread() is threading.main_thread():
+            for s in sigs:
+                if callable(signal.getsignal(s)):  # not SIG_DFL, SIG_IGN or a C handler
+                    swapped[s] = signal.signal(s, lambda signum, frame: noted.append(signum))
         yield
     finally:
+        for s, handler in swapped.items():
+            signal.signal(s, handler)
         signal.pthread_sigmask(signal.SIG_SETMASK, old)
+        for signum in noted:
+            signal.raise_signal(signum)
 
 
 def fsync_directory(path: Path) -> None:

@@ -5,9 +5,10 @@ checked against the disk, the exit status and what `--resume` does.
 The moment is made exact without anything in flnet for tests: the child process wraps
 `flnet.checkpoint.save` so that, for the final checkpoint only, it waits at a gate (a file the
 test creates) at one of three points: before anything is written (`start`), with the new file
-complete under its temporary name (`written`), and just after the rename, inside the block where
-SIGINT and SIGTERM are held back (`renamed`). The test sends real signals from outside while the
-child waits there."""
+complete under its temporary name (`written`), and just after the rename, before the run notes
+it, inside the block where SIGINT and SIGTERM are held back (`renamed`). A second thread that
+does not block signals runs beside, as a progress bar's does in a terminal. The test sends real
+signals from outside while the child waits there."""
 
 import json
 import os
@@ -27,12 +28,15 @@ ENV = {**os.environ, "PYTHONPATH": str(REPO)}
 ROUNDS = 7  # periodic checkpoints at rounds 0, 2, 4, 6; the final one at 7
 
 CHILD = """
-import contextlib, pathlib, sys, time
+import contextlib, pathlib, sys, threading, time
 import flnet.checkpoint as checkpoint
 import flnet.output as output
 
 phases, gates = sys.argv[1].split(","), pathlib.Path(sys.argv[2])
 final = False
+# a second thread that does not block signals, as the progress bar's refresh thread of a run
+# in a terminal: the kernel may hand it a signal the main thread holds back
+threading.Thread(target=time.sleep, args=(3600,), daemon=True).start()
 
 
 def gate(phase):
@@ -53,9 +57,9 @@ def save(directory, ckpt, committed=None):
     gate("start")
 
     def noted():
+        gate("renamed")
         if committed is not None:
             committed()
-        gate("renamed")
 
     return real_save(directory, ckpt, noted)
 
