@@ -14,7 +14,11 @@ The keys follow the pattern that does the work, so no run reuses a key:
   ``[seed, WORK, client, count]`` (`work_generator`), fading ``[seed, FADING_KEYED, client, count,
   sender, receiver]``. A client's n-th piece of work draws the same numbers whenever it starts.
 
-Stream tags are far above any round number, so the key shapes never meet.
+Stream tags are far above any round number, so the key shapes never meet. Give each stream
+tag one key length: numpy's SeedSequence ignores trailing zero words, so ``[seed, tag, a]`` and
+``[seed, tag, a, 0]`` are the same generator (`tests/test_rng.py` shows it). PARTITION's
+sub-streams break the rule only between partition kinds that never run together (Hsu's
+Dirichlet split keeps the bare stream, equal to the SIZES=0 sub-stream).
 """
 
 from __future__ import annotations

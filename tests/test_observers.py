@@ -1,6 +1,9 @@
 """Observers: the public way to watch a run, and the stop hook a signal handler calls."""
 
+import gc
+
 import pandas as pd
+import pytest
 import torch
 
 from flnet.runner import run
@@ -60,3 +63,35 @@ def test_requested_stop_ends_at_the_next_step_and_resumes_exactly(scenario, tmp_
     resumed = run(_scenario(scenario, tmp_path, "cut"), resume=True)
     pd.testing.assert_frame_equal(resumed.records, whole.records, check_exact=True)
     pd.testing.assert_frame_equal(resumed.ledger, whole.ledger, check_exact=True)
+
+
+class FreezeCount(Watch):
+    """Counts the objects the garbage collector leaves alone at each step; fails at `fail_at`."""
+
+    def __init__(self, fail_at=None):
+        super().__init__()
+        self.frozen, self.fail_at = [], fail_at
+
+    def on_progress(self, world, progress, stopping):
+        self.frozen.append(gc.get_freeze_count())
+        if progress.step == self.fail_at:
+            raise RuntimeError("observer failed")
+
+
+def test_the_collector_skips_what_was_alive_at_the_start_only_while_the_run_lasts(
+    scenario, tmp_path
+):
+    watch = FreezeCount()
+    run(_scenario(scenario, tmp_path, "a"), write=False, observers=[watch])
+    assert min(watch.frozen[1:]) > 10_000  # modules, data, world (step 0 is published before)
+    assert gc.get_freeze_count() == 0  # given back to the collector at the end
+    with pytest.raises(RuntimeError, match="observer failed"):
+        run(_scenario(scenario, tmp_path, "b"), write=False, observers=[FreezeCount(fail_at=2)])
+    assert gc.get_freeze_count() == 0  # and when the run fails
+    gc.freeze()  # a caller that froze objects itself keeps them as it left them
+    try:
+        frozen = gc.get_freeze_count()
+        run(_scenario(scenario, tmp_path, "c"), write=False, observers=[watch])
+        assert frozen // 2 < gc.get_freeze_count() <= frozen  # kept frozen; some since died
+    finally:
+        gc.unfreeze()

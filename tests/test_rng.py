@@ -40,3 +40,10 @@ def test_stream_tags_are_distinct_and_above_every_round_the_schema_allows():
     assert len(set(tags)) == len(tags)
     max_rounds = next(m.le for m in RunConfig.model_fields["rounds"].metadata if hasattr(m, "le"))
     assert max_rounds < min(tags)
+
+
+def test_a_trailing_zero_key_is_the_shorter_key_so_each_stream_keeps_one_key_length():
+    """numpy's SeedSequence drops trailing zero words: the hazard rng.py's rule guards against."""
+    assert np.array_equal(
+        draws(generator(3, Stream.FADING, 5)), draws(generator(3, Stream.FADING, 5, 0))
+    )
