@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from flnet.analysis import TAU, best_tau, to_target
+from flnet.analysis import TAU, best_tau, best_tau_shown, to_target
 from flnet.sweeps import load_base, run_sweep, spec_from
 
 
@@ -101,20 +101,7 @@ def main(argv=None) -> dict[str, pd.DataFrame]:
     table = per_run.pivot_table(index=[*cell, TAU], columns="seed", values=cost, dropna=False)
     print(show(table.rename(columns=lambda s: f"seed {s}").reset_index()))
     print(f"\nbest tau per cell, chosen per seed on {cost} (not reached = infinite):")
-    shown = [
-        *cell,
-        "best_tau",
-        "best_tau_per_seed",
-        "best_tau_median",
-        "best_tau_min",
-        "best_tau_max",
-        f"{cost}_median",
-        f"{cost}_min",
-        f"{cost}_max",
-        "runner_up_tau",
-        "within_spread",
-    ]
-    print(show(per_cell[shown]))
+    print(show(best_tau_shown(per_cell, args.cost, runner_up=True)))
     print(
         f"\nwithin_spread: another tau's median {args.cost} lies inside the winner's range "
         "over seeds, so the winner is not clear"

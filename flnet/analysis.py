@@ -169,6 +169,28 @@ def best_tau(
     return per_seed, pd.DataFrame(per_cell)
 
 
+def best_tau_shown(per_cell: pd.DataFrame, cost: str, *, runner_up: bool = False) -> pd.DataFrame:
+    """What a reader is shown of `best_tau`'s per-cell table (`cost` as there): the cell, the
+    winner and the per-seed winners with their spread, the winner's cost over seeds, whether
+    the winner is clear; `runner_up` adds the next best tau."""
+    column = f"{cost}_to_target"
+    return per_cell[
+        [
+            *swept_columns(per_cell),
+            "best_tau",
+            "best_tau_per_seed",
+            "best_tau_median",
+            "best_tau_min",
+            "best_tau_max",
+            f"{column}_median",
+            f"{column}_min",
+            f"{column}_max",
+            *(["runner_up_tau"] if runner_up else []),
+            "within_spread",
+        ]
+    ]
+
+
 def _isnan(v: Any) -> bool:
     return isinstance(v, float) and math.isnan(v)
 

@@ -300,7 +300,7 @@ def sweep_text(table: pd.DataFrame) -> str:
 def cmd_analyze(args: argparse.Namespace) -> int:
     import pandas as pd
 
-    from flnet.analysis import best_tau, pareto, read_records, to_target
+    from flnet.analysis import best_tau, best_tau_shown, pareto, read_records, to_target
 
     src = Path(args.results)
     records = read_records(src)
@@ -333,26 +333,8 @@ def cmd_analyze(args: argparse.Namespace) -> int:
         per_seed, per_cell = best_tau(per_run, args.cost, args.tau)
         per_seed.to_csv(out / "best_tau_per_seed.csv", index=False)
         per_cell.to_csv(out / "best_tau.csv", index=False)
-        cell = [c for c in per_cell.columns if "." in c]
         print(f"\nbest {args.tau} per cell, chosen per seed on {cost} (not reached = infinite)")
-        print(
-            text(
-                per_cell[
-                    [
-                        *cell,
-                        "best_tau",
-                        "best_tau_per_seed",
-                        "best_tau_median",
-                        "best_tau_min",
-                        "best_tau_max",
-                        f"{cost}_median",
-                        f"{cost}_min",
-                        f"{cost}_max",
-                        "within_spread",
-                    ]
-                ]
-            )
-        )
+        print(text(best_tau_shown(per_cell, args.cost)))
     points = src / "points.csv" if src.is_dir() else None
     if points is not None and points.exists():
         table = pd.read_csv(points)

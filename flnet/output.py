@@ -411,6 +411,19 @@ def write_text(path: Path, text: str) -> None:
         tmp.write_text(text)
 
 
+def summary_text(summary: dict) -> str:
+    """summary.json's text: numpy and torch scalars as numbers, anything else JSON has no type
+    for as its str."""
+    return json.dumps(summary, indent=2, default=_jsonable)
+
+
+def _jsonable(value: Any) -> Any:
+    try:
+        return value.item()
+    except AttributeError:
+        return str(value)
+
+
 def write_table(df: pd.DataFrame, path: Path) -> None:
     with atomic(path) as tmp:
         if path.suffix == ".csv":

@@ -30,6 +30,7 @@ import numpy as np
 import pandas as pd
 import yaml
 
+from flnet.columns import POINT_OUTCOMES
 from flnet.errors import FlnetError
 from flnet.output import run_status
 
@@ -43,21 +44,6 @@ R = TypeVar("R")
 # -- reading results --------------------------------------------------------------------------
 
 RECORD_FILES = ("records.parquet", "records.csv")
-# points.csv columns that are a point's outcome, not a swept field (flnet/sweeps.py)
-POINT_OUTCOMES = {
-    "point",
-    "status",
-    "stop_reason",
-    "rounds",
-    "final_test_accuracy",
-    "sim_time_s",
-    "energy_j",
-    "wall_s",
-    "error",
-    "note",
-    "reused_from",
-    "reuse_note",
-}
 NEEDED_COLUMNS = ("round", "sim_time_s", "energy_j", "test_accuracy")
 # resolved-scenario fields that differ between runs without making them different experiments
 IGNORED_FIELDS = ("output.", "run.checkpoint", "device")

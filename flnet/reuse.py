@@ -507,16 +507,9 @@ def run_job(job: dict | Job, *, write: bool = True) -> Result:
 
             output.write_text(
                 (result.output_dir or scenario.output_dir()) / "summary.json",
-                json.dumps(result.summary, indent=2, default=_jsonable),
+                output.summary_text(result.summary),
             )
     return result
-
-
-def _jsonable(value: Any) -> Any:
-    try:
-        return value.item()
-    except AttributeError:
-        return str(value)
 
 
 # ---------------------------------------------------------------- scheduling a sweep

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import json
 import math
 import os
 import time
@@ -786,7 +785,7 @@ def _result_files(result: Result) -> list[tuple[Path, Callable[[Path], None]]]:
     whatever happened to the others."""
     out = result.output_dir or result.scenario.output_dir()
     fmt = result.scenario.output.format
-    summary = json.dumps(result.summary, indent=2, default=_jsonable)
+    summary = output.summary_text(result.summary)
     files: list[tuple[Path, Callable[[Path], None]]] = [
         (out / f"records.{fmt}", lambda p: output.write_table(result.records, p))
     ]
@@ -795,10 +794,3 @@ def _result_files(result: Result) -> list[tuple[Path, Callable[[Path], None]]]:
         files.append((out / f"ledger.{fmt}", lambda p: output.write_table(ledger, p)))
     files.append((out / "summary.json", lambda p: output.write_text(p, summary)))
     return files
-
-
-def _jsonable(value: Any) -> Any:
-    try:
-        return value.item()
-    except AttributeError:
-        return str(value)

@@ -29,6 +29,7 @@ import pandas as pd
 import yaml
 from pydantic import ValidationError
 
+from flnet.columns import REUSE_COLUMNS, SUMMARY_COLUMNS
 from flnet.config import AdagradConfig, AdamConfig, DeltaSgdConfig, SgdConfig, SpsConfig
 from flnet.errors import FlnetError, ScenarioError
 from flnet.output import KILLED, RUNNING, killed_note, lock_holder, run_status
@@ -410,31 +411,20 @@ def read_records(folder: Path) -> pd.DataFrame:
     )
 
 
-SUMMARY_COLUMNS = (
-    "status",
-    "stop_reason",
-    "rounds",
-    "final_test_accuracy",
-    "sim_time_s",
-    "energy_j",
-    "wall_s",
-)
-
-
 def point_row(point: Point, summary: dict | None, outcome: dict | None) -> dict:
     """One row of the points table."""
     row = {"point": point.key or None, **point.values}
+    done: dict = {}
     if point.error is not None:
         row.update(status="invalid", error=point.error)
     elif summary is not None:
+        done = summary
         row.update({c: summary.get(c) for c in SUMMARY_COLUMNS}, error=None)
-        row.update(reused_from=summary.get("reused_from"), reuse_note=summary.get("reuse_note"))
     elif outcome is not None:
         row.update(status=outcome["status"], error=outcome.get("error"))
     else:
         row.update(status="not finished", error=None)
-    row.setdefault("reused_from", None)
-    row.setdefault("reuse_note", None)
+    row.update({c: done.get(c) for c in REUSE_COLUMNS})
     row["note"] = point.note
     return row
 

@@ -40,6 +40,45 @@ def scenario(tmp_path):
     return make
 
 
+# A quickstart small enough for tests that read results back (plots, the report).
+SMALL = [
+    "run.rounds=4",
+    "run.eval_every=1",
+    "clients.count=10",
+    "algorithm.cohort.clients_per_round=3",
+    "device=cpu",
+]
+
+
+def small_base(*extra):
+    """The small quickstart (with `extra` overrides), resolved: a sweep's base."""
+    import flnet
+
+    return flnet.load_scenario("scenarios/quickstart.yaml", [*SMALL, *extra]).model_dump(
+        mode="json"
+    )
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    """A finished small quickstart run's folder."""
+    import flnet
+
+    out = tmp_path_factory.mktemp("run") / "quickstart"
+    flnet.run("scenarios/quickstart.yaml", overrides=[*SMALL, f"output.dir={out}"])
+    return out
+
+
+@pytest.fixture(scope="module")
+def seed_sweep_dir(tmp_path_factory):
+    """Four runs of the small quickstart: two taus, two seeds each."""
+    import flnet
+
+    out = tmp_path_factory.mktemp("seeds")
+    flnet.sweep(small_base(), {"algorithm.local.steps": [1, 4], "seed": [0, 1]}, out_dir=out)
+    return out
+
+
 # Hypothesis: CI runs a fixed (derandomized) set of examples so it cannot flake;
 # FLNET_FUZZ_SCALE=30 searches thirty times as many fresh random examples when hunting bugs.
 FUZZ_SCALE = int(os.environ.get("FLNET_FUZZ_SCALE", "1"))

@@ -35,7 +35,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 
-from flnet.analysis import best_tau, pareto, to_target  # noqa: E402
+from flnet.analysis import best_tau, best_tau_shown, pareto, to_target  # noqa: E402
 from flnet.errors import FlnetError  # noqa: E402
 
 TAU = "algorithm.local.steps"
@@ -147,6 +147,20 @@ def test_best_tau_per_seed_with_median_range_and_spread_flag():
     # not reached is an infinite cost: seed 2 of snr 0 still picks tau 5
     s = per_seed.set_index(["radio.uplink_snr_db", "seed"])
     assert s.loc[(0, 2), "best_tau"] == 5 and s.loc[(40, 1), "best_joules_to_target"] == math.inf
+
+
+def test_best_tau_shown_is_the_cell_then_the_winner_and_its_cost():
+    """What `flnet analyze` and analysis/tau_energy.py print (the latter with the runner-up)."""
+    per_run = per_run_of([(0, 0, 1, 10.0), (0, 0, 5, 12.0), (20, 0, 1, 9.0), (20, 0, 5, 8.0)])
+    _, per_cell = best_tau(per_run, "joules")
+    shown = best_tau_shown(per_cell, "joules")
+    cost = ["joules_to_target_median", "joules_to_target_min", "joules_to_target_max"]
+    spread = ["best_tau", "best_tau_per_seed", "best_tau_median", "best_tau_min", "best_tau_max"]
+    assert list(shown.columns) == ["radio.uplink_snr_db", *spread, *cost, "within_spread"]
+    assert shown.best_tau.tolist() == [1, 5] and shown.joules_to_target_median.tolist() == [10, 8]
+    with_runner_up = best_tau_shown(per_cell, "joules", runner_up=True)
+    assert list(with_runner_up.columns) == [*shown.columns[:-1], "runner_up_tau", "within_spread"]
+    assert with_runner_up.runner_up_tau.tolist() == [5, 1]
 
 
 def test_best_tau_ties_are_within_the_spread():

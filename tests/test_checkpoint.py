@@ -5,27 +5,18 @@ import pickle
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 import torch
 import yaml
+from runs import RESUMABLE, assert_same_tables, checkpoint_round, signal_once_checkpointed
 
 from flnet.errors import FlnetError, ScenarioError
 from flnet.runner import run
 
 SCENARIO = {
     "name": "resumable",
-    "seed": 3,
-    "device": "cpu",
-    "data": {"partition": {"kind": "dirichlet", "alpha": 0.5}},
-    "algorithm": {
-        "name": "fedavg",
-        "cohort": {"clients_per_round": 5, "deadline_s": 0.5},
-        "local": {"steps": 2, "batch_size": 8, "lr": 0.05},
-    },
-    "clients": {"count": 10, "cpu_hz": {"kind": "lognormal", "median": 2e8, "sigma": 0.5}},
-    "radio": {"rayleigh_fading": True},
+    **RESUMABLE,
     "run": {"rounds": 150, "eval_every": 5, "checkpoint_every": 5},
 }
 
@@ -41,46 +32,21 @@ def write_scenario(tmp_path, **run_over):
     return path
 
 
-def checkpoint_round(out):
-    try:
-        return torch.load(out / "checkpoint.pt", weights_only=True)["round"]
-    except Exception:
-        return -1
-
-
 def test_killed_run_resumes_to_the_same_records(tmp_path):
     path = write_scenario(tmp_path)
     out = tmp_path / "out"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "flnet.cli", "run", str(path), "--quiet"],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    deadline = time.time() + 120
-    while checkpoint_round(out) < 20 and proc.poll() is None and time.time() < deadline:
-        time.sleep(0.02)
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait()
-    assert proc.returncode == -signal.SIGKILL, "the run ended before it could be killed"
+    cli = [sys.executable, "-m", "flnet.cli", "run", str(path), "--quiet"]
+    status = signal_once_checkpointed(cli, out, 20, signal.SIGKILL, within_s=120)
+    assert status == -signal.SIGKILL, "the run ended before it could be killed"
     killed_at = checkpoint_round(out)
     assert 20 <= killed_at < 150
     partial = pytest.importorskip("pandas").read_parquet(out / "records.parquet")
     assert partial["round"].max() >= killed_at  # the finished work was written as it went
 
-    resumed = subprocess.run(
-        [sys.executable, "-m", "flnet.cli", "run", str(path), "--quiet", "--resume"],
-        capture_output=True,
-        text=True,
-    )
+    resumed = subprocess.run([*cli, "--resume"], capture_output=True, text=True)
     assert resumed.returncode == 0, resumed.stderr
-    whole = run(path, overrides=[f"output.dir={tmp_path / 'whole'}"])
-    import pandas as pd
-
-    got_records = pd.read_parquet(out / "records.parquet")
-    got_ledger = pd.read_parquet(out / "ledger.parquet")
-    pd.testing.assert_frame_equal(got_records, whole.records, check_exact=True)
-    whole_ledger = pd.read_parquet(tmp_path / "whole" / "ledger.parquet")
-    pd.testing.assert_frame_equal(got_ledger, whole_ledger, check_exact=True)
+    run(path, overrides=[f"output.dir={tmp_path / 'whole'}"])
+    assert_same_tables(out, tmp_path / "whole")
 
 
 def test_resume_with_more_rounds_extends_the_run(tmp_path):

@@ -2,24 +2,20 @@ import json
 import subprocess
 import sys
 
-
-def flnet(*args, cwd=None):
-    return subprocess.run(
-        [sys.executable, "-m", "flnet.cli", *args], capture_output=True, text=True, cwd=cwd
-    )
+from runs import flnet_cli
 
 
 def test_validate_bad_file_gives_one_clear_error_and_no_traceback(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("algorithm: {name: fedavg}\nradio: {uplink: {bandwidth_hz: -1}}\n")
-    out = flnet("validate", str(bad))
+    out = flnet_cli("validate", str(bad))
     assert out.returncode == 2
     assert "radio.uplink.bandwidth_hz: must be > 0" in out.stderr
     assert "Traceback" not in out.stderr + out.stdout
 
 
 def test_validate_good_file():
-    out = flnet("validate", "scenarios/quickstart.yaml")
+    out = flnet_cli("validate", "scenarios/quickstart.yaml")
     assert out.returncode == 0, out.stderr
     assert "ok" in out.stdout
 
@@ -31,10 +27,10 @@ def test_validate_checks_every_point_of_a_sweep_file(tmp_path):
     sweep = {"grid": {"algorithm.local.optimizer.name": ["sgd", "sps"]}, "seeds": [0, 1]}
     scenario = {"clients": {"count": 10}, "run": {"rounds": 2}, "sweep": sweep}
     path.write_text(json.dumps({**scenario, "algorithm": {"name": "fedavg"}}))
-    good = flnet("validate", str(path))
+    good = flnet_cli("validate", str(path))
     assert good.returncode == 0, good.stderr
     assert "a sweep of 4 points" in good.stdout
-    bad = flnet("validate", str(path), "--set", "algorithm.local.lr=0.1")
+    bad = flnet_cli("validate", str(path), "--set", "algorithm.local.lr=0.1")
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
     lines = [line for line in bad.stderr.splitlines() if "sweep point" in line]
     assert len(lines) == 2 and all("optimizer.name=sps" in line for line in lines), bad.stderr
@@ -42,7 +38,7 @@ def test_validate_checks_every_point_of_a_sweep_file(tmp_path):
 
 
 def test_run_writes_results_and_prints_summary(tmp_path):
-    out = flnet(
+    out = flnet_cli(
         "run",
         "scenarios/quickstart.yaml",
         "--quiet",
@@ -61,7 +57,7 @@ def test_run_writes_results_and_prints_summary(tmp_path):
 
 
 def test_schema_command_writes_json(tmp_path):
-    out = flnet("schema", "-o", str(tmp_path / "s.json"))
+    out = flnet_cli("schema", "-o", str(tmp_path / "s.json"))
     assert out.returncode == 0
     assert json.loads((tmp_path / "s.json").read_text())["title"] == "Scenario"
 
@@ -84,10 +80,6 @@ def test_version():
 
     out = flnet_cli("--version")
     assert out.returncode == 0 and out.stdout.strip() == f"flnet {flnet.__version__}"
-
-
-def flnet_cli(*args):  # `flnet` the function, where the package is imported as flnet
-    return flnet(*args)
 
 
 def test_top_level_help_lists_every_command_on_one_line():
@@ -124,7 +116,7 @@ def test_validate_makes_the_checks_run_makes_with_the_same_message(tmp_path, cap
 def test_validate_reports_every_bad_file_and_passes_good_ones(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("algorithm: {name: fedavg}\nclients: {count: 3000}\n")
-    out = flnet("validate", str(bad), "scenarios/quickstart.yaml")
+    out = flnet_cli("validate", str(bad), "scenarios/quickstart.yaml")
     assert out.returncode == 2
     assert out.stderr.count("error:") == 1 and "data.share_rows" in out.stderr
     assert "quickstart.yaml: ok" in out.stdout
@@ -135,7 +127,7 @@ def test_unit_warnings_are_one_line_each_on_stderr(tmp_path):
     path.write_text(
         "algorithm: {name: fedavg}\nclients: {cpu_hz: 1.5}\nradio: {uplink: {bandwidth_hz: 20}}\n"
     )
-    out = flnet("validate", str(path))
+    out = flnet_cli("validate", str(path))
     assert out.returncode == 0, out.stderr
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 2 and all(ln.startswith("warning: ") for ln in lines)

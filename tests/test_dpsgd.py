@@ -1,6 +1,7 @@
 import networkx as nx
 import pytest
 import torch
+from runs import StopAt, assert_resumes_exactly, run_protocol
 from tolerance import assert_tensors_close
 
 from flnet.algorithms import dpsgd
@@ -35,23 +36,6 @@ def zero_gradients(model, params, x, y, aux=None):
     return (params * params).sum(dim=1) * 0.0
 
 
-class Keep:
-    """Observer: keeps every step's nodes' models; stops after `steps`."""
-
-    def __init__(self, steps):
-        self.steps, self.xs = steps, []
-
-    def on_start(self, world):
-        pass
-
-    def on_progress(self, world, progress, stopping):
-        self.xs.append(progress.state.x.clone())
-        return "rounds" if progress.step >= self.steps else None
-
-    def on_end(self, world, reason):
-        pass
-
-
 def simulate(scenario, x0, steps, loss_fn=zero_gradients, **algorithm):
     from flnet.runner import build
 
@@ -60,15 +44,9 @@ def simulate(scenario, x0, steps, loss_fn=zero_gradients, **algorithm):
         clients={"count": len(x0)},
     )
     world, learn = build(sc)
-    keep = Keep(steps)
-    world.observers = [keep]
-    env = world.env
-    env.run(
-        until=env.process(
-            dpsgd.protocol(world, learn, sc.algorithm, dpsgd.State(0, x0), loss_fn=loss_fn)
-        )
-    )
-    return keep.xs, world, learn, sc
+    protocol = dpsgd.protocol(world, learn, sc.algorithm, dpsgd.State(0, x0), loss_fn=loss_fn)
+    seen = run_protocol(world, steps, protocol)
+    return [p.state.x for p in seen], world, learn, sc  # every step's nodes' models
 
 
 @pytest.fixture
@@ -141,20 +119,6 @@ def test_messages_lost_to_the_timeout_leave_their_weight_at_home(scenario, p_dig
 def test_an_interrupted_run_resumes_to_the_same_records_and_ledger(scenario, tmp_path):
     """request_stop (what SIGTERM does) ends the run at the end of an iteration; --resume
     continues on the same trajectory: the same topology, keys (iteration, node) and D2D links."""
-    import pandas as pd
-
-    from flnet.runner import run
-
-    class StopAt:
-        def on_start(self, world):
-            pass
-
-        def on_progress(self, world, progress, stopping):
-            if progress.step == 5:
-                world.request_stop()
-
-        def on_end(self, world, reason):
-            pass
 
     def make(name):
         return scenario(
@@ -174,12 +138,7 @@ def test_an_interrupted_run_resumes_to_the_same_records_and_ledger(scenario, tmp
             output={"dir": str(tmp_path / name)},
         )
 
-    whole = run(make("whole"))
-    cut = run(make("cut"), observers=[StopAt()])
-    assert cut.summary["stop_reason"] == "interrupted" and cut.records["round"].max() < 12
-    resumed = run(make("cut"), resume=True)
-    pd.testing.assert_frame_equal(resumed.records, whole.records, check_exact=True)
-    pd.testing.assert_frame_equal(resumed.ledger, whole.ledger, check_exact=True)
+    whole, _ = assert_resumes_exactly(make, StopAt(5))
     assert "consensus_distance" in whole.records and whole.records.bits_d2d.iloc[-1] > 0
 
 

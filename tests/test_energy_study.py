@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from runs import sweep_on_ray
 
 from flnet.sweeps import load_base, plan, sweep
 
@@ -44,15 +45,11 @@ def test_the_study_is_the_digests_grid_in_the_papers_setting():
 
 
 def test_smoke_through_ray_gives_the_local_table(tmp_path, capsys):
-    ray = pytest.importorskip("ray")
+    pytest.importorskip("ray")
     base, spec = load_base(SMOKE)
     assert len(plan(base, spec)) <= 12
     local_table, _ = sweep(SMOKE, workers=2, out_dir=tmp_path / "local")
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    try:
-        ray_table, _ = sweep(SMOKE, backend="ray", out_dir=tmp_path / "ray")
-    finally:
-        ray.shutdown()
+    ray_table, _ = sweep_on_ray(SMOKE, out_dir=tmp_path / "ray")
     assert (local_table.status == "completed").all() and (ray_table.status == "completed").all()
     study = analysis()
     here = study.main([str(tmp_path / "local"), "--target", "0.5"])

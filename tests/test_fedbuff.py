@@ -2,6 +2,7 @@ import math
 
 import pytest
 import torch
+from runs import StopAt, assert_resumes_exactly, run_protocol
 from tolerance import assert_tensors_close
 
 from flnet.algorithms import fedbuff
@@ -42,21 +43,6 @@ def quadratic(model, params, x, y, aux=None):
     return 0.5 * (params - A).square().sum(dim=1)
 
 
-class Keep:
-    def __init__(self, steps):
-        self.steps, self.seen = steps, []
-
-    def on_start(self, world):
-        pass
-
-    def on_progress(self, world, progress, stopping):
-        self.seen.append(progress)
-        return "rounds" if progress.step >= self.steps else None
-
-    def on_end(self, world, reason):
-        pass
-
-
 def test_two_clients_concurrency_two_k_two_by_hand(scenario):
     """Client 0 takes T0 for a download, one step and an upload, client 1 T1 (2 T0 < T1 <
     3 T0). Both start from x0. Arrivals: client 0 at T0 (fresh) and again at 2 T0 (it restarted
@@ -92,23 +78,15 @@ def test_two_clients_concurrency_two_k_two_by_hand(scenario):
     flops = 16 * learn.flops_per_sample  # one step of batch 16
     t0, t1 = (2 * link_s + flops / (4 * f) for f in cpu)
     assert 2 * t0 < t1 < 3 * t0
-    keep = Keep(2)
-    world.observers = [keep]
-    env = world.env
-    env.run(
-        until=env.process(
-            fedbuff.protocol(
-                world, learn, sc.algorithm, fedbuff.init(learn, sc.algorithm), loss_fn=quadratic
-            )
-        )
-    )
+    state = fedbuff.init(learn, sc.algorithm)
+    seen = run_protocol(world, 2, fedbuff.protocol(world, learn, sc.algorithm, state, quadratic))
 
     def delta(x):
         return -LR * (x - A)
 
     x1 = x0 + ETA_G * delta(x0)
     x2 = x1 + ETA_G / 2 * (delta(x0) / math.sqrt(2) + delta(x1))
-    one, two = keep.seen
+    one, two = seen
     assert one.sim_time_s == pytest.approx(2 * t0, rel=1e-12)
     assert two.sim_time_s == pytest.approx(3 * t0, rel=1e-12)
     assert_tensors_close(one.model, x1)
@@ -122,20 +100,6 @@ def test_an_interrupted_stream_resumes_to_the_same_records_and_ledger(scenario, 
     """request_stop ends the run at the next server update, with the stream's work under way
     frozen into the state; --resume thaws it (shared uplink, fading): the same records and
     ledger as a run never interrupted."""
-    import pandas as pd
-
-    from flnet.runner import run
-
-    class StopAt:
-        def on_start(self, world):
-            pass
-
-        def on_progress(self, world, progress, stopping):
-            if progress.step == 7:
-                world.request_stop()
-
-        def on_end(self, world, reason):
-            pass
 
     def make(name):
         return scenario(
@@ -156,12 +120,7 @@ def test_an_interrupted_stream_resumes_to_the_same_records_and_ledger(scenario, 
             output={"dir": str(tmp_path / name)},
         )
 
-    whole = run(make("whole"))
-    cut = run(make("cut"), observers=[StopAt()])
-    assert cut.summary["stop_reason"] == "interrupted" and cut.records["round"].max() < 20
-    resumed = run(make("cut"), resume=True)
-    pd.testing.assert_frame_equal(resumed.records, whole.records, check_exact=True)
-    pd.testing.assert_frame_equal(resumed.ledger, whole.ledger, check_exact=True)
+    whole, _ = assert_resumes_exactly(make, StopAt(7))
     assert whole.records.staleness_max.max() >= 1  # the stream really was asynchronous
 
 

@@ -6,7 +6,11 @@ import types
 from pathlib import Path
 
 import numpy as np
+import pytest
 
+from flnet import algorithms
+from flnet.algorithms import ALGORITHMS
+from flnet.algorithms.base import AlgorithmModule
 from flnet.runner import StopRules, build
 
 
@@ -50,3 +54,16 @@ def test_readme_example_algorithm_runs_and_takes_the_plain_mean(scenario):
     cohort = world.sample_clients(4, 1)
     work = learner.local_train(cohort, state.x, cfg.local, 1)
     assert np.allclose(published[0].model.numpy(), work.params.mean(0).numpy(), atol=1e-6)
+
+
+def test_the_guides_module_and_every_registered_one_have_the_algorithm_shape():
+    assert isinstance(readme_example(), AlgorithmModule)
+    for name in ALGORITHMS:
+        assert isinstance(ALGORITHMS[name], AlgorithmModule), name
+
+
+def test_the_registry_refuses_a_module_without_the_algorithm_shape(monkeypatch):
+    # the configs module has Configs but no State, init, progress or protocol
+    monkeypatch.setitem(algorithms.MODULES, "configs", "flnet.algorithms.configs")
+    with pytest.raises(TypeError, match="flnet.algorithms.configs is not an algorithm module"):
+        ALGORITHMS["configs"]

@@ -2,16 +2,13 @@
 (FedBuff) run with periodic checkpoints, then `--resume`: it continues from past a quarter of
 the run and ends with the same records and ledger as a run never interrupted."""
 
-import os
 import signal
 import subprocess
 import sys
-import time
 
-import pandas as pd
 import pytest
-import torch
 import yaml
+from runs import assert_same_tables, checkpoint_round, signal_once_checkpointed
 
 from flnet.runner import run
 
@@ -57,25 +54,13 @@ def write_scenario(tmp_path, name):
     return path
 
 
-def checkpoint_step(out):
-    try:
-        return torch.load(out / "checkpoint.pt", weights_only=True)["round"]
-    except Exception:
-        return -1
-
-
 @pytest.mark.parametrize("name", ["dpsgd", "fedbuff"])
 def test_sigterm_then_resume_gives_the_uninterrupted_results(tmp_path, name):
     path, out = write_scenario(tmp_path, name), tmp_path / "out"
     cli = [sys.executable, "-m", "flnet.cli", "run", str(path), "--quiet"]
-    proc = subprocess.Popen(cli, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    deadline = time.time() + 300
-    while checkpoint_step(out) < ROUNDS // 4 and proc.poll() is None and time.time() < deadline:
-        time.sleep(0.02)
-    os.kill(proc.pid, signal.SIGTERM)
-    proc.wait(timeout=120)
-    assert proc.returncode == 130, "the run ended before it could be interrupted"
-    stopped_at = checkpoint_step(out)
+    status = signal_once_checkpointed(cli, out, ROUNDS // 4, signal.SIGTERM, within_s=300)
+    assert status == 130, "the run ended before it could be interrupted"
+    stopped_at = checkpoint_round(out)
     assert ROUNDS // 4 <= stopped_at < ROUNDS
 
     resumed = subprocess.run([*cli, "--resume"], capture_output=True, text=True, timeout=600)
@@ -83,11 +68,5 @@ def test_sigterm_then_resume_gives_the_uninterrupted_results(tmp_path, name):
     said = " ".join(resumed.stderr.split())
     if " from round " in said:  # the CLI names the step it resumes from (hardening's message)
         assert int(said.split(" from round ")[1].split()[0]) == stopped_at
-    whole = run(path, overrides=[f"output.dir={tmp_path / 'whole'}"])
-    got_records = pd.read_parquet(out / "records.parquet")
-    pd.testing.assert_frame_equal(got_records, whole.records, check_exact=True)
-    pd.testing.assert_frame_equal(
-        pd.read_parquet(out / "ledger.parquet"),
-        pd.read_parquet(tmp_path / "whole" / "ledger.parquet"),
-        check_exact=True,
-    )
+    run(path, overrides=[f"output.dir={tmp_path / 'whole'}"])
+    assert_same_tables(out, tmp_path / "whole")

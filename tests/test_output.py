@@ -4,53 +4,28 @@ without --resume/--force), absolute paths, no stale tables, no shared temporary 
 import json
 import os
 import re
-import subprocess
-import sys
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 import torch
 import yaml
+from conftest import BASE
 from gated import gated_run
+from runs import flnet_cli
 
 from flnet import output
 from flnet.errors import FlnetError
 from flnet.runner import run
+from flnet.scenario import merge
 
-SCENARIO = {
-    "name": "folder",
-    "seed": 3,
-    "device": "cpu",
-    "algorithm": {
-        "name": "fedavg",
-        "cohort": {"clients_per_round": 5},
-        "local": {"steps": 2, "batch_size": 8, "lr": 0.05},
-    },
-    "clients": {"count": 10},
-    "run": {"rounds": 3, "checkpoint_interval_s": None},
-}
-REPO = Path(__file__).resolve().parents[1]
+SCENARIO = merge(BASE, {"name": "folder", "seed": 3, "run": {"checkpoint_interval_s": None}})
 
 
 def write_scenario(tmp_path, **over):
     path = tmp_path / "s.yaml"
     path.write_text(yaml.safe_dump({**SCENARIO, **over}))
     return path
-
-
-def flnet(*args, cwd=None, **popen):
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    return subprocess.run(
-        [sys.executable, "-m", "flnet.cli", *map(str, args)],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        env=env,
-        timeout=300,
-        **popen,
-    )
 
 
 def listing(root):
@@ -92,7 +67,7 @@ def test_a_folder_that_cannot_be_made_is_one_clear_error_and_nothing_is_written(
     out, why = bad_folders(tmp_path)[case]
     scenario = write_scenario(tmp_path)
     before = listing(tmp_path)
-    result = flnet("run", scenario, "--quiet", "--out", out, cwd=tmp_path)
+    result = flnet_cli("run", scenario, "--quiet", "--out", out, cwd=tmp_path)
     assert result.returncode == 2, result.stderr
     assert "Traceback" not in result.stderr + result.stdout
     message = " ".join(result.stderr.split())  # the console wraps long lines
@@ -168,7 +143,7 @@ def test_force_keeps_files_that_are_not_the_runs(tmp_path):
 
 
 def test_resume_and_force_together_are_refused(tmp_path):
-    result = flnet("run", write_scenario(tmp_path), "--resume", "--force", cwd=tmp_path)
+    result = flnet_cli("run", write_scenario(tmp_path), "--resume", "--force", cwd=tmp_path)
     assert result.returncode == 2 and "not allowed with argument" in result.stderr
     with pytest.raises(FlnetError, match="give one of them"):
         run(write_scenario(tmp_path), resume=True, force=True)
@@ -182,8 +157,8 @@ def test_a_second_run_into_a_folder_being_written_is_refused_by_the_lock(tmp_pat
     out = tmp_path / "out"
     a = gated_run(tmp_path, 5, "run", path, "--out", out)
     a.wait_for("at the gate")
-    b = flnet("run", path, "--quiet", "--out", out, "--set", "seed=9")
-    b_forced = flnet("run", path, "--quiet", "--out", out, "--set", "seed=9", "--force")
+    b = flnet_cli("run", path, "--quiet", "--out", out, "--set", "seed=9")
+    b_forced = flnet_cli("run", path, "--quiet", "--out", out, "--set", "seed=9", "--force")
     with pytest.raises(FlnetError, match=f"another flnet run \\(pid {a.proc.pid}\\)"):
         run(path, overrides=[f"output.dir={out}", "seed=9"], force=True)
     a.open_gate()
@@ -231,7 +206,7 @@ def test_resume_from_another_directory_finds_the_run(tmp_path):
     )
     features = {"features": {"kind": "npz", "path": "feat.npz"}}
     path = write_scenario(tmp_path / "a", data=features)
-    first = flnet("run", "s.yaml", "--quiet", "--out", "rel/out", cwd=tmp_path / "a")
+    first = flnet_cli("run", "s.yaml", "--quiet", "--out", "rel/out", cwd=tmp_path / "a")
     assert first.returncode == 0, first.stderr
     out = tmp_path / "a" / "rel" / "out"
     stored = yaml.safe_load((out / "scenario.yaml").read_text())
@@ -239,7 +214,7 @@ def test_resume_from_another_directory_finds_the_run(tmp_path):
     assert stored["data"]["features"]["path"] == str(tmp_path / "a" / "feat.npz")
     assert stored["data"]["root"] == str(tmp_path / "a" / "data")
     assert json.loads((out / "summary.json").read_text())["output_dir"] == str(out)
-    again = flnet(
+    again = flnet_cli(
         "run",
         out / "scenario.yaml",
         "--quiet",

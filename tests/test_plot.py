@@ -11,6 +11,8 @@ import sys
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import small_base
+from runs import flnet_cli
 
 import flnet
 from flnet.cli import main
@@ -28,27 +30,7 @@ from flnet.plot import (
     seed_band,
 )
 
-SMALL = [
-    "run.rounds=4",
-    "run.eval_every=1",
-    "clients.count=10",
-    "algorithm.cohort.clients_per_round=3",
-    "device=cpu",
-]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
-
-
-def small_base(*extra):
-    return flnet.load_scenario("scenarios/quickstart.yaml", [*SMALL, *extra]).model_dump(
-        mode="json"
-    )
-
-
-@pytest.fixture(scope="module")
-def run_dir(tmp_path_factory):
-    out = tmp_path_factory.mktemp("run") / "quickstart"
-    flnet.run("scenarios/quickstart.yaml", overrides=[*SMALL, f"output.dir={out}"])
-    return out
 
 
 @pytest.fixture(scope="module")
@@ -61,21 +43,6 @@ def sweep_dir(tmp_path_factory):
         out_dir=out,
     )
     return out
-
-
-@pytest.fixture(scope="module")
-def seed_sweep_dir(tmp_path_factory):
-    """Four runs: two taus, two seeds each."""
-    out = tmp_path_factory.mktemp("seeds")
-    flnet.sweep(small_base(), {"algorithm.local.steps": [1, 4], "seed": [0, 1]}, out_dir=out)
-    return out
-
-
-def flnet_cli(*args):
-    env = {**os.environ, "PYTHONPATH": os.getcwd()}
-    return subprocess.run(
-        [sys.executable, "-m", "flnet.cli", *args], capture_output=True, text=True, env=env
-    )
 
 
 def tree(root):
@@ -571,10 +538,10 @@ def test_accuracy_against_delivered_results(run_dir):
 
 def test_plot_and_report_read_files_only():
     """They depend on the results folder format, never on the simulator: neither torch nor
-    SimPy is loaded."""
+    SimPy is loaded, nor the scenario schema (pydantic)."""
     code = (
         "import sys, flnet.plot, flnet.report; print('torch' in sys.modules, "
-        "'simpy' in sys.modules)"
+        "'simpy' in sys.modules, 'pydantic' in sys.modules)"
     )
     out = subprocess.run(
         [sys.executable, "-c", code],
@@ -583,4 +550,4 @@ def test_plot_and_report_read_files_only():
         check=True,
         env={**os.environ, "PYTHONPATH": os.getcwd()},
     )
-    assert out.stdout.split() == ["False", "False"]
+    assert out.stdout.split() == ["False", "False", "False"]

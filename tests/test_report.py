@@ -8,40 +8,16 @@ import math
 import os
 import re
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 import yaml
+from runs import flnet_cli
 
 import flnet
 from flnet.report import write_report
-
-SMALL = [
-    "run.rounds=4",
-    "run.eval_every=1",
-    "clients.count=10",
-    "algorithm.cohort.clients_per_round=3",
-    "device=cpu",
-]
-
-
-@pytest.fixture(scope="module")
-def run_dir(tmp_path_factory):
-    out = tmp_path_factory.mktemp("run") / "quickstart"
-    flnet.run("scenarios/quickstart.yaml", overrides=[*SMALL, f"output.dir={out}"])
-    return out
-
-
-@pytest.fixture(scope="module")
-def seed_sweep_dir(tmp_path_factory):
-    out = tmp_path_factory.mktemp("seeds")
-    base = flnet.load_scenario("scenarios/quickstart.yaml", SMALL).model_dump(mode="json")
-    flnet.sweep(base, {"algorithm.local.steps": [1, 4], "seed": [0, 1]}, out_dir=out)
-    return out
 
 
 @pytest.fixture(scope="module")
@@ -80,13 +56,6 @@ def column(driver, table_id: str, col: str) -> list[str]:
 
 def number(text: str) -> float:
     return math.nan if text == "–" else float(text)
-
-
-def flnet_cli(*args):
-    env = {**os.environ, "PYTHONPATH": os.getcwd()}
-    return subprocess.run(
-        [sys.executable, "-m", "flnet.cli", *args], capture_output=True, text=True, env=env
-    )
 
 
 # -- a 200-point sweep written directly, not simulated ----------------------------------------

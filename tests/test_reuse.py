@@ -6,6 +6,7 @@ import json
 import pandas as pd
 import pytest
 from conftest import BASE
+from runs import sweep_on_ray
 
 from flnet import reuse
 from flnet.learn import cohort
@@ -191,15 +192,11 @@ def test_timing_only_from_the_command_line(tmp_path, monkeypatch, capsys):
 
 
 def test_ray_replays_give_the_same_table_as_local_workers(tmp_path):
-    ray = pytest.importorskip("ray")
+    pytest.importorskip("ray")
     base = merge(BASE, COSTLY)
     grid = {"radio.uplink.bandwidth_hz": [1e6, 5e6], "seed": [0, 1]}
     local_table, local = sweep(base, grid, workers=2, out_dir=tmp_path / "local")
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    try:
-        ray_table, on_ray = sweep(base, grid, backend="ray", out_dir=tmp_path / "ray")
-    finally:
-        ray.shutdown()
+    ray_table, on_ray = sweep_on_ray(base, grid, out_dir=tmp_path / "ray")
     pd.testing.assert_frame_equal(on_ray, local, check_exact=True)
     cols = ["point", *grid, "status", "sim_time_s", "energy_j", "reused_from"]
     pd.testing.assert_frame_equal(ray_table[cols], local_table[cols], check_exact=True)

@@ -9,11 +9,10 @@ import signal
 import subprocess
 import sys
 
-import pandas as pd
 import pytest
-import torch
 import yaml
 from gated import REPO, flnet_run, gated_run
+from runs import RESUMABLE, assert_same_tables, checkpoint_round, tables
 
 from flnet.errors import FlnetError, ScenarioError
 from flnet.runner import run
@@ -22,16 +21,7 @@ ENV = {**os.environ, "PYTHONPATH": str(REPO)}
 
 SCENARIO = {
     "name": "lifecycle",
-    "seed": 3,
-    "device": "cpu",
-    "data": {"partition": {"kind": "dirichlet", "alpha": 0.5}},
-    "algorithm": {
-        "name": "fedavg",
-        "cohort": {"clients_per_round": 5, "deadline_s": 0.5},
-        "local": {"steps": 2, "batch_size": 8, "lr": 0.05},
-    },
-    "clients": {"count": 10, "cpu_hz": {"kind": "lognormal", "median": 2e8, "sigma": 0.5}},
-    "radio": {"rayleigh_fading": True},
+    **RESUMABLE,
     "run": {"rounds": 200, "eval_every": 3, "checkpoint_interval_s": None},
 }
 
@@ -40,19 +30,6 @@ def write_scenario(tmp_path, **run_over):
     path = tmp_path / "s.yaml"
     path.write_text(yaml.safe_dump({**SCENARIO, "run": {**SCENARIO["run"], **run_over}}))
     return path
-
-
-def tables(out):
-    return pd.read_parquet(out / "records.parquet"), pd.read_parquet(out / "ledger.parquet")
-
-
-def assert_same_tables(out, whole_out):
-    for got, want in zip(tables(out), tables(whole_out)):
-        pd.testing.assert_frame_equal(got, want, check_exact=True)
-
-
-def checkpoint_round(out):
-    return torch.load(out / "checkpoint.pt", weights_only=True)["round"]
 
 
 def resume_argv(message):

@@ -10,10 +10,12 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from conftest import BASE
+from runs import sweep_on_ray
 
+from flnet.columns import POINT_OUTCOMES
 from flnet.errors import ScenarioError
 from flnet.scenario import merge
-from flnet.sweeps import parse_grid, plan, run_sweep, spec_from, sweep
+from flnet.sweeps import Point, parse_grid, plan, point_row, run_sweep, spec_from, sweep
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -109,6 +111,25 @@ def test_started_again_a_sweep_runs_only_what_is_not_finished(tmp_path):
     assert sorted(again.ran) == sorted([key, *set(again.table.point) - set(first.ran)])
     assert (tmp_path / first.ran[0] / "summary.json").stat().st_mtime_ns == stamp[first.ran[0]]
     assert (again.table.status == "completed").all() and len(again.records.point.unique()) == 3
+
+
+def test_a_points_row_is_its_swept_values_then_the_outcomes_plot_knows():
+    """flnet.plot tells swept fields from outcomes by POINT_OUTCOMES: a finished point's row has
+    exactly those besides its swept values; other rows have some of them (pandas fills in the
+    rest)."""
+    values = {"seed": 0, "algorithm.local.steps": 5}
+    summary = {"status": "completed", "rounds": 3, "reused_from": "abc", "reuse_note": "why"}
+    rows = [
+        point_row(Point(values, error="bad"), None, None),
+        point_row(Point(values, "k"), summary, None),
+        point_row(Point(values, "k"), None, {"status": "failed", "error": "boom"}),
+        point_row(Point(values, "k"), None, None),
+    ]
+    for row in rows:
+        assert list(row)[1:3] == list(values) and set(row) - set(values) <= POINT_OUTCOMES
+    assert set(rows[1]) - set(values) == POINT_OUTCOMES
+    assert (rows[1]["reused_from"], rows[1]["reuse_note"], rows[1]["rounds"]) == ("abc", "why", 3)
+    assert [r["reused_from"] for r in (rows[0], rows[2], rows[3])] == [None] * 3
 
 
 def test_optimizer_grid_runs_its_valid_points_and_reports_the_others(tmp_path):
@@ -287,14 +308,10 @@ def test_cli_sweep_prints_full_headers_and_reports_invalid_points(tmp_path):
 
 
 def test_ray_runs_the_points_and_gives_the_same_table_as_local_workers(tmp_path):
-    ray = pytest.importorskip("ray")
+    pytest.importorskip("ray")
     grid = {"algorithm.local.steps": [1, 2], "seed": [0, 1]}
     local_table, local = sweep(BASE, grid, workers=2, out_dir=tmp_path / "local")
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    try:
-        ray_table, on_ray = sweep(BASE, grid, backend="ray", out_dir=tmp_path / "ray")
-    finally:
-        ray.shutdown()
+    ray_table, on_ray = sweep_on_ray(BASE, grid, out_dir=tmp_path / "ray")
     pd.testing.assert_frame_equal(on_ray, local, check_exact=True)
     cols = ["point", "algorithm.local.steps", "seed", "status", "final_test_accuracy"]
     pd.testing.assert_frame_equal(ray_table[cols], local_table[cols], check_exact=True)

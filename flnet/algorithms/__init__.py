@@ -1,7 +1,8 @@
 """Algorithms, one module each: a frozen `Config` (defined in the light `configs` module),
 `init(learn, cfg) -> State`, `progress(state) -> Progress` (what observers judge), pure maths,
-and `protocol(world, learn, cfg, state)`, a SimPy generator over one of `flnet.sim.patterns`
-that reads like the paper's pseudocode.
+and `protocol(world, learn, cfg, state) -> Steps`, a SimPy generator over one of
+`flnet.sim.patterns` that reads like the paper. `base.AlgorithmModule` states that shape once;
+each module here is checked against it (below for mypy, on first use at run time).
 
 `ALGORITHMS[name]` imports an algorithm's module on first use, so the scenario schema (which
 needs only `configs.CONFIGS`) never loads torch.
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from importlib import import_module
-from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 MODULES = {
     "fedavg": "flnet.algorithms.fedavg",
@@ -21,10 +22,28 @@ MODULES = {
     "scaffold": "flnet.algorithms.scaffold",
 }
 
+if TYPE_CHECKING:  # mypy checks each module above against the shape, with its Config and State
+    from flnet.algorithms import dpsgd, fedavg, fedbuff, fedprox, scaffold
+    from flnet.algorithms.base import AlgorithmModule
+
+    _fedavg: AlgorithmModule[fedavg.Config, fedavg.State] = fedavg
+    _fedprox: AlgorithmModule[fedprox.Config, fedprox.State] = fedprox
+    _dpsgd: AlgorithmModule[dpsgd.Config, dpsgd.State] = dpsgd
+    _fedbuff: AlgorithmModule[fedbuff.Config, fedbuff.State] = fedbuff
+    _scaffold: AlgorithmModule[scaffold.Config, scaffold.State] = scaffold
+
 
 class _Lazy(Mapping):
-    def __getitem__(self, name: str) -> ModuleType:
-        return import_module(MODULES[name])
+    def __getitem__(self, name: str) -> AlgorithmModule[Any, Any]:
+        from flnet.algorithms.base import AlgorithmModule  # loads simpy: not for the schema
+
+        module = import_module(MODULES[name])
+        if not isinstance(module, AlgorithmModule):
+            raise TypeError(
+                f"{module.__name__} is not an algorithm module: it needs State, init, progress "
+                "and protocol (flnet.algorithms.base.AlgorithmModule)"
+            )
+        return module
 
     def __iter__(self) -> Iterator[str]:
         return iter(MODULES)
@@ -33,4 +52,4 @@ class _Lazy(Mapping):
         return len(MODULES)
 
 
-ALGORITHMS: Mapping[str, ModuleType] = _Lazy()
+ALGORITHMS: Mapping[str, AlgorithmModule[Any, Any]] = _Lazy()

@@ -22,13 +22,12 @@ A message that did not arrive leaves its weight on the receiver's own model (W_t
 
 from __future__ import annotations
 
-from collections.abc import Generator
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
-import simpy
 import torch
 
+from flnet.algorithms.base import Steps
 from flnet.algorithms.configs import DpsgdConfig as Config
 from flnet.learn.aggregate import mix
 from flnet.learn.cohort import LossFn
@@ -75,7 +74,7 @@ def protocol(
     cfg: Config,
     state: State,
     loss_fn: LossFn | None = None,
-) -> Generator[simpy.Event, Any, None]:
+) -> Steps:
     """`loss_fn` replaces the nodes' cross-entropy (tests use one with zero gradients)."""
     n, x = world.num_clients, state.x
     w_np = topology.from_config(cfg.topology, n, world.generator(Stream.TOPOLOGY))

@@ -12,13 +12,13 @@ upload arrived first never changes the model's last bits.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator
-from typing import TYPE_CHECKING, Any, NamedTuple
+from collections.abc import Callable
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
-import simpy
 import torch
 
+from flnet.algorithms.base import Steps
 from flnet.algorithms.configs import FedAvgConfig as Config
 from flnet.algorithms.configs import FedProxConfig
 from flnet.learn.aggregate import weighted_mean
@@ -51,7 +51,7 @@ def protocol(
     cfg: Config | FedProxConfig,
     state: State,
     local_loss: Callable[[torch.Tensor], LossFn] | None = None,
-) -> Generator[simpy.Event, Any, None]:
+) -> Steps:
     """`local_loss(x_t)`, if given, is the clients' loss in round t (FedProx adds a term)."""
     x = state.x
     k = cfg.cohort.k(world.num_clients)

@@ -21,13 +21,12 @@ check the default against the paper before relying on it.
 from __future__ import annotations
 
 import math
-from collections.abc import Generator
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
-import simpy
 import torch
 
+from flnet.algorithms.base import Steps
 from flnet.algorithms.configs import FedBuffConfig as Config
 from flnet.learn.cohort import LossFn
 from flnet.learn.wire import ModelMessage
@@ -134,7 +133,7 @@ def protocol(
     cfg: Config,
     state: State,
     loss_fn: LossFn | None = None,
-) -> Generator[simpy.Event, Any, None]:
+) -> Steps:
     """Resumes a checkpoint's stream exactly: `state.flight` is what was under way then."""
     server = Server(learn, cfg, state, loss_fn)
     yield from stream(

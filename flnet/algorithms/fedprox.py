@@ -11,13 +11,12 @@ aggregates exactly as FedAvg (sample-size weighted mean of the delivered models)
 
 from __future__ import annotations
 
-from collections.abc import Generator
 from typing import TYPE_CHECKING, Any
 
-import simpy
 import torch
 
 from flnet.algorithms import fedavg
+from flnet.algorithms.base import Steps
 from flnet.algorithms.configs import FedProxConfig as Config
 from flnet.learn.cohort import LossFn, cross_entropy
 from flnet.learn.models import Model
@@ -42,7 +41,5 @@ def proximal_loss(mu: float, anchor: torch.Tensor) -> LossFn:
     return loss_fn
 
 
-def protocol(
-    world: AbstractWorld, learn: Learner, cfg: Config, state: State
-) -> Generator[simpy.Event, Any, None]:
+def protocol(world: AbstractWorld, learn: Learner, cfg: Config, state: State) -> Steps:
     return fedavg.protocol(world, learn, cfg, state, local_loss=lambda x: proximal_loss(cfg.mu, x))

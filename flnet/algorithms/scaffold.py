@@ -22,13 +22,12 @@ Choices where the paper is silent (documented, tested):
 
 from __future__ import annotations
 
-from collections.abc import Generator
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
-import simpy
 import torch
 
+from flnet.algorithms.base import Steps
 from flnet.algorithms.configs import ScaffoldConfig as Config
 from flnet.learn import optim
 from flnet.learn.cohort import LossFn
@@ -101,7 +100,7 @@ def protocol(
     cfg: Config,
     state: State,
     loss_fn: LossFn | None = None,
-) -> Generator[simpy.Event, Any, None]:
+) -> Steps:
     """`loss_fn` replaces the clients' cross-entropy (tests use a quadratic)."""
     x, c = state.x, state.c
     c_table = learn.client_table("scaffold.c_i", torch.zeros_like(x))  # rows only once written
