@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import numbers
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, cast
@@ -73,16 +74,20 @@ def _plain(value: Any) -> Any:
 
 
 def save(directory: Path, ckpt: Checkpoint, committed: Callable[[], None] | None = None) -> Path:
-    """Write atomically (`committed` as in `output.atomic`); a failed write raises the OSError
-    behind it (torch reports one as a RuntimeError) and leaves the previous checkpoint as it
-    was."""
+    """Write atomically (`committed` as in `output.atomic`) and durably: the file is fsynced
+    before its rename and the folder after it, before `committed` (which may delete the journal
+    file the previous checkpoint named); the journals it points into were fsynced before this is
+    called (`Checkpointer.save_or_raise`). A failed write raises the OSError behind it
+    (torch reports one as a RuntimeError) and leaves the previous checkpoint as it was."""
     path = directory / FILE
     payload = {"format": FORMAT, **{k: _plain(v) for k, v in ckpt._asdict().items()}}
     payload["scenario"] = json.dumps(ckpt.scenario, sort_keys=True)
-    with output.atomic(path, committed) as tmp:
+    with output.atomic(path, committed, durable=True) as tmp:
         try:
             with open(tmp, "wb") as f:  # a file object: torch keeps the OSError as context
                 torch.save(payload, f)
+                f.flush()
+                os.fsync(f.fileno())  # its bytes on disk before the name points at them
         except RuntimeError as e:
             raise (output.os_error(e) or e) from None
     return path

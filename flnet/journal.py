@@ -124,6 +124,10 @@ class TableJournal:
                     digest.update(piece)
                 count += 1
             end = f.tell()
+            f.flush()
+            os.fsync(f.fileno())  # on disk before the checkpoint that points into it
+        if not at:
+            output.fsync_directory(self.directory)  # the new file's name, too
         self.written_bytes += end - at
         self.file, self.bytes, self.entries, self._hash = file, end, count, digest
 

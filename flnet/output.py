@@ -12,6 +12,12 @@ Every file is written to a temporary name unique to the writer (`.NAME.PID.RANDO
 renamed into place, so a reader sees the old file or the new one, never half of one, and two
 writers never share a temporary file. Temporary files are deleted when a write fails; ones left
 by a killed run are deleted by the next run that takes the lock.
+
+A run's summary says `running` from its first checkpoint until it ends; a run killed with -9 (or
+a power cut) never replaces it. So readers never show the summary's status as it is: they ask
+`run_status`, which calls a `running` summary in a folder whose lock nobody holds `killed`
+(`killed_note` says how it was known and how to continue). The files on disk are left as the
+run left them.
 """
 
 from __future__ import annotations
@@ -24,6 +30,8 @@ import os
 import re
 import secrets
 import signal
+import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -47,6 +55,9 @@ RUN_FILES = (
     *TABLE_JOURNALS,
     *(f"{t}.{f}" for t in TABLES for f in FORMATS),
 )
+RUNNING = "running"  # a summary's status while its run goes on (written at each checkpoint)
+KILLED = "killed"  # what readers show for a running summary whose folder nobody locks
+LOCK_WAIT_S = 0.2  # how long a new run waits for a lock held briefly by a reader's probe
 _TMP = re.compile(r"^\.(?P<name>.+)\.\d+\.[0-9a-f]+\.tmp$")
 _LEGACY_TMP = tuple(f"{name}.tmp" for name in RUN_FILES)  # names older versions wrote to
 
@@ -118,8 +129,17 @@ def open_folder(path: str | Path, *, resume: bool = False, force: bool = False) 
     try:
         held = holds_run(path)
         if held and not resume and not force:
+            # this process holds the lock now, so a run whose summary says running is dead
+            killed = _summary_status(path) == RUNNING
             raise FlnetError(
-                f"{path} already holds a run ({', '.join(held)}); continue it with --resume, "
+                f"{path} already holds a run "
+                + (
+                    "that was killed (its summary says running, but no process held the "
+                    "folder's lock)"
+                    if killed
+                    else f"({', '.join(held)})"
+                )
+                + "; continue it with --resume, "
                 "replace it with --force (deletes that run's files), or choose another --out"
             )
         if force:
@@ -196,7 +216,7 @@ def _lock(path: Path) -> int:
     except OSError as e:
         raise FlnetError(f"cannot write to the output folder {path}: {_why(e)}") from None
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        _flock_waiting(fd)
     except OSError as e:
         holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
         os.close(fd)
@@ -209,6 +229,76 @@ def _lock(path: Path) -> int:
     os.ftruncate(fd, 0)
     os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
     return fd
+
+
+def _flock_waiting(fd: int) -> None:
+    """The exclusive lock, waiting up to LOCK_WAIT_S while it is taken (a reader's
+    `lock_holder` probe holds it for microseconds; a run holds it for its whole life)."""
+    deadline = time.monotonic() + LOCK_WAIT_S
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except OSError as e:
+            if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.01)
+
+
+# ---------------------------------------------------------------------- what readers show
+
+
+def lock_holder(path: Path) -> str | None:
+    """Who holds the lock of the results folder `path` now: the pid written in the lock file
+    ("unknown" when unreadable), None when no process does. Probes with a shared lock on a
+    descriptor of its own, released at once; never creates the lock file (a folder without one
+    is locked by nobody). When the lock cannot be probed at all, says held: a reader then keeps
+    what the summary says rather than call a live run killed."""
+    try:
+        fd = os.open(path / LOCK, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except OSError:
+            with contextlib.suppress(OSError):
+                return os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+            return "unknown"
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return None
+    finally:
+        os.close(fd)
+
+
+def run_status(path: Path, status: str) -> str:
+    """The status a reader shows for a run whose summary in folder `path` says `status`:
+    `killed` for `running` when no process holds the folder's lock, else `status` as it is."""
+    if status == RUNNING and lock_holder(path) is None:
+        return KILLED
+    return status
+
+
+def killed_note(path: Path) -> str:
+    """What a reader says about a killed run: how it is known, and how to continue it."""
+    how = (
+        f"continue it with `flnet run {path / 'scenario.yaml'} --resume`"
+        if (path / CHECKPOINT).is_file()
+        else "it left no checkpoint: run it again with --force"
+    )
+    return (
+        f"killed: its summary says running, but no process holds {path}'s lock "
+        f"(kill -9, a crash or a power cut); its records so far are kept; {how}"
+    )
+
+
+def _summary_status(path: Path) -> str | None:
+    """The status written in `path`'s summary.json (None: none, or unreadable)."""
+    try:
+        status = json.loads((path / "summary.json").read_text()).get("status")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return status if isinstance(status, str) else None
 
 
 def remove_temporaries(path: Path) -> None:
@@ -235,11 +325,15 @@ def remove_stale_tables(path: Path, fmt: str) -> None:
 
 
 @contextlib.contextmanager
-def atomic(path: Path, committed: Callable[[], None] | None = None) -> Iterator[Path]:
+def atomic(
+    path: Path, committed: Callable[[], None] | None = None, *, durable: bool = False
+) -> Iterator[Path]:
     """A temporary name beside `path`, unique to this writer, to write to; on success it is
     renamed over `path` (with SIGINT/SIGTERM held back for the rename, so what is on disk and
     what the run believes it wrote never disagree), on any failure deleted.
 
+    `durable`: the folder is fsynced right after the rename, so the rename is on disk before
+    `committed` runs (the caller fsyncs what it wrote to the temporary file).
     `committed()`, if given, runs right after the rename with the signals still held back (to
     note what is now on disk). Raises OSError as the system gave it: callers say which file and
     what was kept.
@@ -249,6 +343,8 @@ def atomic(path: Path, committed: Callable[[], None] | None = None) -> Iterator[
         yield tmp
         with signals_held():
             os.replace(tmp, path)
+            if durable:
+                fsync_directory(path.parent)
             if committed is not None:
                 committed()
     except BaseException:
@@ -260,13 +356,42 @@ def atomic(path: Path, committed: Callable[[], None] | None = None) -> Iterator[
 @contextlib.contextmanager
 def signals_held() -> Iterator[None]:
     """SIGINT and SIGTERM wait until the block ends (a few instructions: a rename and the
-    bookkeeping that goes with it)."""
-    sigs = {signal.SIGINT, signal.SIGTERM}
+    bookkeeping that goes with it).
+
+    Blocking them holds them back from this thread only: the kernel hands a signal for the
+    process to another thread that does not block it (a progress bar's refresh thread), and
+    Python then runs the handler in the main thread at once, inside the block. So in the main
+    thread the Python handlers are also swapped, for the block, for one that notes the signal;
+    each noted signal is raised again after it."""
+    sigs = (signal.SIGINT, signal.SIGTERM)
+    noted: list[int] = []
+    swapped: dict[signal.Signals, Any] = {}
     old = signal.pthread_sigmask(signal.SIG_BLOCK, sigs)
     try:
+        if threading.current_thread() is threading.main_thread():
+            for s in sigs:
+                if callable(signal.getsignal(s)):  # not SIG_DFL, SIG_IGN or a C handler
+                    swapped[s] = signal.signal(s, lambda signum, frame: noted.append(signum))
         yield
     finally:
+        for s, handler in swapped.items():
+            signal.signal(s, handler)
         signal.pthread_sigmask(signal.SIG_SETMASK, old)
+        for signum in noted:
+            signal.raise_signal(signum)
+
+
+def fsync_directory(path: Path) -> None:
+    """Make the names in folder `path` durable (a rename over a file, a file created): fsync
+    of the folder itself. A file system that cannot sync a folder (EINVAL) is left as it is."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        os.fsync(fd)
+    except OSError as e:
+        if e.errno != errno.EINVAL:
+            raise
+    finally:
+        os.close(fd)
 
 
 def os_error(e: BaseException | None) -> OSError | None:

@@ -32,6 +32,7 @@ import yaml
 
 from flnet.columns import POINT_OUTCOMES
 from flnet.errors import FlnetError
+from flnet.output import run_status
 
 if TYPE_CHECKING:  # matplotlib is imported when a figure is drawn
     from matplotlib.axes import Axes
@@ -229,7 +230,8 @@ def _load_run(folder: Path) -> Results:
                 "label": label,
                 "group": label,
                 "seed": _first(records, "seed", summary.get("seed")),
-                "status": summary.get("status", "unknown"),
+                # a run killed with -9 left "running" behind (flnet.output.run_status)
+                "status": run_status(folder, summary.get("status", "unknown")),
                 "folder": str(folder),
             }
         ]

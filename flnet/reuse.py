@@ -47,6 +47,7 @@ import numpy as np
 import pandas as pd
 
 from flnet.errors import FlnetError, ScenarioError
+from flnet.output import run_status
 from flnet.sim.patterns import Packet, round_trip
 from flnet.sim.world import AbstractWorld, Progress, World
 
@@ -154,6 +155,7 @@ def load_source(folder: Path, key: str) -> Source:
     """A finished trajectory run's materials; FlnetError when they cannot be read."""
     try:
         summary = json.loads((folder / "summary.json").read_text())
+        summary["status"] = run_status(folder, summary.get("status"))  # killed, not running
         return Source(
             key,
             summary,

@@ -209,9 +209,9 @@ class Checkpointer:
     def save_or_raise(
         self, world: World, progress: Progress, now_s: float, stopping: str | None
     ) -> None:
-        """Append the journals (the ledger's new rows, the tables' changed rows), then save the
-        checkpoint that points into them; raises the OSError of a failed write (the checkpoint
-        on disk is then the previous one)."""
+        """Append the journals (the ledger's new rows, the tables' changed rows; each fsynced),
+        then save the checkpoint that points into them (fsynced, then renamed); raises the
+        OSError of a failed write (the checkpoint on disk is then the previous one)."""
         out = self.run.output_dir
         try:
             rows, size = world.ledger.flush(out / checkpoint.JOURNAL)

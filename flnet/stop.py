@@ -31,6 +31,7 @@ class StopOnSignal:
         self.signal: str | None = None  # name of the first signal received
         self.count = 0
         self.world: Any = None
+        self.ended = False  # the simulation is over: the run is writing its results
 
     def on_start(self, world: Any) -> None:
         self.world = world
@@ -41,7 +42,7 @@ class StopOnSignal:
         return None  # the stop was requested from the handler: every observer sees it
 
     def on_end(self, world: Any, reason: str | None) -> None:
-        pass
+        self.ended = True
 
     def handle(self, signum: int, frame: Any) -> None:
         self.count += 1
@@ -50,8 +51,13 @@ class StopOnSignal:
             if self.world is not None:
                 self.world.request_stop(REASON)
             _say(
-                f"{self.signal}: stopping at the end of this round to keep a checkpoint "
-                "(press Ctrl-C again to stop at once, keeping the last checkpoint)"
+                f"{self.signal}: "
+                + (
+                    "the run has ended; writing its results and final checkpoint"
+                    if self.ended
+                    else "stopping at the end of this round to keep a checkpoint"
+                )
+                + " (press Ctrl-C again to stop at once, keeping the last checkpoint)"
             )
             return
         if self.count == 2:

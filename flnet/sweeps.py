@@ -31,7 +31,8 @@ from pydantic import ValidationError
 
 from flnet.columns import REUSE_COLUMNS, SUMMARY_COLUMNS
 from flnet.config import AdagradConfig, AdamConfig, DeltaSgdConfig, SgdConfig, SpsConfig
-from flnet.errors import ScenarioError
+from flnet.errors import FlnetError, ScenarioError
+from flnet.output import KILLED, RUNNING, killed_note, lock_holder, run_status
 from flnet.scenario import Scenario, describe, merge, nest, parse_override, resolve
 
 FINISHED = ("completed", "diverged")  # a folder holding one of these is not run again
@@ -367,7 +368,8 @@ def plan(base: dict, spec: Spec) -> list[Point]:
 
 
 def finished(folder: Path) -> dict | None:
-    """The summary of a finished run in `folder`, or None (absent, interrupted, failed)."""
+    """The summary of a finished run in `folder`, or None (absent, interrupted, failed,
+    running or killed)."""
     try:
         summary = json.loads((folder / "summary.json").read_text())
     except (OSError, ValueError):
@@ -376,6 +378,24 @@ def finished(folder: Path) -> dict | None:
     if summary.get("status") not in FINISHED or fmt is None:
         return None
     return summary
+
+
+def left_behind(folder: Path) -> dict | None:
+    """The outcome an unfinished run left in `folder` (its summary's status and error, a run
+    killed with -9 shown as `killed`: `flnet.output.run_status`), or None when it left no
+    summary."""
+    try:
+        summary = json.loads((folder / "summary.json").read_text())
+        status = summary["status"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    shown = run_status(folder, status)
+    if shown == KILLED:
+        note = f"{killed_note(folder)}; or run the sweep again, which runs it afresh"
+        return {"status": shown, "error": note}
+    if shown == RUNNING:
+        return {"status": shown, "error": f"being written by pid {lock_holder(folder)}"}
+    return {"status": shown, "error": summary.get("error")}
 
 
 def _format_of(folder: Path) -> str | None:
@@ -432,7 +452,10 @@ def gather(
     swept = list(points[0].values) if points else []
     for p in points:
         summary = finished(out / p.key) if p.key else None
-        rows.append(point_row(p, summary, outcomes.get(p.key)))
+        outcome = outcomes.get(p.key)
+        if outcome is None and summary is None and p.key:
+            outcome = left_behind(out / p.key)
+        rows.append(point_row(p, summary, outcome))
         if summary is None or p.key in seen:
             continue
         seen.add(p.key)
@@ -527,6 +550,13 @@ def run_sweep(
     unique = {p.key: p for p in points if p.key}
     skipped = [k for k in unique if finished(out / k)]
     todo = [p for k, p in unique.items() if k not in skipped]
+    for p in todo:  # a folder a live run writes (another sweep's) must not be deleted under it
+        holder = lock_holder(out / p.key)
+        if holder is not None:
+            raise FlnetError(
+                f"{out / p.key} is being written by another flnet run (pid {holder}; another "
+                f"sweep into {out}?): wait for it to end, or choose another --out"
+            )
     for p in todo:  # an unfinished folder is started afresh
         shutil.rmtree(out / p.key, ignore_errors=True)
     out.mkdir(parents=True, exist_ok=True)

@@ -11,6 +11,7 @@ and a resumed run replays the journal up to its checkpoint.
 
 from __future__ import annotations
 
+import errno
 import math
 import os
 from collections import defaultdict
@@ -112,7 +113,8 @@ class Ledger:
     # ------------------------------------------------------------------ the journal
 
     def flush(self, path: Path) -> tuple[int, int]:
-        """Append the rows not yet written to the journal at `path` (created with a header);
+        """Append the rows not yet written to the journal at `path` (created with a header)
+        and fsync it (a checkpoint that reaches the disk must not point past what did);
         return (rows, bytes) in it, which a checkpoint keeps to resume from."""
         new = self._rows[self._flushed :]
         fresh = not path.exists() or self._flushed == 0
@@ -126,7 +128,10 @@ class Ledger:
                 for t, node, peer, kind, *nums, outcome in new
             )
             f.flush()
+            os.fsync(f.fileno())  # on disk before the checkpoint that points into it
             size = f.tell()
+        if fresh:
+            _fsync_directory(path.parent)  # the new file's name, too
         self._flushed = len(self._rows)
         return self._flushed, size
 
@@ -176,6 +181,19 @@ def _add_exact(partials: list[float], x: float) -> None:
             i += 1
         x = hi
     partials[i:] = [x]
+
+
+def _fsync_directory(path: Path) -> None:
+    """A file created in `path` keeps its name after a power cut (as `flnet.output`'s, which
+    the time side does not import)."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        os.fsync(fd)
+    except OSError as e:
+        if e.errno != errno.EINVAL:  # a file system that cannot sync a folder
+            raise
+    finally:
+        os.close(fd)
 
 
 def remove_journal(path: Path) -> None:
