@@ -36,8 +36,10 @@ clients' sizes.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -474,11 +476,14 @@ def timing_only(scenario: Scenario, *, write: bool = True, force: bool = False) 
 class Job:
     """What a sweep worker runs for one point: its resolved scenario `data`; with `source`, a
     replay of that trajectory (in full when it cannot be); `note` goes into its summary as
-    `reuse_note` (why it ran in full, or that it is a trajectory run)."""
+    `reuse_note` (why it ran in full, or that it is a trajectory run); with `resume`, a full
+    run that continues from the checkpoint an interrupted or killed run of it left (afresh if
+    that checkpoint does not fit)."""
 
     data: dict
     source: Source | None = None
     note: str | None = None
+    resume: bool = False
 
 
 def scenario_data(job: dict | Job) -> dict:
@@ -487,7 +492,6 @@ def scenario_data(job: dict | Job) -> dict:
 
 def run_job(job: dict | Job, *, write: bool = True) -> Result:
     """Run a sweep point: a replay when it has a source and can be, else in full."""
-    from flnet.runner import run
     from flnet.scenario import load_scenario
 
     if not isinstance(job, Job):
@@ -499,7 +503,7 @@ def run_job(job: dict | Job, *, write: bool = True) -> Result:
             return replay(scenario, job.source, write=write)
         except NotReusable as e:
             note = f"ran in full: {e}"
-    result = run(scenario, write=write)
+    result = _run_in_full(scenario, write, job.resume)
     if note is not None:
         result.summary["reuse_note"] = note
         if write:
@@ -510,6 +514,22 @@ def run_job(job: dict | Job, *, write: bool = True) -> Result:
                 output.summary_text(result.summary),
             )
     return result
+
+
+def _run_in_full(scenario: Scenario, write: bool, resume: bool) -> Result:
+    """The point's run; with `resume`, from its checkpoint if that fits, else afresh (the
+    folder's earlier files deleted). Which of the two, and why, goes to standard error (a
+    local worker's goes to the sweep's log)."""
+    from flnet.runner import resume_problem, run
+
+    if not (resume and write):
+        return run(scenario, write=write)
+    say = functools.partial(print, file=sys.stderr, flush=True)
+    problem = resume_problem(scenario)
+    if problem is None:
+        return run(scenario, write=True, resume=True, say=say)
+    say(f"starting {scenario.output_dir()} afresh: {problem}")
+    return run(scenario, write=True, force=True)
 
 
 # ---------------------------------------------------------------- scheduling a sweep

@@ -593,6 +593,21 @@ def check_resumable(ckpt: checkpoint.Checkpoint, scenario: Scenario, out: Path) 
         )
 
 
+def resume_problem(scenario: Scenario) -> str | None:
+    """Why `run(scenario, resume=True)` would refuse to continue the run in the scenario's
+    output folder (no checkpoint, a damaged one, or one another scenario wrote); None if it
+    would not. Reads the checkpoint only; sweeps ask before resuming an unfinished point."""
+    out = scenario.output_dir()
+    try:
+        ckpt = checkpoint.load(out, torch.device("cpu"))
+        if ckpt is None:
+            return f"{out} has no {checkpoint.FILE}"
+        check_resumable(ckpt, absolute_paths(scenario), out)
+    except FlnetError as e:
+        return str(e)
+    return None
+
+
 def run(
     scenario: Scenario | str | Path,
     overrides: list[str] | dict | None = None,

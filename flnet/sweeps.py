@@ -32,7 +32,7 @@ from pydantic import ValidationError
 from flnet.columns import REUSE_COLUMNS, SUMMARY_COLUMNS
 from flnet.config import AdagradConfig, AdamConfig, DeltaSgdConfig, SgdConfig, SpsConfig
 from flnet.errors import FlnetError, ScenarioError
-from flnet.output import KILLED, RUNNING, killed_note, lock_holder, run_status
+from flnet.output import CHECKPOINT, KILLED, RUNNING, killed_note, lock_holder, run_status
 from flnet.scenario import Scenario, describe, merge, nest, parse_override, resolve
 
 FINISHED = ("completed", "diverged")  # a folder holding one of these is not run again
@@ -557,17 +557,25 @@ def run_sweep(
                 f"{out / p.key} is being written by another flnet run (pid {holder}; another "
                 f"sweep into {out}?): wait for it to end, or choose another --out"
             )
-    for p in todo:  # an unfinished folder is started afresh
-        shutil.rmtree(out / p.key, ignore_errors=True)
-    out.mkdir(parents=True, exist_ok=True)
     # points that differ only in costs replay one training run (flnet.reuse): a replay starts
     # once its trajectory has finished (at once when it finished in an earlier sweep)
     plan_ = reuse.schedule(list(unique.values()), {p.key for p in todo}, out, reuse_runs)
+    # a full run that was interrupted or killed after a checkpoint continues from it (the
+    # worker starts it afresh if the checkpoint does not fit); any other unfinished folder,
+    # replays' included, is started afresh
+    resumable = {p.key for p, _ in plan_.first if (out / p.key / CHECKPOINT).is_file()}
+    for p in todo:
+        if p.key not in resumable:
+            shutil.rmtree(out / p.key, ignore_errors=True)
+    out.mkdir(parents=True, exist_ok=True)
 
     def data_of(p: Point) -> dict:
         return _for_worker(cast(dict, p.data), out / p.key)  # keyed points are valid
 
-    tasks = [(p.key, reuse.Job(data_of(p), note=note)) for p, note in plan_.first]
+    tasks = [
+        (p.key, reuse.Job(data_of(p), note=note, resume=p.key in resumable))
+        for p, note in plan_.first
+    ]
     waiting = dict(plan_.replays)
     running = {p.key for p, _ in plan_.first}
     for key in [k for k in waiting if k not in running]:

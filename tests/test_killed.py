@@ -13,6 +13,7 @@ import pandas as pd
 import pytest
 import yaml
 from gated import REPO, gated_run
+from runs import assert_same_tables
 
 from flnet import output
 from flnet.plot import load_results
@@ -144,10 +145,29 @@ def test_a_sweep_never_deletes_a_point_a_live_run_writes_and_shows_a_killed_one(
     table = gather(points, out, {})[0].set_index("point")
     assert table.status[live[0]] == "killed"
     assert "no process holds" in table.error[live[0]]
-    code, said = flnet("sweep", path, "--out", out, *args)  # the killed point runs afresh
+    code, said = flnet("sweep", path, "--out", out, *args)  # the killed point resumes
     assert code == 0, said
+    assert f"resuming {folder.absolute()} from round" in " ".join(said.split()), said
     table = pd.read_csv(out / "points.csv")
     assert table.status.tolist() == ["completed", "completed"]
+    whole = tmp_path / "whole"
+    code, said = flnet("sweep", path, "--out", whole, *args)  # never killed
+    assert code == 0, said
+    assert_same_tables(folder, whole / live[0])
+
+
+def test_a_sweep_starts_a_point_afresh_when_its_checkpoint_does_not_fit(tmp_path, sweep_args):
+    path, out, args = sweep_args
+    child = gated_run(tmp_path, 4, "sweep", path, "--out", out, *args)
+    child.wait_for("at the gate")
+    child.proc.send_signal(signal.SIGKILL)
+    assert child.finish() == -signal.SIGKILL
+    [folder] = [f for f in out.iterdir() if (f / output.CHECKPOINT).is_file()]
+    (folder / output.CHECKPOINT).write_bytes(b"not a checkpoint")
+    code, said = flnet("sweep", path, "--out", out, *args)
+    assert code == 0, said
+    assert f"starting {folder.absolute()} afresh:" in " ".join(said.split()), said
+    assert pd.read_csv(out / "points.csv").status.tolist() == ["completed", "completed"]
 
 
 def _base_and_spec(path):
