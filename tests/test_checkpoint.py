@@ -9,7 +9,7 @@ import sys
 import pytest
 import torch
 import yaml
-from runs import RESUMABLE, assert_same_tables, checkpoint_round, signal_once_checkpointed
+from harness import RESUMABLE, assert_same_tables, checkpoint_round, signal_once_checkpointed
 
 from flnet.errors import FlnetError, ScenarioError
 from flnet.runner import run

@@ -2,7 +2,7 @@ import json
 import subprocess
 import sys
 
-from runs import flnet_cli
+from harness import flnet_cli
 
 
 def test_validate_bad_file_gives_one_clear_error_and_no_traceback(tmp_path):

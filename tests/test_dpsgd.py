@@ -1,6 +1,6 @@
 import pytest
 import torch
-from runs import StopAt, assert_resumes_exactly, run_protocol
+from harness import StopAt, assert_resumes_exactly, run_protocol
 from tolerance import assert_tensors_close
 
 from flnet.algorithms import dpsgd

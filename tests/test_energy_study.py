@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from runs import sweep_on_ray
+from harness import sweep_on_ray
 
 from flnet.sweeps import load_base, plan, sweep
 

@@ -2,7 +2,7 @@ import math
 
 import pytest
 import torch
-from runs import StopAt, assert_resumes_exactly, run_protocol
+from harness import StopAt, assert_resumes_exactly, run_protocol
 from tolerance import assert_tensors_close
 
 from flnet.algorithms import fedbuff

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 import yaml
-from runs import assert_same_tables, checkpoint_round, signal_once_checkpointed
+from harness import assert_same_tables, checkpoint_round, signal_once_checkpointed
 
 from flnet.runner import run
 

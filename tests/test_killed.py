@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 import yaml
 from gated import REPO, gated_run
-from runs import assert_same_tables
+from harness import assert_same_tables
 
 from flnet import output
 from flnet.plot import load_results

@@ -4,7 +4,7 @@ import gc
 
 import pytest
 import torch
-from runs import assert_resumes_exactly
+from harness import assert_resumes_exactly
 
 from flnet.runner import run
 from flnet.sim.world import INTERRUPTED

@@ -12,7 +12,7 @@ import torch
 import yaml
 from conftest import BASE
 from gated import gated_run
-from runs import flnet_cli
+from harness import flnet_cli
 
 from flnet import output
 from flnet.errors import FlnetError

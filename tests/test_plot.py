@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from conftest import small_base
-from runs import flnet_cli
+from harness import flnet_cli
 
 import flnet
 from flnet.cli import main

@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
-from runs import flnet_cli
+from harness import flnet_cli
 
 import flnet
 from flnet.report import write_report

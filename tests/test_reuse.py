@@ -6,7 +6,7 @@ import json
 import pandas as pd
 import pytest
 from conftest import BASE
-from runs import sweep_on_ray
+from harness import sweep_on_ray
 
 from flnet import reuse
 from flnet.learn import cohort

@@ -12,7 +12,7 @@ import sys
 import pytest
 import yaml
 from gated import REPO, flnet_run, gated_run
-from runs import RESUMABLE, assert_same_tables, checkpoint_round, tables
+from harness import RESUMABLE, assert_same_tables, checkpoint_round, tables
 
 from flnet.errors import FlnetError, ScenarioError
 from flnet.runner import run

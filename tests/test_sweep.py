@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from conftest import BASE
-from runs import sweep_on_ray
+from harness import sweep_on_ray
 
 from flnet.columns import POINT_OUTCOMES
 from flnet.errors import ScenarioError
