@@ -15,6 +15,7 @@ error, never an AttributeError or KeyError further on.
 
 from __future__ import annotations
 
+import importlib
 import json
 import numbers
 import os
@@ -56,21 +57,52 @@ def trajectory_fields(scenario: Scenario) -> dict:
     return scenario.model_dump(mode="json", exclude=exclude)
 
 
+NAMEDTUPLE = "__namedtuple__"  # key naming a NamedTuple's class (a field cannot start with _)
+ALLOWED_MODULES = ("flnet.",)  # the only modules a checkpoint may name a class from
+
+
 def _plain(value: Any) -> Any:
-    """numpy scalars and arrays -> Python numbers and tensors (loadable with weights_only)."""
+    """numpy scalars and arrays -> Python numbers and tensors, and NamedTuples -> dicts that
+    name their class, at any depth (loadable with weights_only; `_rebuilt` undoes it)."""
     if isinstance(value, np.generic):
         return value.item()
     if isinstance(value, np.ndarray):
         return torch.from_numpy(value.copy())
     if isinstance(value, dict):
         return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, tuple) and hasattr(value, "_fields"):  # a NamedTuple
+        cls = type(value)
+        fields = {k: _plain(v) for k, v in cast(Any, value)._asdict().items()}
+        return {NAMEDTUPLE: f"{cls.__module__}:{cls.__qualname__}", **fields}
     if isinstance(value, (list, tuple)):
-        return (
-            type(value)(_plain(v) for v in value)
-            if not hasattr(value, "_fields")
-            else {k: _plain(v) for k, v in cast(Any, value)._asdict().items()}  # a NamedTuple
-        )
+        return type(value)(_plain(v) for v in value)
     return value
+
+
+def _rebuilt(value: Any) -> Any:
+    """`_plain`'s NamedTuples back, at any depth. A class is looked up only in flnet's own
+    modules and must be a NamedTuple: a checkpoint never makes other code run."""
+    if isinstance(value, dict):
+        fields = {k: _rebuilt(v) for k, v in value.items() if k != NAMEDTUPLE}
+        return _namedtuple(value[NAMEDTUPLE])(**fields) if NAMEDTUPLE in value else fields
+    if isinstance(value, (list, tuple)):
+        return type(value)(_rebuilt(v) for v in value)
+    return value
+
+
+def _namedtuple(name: Any) -> type:
+    module, _, qualname = str(name).partition(":")
+    if not module.startswith(ALLOWED_MODULES) or not qualname:
+        raise ValueError(f"it names {name!r}, not a NamedTuple of flnet")
+    try:
+        cls: Any = importlib.import_module(module)
+        for part in qualname.split("."):
+            cls = getattr(cls, part)
+    except (ImportError, AttributeError):
+        raise ValueError(f"it names {name!r}, which this flnet does not have") from None
+    if not (isinstance(cls, type) and issubclass(cls, tuple) and hasattr(cls, "_fields")):
+        raise ValueError(f"it names {name!r}, which is not a NamedTuple")
+    return cls
 
 
 def save(directory: Path, ckpt: Checkpoint, committed: Callable[[], None] | None = None) -> Path:
@@ -116,6 +148,13 @@ def load(directory: Path, device: torch.device) -> Checkpoint | None:
         )
     payload.pop("format")
     payload["scenario"] = json.loads(payload["scenario"])
+    try:
+        payload["state"] = _rebuilt(payload["state"])
+    except (TypeError, ValueError) as e:  # a class we do not have, or fields it does not take
+        raise FlnetError(
+            f"checkpoint {path} holds an algorithm state this flnet cannot rebuild: {e}; "
+            "start afresh with --force"
+        ) from None
     return Checkpoint(**payload)
 
 

@@ -190,6 +190,92 @@ class LocalConfig(Strict):
         return lr
 
 
+class NoServerOptimizer(Strict):
+    """The algorithm's own server step (FedAvg's weighted mean, SCAFFOLD's eta_g step)."""
+
+    name: Literal["none"] = "none"
+
+
+ServerVariant = Literal["reddi", "flower"]
+VARIANT_DESCRIPTION = (
+    "reddi: Reddi et al. 2021, Algorithm 2 (plain mean of the client deltas, no bias "
+    "correction, v starts at tau^2); flower: Flower 1.41's strategy (sample-weighted "
+    "mean, v starts at 0, FedAdam's bias-corrected eta, FedAdagrad without momentum)"
+)
+
+
+class FedAvgMConfig(Strict):
+    """Server momentum (Hsu et al. 2019; Reddi et al.'s FedAvgM): m = momentum m + Delta,
+    x += lr m. lr 1 and momentum 0 is FedAvg's step."""
+
+    name: Literal["fedavgm"]
+    lr: float = Field(1.0, gt=0, description="server learning rate eta")
+    momentum: float = Field(0.9, ge=0, lt=1, description="server momentum beta")
+    variant: ServerVariant = Field("reddi", description=VARIANT_DESCRIPTION)
+
+
+class FedAdamConfig(Strict):
+    """FedAdam (Reddi et al. 2021, Algorithm 2): v = b2 v + (1 - b2) Delta^2."""
+
+    name: Literal["fedadam"]
+    lr: float = Field(0.1, gt=0, description="server learning rate eta (Flower's default)")
+    b1: float = Field(0.9, ge=0, lt=1, description="first-moment decay beta1")
+    b2: float = Field(0.99, ge=0, lt=1, description="second-moment decay beta2")
+    tau: float = Field(1e-3, gt=0, description="adaptivity tau, added to sqrt(v)")
+    variant: ServerVariant = Field("reddi", description=VARIANT_DESCRIPTION)
+
+
+class FedYogiConfig(Strict):
+    """FedYogi (Reddi et al. 2021, Algorithm 2): v = v - (1 - b2) Delta^2 sign(v - Delta^2)."""
+
+    name: Literal["fedyogi"]
+    lr: float = Field(0.01, gt=0, description="server learning rate eta (Flower's default)")
+    b1: float = Field(0.9, ge=0, lt=1, description="first-moment decay beta1")
+    b2: float = Field(0.99, ge=0, lt=1, description="second-moment decay beta2")
+    tau: float = Field(1e-3, gt=0, description="adaptivity tau, added to sqrt(v)")
+    variant: ServerVariant = Field("reddi", description=VARIANT_DESCRIPTION)
+
+
+class FedAdagradConfig(Strict):
+    """FedAdagrad (Reddi et al. 2021, Algorithm 2): v = v + Delta^2. Flower's variant has no
+    momentum (beta1 = 0): b1 defaults to 0.9 under reddi and 0 under flower, which refuses
+    any other."""
+
+    name: Literal["fedadagrad"]
+    lr: float = Field(0.1, gt=0, description="server learning rate eta (Flower's default)")
+    b1: float | None = Field(
+        None, ge=0, lt=1, description="first-moment decay beta1 (reddi 0.9, flower 0)"
+    )
+    tau: float = Field(1e-3, gt=0, description="adaptivity tau, added to sqrt(v)")
+    variant: ServerVariant = Field("reddi", description=VARIANT_DESCRIPTION)
+
+    @model_validator(mode="after")
+    def _flower_has_no_momentum(self) -> FedAdagradConfig:
+        if self.variant == "flower" and self.b1 not in (None, 0.0):
+            raise PydanticCustomError(
+                "inconsistent",
+                "Flower's FedAdagrad has no server momentum (beta1 = 0); "
+                "remove b1 or set it to 0, got {b1}",
+                {"field": "algorithm.server_optimizer.b1", "b1": self.b1},
+            )
+        return self
+
+    @property
+    def beta1(self) -> float:
+        """The b1 in effect."""
+        return self.b1 if self.b1 is not None else (0.9 if self.variant == "reddi" else 0.0)
+
+
+ServerOptimizerConfig = Annotated[
+    NoServerOptimizer | FedAvgMConfig | FedAdamConfig | FedYogiConfig | FedAdagradConfig,
+    Field(discriminator="name"),
+]
+SERVER_OPTIMIZER_DESCRIPTION = (
+    "a server optimizer over the pseudo-gradient -Delta_t (Reddi et al. 2021): none, "
+    "fedavgm, fedadam, fedyogi, fedadagrad"
+)
+
+
 class CohortConfig(Strict):
     """Who takes part in a round and when the server stops waiting."""
 

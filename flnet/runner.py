@@ -37,6 +37,7 @@ from flnet.learn import models, references
 from flnet.learn.aggregate import consensus_distance
 from flnet.learn.evaluate import Evaluator
 from flnet.learn.local import Learner
+from flnet.learn.server_optim import labels as server_optim_labels
 from flnet.output import WriteError
 from flnet.rng import Stream
 from flnet.scenario import Scenario, load_scenario
@@ -274,14 +275,21 @@ def optimizer_labels(scenario: Scenario) -> dict:
     """What the clients trained with, as columns: `optimizer` (its name), `lr` (the effective
     learning rate: the scenario's, or the optimizer's default; None for sps and delta_sgd,
     which set their own step size), `sam_rho` (None: no SAM) and the optimizer's own settings
-    as `optimizer_<field>` (momentum, b1, eta0, ...)."""
+    as `optimizer_<field>` (momentum, b1, eta0, ...); and, for algorithms that take one, the
+    server optimizer (`server_optimizer`, `server_<field>`: `flnet.learn.server_optim.labels`)."""
     local = getattr(scenario.algorithm, "local", None)
     if local is None:
         return {}
     opt = local.optimizer
     lr = local.lr if local.lr is not None else opt.default_lr
     own = {f"optimizer_{k}": v for k, v in opt.model_dump().items() if k != "name"}
-    return {"optimizer": opt.name, "lr": lr, "sam_rho": local.sam_rho, **own}
+    return {
+        "optimizer": opt.name,
+        "lr": lr,
+        "sam_rho": local.sam_rho,
+        **own,
+        **server_optim_labels(getattr(scenario.algorithm, "server_optimizer", None)),
+    }
 
 
 def charged_labels(learner: Learner) -> dict:

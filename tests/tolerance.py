@@ -26,6 +26,7 @@ ACCURACY_COLUMNS = (
     "client_accuracy_mean",
     "client_accuracy_worst",
     "client_accuracy_p10",
+    "client_accuracy_std",  # one client's flip moves the std by at most its own 1/n_i
 )
 
 

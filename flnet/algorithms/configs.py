@@ -9,13 +9,25 @@ from typing import Literal
 from pydantic import Field, model_validator
 from pydantic_core import PydanticCustomError
 
-from flnet.config import CohortConfig, GraphTopology, LocalConfig, Strict, TopologyConfig
+from flnet.config import (
+    SERVER_OPTIMIZER_DESCRIPTION,
+    CohortConfig,
+    GraphTopology,
+    LocalConfig,
+    NoServerOptimizer,
+    ServerOptimizerConfig,
+    Strict,
+    TopologyConfig,
+)
 
 
 class FedAvgConfig(Strict):
     name: Literal["fedavg"] = "fedavg"
     cohort: CohortConfig = CohortConfig()
     local: LocalConfig = LocalConfig()
+    server_optimizer: ServerOptimizerConfig = Field(
+        NoServerOptimizer(), description=SERVER_OPTIMIZER_DESCRIPTION
+    )
 
 
 class FedProxConfig(Strict):
@@ -23,6 +35,9 @@ class FedProxConfig(Strict):
     mu: float = Field(0.01, ge=0, description="proximal weight (the Delta-SGD code's example)")
     cohort: CohortConfig = CohortConfig()
     local: LocalConfig = LocalConfig()
+    server_optimizer: ServerOptimizerConfig = Field(
+        NoServerOptimizer(), description=SERVER_OPTIMIZER_DESCRIPTION
+    )
 
 
 class DpsgdConfig(Strict):
@@ -68,14 +83,34 @@ class ScaffoldConfig(Strict):
     server_lr: float = Field(1.0, gt=0, description="global step size eta_g (1: x += mean dy)")
     cohort: CohortConfig = CohortConfig()
     local: LocalConfig = LocalConfig()
+    server_optimizer: ServerOptimizerConfig = Field(
+        NoServerOptimizer(), description=SERVER_OPTIMIZER_DESCRIPTION + " (replaces eta_g)"
+    )
 
     @model_validator(mode="after")
-    def _has_a_learning_rate(self) -> ScaffoldConfig:
-        if self.local.optimizer.default_lr is None:
-            raise ValueError(
-                f"local.optimizer: option II control variates need the local "
-                f"learning rate eta_l; {self.local.optimizer.name} has none "
-                "(use sgd, adam or adagrad)"
+    def _plain_sgd_clients(self) -> ScaffoldConfig:
+        """Option II's c_i+ = c_i - c + (x - y) / (K eta_l) assumes the clients took K plain
+        SGD steps of size eta_l (Algorithm 1 line 10); another optimizer breaks it."""
+        if self.local.optimizer.name != "sgd":
+            raise PydanticCustomError(
+                "inconsistent",
+                "SCAFFOLD's option II control variates assume SGD steps of size eta_l; "
+                "{name} is not allowed; allowed: 'sgd'",
+                {
+                    "field": "algorithm.local.optimizer.name",
+                    "name": repr(self.local.optimizer.name),
+                },
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _one_server_step_size(self) -> ScaffoldConfig:
+        if self.server_optimizer.name != "none" and self.server_lr != 1.0:
+            raise PydanticCustomError(
+                "inconsistent",
+                "a server optimizer takes the server step itself; leave server_lr at 1 "
+                "and set algorithm.server_optimizer.lr, got {server_lr}",
+                {"field": "algorithm.server_lr", "server_lr": self.server_lr},
             )
         return self
 

@@ -8,12 +8,15 @@ form of line 8). Only clients whose upload was delivered count: a client dropped
 deadline, or beyond the first K under over-selection, is left out of the sum and out of m_t.
 The sum runs over the delivered clients in cohort order (the set S_t has no order), so which
 upload arrived first never changes the model's last bits.
+
+With `server_optimizer` (Reddi et al. 2021, `flnet.learn.server_optim`) the server instead
+takes a step of that optimizer along the delivered clients' mean delta, x^k_{t+1} - x_t.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 import torch
@@ -21,6 +24,7 @@ import torch
 from flnet.algorithms.base import Steps
 from flnet.algorithms.configs import FedAvgConfig as Config
 from flnet.algorithms.configs import FedProxConfig
+from flnet.learn import server_optim
 from flnet.learn.aggregate import weighted_mean
 from flnet.learn.cohort import LossFn
 from flnet.learn.wire import ModelMessage
@@ -34,10 +38,12 @@ if TYPE_CHECKING:  # the learning side's object, for annotations only
 class State(NamedTuple):
     round: int
     x: torch.Tensor  # [P] global model
+    server: Any = None  # the server optimizer's state (None: no server optimizer)
 
 
-def init(learn: Learner, cfg: Config) -> State:
-    return State(0, learn.model.init_params())
+def init(learn: Learner, cfg: Config | FedProxConfig) -> State:
+    x = learn.model.init_params()
+    return State(0, x, server_optim.init(server_optim.from_config(cfg.server_optimizer), x))
 
 
 def progress(state: State) -> Progress:
@@ -53,7 +59,8 @@ def protocol(
     local_loss: Callable[[torch.Tensor], LossFn] | None = None,
 ) -> Steps:
     """`local_loss(x_t)`, if given, is the clients' loss in round t (FedProx adds a term)."""
-    x = state.x
+    x, server = state.x, state.server
+    opt = server_optim.from_config(cfg.server_optimizer)
     k = cfg.cohort.k(world.num_clients)
     for t in world.steps(state.round):
         cohort = world.sample_clients(k, t, cfg.cohort.over_selection)  # S_t
@@ -80,8 +87,12 @@ def protocol(
             # (so radio settings cannot change the model; flnet.reuse relies on it)
             positions = np.sort(done.positions)
             delivered = torch.as_tensor(positions, device=x.device)
-            x = weighted_mean(
-                work.params.index_select(0, delivered),  # line 8
+            models, n_k = (
+                work.params.index_select(0, delivered),
                 learn.num_samples[cohort[positions]],
             )
-        world.publish(progress(State(t, x)))
+            if opt is None:
+                x = weighted_mean(models, n_k)  # line 8
+            else:
+                x, server = server_optim.step(opt, x, models - x, n_k, server)
+        world.publish(progress(State(t, x, server)))

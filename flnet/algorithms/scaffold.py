@@ -18,18 +18,22 @@ Choices where the paper is silent (documented, tested):
   (`optim.add_correction`); option II's formula takes eta_l as the optimizer's learning rate and K
   as each client's own local steps, exact for plain SGD (the paper's setting).
 - The means are unweighted, as in Algorithm 1 (FedAvg here weights by sample counts).
+- The clients must use plain SGD (`ScaffoldConfig` refuses another optimizer): option II's
+  formula divides by K eta_l, the distance K SGD steps of size eta_l travel.
+- With `server_optimizer` (Reddi et al. 2021, `flnet.learn.server_optim`), x takes that
+  optimizer's step along the delivered dy in place of x + eta_g mean(dy); c is updated as above.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 import torch
 
 from flnet.algorithms.base import Steps
 from flnet.algorithms.configs import ScaffoldConfig as Config
-from flnet.learn import optim
+from flnet.learn import optim, server_optim
 from flnet.learn.cohort import LossFn
 from flnet.learn.table import Keep, Keeps
 from flnet.sim.patterns import Packet, round_trip
@@ -43,6 +47,7 @@ class State(NamedTuple):
     round: int
     x: torch.Tensor  # [P] server model
     c: torch.Tensor  # [P] server control variate
+    server: Any = None  # the server optimizer's state (None: x + eta_g mean(dy))
 
 
 class Down(NamedTuple):
@@ -61,7 +66,8 @@ class Up(NamedTuple):
 
 def init(learn: Learner, cfg: Config) -> State:
     x = learn.model.init_params()
-    return State(0, x, torch.zeros_like(x))
+    opt = server_optim.from_config(cfg.server_optimizer)
+    return State(0, x, torch.zeros_like(x), server_optim.init(opt, x))
 
 
 def progress(state: State) -> Progress:
@@ -102,10 +108,11 @@ def protocol(
     loss_fn: LossFn | None = None,
 ) -> Steps:
     """`loss_fn` replaces the clients' cross-entropy (tests use a quadratic)."""
-    x, c = state.x, state.c
+    x, c, server = state.x, state.c, state.server
+    opt = server_optim.from_config(cfg.server_optimizer)
     c_table = learn.client_table("scaffold.c_i", torch.zeros_like(x))  # rows only once written
     lr = cfg.local.lr if cfg.local.lr is not None else cfg.local.optimizer.default_lr
-    assert lr is not None  # ScaffoldConfig refuses an optimizer without a learning rate
+    assert lr is not None  # ScaffoldConfig allows sgd only, which has one
     corrected = optim.chain(optim.add_correction(), optim.from_config(cfg.local))
     k = cfg.cohort.k(world.num_clients)
     for t in world.steps(state.round):
@@ -136,13 +143,15 @@ def protocol(
         )  # line 14
         if len(done.positions):
             # cohort order, not arrival order: timing never changes the means' rounding
-            arrived = torch.as_tensor(np.sort(done.positions), device=x.device)
-            x, c = server_step(
-                x,
-                c,
-                up.dy.index_select(0, arrived),  # lines 16-17
-                up.dc.index_select(0, arrived),
-                world.num_clients,
-                cfg.server_lr,
-            )
-        world.publish(progress(State(t, x, c)))
+            positions = np.sort(done.positions)
+            arrived = torch.as_tensor(positions, device=x.device)
+            dy = up.dy.index_select(0, arrived)
+            x_new, c = server_step(
+                x, c, dy, up.dc.index_select(0, arrived), world.num_clients, cfg.server_lr
+            )  # lines 16-17
+            if opt is None:
+                x = x_new
+            else:
+                n_k = learn.num_samples[cohort[positions]]
+                x, server = server_optim.step(opt, x, dy, n_k, server)
+        world.publish(progress(State(t, x, c, server)))

@@ -24,7 +24,8 @@ METRICS = (
     "client_accuracy_mean",
     "client_accuracy_worst",
     "client_accuracy_p10",
-)  # p10: the 10th percentile, interpolated as numpy does
+    "client_accuracy_std",
+)  # p10: the 10th percentile, interpolated as numpy does; std: population (numpy's ddof=0)
 
 
 class Evaluator:
@@ -61,8 +62,8 @@ class Evaluator:
         return torch.cat([self.model.predict(params, take(i)) for i in range(0, n, self.chunk)])
 
     def __call__(self, params: torch.Tensor) -> dict[str, float]:
-        """params [P] -> accuracy and loss on the test set; client accuracy mean/worst/p10 over
-        the evaluation sample, and its size."""
+        """params [P] -> accuracy and loss on the test set; client accuracy mean/worst/p10/std
+        over the evaluation sample, and its size."""
         logits = self._logits(params, self.data.x_test)
         test_loss = F.cross_entropy(logits, self.data.y_test)
         test_correct = (logits.argmax(1) == self.data.y_test).double()
@@ -86,6 +87,7 @@ class Evaluator:
                 per_client.mean(),
                 per_client.min(),
                 torch.quantile(per_client, 0.1),
+                per_client.std(correction=0),  # the DRDM paper's spread (its Fig. 1b)
             ]
         ).tolist()
         return {**dict(zip(METRICS, values)), "clients_evaluated": self.clients_evaluated}
