@@ -42,6 +42,7 @@ def test_client_accuracy_uses_the_clients_own_training_rows_without_local_tests(
     assert m["client_accuracy_mean"] == pytest.approx(0.75)
     assert m["client_accuracy_worst"] == pytest.approx(0.5)
     assert m["client_accuracy_p10"] == pytest.approx(np.quantile([1.0, 0.5], 0.1))
+    assert m["client_accuracy_std"] == pytest.approx(0.25)  # np.std([1.0, 0.5]), ddof 0
 
 
 def test_client_accuracy_uses_local_test_rows_when_there_are_some():
@@ -54,3 +55,37 @@ def test_chunks_do_not_change_the_figures():
     whole = Evaluator(linear_model(), data())(IDENTITY)
     chunked = Evaluator(linear_model(), data(), chunk=1)(IDENTITY)
     assert chunked == pytest.approx(whole, rel=1e-6)  # other batch shapes: not bit for bit
+
+
+def test_client_accuracy_std_of_a_run_is_numpys_std_over_the_clients(scenario):
+    """A small non-iid run: at every evaluation, the std of the per-client accuracies of the
+    model judged, each computed here from the client's own rows."""
+    from flnet.runner import build, run
+
+    models = {}
+
+    class Models:
+        def on_start(self, world):
+            pass
+
+        def on_progress(self, world, progress, stopping):
+            models[progress.step] = progress.model.clone()
+
+        def on_end(self, world, reason):
+            pass
+
+    sc = scenario(data={"partition": {"kind": "dirichlet", "alpha": 0.3}}, run={"rounds": 2})
+    res = run(sc, observers=[Models()], write=False)
+    _, learner = build(sc)
+    data = learner.data
+    for _, row in res.records.iterrows():
+        params = models[row["round"]]
+        per_client = [
+            (learner.model.predict(params, data.x_train[rows]).argmax(1) == data.y_train[rows])
+            .double()
+            .mean()
+            .item()
+            for rows in (data.client_indices[k] for k in data.eval_clients)
+        ]
+        assert np.std(per_client) > 0
+        assert row["client_accuracy_std"] == pytest.approx(np.std(per_client), rel=1e-9)
