@@ -5,7 +5,7 @@ client delta Delta_t = (1/|S|) sum_i (x_i - x_t) is a pseudo-gradient, negated, 
 optimizer may take it. So a server optimizer here is a client optimizer of `flnet.learn.optim`
 (the same `GradientTransformation`, `chain` and `scale_by_learning_rate`) over one ``[P]`` row,
 fed ``-Delta_t``; a centralized algorithm plugs one in with `step` in place of its own
-aggregate. Algorithm 2, with g = -Delta_t (so x moves along +m):
+aggregate. Algorithm 2, written with g = -Delta_t (so m here is the paper's m negated):
 
     m_t = b1 m_{t-1} + (1 - b1) g
     v_t = v_{t-1} + g^2                                  FedAdagrad
