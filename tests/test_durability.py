@@ -18,7 +18,7 @@ ROUNDS = 6
 
 
 def scaffold(out: Path):
-    """A run with per-client tables (SCAFFOLD's c_i, persisted Adam states), so both journals
+    """A run with per-client tables (SCAFFOLD's c_i, persisted momentum buffers), so both journals
     grow, and a checkpoint every round."""
     return load_scenario(
         data=merge(
@@ -31,7 +31,7 @@ def scaffold(out: Path):
                         "steps": 2,
                         "batch_size": 8,
                         "lr": 0.01,
-                        "optimizer": {"name": "adam"},
+                        "optimizer": {"name": "sgd", "momentum": 0.9},  # SCAFFOLD takes sgd only
                         "optimizer_state": "persist",
                     },
                 },
@@ -99,7 +99,7 @@ def test_journals_are_synced_before_the_checkpoint_that_points_into_them(
         # the rename is made durable before anything else happens: the folder's fsync next
         assert calls[end + 1] == ("fsync", str(out)), calls[end : end + 3]
         start = end + 2
-    assert tables_synced >= ROUNDS - 1  # the c_i and Adam rows changed in every round
+    assert tables_synced >= ROUNDS - 1  # the c_i and momentum rows changed in every round
     if compact:
         # the old journal file goes only after the folder sync that put the new checkpoint's
         # name on disk

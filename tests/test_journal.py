@@ -178,7 +178,7 @@ def test_a_failed_write_keeps_the_position_and_the_rows_unsaved(tmp_path, monkey
 
 @pytest.mark.parametrize("compact", [False, True])
 def test_checkpoints_at_every_round_resume_to_the_uninterrupted_run(tmp_path, monkeypatch, compact):
-    """SCAFFOLD with persisted Adam states on 4 clients, 3 a round: each client's c_i and
+    """SCAFFOLD with persisted momentum buffers on 4 clients, 3 a round: each client's c_i and
     optimizer rows are rewritten in most rounds and journaled at every checkpoint (compacted
     at almost every one with `compact`); resuming from round 5 gives the run never stopped."""
     from conftest import BASE
@@ -201,7 +201,7 @@ def test_checkpoints_at_every_round_resume_to_the_uninterrupted_run(tmp_path, mo
                     "steps": 3,
                     "batch_size": 8,
                     "lr": 0.01,
-                    "optimizer": {"name": "adam"},
+                    "optimizer": {"name": "sgd", "momentum": 0.9},  # SCAFFOLD takes sgd only
                     "optimizer_state": "persist",
                 },
             },
