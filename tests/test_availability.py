@@ -238,8 +238,9 @@ def test_selection_under_availability_allocates_the_same_whatever_n(scenario):
 DIURNAL_RUN = dict(
     clients={
         "count": 200,
-        "cpu_hz": {"kind": "lognormal", "median": 1e9, "sigma": 0.6},
-        "availability": {"kind": "diurnal", "session_mean_s": 120.0, "time_zones_h": [0, 8]},
+        "cpu_hz": {"kind": "lognormal", "median": 1e6, "sigma": 0.6},
+        "flops_per_cycle": 0.1,  # seconds of compute: sessions end mid-work
+        "availability": {"kind": "diurnal", "session_mean_s": 20.0, "time_zones_h": [0, 8]},
         "dropout_probability": 0.2,
         "slowdown_probability": 0.2,
         "slowdown_factor": 3.0,
@@ -247,7 +248,7 @@ DIURNAL_RUN = dict(
     algorithm={
         "name": "fedavg",
         "cohort": {"clients_per_round": 6, "over_selection": 1.5, "deadline_s": 30.0},
-        "local": {"steps": 2, "batch_size": 8},
+        "local": {"steps": 10, "batch_size": 16},
     },
     model={"kind": "logistic"},
     radio={"rayleigh_fading": True},
@@ -262,7 +263,7 @@ def test_a_diurnal_run_resumes_to_the_bit_and_its_energy_is_the_sum_of_its_rows(
     assert whole.records.equals(resumed.records)
     assert whole.ledger.equals(resumed.ledger)
     led = whole.ledger
-    assert "dropped" in set(led.outcome)
+    assert {"dropped", "interrupted"} <= set(led.outcome)
     for rec in whole.records.itertuples():
         assert rec.energy_j == math.fsum(led.energy_j[led.end_s <= rec.sim_time_s])
 
