@@ -92,8 +92,6 @@ def round_trip(
         _Trip(world, gather, pos, client, step, down_bits[pos], flops, up_bits[pos])
         for pos, (client, flops) in enumerate(zip(cohort.tolist(), np.asarray(work_flops).tolist()))
     ]
-    for trip in trips:  # after every trip has started: a stop never meets a half-built round
-        world.end_at(trip.fate.cut_s, trip.stop, "interrupted")
     if deadline_s is None:
         yield gather.done
     else:
@@ -157,6 +155,7 @@ class _Trip:
         "computed",
         "over",
         "fate",
+        "cut",
     )
 
     def __init__(
@@ -180,6 +179,7 @@ class _Trip:
         self.job: Job = world.start_transfer(
             SERVER, client, down_bits * share, tag, then=self._downloaded, ends_as=ends
         )
+        self.cut = world.end_at(fate.cut_s, self.stop, "interrupted")
 
     def _downloaded(self, job: Job) -> None:
         if job.outcome != "ok":
@@ -207,6 +207,7 @@ class _Trip:
         if job.outcome != "ok":
             return self.stop(str(job.outcome))
         self.over = True
+        self.world.cancel_end(self.cut)
         self.gather.arrive(self.pos, "ok")
 
     def stop(self, cause: str) -> None:
@@ -216,6 +217,7 @@ class _Trip:
         if self.over:
             return
         self.over = True
+        self.world.cancel_end(self.cut)
         self.job.stop(cause)
         self.gather.arrive(self.pos, cause)
 
@@ -521,7 +523,7 @@ class _Flight:
         jobs = self.world.thaw(frozen["jobs"], [w.then for w in self.under_way], ends)
         for w, job in zip(self.under_way, jobs):
             w.job = job
-            self.world.end_at(w.fate.cut_s, w.stop, "interrupted")
+            w.cut = self.world.end_at(w.fate.cut_s, w.stop, "interrupted")
         self.arrived = [
             Arrival(int(c), int(n), int(v), int(s), p, t) for c, n, v, s, p, t in frozen["arrived"]
         ]
@@ -545,6 +547,7 @@ class _Work:
         "phase",
         "fate",
         "over",
+        "cut",
     )
 
     def __init__(
@@ -574,7 +577,7 @@ class _Work:
             key=(client, count),
             ends_as=ends,
         )
-        world.end_at(self.fate.cut_s, self.stop, "interrupted")
+        self.cut = world.end_at(self.fate.cut_s, self.stop, "interrupted")
 
     def _fate(self, down_bits: float) -> Fate:
         """Its fate, keyed (client, count); the same when thawed (it started at `start_s`)."""
@@ -634,6 +637,7 @@ class _Work:
         if job.outcome != "ok":
             return self.stop(str(job.outcome))
         self.over = True
+        self.flight.world.cancel_end(self.cut)
         self.flight.arrive(self)
 
     def stop(self, cause: str) -> None:
@@ -642,5 +646,6 @@ class _Work:
         if self.over or self not in self.flight.under_way:
             return
         self.over = True
+        self.flight.world.cancel_end(self.cut)
         self.job.stop(cause)
         self.flight.fail(self)
