@@ -320,3 +320,20 @@ def test_a_diurnal_stream_resumes_to_the_bit_with_work_under_way(scenario, tmp_p
     assert {"dropped", "interrupted"} <= set(whole.ledger.outcome)
     assert whole.records.equals(resumed.records)
     assert whole.ledger.equals(resumed.ledger)
+
+
+@pytest.mark.parametrize(
+    "availability, words",
+    [
+        ({"kind": "weekly"}, "clients.availability"),
+        ({"kind": "diurnal", "mean_online": 0.7}, "clients.availability.amplitude"),
+        ({"kind": "diurnal", "hourly_online": [0.2] * 23}, "clients.availability.hourly_online"),
+        ({"kind": "diurnal", "time_zone_weights": [1, 2]}, "time_zone_weights"),
+        ({"kind": "bernoulli", "p": 0.5, "check": "never"}, "check"),
+    ],
+)
+def test_bad_availability_is_refused_naming_the_field(scenario, availability, words):
+    from flnet.errors import ScenarioError
+
+    with pytest.raises(ScenarioError, match=words):
+        scenario(clients={"availability": availability})

@@ -13,6 +13,12 @@ all the time side looks at. Client-side state follows simulated time (`ClientSta
 new state takes effect when its local work completes; work interrupted before then changes
 nothing; a lost upload after completed work leaves the new state in place.
 
+Availability and device behaviour (`World.fate`): `round_trip` and `stream` start only clients
+online then; a member's work ends early, charged up to that instant, when its session ends
+(`interrupted`), when it drops out (`dropped`) or, with the `at_completion` check, when it is
+offline as its upload completes (`lost`). Such members count as arrived without an update.
+`exchange` (gossip) nodes are always available.
+
 Safe points, where a run may stop or checkpoint (each `World.publish`; `World.request_stop`
 stops at the next one): the end of a round for `round_trip` and the end of an iteration for
 `exchange`, where nothing is in flight; each server update for `stream`, where the work under

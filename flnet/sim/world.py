@@ -8,6 +8,11 @@ another (`transfer`, or `start_transfer` for callback chains), local compute of 
 the `AbstractWorld` interface, never this class's internals. Nothing here imports torch: the World
 sees bits and FLOPs, never tensors.
 
+Who is online when (`availability`, `flnet.sim.availability`) and how a started client's work
+goes (`fate`: its session's end, a slowdown, a dropout point) are the World's too; patterns
+end a member's work at such an instant with `end_at` (see README, "Availability and device
+behaviour").
+
 The run's progress goes through the World too: an algorithm `publish`es a `Progress` record after
 each unit of its pattern (a round, an iteration, a server update); observers evaluate, record,
 checkpoint and stop the run (`Observer`). `request_stop` asks the run to stop at the next such
