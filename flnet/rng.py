@@ -40,6 +40,8 @@ class Stream(IntEnum):
     ARRIVALS = 1_000_009  # who starts work next (stream pattern)
     D2D = 1_000_010  # a device-to-device link's SNR, keyed by (sender, receiver)
     EVALUATION = 1_000_011  # the clients whose per-client figures are evaluated
+    TRACE_AVAILABILITY = 1_000_020  # which trace client each client replays (availability)
+    TRACE_CAPACITY = 1_000_021  # which trace client each client replays (capacity)
 
 
 def generator(seed: int, stream: Stream, *keys: int) -> np.random.Generator:

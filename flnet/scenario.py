@@ -224,6 +224,41 @@ ModelConfig = Annotated[
 # ---------------------------------------------------------------- devices and radio
 
 
+TraceMapping = Literal["permuted", "in_order"]
+TRACE_MAPPING_HELP = (
+    "which trace client simulated client k replays: trace client order[k mod M] of the M "
+    "trace clients (ascending ids); permuted: order is a permutation drawn from the seed; "
+    "in_order: the identity"
+)
+
+
+class CapacityTraceConfig(Strict):
+    """Per-client speeds replayed from a capacity trace (flnet.sim.traces): they replace the
+    FLOP-based compute time and the Shannon link rates."""
+
+    path: str = Field(
+        description="CSV: client, compute_s_per_sample, up_rate_bps, down_rate_bps "
+        "(`flnet traces fedscale` writes one from FedScale's device capacity pickle)"
+    )
+    mapping: TraceMapping = Field("permuted", description=TRACE_MAPPING_HELP)
+    compute_power_w: float = Field(
+        gt=0,
+        description="battery power while computing: a trace-timed computation costs "
+        "compute_power_w * its seconds (transfers cost the radio's powers * their seconds)",
+    )
+
+
+class TraceAvailabilityConfig(Strict):
+    """Clients are online exactly when an availability trace says (flnet.sim.traces)."""
+
+    kind: Literal["trace"]
+    path: str = Field(
+        description="CSV: client, online_from_s, online_until_s [, tz_offset_s, period_s]; "
+        "`# period_s: P` before the header makes it periodic"
+    )
+    mapping: TraceMapping = Field("permuted", description=TRACE_MAPPING_HELP)
+
+
 class ClientsConfig(Strict):
     """The client population: numbers or per-client distributions."""
 
@@ -236,6 +271,11 @@ class ClientsConfig(Strict):
     )
     kappa: NonNegativeDist = Field(  # type: ignore[assignment]  # number -> Constant
         1.0e-28, description="effective switched capacitance: J = kappa * cycles * f^2"
+    )
+    capacity_trace: CapacityTraceConfig | None = Field(
+        None,
+        description="replay measured per-client compute and link speeds (replaces cpu_hz, "
+        "flops_per_cycle, kappa and the radio's rates for time; null: from those)",
     )
 
 
@@ -457,6 +497,12 @@ class Scenario(Strict):
         problem = topology_problem(topology, n) if topology is not None else None
         if problem is not None:
             raise inconsistent(f"algorithm.topology.{problem[0]}", problem[1])
+        if self.clients.capacity_trace is not None and self.radio.rayleigh_fading:
+            raise inconsistent(
+                "radio.rayleigh_fading",
+                "a capacity trace gives each link's measured rate (clients.capacity_trace); "
+                "fading would scale it, so the two do not go together",
+            )
         for section in ("clients", "radio"):
             for name, value in getattr(self, section):
                 if isinstance(value, PerClient) and len(value.values) != n:
