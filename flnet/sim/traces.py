@@ -36,7 +36,7 @@ from flnet.errors import ScenarioError
 from flnet.rng import Stream, generator
 
 if TYPE_CHECKING:  # the scenario's sections, for annotations only
-    from flnet.scenario import CapacityTraceConfig, TraceAvailabilityConfig
+    from flnet.scenario import CapacityTraceConfig, TraceAvailability
 
 MAX_TRACE_BYTES = 1 << 30  # a trace larger than this is refused before it is read
 AVAILABILITY_COLUMNS = ("client", "online_from_s", "online_until_s")
@@ -145,16 +145,16 @@ def trace_map(m: int, mapping: Mapping, seed: int, stream: Stream) -> TraceMap:
 
 
 class TraceReplay:
-    """Availability replayed from an `IntervalTrace`: client k is online exactly when its
-    trace client is (`TraceMap`)."""
+    """Availability (`flnet.sim.availability.Availability`) replayed from an `IntervalTrace`:
+    client k is online exactly when its trace client is (`TraceMap`); `draw` plays no part."""
 
     def __init__(self, trace: IntervalTrace, mapping: TraceMap) -> None:
         self.trace, self.mapping = trace, mapping
 
-    def online(self, clients: np.ndarray, t_s: float) -> np.ndarray:
+    def online(self, clients: np.ndarray, t_s: float, draw: int = 0) -> np.ndarray:
         return self.trace.online(self.mapping(clients), t_s)
 
-    def online_until(self, clients: np.ndarray, t_s: float) -> np.ndarray:
+    def online_until(self, clients: np.ndarray, t_s: float, draw: int = 0) -> np.ndarray:
         return self.trace.online_until(self.mapping(clients), t_s)
 
 
@@ -186,7 +186,7 @@ def trace_speeds(
     )
 
 
-def replay_from(cfg: TraceAvailabilityConfig, seed: int, field: str) -> TraceReplay:
+def replay_from(cfg: TraceAvailability, seed: int, field: str) -> TraceReplay:
     """The scenario's availability trace, read and checked (errors name `field`)."""
     trace = _named(read_availability, cfg.path, f"{field}.path")
     return TraceReplay(trace, trace_map(trace.size, cfg.mapping, seed, Stream.TRACE_AVAILABILITY))

@@ -24,7 +24,9 @@ import numpy as np
 import simpy
 
 from flnet.rng import Stream, generator
+from flnet.sim import availability as availability_mod
 from flnet.sim import population as population_mod
+from flnet.sim.availability import Availability
 from flnet.sim.channel import Channel, SharedBand, Transmission, band, timeout_at
 from flnet.sim.device import compute_energy_j, compute_time_s
 from flnet.sim.ledger import NOBODY, Ledger, Tag
@@ -35,6 +37,7 @@ if TYPE_CHECKING:  # the scenario's sections, for annotations only
     from flnet.scenario import ClientsConfig, Radio
 
 SELECTION_AHEAD = 16  # rounds of client selection drawn at once
+SELECTION_TRIES = 64  # under availability: candidates examined per client wanted, at most
 INTERRUPTED = "interrupted"  # the stop reason of `request_stop` from a signal
 
 
@@ -179,6 +182,7 @@ class World:
                 raise ValueError("a capacity trace needs the model's flops_per_sample")
             self.speeds = speeds_from(clients.capacity_trace, seed, flops_per_sample)
         self.network = Network(self.env, radio, pop, self.speeds)
+        self.availability: Availability = availability_mod.build(clients.availability, seed)
         self.observers: list[Observer] = []
         self._stop_reason: str | None = None
         self._stop_requested: str | None = None
@@ -250,6 +254,8 @@ class World:
         from 10,000,000 clients allocates kilobytes (tests/test_population.py).
         """
         m = min(self.num_clients, math.ceil(k * over_selection - 1e-9))
+        if not isinstance(self.availability, availability_mod.Always):
+            return self._sample_online(m, round)
         if (m, round) not in self._selections:
             self._selections = {
                 (m, r): np.sort(
@@ -260,6 +266,35 @@ class World:
                 for r in range(round, round + SELECTION_AHEAD)
             }
         return self._selections[(m, round)].copy()
+
+    def _sample_online(self, m: int, round: int) -> np.ndarray:
+        """Up to `m` distinct clients online at the round's start (now), uniformly among them.
+
+        Candidates are uniform draws from the selection stream (seed, round), examined in
+        order (repeats skipped); the online ones are taken until there are `m`. The cost is
+        O(m / online fraction) availability questions, never O(N). At most
+        ``min(N, SELECTION_TRIES * m)`` distinct candidates are examined: when fewer than `m`
+        of them are online the round goes ahead with those found (possibly none: a round
+        without clients, which takes no time). Nobody waits for clients to come online.
+        """
+        n, now = self.num_clients, self.env.now
+        limit = min(n, SELECTION_TRIES * m)
+        rng = generator(self.seed, Stream.SELECTION, round)
+        seen: set[int] = set()
+        chosen: list[int] = []
+        rate = 1.0  # online share of the candidates so far, for the next batch's size
+        while len(chosen) < m and len(seen) < limit:
+            want = math.ceil((m - len(chosen)) / max(rate, 1.0 / SELECTION_TRIES)) + 4
+            fresh: list[int] = []
+            for c in rng.integers(n, size=want).tolist():
+                if c not in seen and len(seen) < limit:
+                    seen.add(c)
+                    fresh.append(c)
+            batch = np.asarray(fresh, dtype=np.int64)
+            online = batch[self.availability.online(batch, now, round)]
+            chosen.extend(online[: m - len(chosen)].tolist())
+            rate = max(len(chosen), 1) / len(seen)
+        return np.sort(np.asarray(chosen, dtype=np.int64))
 
     def link(self, src: int, dst: int) -> Link:
         """The link a transfer from `src` to `dst` uses (the one place links are looked up).
