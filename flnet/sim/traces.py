@@ -225,7 +225,7 @@ def _lines(path: Path) -> Iterator[tuple[int, str]]:
         with open(path, encoding="utf-8", newline="") as f:
             yield from enumerate(f, start=1)
     except UnicodeDecodeError as e:
-        raise TraceError(f"{path} is not UTF-8 text (byte {e.start} of a line)") from None
+        raise TraceError(f"{path} is not UTF-8 text ({e.reason})") from None
 
 
 def _table(
