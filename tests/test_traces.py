@@ -378,3 +378,81 @@ def test_shipped_trace_scenario_selects_only_online_clients():
     ]
     assert all(online)
     assert not world.availability.online(np.arange(50), 1.0, 0).all()  # not a trivial trace
+
+
+# ------------------------------------------------------------------ with avail's checks
+
+BITS, FLOPS, SNR_DB, BAND_HZ, CPU_HZ, FPC = 1e6, 8e9, 15.0, 1e6, 1e9, 4.0
+RATE_BPS = BAND_HZ * math.log2(1 + 10 ** (SNR_DB / 10))
+
+
+def traced_round(tmp_path, scenario, trace_text, check):
+    from flnet.sim.patterns import Packet, round_trip
+
+    path = write(tmp_path, trace_text)
+    s = scenario(
+        clients={
+            "count": 1,
+            "cpu_hz": CPU_HZ,
+            "flops_per_cycle": FPC,
+            "availability": {"kind": "trace", "path": str(path), "check": check},
+        },
+        radio={
+            "mode": "direct",
+            "uplink_snr_db": SNR_DB,
+            "downlink_snr_db": SNR_DB,
+            "uplink": {"bandwidth_hz": BAND_HZ, "sharing": "dedicated"},
+            "downlink": {"bandwidth_hz": BAND_HZ, "sharing": "dedicated"},
+        },
+        algorithm={"name": "fedavg", "cohort": {"clients_per_round": 1}},
+    )
+    world = World(s.clients, s.radio, s.seed)
+    cohort = world.sample_clients(1, 1)
+    assert cohort.tolist() == [0]  # online at 0, so selected
+    one = np.ones(1)
+    proc = world.env.process(
+        round_trip(world, cohort, Packet(None, BITS), FLOPS * one, Packet(None, BITS), tag=1)
+    )
+    world.env.run(until=proc)
+    return proc.value, world.ledger.frame()
+
+
+TOTAL_S = 2 * BITS / RATE_BPS + FLOPS / FPC / CPU_HZ  # about 2.4 s: down, compute, up
+HEADER = "client,online_from_s,online_until_s\n"
+
+
+def test_at_completion_with_a_trace_only_asks_at_the_end(tmp_path, scenario):
+    """FedScale's rule on a trace: offline mid-work does not matter, offline at the end
+    loses the upload (all its energy charged)."""
+    back_in_time = HEADER + "0,0,1.5\n0,2.3,10\n"  # off during compute, on again at the end
+    done, led = traced_round(tmp_path, scenario, back_in_time, "at_completion")
+    assert done.outcomes == ["ok"] and led.outcome.tolist() == ["ok"] * 3
+    assert done.end_s == pytest.approx(TOTAL_S)
+    gone = HEADER + "0,0,1.5\n0,3,10\n"  # still off when the upload completes
+    done, led = traced_round(tmp_path, scenario, gone, "at_completion")
+    assert done.outcomes == ["lost"] and led.outcome.tolist() == ["ok", "ok", "lost"]
+    assert led.end_s.iloc[2] == pytest.approx(TOTAL_S)  # ran to its end
+    assert led.bits.iloc[2] == BITS
+
+
+def test_during_with_a_trace_stops_work_when_the_trace_session_ends(tmp_path, scenario):
+    done, led = traced_round(tmp_path, scenario, HEADER + "0,0,1.5\n0,2.3,10\n", "during")
+    assert done.outcomes == ["interrupted"]
+    rows = led.set_index("kind")
+    assert rows.loc["compute", "outcome"] == "interrupted"
+    assert rows.loc["compute", "end_s"] == pytest.approx(1.5)
+    assert "upload" not in rows.index
+
+
+def test_a_traced_run_resumes_to_the_bit(tmp_path):
+    import flnet
+
+    over = ["device=cpu", "run.eval_every=1", "run.checkpoint_every=1"]
+    whole = flnet.run(
+        "scenarios/trace_replay.yaml", [*over, "run.rounds=4", f"output.dir={tmp_path / 'a'}"]
+    )
+    part = [*over, f"output.dir={tmp_path / 'b'}"]
+    flnet.run("scenarios/trace_replay.yaml", [*part, "run.rounds=2"])
+    resumed = flnet.run("scenarios/trace_replay.yaml", [*part, "run.rounds=4"], resume=True)
+    assert whole.records.equals(resumed.records)
+    assert whole.ledger.equals(resumed.ledger)
