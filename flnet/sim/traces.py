@@ -210,6 +210,15 @@ def _named(read: Callable[[str], _T], path: str, field: str) -> _T:
 
 def _lines(path: Path) -> Iterator[tuple[int, str]]:
     """(line number, text) of a bounded UTF-8 file, refused clearly when it is not one."""
+    _check_size(path)
+    try:
+        with open(path, encoding="utf-8", newline="") as f:
+            yield from enumerate(f, start=1)
+    except UnicodeDecodeError as e:
+        raise TraceError(f"{path} is not UTF-8 text ({e.reason})") from None
+
+
+def _check_size(path: Path) -> None:
     try:
         size = os.stat(path).st_size
     except FileNotFoundError:
@@ -221,11 +230,6 @@ def _lines(path: Path) -> Iterator[tuple[int, str]]:
             f"{path} is {size / 2**20:.0f} MiB; a trace file may be at most "
             f"{MAX_TRACE_BYTES >> 20} MiB"
         )
-    try:
-        with open(path, encoding="utf-8", newline="") as f:
-            yield from enumerate(f, start=1)
-    except UnicodeDecodeError as e:
-        raise TraceError(f"{path} is not UTF-8 text ({e.reason})") from None
 
 
 def _table(
@@ -265,14 +269,19 @@ def _table(
 def _rows(
     path: Path, lines: Iterator[tuple[int, str]], width: int
 ) -> Iterator[tuple[int, list[str]]]:
-    for number, text in lines:
-        stripped = text.strip()
-        if not stripped or stripped.startswith("#"):
-            continue
-        cells = [c.strip() for c in next(csv.reader([stripped]))]
+    at = [0]  # the line number of the row the csv reader is on
+
+    def data() -> Iterator[str]:
+        for number, text in lines:
+            stripped = text.strip()
+            if stripped and not stripped.startswith("#"):
+                at[0] = number
+                yield stripped
+
+    for cells in csv.reader(data()):
         if len(cells) != width:
-            raise TraceError(f"{path}, line {number}: {len(cells)} fields, the header has {width}")
-        yield number, cells
+            raise TraceError(f"{path}, line {at[0]}: {len(cells)} fields, the header has {width}")
+        yield at[0], [c.strip() for c in cells]
 
 
 def _number(path: Path, line: int, column: str, text: str) -> float:
@@ -295,7 +304,8 @@ def _client(path: Path, line: int, text: str) -> int:
 
 
 def read_availability(path: str | Path) -> IntervalTrace:
-    """Read and check an availability trace (module docstring)."""
+    """Read and check an availability trace (module docstring), row by row, so that a
+    problem is named with its line."""
     path = Path(path)
     meta, columns, rows = _table(path, AVAILABILITY_COLUMNS, AVAILABILITY_OPTIONAL)
     at = {c: i for i, c in enumerate(columns)}
@@ -366,34 +376,39 @@ def read_availability(path: str | Path) -> IntervalTrace:
         untils.append(b)
     if not constants:
         raise TraceError(f"{path}: no clients (the file has a header but no rows)")
-    return _as_columns(ids, froms, untils, constants)
+    clients = np.array(sorted(constants), dtype=np.int64)
+    return _as_columns(
+        clients,
+        np.array([constants[int(c)][0] for c in clients]),
+        np.array([constants[int(c)][1] for c in clients]),
+        np.array(ids, dtype=np.int64),
+        np.array(froms, dtype=np.float64),
+        np.array(untils, dtype=np.float64),
+    )
 
 
 def _as_columns(
-    ids: list[int],
-    froms: list[float],
-    untils: list[float],
-    constants: dict[int, tuple[float, float, int]],
+    clients: np.ndarray,
+    tz_offset_s: np.ndarray,
+    period_s: np.ndarray,
+    row_client: np.ndarray,
+    a: np.ndarray,
+    b: np.ndarray,
 ) -> IntervalTrace:
-    clients = np.array(sorted(constants), dtype=np.int64)
-    row_client = np.array(ids, dtype=np.int64)
-    a, b = np.array(froms, dtype=np.float64), np.array(untils, dtype=np.float64)
-    order = np.lexsort((a, row_client))  # by client, then time (each client's already sorted)
+    """The trace's columns from checked rows: `clients` ascending with their constants, and
+    one (client, from, until) per interval in any order."""
+    order = np.lexsort((a, row_client))  # by client, then time
     row_client, a, b = row_client[order], a[order], b[order]
     # merge touching intervals of a client, so a session's end is where it really ends
     joins = np.zeros(len(a), dtype=bool)
     joins[1:] = (row_client[1:] == row_client[:-1]) & (a[1:] == b[:-1])
     keep = ~joins
-    group = np.cumsum(keep) - 1
     merged_b = np.zeros(int(keep.sum()))
-    np.maximum.at(merged_b, group, b)
+    np.maximum.at(merged_b, np.cumsum(keep) - 1, b)
     a, row_client = a[keep], row_client[keep]
-    index = np.searchsorted(clients, row_client)
     offsets = np.zeros(len(clients) + 1, dtype=np.int64)
-    np.add.at(offsets, index + 1, 1)
-    tz = np.array([constants[int(c)][0] for c in clients])
-    period = np.array([constants[int(c)][1] for c in clients])
-    return IntervalTrace(clients, np.cumsum(offsets), a, merged_b, tz, period)
+    np.add.at(offsets, np.searchsorted(clients, row_client) + 1, 1)
+    return IntervalTrace(clients, np.cumsum(offsets), a, merged_b, tz_offset_s, period_s)
 
 
 def read_capacity(path: str | Path) -> CapacityTrace:
