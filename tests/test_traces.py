@@ -456,3 +456,24 @@ def test_a_traced_run_resumes_to_the_bit(tmp_path):
     resumed = flnet.run("scenarios/trace_replay.yaml", [*part, "run.rounds=4"], resume=True)
     assert whole.records.equals(resumed.records)
     assert whole.ledger.equals(resumed.ledger)
+
+
+def test_the_fastest_round_under_a_capacity_trace_is_the_traces(tmp_path, scenario):
+    """The deadline check asks the World for the quickest round: with a capacity trace it is
+    the trace's times, not the radio's or the CPU's."""
+    cap = tmp_path / "cap.pkl"
+    cap.write_bytes(pickle.dumps(CAPACITY))
+    fedscale.convert(None, cap, tmp_path)
+    s = scenario(
+        clients={
+            "count": 3,
+            "capacity_trace": {"path": str(tmp_path / "capacity.csv"), "compute_power_w": 1.0},
+        }
+    )
+    world = World(s.clients, s.radio, s.seed, flops_per_sample=100.0)
+    bits, samples = 1e6, 50
+    by_hand = min(
+        2 * bits / (1024 * c["communication"]) + samples * 3 * c["computation"] / 1000
+        for c in CAPACITY.values()
+    )
+    assert world.fastest_round_trip_s(bits, samples * 100.0, bits) == pytest.approx(by_hand)
