@@ -468,7 +468,8 @@ def test_the_fastest_round_under_a_capacity_trace_is_the_traces(tmp_path, scenar
         clients={
             "count": 3,
             "capacity_trace": {"path": str(tmp_path / "capacity.csv"), "compute_power_w": 1.0},
-        }
+        },
+        algorithm={"name": "fedavg", "cohort": {"clients_per_round": 3}},
     )
     world = World(s.clients, s.radio, s.seed, flops_per_sample=100.0)
     bits, samples = 1e6, 50
