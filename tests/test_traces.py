@@ -478,3 +478,12 @@ def test_the_fastest_round_under_a_capacity_trace_is_the_traces(tmp_path, scenar
         for c in CAPACITY.values()
     )
     assert world.fastest_round_trip_s(bits, samples * 100.0, bits) == pytest.approx(by_hand)
+
+
+def test_a_compute_power_in_milliwatts_is_warned_about(scenario):
+    from flnet.errors import UnitWarning
+
+    with pytest.warns(
+        UnitWarning, match=r"compute_power_w = 1.5e3 W .*did you mean 1.5e3 mW \(1.5 W\)"
+    ):
+        scenario(clients={"capacity_trace": {"path": "x.csv", "compute_power_w": 1500}})
