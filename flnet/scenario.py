@@ -224,11 +224,12 @@ ModelConfig = Annotated[
 # ---------------------------------------------------------------- devices and radio
 
 
-TraceMapping = Literal["permuted", "in_order"]
+TraceMapping = Literal["permuted", "in_order", "by_id"]
 TRACE_MAPPING_HELP = (
     "which trace client simulated client k replays: trace client order[k mod M] of the M "
-    "trace clients (ascending ids); permuted: order is a permutation drawn from the seed; "
-    "in_order: the identity"
+    "trace clients (ascending ids), where permuted: order is a permutation drawn from the "
+    "seed; in_order: the identity; or by_id: the trace client whose id is k (none: never "
+    "online; a capacity trace must then hold ids 0..count-1)"
 )
 
 

@@ -112,19 +112,60 @@ def test_a_period_column_gives_each_client_its_own(tmp_path):
 
 
 def test_mapping_is_seeded_cyclic_and_stable(tmp_path):
-    m = 7
-    permuted = trace_map(m, "permuted", seed=3, stream=Stream.TRACE_AVAILABILITY)
+    ids = np.array([3, 5, 8, 11, 20, 21, 40])
+    m = len(ids)
+    permuted = trace_map(ids, "permuted", seed=3, stream=Stream.TRACE_AVAILABILITY)
     assert sorted(permuted.order.tolist()) == list(range(m))
-    again = trace_map(m, "permuted", seed=3, stream=Stream.TRACE_AVAILABILITY)
+    again = trace_map(ids, "permuted", seed=3, stream=Stream.TRACE_AVAILABILITY)
     assert permuted.order.tolist() == again.order.tolist()  # a resumed run maps the same
-    other = trace_map(m, "permuted", seed=4, stream=Stream.TRACE_AVAILABILITY)
+    other = trace_map(ids, "permuted", seed=4, stream=Stream.TRACE_AVAILABILITY)
     assert other.order.tolist() != permuted.order.tolist()
     clients = np.arange(20)
     assert permuted(clients).tolist() == [permuted.order[k % m] for k in range(20)]
-    assert trace_map(m, "in_order", 0, Stream.TRACE_AVAILABILITY)(clients).tolist() == [
+    assert trace_map(ids, "in_order", 0, Stream.TRACE_AVAILABILITY)(clients).tolist() == [
         k % m for k in range(20)
     ]
+    by_id = trace_map(ids, "by_id", 0, Stream.TRACE_AVAILABILITY)
+    assert by_id(np.array([3, 4, 40, 41, 0])).tolist() == [0, -1, 6, -1, -1]
     assert TraceMap(np.array([2, 0, 1]))(np.array([0, 4, 5])).tolist() == [2, 0, 1]
+
+
+def test_by_id_clients_without_rows_are_never_online(tmp_path, scenario):
+    s = scenario(
+        clients={
+            "count": 12,
+            "availability": {
+                "kind": "trace",
+                "path": str(write(tmp_path, TRACE)),
+                "mapping": "by_id",
+            },
+        }
+    )
+    world = World(s.clients, s.radio, s.seed)
+    clients = np.arange(12)
+    for t in (5.0, 35.0, 70.0):  # 3 online in [0, 20) and [60, 100); 8 in [30, 40) (its zone)
+        on = set(clients[world.availability.online(clients, t, 0)].tolist())
+        assert on == {c for c in (3, 8, 11) if on_by_hand(*BY_HAND[c], 100.0, t)} | {11}
+    until = world.availability.online_until(np.array([0, 5, 11]), 70.0, 0)
+    assert until.tolist() == [70.0, 70.0, math.inf]
+
+
+def test_by_id_capacity_needs_every_client(tmp_path, scenario):
+    path = write(
+        tmp_path,
+        "client,compute_s_per_sample,up_rate_bps,down_rate_bps\n0,1,1,1\n1,1,1,1\n3,1,1,1\n",
+    )
+    s = scenario(
+        clients={
+            "count": 3,
+            "capacity_trace": {"path": str(path), "mapping": "by_id", "compute_power_w": 1.0},
+        },
+        algorithm={"name": "fedavg", "cohort": {"clients_per_round": 3}},
+    )
+    with pytest.raises(ScenarioError, match=r"clients.capacity_trace.mapping: .* no client 2"):
+        World(s.clients, s.radio, s.seed, flops_per_sample=1.0)
+    world = World(s.clients.model_copy(update={"count": 2}), s.radio, s.seed, flops_per_sample=1.0)
+    assert world.speeds is not None and world.speeds.mapping(np.array([0, 1])).tolist() == [0, 1]
 
 
 def test_the_world_puts_clients_online_when_the_trace_says(tmp_path, scenario):

@@ -43,7 +43,7 @@ AVAILABILITY_COLUMNS = ("client", "online_from_s", "online_until_s")
 AVAILABILITY_OPTIONAL = ("tz_offset_s", "period_s")
 CAPACITY_COLUMNS = ("client", "compute_s_per_sample", "up_rate_bps", "down_rate_bps")
 
-Mapping = Literal["permuted", "in_order"]
+Mapping = Literal["permuted", "in_order", "by_id"]
 _T = TypeVar("_T")
 
 
@@ -126,36 +126,49 @@ class CapacityTrace(NamedTuple):
 
 
 class TraceMap(NamedTuple):
-    """Simulated client k plays trace client ``order[k mod M]`` (an index into the trace's
-    ascending ids). `permuted`: `order` is a permutation of the M trace clients drawn from the
+    """Which trace client (an index into the trace's ascending ids) simulated client k plays.
+
+    `permuted`: ``order[k mod M]``, `order` a permutation of the M trace clients drawn from the
     run's seed and the trace's stream, so which simulated clients share a trace client is
     random but fixed by the seed (a resumed run gets the same); `in_order`: the identity, so
-    client k plays the k-th trace client (cyclically). Costs O(M), never O(N)."""
+    client k plays the k-th trace client (cyclically); `by_id`: the trace client whose id is
+    k, and -1 (none: never online) when the file has no such id. Costs O(M), never O(N)."""
 
-    order: np.ndarray  # [M] int64
+    order: np.ndarray  # [M] int64; by_id: the trace's ascending ids
+    by_id: bool = False
 
     def __call__(self, clients: np.ndarray) -> np.ndarray:
-        return self.order[np.asarray(clients, dtype=np.int64) % len(self.order)]
+        clients = np.asarray(clients, dtype=np.int64)
+        if self.by_id:
+            row = np.minimum(np.searchsorted(self.order, clients), len(self.order) - 1)
+            return np.where(self.order[row] == clients, row, -1)
+        return self.order[clients % len(self.order)]
 
 
-def trace_map(m: int, mapping: Mapping, seed: int, stream: Stream) -> TraceMap:
+def trace_map(ids: np.ndarray, mapping: Mapping, seed: int, stream: Stream) -> TraceMap:
+    if mapping == "by_id":
+        return TraceMap(ids, by_id=True)
     if mapping == "in_order":
-        return TraceMap(np.arange(m, dtype=np.int64))
-    return TraceMap(generator(seed, stream).permutation(m).astype(np.int64))
+        return TraceMap(np.arange(len(ids), dtype=np.int64))
+    return TraceMap(generator(seed, stream).permutation(len(ids)).astype(np.int64))
 
 
 class TraceReplay:
     """Availability (`flnet.sim.availability.Availability`) replayed from an `IntervalTrace`:
-    client k is online exactly when its trace client is (`TraceMap`); `draw` plays no part."""
+    client k is online exactly when its trace client is (`TraceMap`; with none, never);
+    `draw` plays no part."""
 
     def __init__(self, trace: IntervalTrace, mapping: TraceMap) -> None:
         self.trace, self.mapping = trace, mapping
 
     def online(self, clients: np.ndarray, t_s: float, draw: int = 0) -> np.ndarray:
-        return self.trace.online(self.mapping(clients), t_s)
+        return self.online_until(clients, t_s) > t_s
 
     def online_until(self, clients: np.ndarray, t_s: float, draw: int = 0) -> np.ndarray:
-        return self.trace.online_until(self.mapping(clients), t_s)
+        rows = self.mapping(clients)
+        absent = rows < 0
+        until = self.trace.online_until(np.where(absent, 0, rows), t_s)
+        return np.where(absent, t_s, until)
 
 
 class TraceSpeeds(NamedTuple):
@@ -182,19 +195,32 @@ def trace_speeds(
         trace.up_rate_bps,
         trace.down_rate_bps,
         compute_power_w,
-        trace_map(trace.size, mapping, seed, Stream.TRACE_CAPACITY),
+        trace_map(trace.ids, mapping, seed, Stream.TRACE_CAPACITY),
     )
 
 
 def replay_from(cfg: TraceAvailability, seed: int, field: str) -> TraceReplay:
     """The scenario's availability trace, read and checked (errors name `field`)."""
     trace = _named(read_availability, cfg.path, f"{field}.path")
-    return TraceReplay(trace, trace_map(trace.size, cfg.mapping, seed, Stream.TRACE_AVAILABILITY))
+    return TraceReplay(trace, trace_map(trace.ids, cfg.mapping, seed, Stream.TRACE_AVAILABILITY))
 
 
-def speeds_from(cfg: CapacityTraceConfig, seed: int, flops_per_sample: float) -> TraceSpeeds:
-    """The scenario's capacity trace, read and checked (errors name the field)."""
+def speeds_from(
+    cfg: CapacityTraceConfig, seed: int, flops_per_sample: float, n: int
+) -> TraceSpeeds:
+    """The scenario's capacity trace for `n` clients, read and checked (errors name the
+    field). Every client needs speeds: with `by_id` the file must have ids 0..n-1."""
     trace = _named(read_capacity, cfg.path, "clients.capacity_trace.path")
+    ids = trace.ids
+    if cfg.mapping == "by_id" and not (len(ids) >= n and ids[0] == 0 and ids[n - 1] == n - 1):
+        have = ids[: min(n, len(ids))]
+        gaps = np.flatnonzero(have != np.arange(len(have)))
+        missing = int(gaps[0]) if len(gaps) else len(have)
+        raise TraceError(
+            f"by_id needs a row for every client 0..{n - 1}, but {cfg.path} has no client "
+            f"{missing}; use permuted or in_order to reuse trace clients",
+            field="clients.capacity_trace.mapping",
+        )
     return trace_speeds(trace, flops_per_sample, cfg.compute_power_w, cfg.mapping, seed)
 
 

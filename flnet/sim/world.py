@@ -227,7 +227,7 @@ class World:
         if clients.capacity_trace is not None:
             if flops_per_sample is None:
                 raise ValueError("a capacity trace needs the model's flops_per_sample")
-            self.speeds = speeds_from(clients.capacity_trace, seed, flops_per_sample)
+            self.speeds = speeds_from(clients.capacity_trace, seed, flops_per_sample, clients.count)
         self.network = Network(self.env, radio, pop, self.speeds)
         self.availability: Availability = availability_mod.build(clients.availability, seed)
         self.observers: list[Observer] = []
