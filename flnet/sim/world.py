@@ -634,10 +634,8 @@ class World:
         """Work stopped before its end is charged pro rata. Timed by a capacity trace, it
         costs the configured compute power times its seconds (the trace measured time, not
         cycles, so the cycle model's kappa f^2 has nothing to act on)."""
-        done = 1.0
         if stopped:
-            done = min(1.0, (self.env.now - start_s) / duration_s) if duration_s > 0 else 0.0
-            flops *= done
+            flops *= min(1.0, (self.env.now - start_s) / duration_s) if duration_s > 0 else 0.0
         if self.speeds is not None:  # the work's own seconds: a slowdown costs no more joules
             energy_j = self.speeds.compute_power_w * self._compute_time_s(node, flops)
         else:
