@@ -1,5 +1,5 @@
 """Command line: ``flnet run``, ``flnet sweep``, ``flnet analyze``, ``flnet plot``,
-``flnet report``, ``flnet validate``, ``flnet schema``.
+``flnet report``, ``flnet validate``, ``flnet calibrate``, ``flnet traces``, ``flnet schema``.
 
 Only what a command needs is imported, inside it: ``--help``, ``--version`` and ``schema`` never
 load torch."""
@@ -476,6 +476,14 @@ def cmd_schema(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_traces_fedscale(args: argparse.Namespace) -> int:
+    from flnet.fedscale import convert
+
+    for path in convert(args.availability, args.capacity, Path(args.out)):
+        print(f"wrote {path}")
+    return 0
+
+
 def _results_parser(
     sub: Any, name: str, help: str, *, output: tuple[str, str], target: str
 ) -> argparse.ArgumentParser:
@@ -655,6 +663,22 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("--set", action="append", metavar="FIELD=VALUE")
     c.add_argument("--repeats", type=int, default=5, help="local works to time (default 5)")
     c.set_defaults(func=cmd_calibrate)
+    t = sub.add_parser("traces", help="convert device traces to flnet's trace formats")
+    tsub = t.add_subparsers(dest="trace_format", required=True, metavar="FORMAT")
+    fs = tsub.add_parser(
+        "fedscale",
+        help="FedScale's availability (and capacity) pickles -> availability.csv, capacity.csv",
+        description="Convert FedScale's device traces (pickled dicts; loaded without running "
+        "any code: only plain data is accepted) to flnet's CSV trace formats: "
+        "OUT/availability.csv (for availability: {kind: trace, path: ...}) and "
+        "OUT/capacity.csv (for clients.capacity_trace.path).",
+    )
+    fs.add_argument("availability", metavar="AVAIL.pkl", help="client_behave_trace")
+    fs.add_argument(
+        "capacity", metavar="CAPACITY.pkl", nargs="?", help="client_device_capacity (optional)"
+    )
+    fs.add_argument("-o", "--out", required=True, metavar="DIR", help="folder for the CSV files")
+    fs.set_defaults(func=cmd_traces_fedscale)
     s = sub.add_parser("schema", help="print the scenario JSON Schema (for editors)")
     s.add_argument("-o", "--output")
     s.set_defaults(func=cmd_schema)

@@ -326,10 +326,13 @@ def _simulate(
     work: Work,
     rows: dict[int, dict] | None = None,
     end: tuple[int, str] | None = None,
+    flops_per_sample: float | None = None,
 ) -> tuple[World, CostRecorder]:
     from flnet.runner import StopRules, check_sampled
 
-    world = World(scenario.clients, scenario.radio, scenario.seed)
+    world = World(
+        scenario.clients, scenario.radio, scenario.seed, flops_per_sample=flops_per_sample
+    )
     check_sampled(world)
     recorder = CostRecorder(scenario, rows, end)
     world.observers = [StopRules(scenario), recorder]
@@ -365,7 +368,11 @@ def replay(scenario: Scenario, source: Source, *, write: bool = True) -> Result:
     rows = {int(r["round"]): r for r in records.to_dict("records")}
     summary = source.summary
     world, recorder = _simulate(
-        scenario, _LedgerWork(source.ledger), rows, (int(summary["rounds"]), summary["stop_reason"])
+        scenario,
+        _LedgerWork(source.ledger),
+        rows,
+        (int(summary["rounds"]), summary["stop_reason"]),
+        summary.get("charged_flops_per_sample"),  # times a capacity trace's per-sample seconds
     )
     ledger = world.ledger.frame()
     cut = ledger["outcome"].astype(str)
@@ -428,7 +435,7 @@ def timing_only(scenario: Scenario, *, write: bool = True, force: bool = False) 
         else references.Charged(None, model.num_params, model.training_flops_per_sample())
     )
     work = _PlannedWork(scenario, charged.num_params, charged.flops_per_sample, fed.num_samples)
-    world, recorder = _simulate(scenario, work)
+    world, recorder = _simulate(scenario, work, flops_per_sample=work.flops_per_sample)
     records = pd.DataFrame(recorder.out)
     summary = {
         "scenario": scenario.name,

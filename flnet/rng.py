@@ -45,6 +45,8 @@ class Stream(IntEnum):
     SESSIONS = 1_000_014  # a client's online sessions starting in a day, keyed (client, day + 1)
     BEHAVIOUR = 1_000_015  # a task's slowdown and dropout, keyed (round, client)
     BEHAVIOUR_KEYED = 1_000_016  # the same in a stream, keyed (client, work count)
+    TRACE_AVAILABILITY = 1_000_020  # which trace client each client replays (availability)
+    TRACE_CAPACITY = 1_000_021  # which trace client each client replays (capacity)
 
 
 def generator(seed: int, stream: Stream, *keys: int) -> np.random.Generator:

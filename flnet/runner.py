@@ -348,10 +348,16 @@ def build(scenario: Scenario, start_time_s: float = 0.0) -> tuple[World, Learner
     device = resolve_device(scenario.device)
     fed = data_mod.load(scenario.data, scenario.clients.count, scenario.seed, device)
     model = models.build(scenario.model, fed.input_shape, fed.num_classes, scenario.seed, device)
-    world = World(scenario.clients, scenario.radio, scenario.seed, start_time_s=start_time_s)
-    check_sampled(world)
     costs_as = scenario.model.costs_as
     learner = Learner(model, fed, scenario.seed, references.charged(costs_as) if costs_as else None)
+    world = World(
+        scenario.clients,
+        scenario.radio,
+        scenario.seed,
+        start_time_s=start_time_s,
+        flops_per_sample=learner.flops_per_sample,
+    )
+    check_sampled(world)
     check_deadline(scenario, world, learner)
     check_topology(scenario, world)
     return world, learner

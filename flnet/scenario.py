@@ -224,6 +224,31 @@ ModelConfig = Annotated[
 # ---------------------------------------------------------------- devices and radio
 
 
+TraceMapping = Literal["permuted", "in_order", "by_id"]
+TRACE_MAPPING_HELP = (
+    "which trace client simulated client k replays: trace client order[k mod M] of the M "
+    "trace clients (ascending ids), where permuted: order is a permutation drawn from the "
+    "seed; in_order: the identity; or by_id: the trace client whose id is k (none: never "
+    "online; a capacity trace must then hold ids 0..count-1)"
+)
+
+
+class CapacityTraceConfig(Strict):
+    """Per-client speeds replayed from a capacity trace (flnet.sim.traces): they replace the
+    FLOP-based compute time and the Shannon link rates."""
+
+    path: str = Field(
+        description="CSV: client, compute_s_per_sample, up_rate_bps, down_rate_bps "
+        "(`flnet traces fedscale` writes one from FedScale's device capacity pickle)"
+    )
+    mapping: TraceMapping = Field("permuted", description=TRACE_MAPPING_HELP)
+    compute_power_w: float = Field(
+        gt=0,
+        description="battery power while computing: a trace-timed computation costs "
+        "compute_power_w * its seconds (transfers cost the radio's powers * their seconds)",
+    )
+
+
 class AlwaysAvailable(Strict):
     """Every client is online at every instant."""
 
@@ -292,8 +317,20 @@ class DiurnalAvailability(_AvailabilityCommon):
         return self
 
 
+class TraceAvailability(_AvailabilityCommon):
+    """Clients are online exactly when an availability trace says (flnet.sim.traces)."""
+
+    kind: Literal["trace"]
+    path: str = Field(
+        description="CSV: client, online_from_s, online_until_s [, tz_offset_s, period_s]; "
+        "`# period_s: P` before the header makes it periodic"
+    )
+    mapping: TraceMapping = Field("permuted", description=TRACE_MAPPING_HELP)
+
+
 AvailabilityConfig = Annotated[
-    AlwaysAvailable | BernoulliAvailability | DiurnalAvailability, Field(discriminator="kind")
+    AlwaysAvailable | BernoulliAvailability | DiurnalAvailability | TraceAvailability,
+    Field(discriminator="kind"),
 ]
 
 
@@ -313,7 +350,7 @@ class ClientsConfig(Strict):
     )
     availability: AvailabilityConfig = Field(
         default_factory=lambda: AlwaysAvailable(kind="always"),
-        description="who is online when: always, bernoulli or diurnal",
+        description="who is online when: always, bernoulli, diurnal, or trace (from a file)",
     )
     dropout_probability: float = Field(
         0.0,
@@ -327,6 +364,11 @@ class ClientsConfig(Strict):
     )
     slowdown_factor: float = Field(
         1.0, ge=1, description="a slowed task's compute takes this many times longer"
+    )
+    capacity_trace: CapacityTraceConfig | None = Field(
+        None,
+        description="replay measured per-client compute and link speeds (replaces cpu_hz, "
+        "flops_per_cycle, kappa and the radio's rates for time; null: from those)",
     )
 
 
@@ -548,6 +590,12 @@ class Scenario(Strict):
         problem = topology_problem(topology, n) if topology is not None else None
         if problem is not None:
             raise inconsistent(f"algorithm.topology.{problem[0]}", problem[1])
+        if self.clients.capacity_trace is not None and self.radio.rayleigh_fading:
+            raise inconsistent(
+                "radio.rayleigh_fading",
+                "a capacity trace gives each link's measured rate (clients.capacity_trace); "
+                "fading would scale it, so the two do not go together",
+            )
         for section in ("clients", "radio"):
             for name, value in getattr(self, section):
                 if isinstance(value, PerClient) and len(value.values) != n:

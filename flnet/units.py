@@ -55,6 +55,7 @@ PLAUSIBLE: dict[str, Range] = {
     "radio.shadowing_std_db": Range(0.0, 20.0, "dB", 8.0),
     "radio.path_loss_at_1km_db": Range(60.0, 200.0, "dB", 128.1),
     "radio.path_loss_slope_db": Range(10.0, 80.0, "dB/decade", 37.6),
+    "clients.capacity_trace.compute_power_w": Range(1e-3, 50.0, "W", 2.0),
     "radio.uplink_snr_db": Range(-30.0, 60.0, "dB", 20.0),
     "radio.downlink_snr_db": Range(-30.0, 60.0, "dB", 20.0),
 }

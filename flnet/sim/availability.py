@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Protocol
 import numpy as np
 
 from flnet.rng import Stream, generator
+from flnet.sim.traces import replay_from
 
 if TYPE_CHECKING:
     from flnet.scenario import AvailabilityConfig, DiurnalAvailability
@@ -197,4 +198,6 @@ def build(cfg: AvailabilityConfig, seed: int) -> Availability:
         return Always()
     if cfg.kind == "bernoulli":
         return Bernoulli(cfg.p, seed)
+    if cfg.kind == "trace":  # replayed from a file (flnet.sim.traces)
+        return replay_from(cfg, seed, "clients.availability")
     return Diurnal(cfg, seed)

@@ -74,9 +74,13 @@ class Channel:
         self.env = env
         self.bandwidth_hz = bandwidth_hz
 
+    def rate_bps(self, snr_hz: float) -> float:
+        """A transfer's rate alone on the band: Shannon's."""
+        return float(shannon_rate_bps(self.bandwidth_hz, snr_hz))
+
     def transmit(self, bits: float, snr_hz: float) -> Transmission:
         bits, snr_hz = float(bits), float(snr_hz)
-        delay = bits / shannon_rate_bps(self.bandwidth_hz, snr_hz) if bits > 0 else 0.0
+        delay = bits / self.rate_bps(snr_hz) if bits > 0 else 0.0
         tx = Transmission(self, bits, snr_hz, self.env.timeout(delay))
         tx.end_s = self.env.now + delay  # the time SimPy scheduled it for, to the bit
         return tx
@@ -93,8 +97,21 @@ class Channel:
         return tx
 
     def _cancel(self, tx: Transmission) -> None:
-        sent = shannon_rate_bps(self.bandwidth_hz, tx.snr_hz) * (self.env.now - tx.start_s)
+        sent = self.rate_bps(tx.snr_hz) * (self.env.now - tx.start_s)
         tx.remaining_bits = max(tx.bits - sent, 0.0)
+
+
+class TraceRateChannel(Channel):
+    """Links whose rate a capacity trace gives (`flnet.sim.traces`): each transfer has its
+    own, measured rate, carried where a radio link carries its SNR (`Link.snr_hz` holds the
+    rate in bit/s), so a transfer takes bits / rate whatever else is on the air. A measured
+    throughput already includes the device's share of its network, so the band is not split."""
+
+    def __init__(self, env: simpy.Environment) -> None:
+        super().__init__(env, math.inf)
+
+    def rate_bps(self, snr_hz: float) -> float:
+        return snr_hz
 
 
 class SharedBand(Channel):

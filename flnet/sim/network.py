@@ -18,10 +18,11 @@ import numpy as np
 import simpy
 
 from flnet.dists import sample
-from flnet.sim.channel import Channel, band
+from flnet.sim.channel import Channel, TraceRateChannel, band
 from flnet.sim.ledger import SERVER
 from flnet.sim.population import Population
 from flnet.sim.radio import shannon_rate_bps, snr_hz_direct
+from flnet.sim.traces import TraceSpeeds
 
 if TYPE_CHECKING:  # the scenario's sections, for annotations only
     from flnet.scenario import D2D, Radio
@@ -30,18 +31,30 @@ if TYPE_CHECKING:  # the scenario's sections, for annotations only
 @dataclass(frozen=True)
 class Link:
     channel: Channel
-    snr_hz: float  # P g / N0 without fading
+    snr_hz: float  # P g / N0 without fading (on a TraceRateChannel: the rate in bit/s)
     power_w: float  # battery power drawn while busy (sender's tx + circuit, receiver's rx)
     kind: str  # ledger kind: download, upload or d2d
     rx_power_w: float = 0.0  # d2d: the receiver's own power while receiving (its own row)
 
 
 class Network:
-    def __init__(self, env: simpy.Environment, radio: Radio, population: Population) -> None:
+    def __init__(
+        self,
+        env: simpy.Environment,
+        radio: Radio,
+        population: Population,
+        speeds: TraceSpeeds | None = None,
+    ) -> None:
         n = population.size
         up_band, down_band = radio.uplink, radio.downlink
-        self.uplink = band(env, up_band.bandwidth_hz, up_band.sharing == "shared", users=n)
-        self.downlink = band(env, down_band.bandwidth_hz, down_band.sharing == "shared", users=n)
+        self.speeds = speeds  # a capacity trace: each star link's rate is its trace client's
+        if speeds is None:
+            self.uplink = band(env, up_band.bandwidth_hz, up_band.sharing == "shared", users=n)
+            self.downlink = band(
+                env, down_band.bandwidth_hz, down_band.sharing == "shared", users=n
+            )
+        else:
+            self.uplink = self.downlink = TraceRateChannel(env)
         self.population = population
         self.tx_power_w = population.tx_power_w  # [N] each client's transmit + circuit power
         self.rx_power_w = population.rx_power_w  # [N] each client's receive power
@@ -56,12 +69,12 @@ class Network:
         """The star's links by rule from the client's row; others as added."""
         if dst == SERVER and 0 <= src < self._n:
             return Link(
-                self.uplink, float(self._up_snr_hz[src]), float(self.tx_power_w[src]), "upload"
+                self.uplink, self._quality(src, down=False), float(self.tx_power_w[src]), "upload"
             )
         if src == SERVER and 0 <= dst < self._n:
             return Link(
                 self.downlink,
-                float(self._down_snr_hz[dst]),
+                self._quality(dst, down=True),
                 float(self.rx_power_w[dst]),
                 "download",
             )
@@ -69,6 +82,13 @@ class Network:
             return self._links[(src, dst)]
         except KeyError:
             raise KeyError(f"no link from node {src} to node {dst}") from None
+
+    def _quality(self, client: int, down: bool) -> float:
+        """What the star link's channel needs: its SNR, or with a capacity trace its rate."""
+        if self.speeds is not None:
+            rates = self.speeds.down_rate_bps if down else self.speeds.up_rate_bps
+            return float(rates[self.speeds.mapping(np.array([client]))[0]])
+        return float((self._down_snr_hz if down else self._up_snr_hz)[client])
 
     @property
     def graph(self) -> nx.DiGraph:
@@ -83,6 +103,10 @@ class Network:
     ) -> np.ndarray:
         """[C] seconds each client's uplink (or downlink) takes for `bits`, alone on its band
         and without fading."""
+        if self.speeds is not None:
+            rates = self.speeds.down_rate_bps if down else self.speeds.up_rate_bps
+            rows = self.speeds.mapping(np.arange(self._n) if clients is None else clients)
+            return bits / rates[rows]
         snr = self._down_snr_hz if down else self._up_snr_hz
         channel = self.downlink if down else self.uplink
         snr = snr if clients is None else snr[clients]

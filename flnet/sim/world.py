@@ -37,6 +37,7 @@ from flnet.sim.cuts import Cuts
 from flnet.sim.device import compute_energy_j, compute_time_s
 from flnet.sim.ledger import NOBODY, Ledger, Tag
 from flnet.sim.network import Link, Network, d2d_link
+from flnet.sim.traces import TraceSpeeds, speeds_from
 
 if TYPE_CHECKING:  # the scenario's sections, for annotations only
     from flnet.scenario import ClientsConfig, Radio
@@ -210,8 +211,16 @@ class World:
     """Devices, links and the ledger on a SimPy clock, built from the sections it needs."""
 
     def __init__(
-        self, clients: ClientsConfig, radio: Radio, seed: int, *, start_time_s: float = 0.0
+        self,
+        clients: ClientsConfig,
+        radio: Radio,
+        seed: int,
+        *,
+        start_time_s: float = 0.0,
+        flops_per_sample: float | None = None,
     ) -> None:
+        """`flops_per_sample` (the training FLOPs charged per sample) turns a capacity trace's
+        seconds per sample into seconds per FLOP; needed only with `clients.capacity_trace`."""
         self.clients = clients
         self.radio = radio
         self.seed = seed
@@ -222,7 +231,12 @@ class World:
         self.population = population_mod.build(clients, radio, seed)
         pop = self.population
         self.devices = Devices(pop.cpu_hz, pop.flops_per_cycle, pop.kappa)
-        self.network = Network(self.env, radio, pop)
+        self.speeds: TraceSpeeds | None = None  # a capacity trace replaces devices and rates
+        if clients.capacity_trace is not None:
+            if flops_per_sample is None:
+                raise ValueError("a capacity trace needs the model's flops_per_sample")
+            self.speeds = speeds_from(clients.capacity_trace, seed, flops_per_sample, clients.count)
+        self.network = Network(self.env, radio, pop, self.speeds)
         self.availability: Availability = availability_mod.build(clients.availability, seed)
         self._cuts = Cuts(self.env)  # work to end when its session does
         self.observers: list[Observer] = []
@@ -366,13 +380,20 @@ class World:
     def fastest_round_trip_s(self, down_bits: float, flops: float, up_bits: float) -> float:
         """The quickest any client could download, compute and upload: alone on every band,
         without fading."""
-        net, dev = self.network, self.devices
+        net = self.network
         total = (
-            net.alone_s(down_bits, down=True)
-            + net.alone_s(up_bits)
-            + compute_time_s(flops, dev.cpu_hz, dev.flops_per_cycle)
+            net.alone_s(down_bits, down=True) + net.alone_s(up_bits) + self._compute_times_s(flops)
         )
         return float(total.min())
+
+    def _compute_times_s(self, flops: float, clients: np.ndarray | None = None) -> np.ndarray:
+        """[C] seconds `flops` of local work take on each client (every client if None)."""
+        if self.speeds is not None:
+            rows = self.speeds.mapping(np.arange(self.num_clients) if clients is None else clients)
+            return flops * self.speeds.s_per_flop[rows]
+        dev = self.devices
+        pick = slice(None) if clients is None else clients
+        return np.asarray(compute_time_s(flops, dev.cpu_hz[pick], dev.flops_per_cycle[pick]))
 
     # ------------------------------------------------------------------ primitives
 
@@ -621,29 +642,28 @@ class World:
         outcome: str,
         stopped: bool,
     ) -> None:
-        """Work stopped before its end is charged pro rata."""
-        dev = self.devices
-        f, fpc, kappa = (
-            float(dev.cpu_hz[node]),
-            float(dev.flops_per_cycle[node]),
-            float(dev.kappa[node]),
-        )
+        """Work stopped before its end is charged pro rata. Timed by a capacity trace, it
+        costs the configured compute power times its seconds (the trace measured time, not
+        cycles, so the cycle model's kappa f^2 has nothing to act on)."""
         if stopped:
             flops *= min(1.0, (self.env.now - start_s) / duration_s) if duration_s > 0 else 0.0
+        if self.speeds is not None:  # the work's own seconds: a slowdown costs no more joules
+            energy_j = self.speeds.compute_power_w * self._compute_time_s(node, flops)
+        else:
+            dev = self.devices
+            energy_j = compute_energy_j(
+                flops,
+                float(dev.cpu_hz[node]),
+                float(dev.flops_per_cycle[node]),
+                float(dev.kappa[node]),
+            )
         self.ledger.add(
-            tag,
-            node,
-            NOBODY,
-            "compute",
-            start_s,
-            self.env.now,
-            compute_energy_j(flops, f, fpc, kappa),
-            0.0,
-            flops,
-            outcome,
+            tag, node, NOBODY, "compute", start_s, self.env.now, energy_j, 0.0, flops, outcome
         )
 
     def _compute_time_s(self, node: int, flops: float) -> float:
+        if self.speeds is not None:
+            return float(self._compute_times_s(flops, np.array([node]))[0])
         dev = self.devices
         return compute_time_s(flops, float(dev.cpu_hz[node]), float(dev.flops_per_cycle[node]))
 

@@ -1,0 +1,502 @@
+"""Device traces: when each client is online (availability) and how fast it is (capacity).
+
+flnet's own trace formats are plain CSV with a header row; lines that start with ``#`` are
+comments, except a ``# period_s: P`` line before the header, which makes every client of the
+file periodic with period P seconds.
+
+Availability: ``client, online_from_s, online_until_s`` and optionally ``tz_offset_s`` and
+``period_s``. A row says the client is online on ``[online_from_s, online_until_s)`` of its
+local clock; a row with both times empty declares a client that is never online. A client's
+rows come in time order and never overlap (touching is fine: they are merged). ``period_s``
+(one value per client; a column overrides the header) repeats the client's intervals every P
+seconds, so each must lie in ``[0, P]``. ``tz_offset_s`` (one per client) is the client's
+local clock minus the simulated clock: the client is online at simulated time t when its
+local time ``t + tz_offset_s`` (modulo P if periodic) lies in one of its intervals.
+
+Capacity: ``client, compute_s_per_sample, up_rate_bps, down_rate_bps``: the seconds one
+training sample takes on the device and its link rates (see `flnet.sim.world` for how they
+replace the FLOP- and Shannon-based costs).
+
+Both are stored as columns (`IntervalTrace`, `CapacityTrace`), never a Python object per
+client. Simulated clients map to trace clients by `TraceMap`.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal, NamedTuple, TypeVar
+
+import numpy as np
+
+from flnet.errors import ScenarioError
+from flnet.rng import Stream, generator
+
+if TYPE_CHECKING:  # the scenario's sections, for annotations only
+    from flnet.scenario import CapacityTraceConfig, TraceAvailability
+
+MAX_TRACE_BYTES = 1 << 30  # a trace larger than this is refused before it is read
+AVAILABILITY_COLUMNS = ("client", "online_from_s", "online_until_s")
+AVAILABILITY_OPTIONAL = ("tz_offset_s", "period_s")
+CAPACITY_COLUMNS = ("client", "compute_s_per_sample", "up_rate_bps", "down_rate_bps")
+
+Mapping = Literal["permuted", "in_order", "by_id"]
+_T = TypeVar("_T")
+
+
+class TraceError(ScenarioError):
+    """A trace file that cannot be used: names the file, the line and what is wrong."""
+
+
+class IntervalTrace(NamedTuple):
+    """Online intervals of M trace clients, as columns. Client i's intervals are rows
+    ``offsets[i]:offsets[i+1]`` of `from_s`/`until_s`, sorted, disjoint and not touching."""
+
+    ids: np.ndarray  # [M] int64, the file's client ids, ascending
+    offsets: np.ndarray  # [M+1] int64
+    from_s: np.ndarray  # [R] float64, local clock
+    until_s: np.ndarray  # [R] float64
+    tz_offset_s: np.ndarray  # [M] float64: local clock minus simulated clock
+    period_s: np.ndarray  # [M] float64: inf when the client's trace does not repeat
+
+    @property
+    def size(self) -> int:
+        return len(self.ids)
+
+    def online_until(self, rows: np.ndarray, t_s: float) -> np.ndarray:
+        """[k] for trace clients `rows`: the simulated time the session holding `t_s` ends
+        (inf: stays online), or `t_s` when offline."""
+        rows = np.asarray(rows, dtype=np.int64)
+        period = self.period_s[rows]
+        periodic = np.isfinite(period)
+        local = t_s + self.tz_offset_s[rows]
+        local = np.where(periodic, np.mod(local, np.where(periodic, period, 1.0)), local)
+        lo, hi = self.offsets[rows], self.offsets[rows + 1]
+        j = _last_start_at_or_before(self.from_s, lo, hi, local)  # -1 where none
+        has = j >= lo
+        jj = np.where(has, j, 0)
+        end = self.until_s[jj] if len(self.until_s) else np.zeros(len(rows))
+        on = has & (local < end)
+        left_s = np.where(on, end - local, 0.0)
+        # a session that runs to the end of the period goes on in the next one
+        first = np.minimum(lo, max(len(self.from_s) - 1, 0))
+        wraps = on & periodic & (end >= period)
+        if wraps.any() and len(self.from_s):
+            starts_at_zero = wraps & (self.from_s[first] <= 0.0)
+            whole = starts_at_zero & (jj == first)  # one interval [0, P): always online
+            left_s = np.where(starts_at_zero, left_s + self.until_s[first], left_s)
+            left_s = np.where(whole, np.inf, left_s)
+        return np.where(on, t_s + left_s, t_s)
+
+    def online(self, rows: np.ndarray, t_s: float) -> np.ndarray:
+        """[k] bool: trace clients `rows` online at simulated time `t_s`."""
+        return self.online_until(rows, t_s) > t_s
+
+
+def _last_start_at_or_before(
+    starts: np.ndarray, lo: np.ndarray, hi: np.ndarray, x: np.ndarray
+) -> np.ndarray:
+    """Per query i, the last index j in [lo_i, hi_i) with starts[j] <= x_i (lo_i - 1 if none):
+    a binary search run for all queries at once, O(k log R) and no per-client Python."""
+    lo, hi = lo.copy(), hi.copy()
+    while True:
+        active = lo < hi
+        if not active.any():
+            return lo - 1
+        mid = (lo + hi) // 2
+        go_right = active & (starts[np.where(active, mid, 0)] <= x)
+        lo = np.where(go_right, mid + 1, lo)
+        hi = np.where(active & ~go_right, mid, hi)
+
+
+class CapacityTrace(NamedTuple):
+    """Speeds of M trace clients, as columns."""
+
+    ids: np.ndarray  # [M] int64, ascending
+    compute_s_per_sample: np.ndarray  # [M] seconds per training sample (forward + backward)
+    up_rate_bps: np.ndarray  # [M]
+    down_rate_bps: np.ndarray  # [M]
+
+    @property
+    def size(self) -> int:
+        return len(self.ids)
+
+
+class TraceMap(NamedTuple):
+    """Which trace client (an index into the trace's ascending ids) simulated client k plays.
+
+    `permuted`: ``order[k mod M]``, `order` a permutation of the M trace clients drawn from the
+    run's seed and the trace's stream, so which simulated clients share a trace client is
+    random but fixed by the seed (a resumed run gets the same); `in_order`: the identity, so
+    client k plays the k-th trace client (cyclically); `by_id`: the trace client whose id is
+    k, and -1 (none: never online) when the file has no such id. Costs O(M), never O(N)."""
+
+    order: np.ndarray  # [M] int64; by_id: the trace's ascending ids
+    by_id: bool = False
+
+    def __call__(self, clients: np.ndarray) -> np.ndarray:
+        clients = np.asarray(clients, dtype=np.int64)
+        if self.by_id:
+            row = np.minimum(np.searchsorted(self.order, clients), len(self.order) - 1)
+            return np.where(self.order[row] == clients, row, -1)
+        return self.order[clients % len(self.order)]
+
+
+def trace_map(ids: np.ndarray, mapping: Mapping, seed: int, stream: Stream) -> TraceMap:
+    if mapping == "by_id":
+        return TraceMap(ids, by_id=True)
+    if mapping == "in_order":
+        return TraceMap(np.arange(len(ids), dtype=np.int64))
+    return TraceMap(generator(seed, stream).permutation(len(ids)).astype(np.int64))
+
+
+class TraceReplay:
+    """Availability (`flnet.sim.availability.Availability`) replayed from an `IntervalTrace`:
+    client k is online exactly when its trace client is (`TraceMap`; with none, never);
+    `draw` plays no part."""
+
+    def __init__(self, trace: IntervalTrace, mapping: TraceMap) -> None:
+        self.trace, self.mapping = trace, mapping
+
+    def online(self, clients: np.ndarray, t_s: float, draw: int = 0) -> np.ndarray:
+        return self.online_until(clients, t_s) > t_s
+
+    def online_until(self, clients: np.ndarray, t_s: float, draw: int = 0) -> np.ndarray:
+        rows = self.mapping(clients)
+        absent = rows < 0
+        until = self.trace.online_until(np.where(absent, 0, rows), t_s)
+        return np.where(absent, t_s, until)
+
+
+class TraceSpeeds(NamedTuple):
+    """A capacity trace as the World uses it: per trace client, seconds per training FLOP
+    (the trace's seconds per sample over the FLOPs charged per sample) and link rates; the
+    device draws `compute_power_w` while it computes."""
+
+    s_per_flop: np.ndarray  # [M]
+    up_rate_bps: np.ndarray  # [M]
+    down_rate_bps: np.ndarray  # [M]
+    compute_power_w: float
+    mapping: TraceMap
+
+
+def trace_speeds(
+    trace: CapacityTrace,
+    flops_per_sample: float,
+    compute_power_w: float,
+    mapping: Mapping,
+    seed: int,
+) -> TraceSpeeds:
+    return TraceSpeeds(
+        trace.compute_s_per_sample / flops_per_sample,
+        trace.up_rate_bps,
+        trace.down_rate_bps,
+        compute_power_w,
+        trace_map(trace.ids, mapping, seed, Stream.TRACE_CAPACITY),
+    )
+
+
+def replay_from(cfg: TraceAvailability, seed: int, field: str) -> TraceReplay:
+    """The scenario's availability trace, read and checked (errors name `field`)."""
+    trace = _named(read_availability, cfg.path, f"{field}.path")
+    return TraceReplay(trace, trace_map(trace.ids, cfg.mapping, seed, Stream.TRACE_AVAILABILITY))
+
+
+def speeds_from(
+    cfg: CapacityTraceConfig, seed: int, flops_per_sample: float, n: int
+) -> TraceSpeeds:
+    """The scenario's capacity trace for `n` clients, read and checked (errors name the
+    field). Every client needs speeds: with `by_id` the file must have ids 0..n-1."""
+    trace = _named(read_capacity, cfg.path, "clients.capacity_trace.path")
+    ids = trace.ids
+    if cfg.mapping == "by_id" and not (len(ids) >= n and ids[0] == 0 and ids[n - 1] == n - 1):
+        have = ids[: min(n, len(ids))]
+        gaps = np.flatnonzero(have != np.arange(len(have)))
+        missing = int(gaps[0]) if len(gaps) else len(have)
+        raise TraceError(
+            f"by_id needs a row for every client 0..{n - 1}, but {cfg.path} has no client "
+            f"{missing}; use permuted or in_order to reuse trace clients",
+            field="clients.capacity_trace.mapping",
+        )
+    return trace_speeds(trace, flops_per_sample, cfg.compute_power_w, cfg.mapping, seed)
+
+
+def _named(read: Callable[[str], _T], path: str, field: str) -> _T:
+    try:
+        return read(path)
+    except TraceError as e:
+        raise TraceError(str(e), field=field) from None
+
+
+# ------------------------------------------------------------------ reading
+
+
+def _lines(path: Path) -> Iterator[tuple[int, str]]:
+    """(line number, text) of a bounded UTF-8 file, refused clearly when it is not one."""
+    _check_size(path)
+    try:
+        with open(path, encoding="utf-8", newline="") as f:
+            yield from enumerate(f, start=1)
+    except UnicodeDecodeError as e:
+        raise TraceError(f"{path} is not UTF-8 text ({e.reason})") from None
+
+
+def _check_size(path: Path) -> None:
+    try:
+        size = os.stat(path).st_size
+    except FileNotFoundError:
+        raise TraceError(f"trace file not found: {path}") from None
+    except OSError as e:
+        raise TraceError(f"cannot read {path}: {e.strerror}") from None
+    if size > MAX_TRACE_BYTES:
+        raise TraceError(
+            f"{path} is {size / 2**20:.0f} MiB; a trace file may be at most "
+            f"{MAX_TRACE_BYTES >> 20} MiB"
+        )
+
+
+def _table(
+    path: Path, required: tuple[str, ...], optional: tuple[str, ...]
+) -> tuple[dict[str, float], list[str], Iterator[tuple[int, list[str]]]]:
+    """The header comments (``# name: value``), the column names and the data rows."""
+    lines = _lines(path)
+    meta: dict[str, float] = {}
+    for number, text in lines:
+        stripped = text.strip()
+        if not stripped:
+            continue
+        if stripped.startswith("#"):
+            key, sep, value = stripped[1:].partition(":")
+            if sep and key.strip() == "period_s":
+                meta["period_s"] = _number(path, number, "period_s", value.strip())
+            continue
+        columns = [c.strip() for c in next(csv.reader([stripped]))]
+        missing = [c for c in required if c not in columns]
+        unknown = [c for c in columns if c not in required + optional]
+        if missing or unknown or len(set(columns)) != len(columns):
+            what = (
+                f"missing column(s) {', '.join(missing)}"
+                if missing
+                else f"unknown column(s) {', '.join(unknown)}"
+                if unknown
+                else "a column named twice"
+            )
+            raise TraceError(
+                f"{path}, line {number}: header has {what}; the columns are "
+                f"{', '.join(required)} (required) and {', '.join(optional) or 'none'} (optional)"
+            )
+        return meta, columns, _rows(path, lines, len(columns))
+    raise TraceError(f"{path}: no header row (columns {', '.join(required)})")
+
+
+def _rows(
+    path: Path, lines: Iterator[tuple[int, str]], width: int
+) -> Iterator[tuple[int, list[str]]]:
+    at = [0]  # the line number of the row the csv reader is on
+
+    def data() -> Iterator[str]:
+        for number, text in lines:
+            stripped = text.strip()
+            if stripped and not stripped.startswith("#"):
+                at[0] = number
+                yield stripped
+
+    for cells in csv.reader(data()):
+        if len(cells) != width:
+            raise TraceError(f"{path}, line {at[0]}: {len(cells)} fields, the header has {width}")
+        yield at[0], [c.strip() for c in cells]
+
+
+def _number(path: Path, line: int, column: str, text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise TraceError(f"{path}, line {line}: {column} is not a number: {text!r}") from None
+    if not math.isfinite(value):
+        raise TraceError(f"{path}, line {line}: {column} must be finite (got {text})")
+    return value
+
+
+def _client(path: Path, line: int, text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise TraceError(
+            f"{path}, line {line}: client must be an integer id (got {text!r})"
+        ) from None
+
+
+def read_availability(path: str | Path) -> IntervalTrace:
+    """Read and check an availability trace (module docstring), row by row, so that a
+    problem is named with its line."""
+    path = Path(path)
+    meta, columns, rows = _table(path, AVAILABILITY_COLUMNS, AVAILABILITY_OPTIONAL)
+    at = {c: i for i, c in enumerate(columns)}
+    default_period = meta.get("period_s", math.inf)
+    if default_period <= 0:
+        raise TraceError(f"{path}: period_s in the header must be > 0 (got {default_period:g})")
+    # per trace client while reading: its constants and its last interval (line, from, until)
+    constants: dict[int, tuple[float, float, int]] = {}
+    last: dict[int, tuple[int, float, float]] = {}
+    ids: list[int] = []
+    froms: list[float] = []
+    untils: list[float] = []
+    for line, cells in rows:
+        client = _client(path, line, cells[at["client"]])
+        tz = (
+            _number(path, line, "tz_offset_s", cells[at["tz_offset_s"]])
+            if "tz_offset_s" in at
+            else 0.0
+        )
+        period = (
+            _number(path, line, "period_s", cells[at["period_s"]])
+            if "period_s" in at and cells[at["period_s"]]
+            else default_period
+        )
+        if period <= 0:
+            raise TraceError(f"{path}, line {line}: period_s must be > 0 (got {period:g})")
+        seen = constants.setdefault(client, (tz, period, line))
+        if seen[:2] != (tz, period):
+            raise TraceError(
+                f"{path}, line {line}: client {client} has tz_offset_s {tz:g} and period_s "
+                f"{period:g} here but {seen[0]:g} and {seen[1]:g} on line {seen[2]}; they "
+                "are one value per client"
+            )
+        a_text, b_text = cells[at["online_from_s"]], cells[at["online_until_s"]]
+        if not a_text and not b_text:  # a client that is never online
+            continue
+        a = _number(path, line, "online_from_s", a_text)
+        b = _number(path, line, "online_until_s", b_text)
+        if a < 0 or b < 0:
+            raise TraceError(
+                f"{path}, line {line}: times must be >= 0 (online_from_s {a:g}, "
+                f"online_until_s {b:g})"
+            )
+        if a >= b:
+            raise TraceError(
+                f"{path}, line {line}: online_from_s {a:g} is not before online_until_s {b:g}"
+            )
+        if b > period:
+            raise TraceError(
+                f"{path}, line {line}: online_until_s {b:g} is past the period {period:g} s "
+                "(a periodic client's intervals lie within [0, period_s])"
+            )
+        if client in last:
+            prev_line, prev_a, prev_b = last[client]
+            if a < prev_a:
+                raise TraceError(
+                    f"{path}, line {line}: client {client}'s intervals are not in time order "
+                    f"({a:g} s starts before line {prev_line}'s {prev_a:g} s)"
+                )
+            if a < prev_b:
+                raise TraceError(
+                    f"{path}, line {line}: client {client}'s interval [{a:g}, {b:g}) overlaps "
+                    f"line {prev_line}'s [{prev_a:g}, {prev_b:g})"
+                )
+        last[client] = (line, a, b)
+        ids.append(client)
+        froms.append(a)
+        untils.append(b)
+    if not constants:
+        raise TraceError(f"{path}: no clients (the file has a header but no rows)")
+    clients = np.array(sorted(constants), dtype=np.int64)
+    return _as_columns(
+        clients,
+        np.array([constants[int(c)][0] for c in clients]),
+        np.array([constants[int(c)][1] for c in clients]),
+        np.array(ids, dtype=np.int64),
+        np.array(froms, dtype=np.float64),
+        np.array(untils, dtype=np.float64),
+    )
+
+
+def _as_columns(
+    clients: np.ndarray,
+    tz_offset_s: np.ndarray,
+    period_s: np.ndarray,
+    row_client: np.ndarray,
+    a: np.ndarray,
+    b: np.ndarray,
+) -> IntervalTrace:
+    """The trace's columns from checked rows: `clients` ascending with their constants, and
+    one (client, from, until) per interval in any order."""
+    order = np.lexsort((a, row_client))  # by client, then time
+    row_client, a, b = row_client[order], a[order], b[order]
+    # merge touching intervals of a client, so a session's end is where it really ends
+    joins = np.zeros(len(a), dtype=bool)
+    joins[1:] = (row_client[1:] == row_client[:-1]) & (a[1:] == b[:-1])
+    keep = ~joins
+    merged_b = np.zeros(int(keep.sum()))
+    np.maximum.at(merged_b, np.cumsum(keep) - 1, b)
+    a, row_client = a[keep], row_client[keep]
+    offsets = np.zeros(len(clients) + 1, dtype=np.int64)
+    np.add.at(offsets, np.searchsorted(clients, row_client) + 1, 1)
+    return IntervalTrace(clients, np.cumsum(offsets), a, merged_b, tz_offset_s, period_s)
+
+
+def read_capacity(path: str | Path) -> CapacityTrace:
+    """Read and check a capacity trace (module docstring): one row per client, every figure
+    > 0."""
+    path = Path(path)
+    _, columns, rows = _table(path, CAPACITY_COLUMNS, ())
+    at = {c: i for i, c in enumerate(columns)}
+    values: dict[int, tuple[float, ...]] = {}
+    lines: dict[int, int] = {}
+    for line, cells in rows:
+        client = _client(path, line, cells[at["client"]])
+        if client in values:
+            raise TraceError(
+                f"{path}, line {line}: client {client} again (first on line {lines[client]}); "
+                "a capacity trace has one row per client"
+            )
+        figures = tuple(_number(path, line, c, cells[at[c]]) for c in CAPACITY_COLUMNS[1:])
+        for column, value in zip(CAPACITY_COLUMNS[1:], figures):
+            if value <= 0:
+                raise TraceError(f"{path}, line {line}: {column} must be > 0 (got {value:g})")
+        values[client], lines[client] = figures, line
+    if not values:
+        raise TraceError(f"{path}: no clients (the file has a header but no rows)")
+    ids = np.array(sorted(values), dtype=np.int64)
+    table = np.array([values[int(c)] for c in ids], dtype=np.float64).reshape(len(ids), 3)
+    return CapacityTrace(ids, table[:, 0].copy(), table[:, 1].copy(), table[:, 2].copy())
+
+
+# ------------------------------------------------------------------ writing
+
+
+def write_availability(
+    path: str | Path,
+    ids: np.ndarray,
+    from_s: np.ndarray,
+    until_s: np.ndarray,
+    *,
+    period_s: np.ndarray | None = None,
+    never_online: np.ndarray | None = None,
+    comment: str = "",
+) -> None:
+    """Write rows (one per interval) in flnet's availability format; `period_s` per row,
+    `never_online` ids get a row with empty times."""
+    with open(path, "w", encoding="utf-8", newline="") as f:
+        for text in comment.splitlines():
+            f.write(f"# {text}\n")
+        header = list(AVAILABILITY_COLUMNS) + (["period_s"] if period_s is not None else [])
+        f.write(",".join(header) + "\n")
+        for i in range(len(ids)):
+            row = [str(int(ids[i])), repr(float(from_s[i])), repr(float(until_s[i]))]
+            if period_s is not None:
+                row.append(repr(float(period_s[i])))
+            f.write(",".join(row) + "\n")
+        for c in never_online if never_online is not None else ():
+            f.write(f"{int(c)},," + ("," if period_s is not None else "") + "\n")
+
+
+def write_capacity(path: str | Path, trace: CapacityTrace, comment: str = "") -> None:
+    with open(path, "w", encoding="utf-8", newline="") as f:
+        for text in comment.splitlines():
+            f.write(f"# {text}\n")
+        f.write(",".join(CAPACITY_COLUMNS) + "\n")
+        for row in zip(trace.ids, *trace[1:]):
+            f.write(",".join([str(int(row[0])), *(repr(float(v)) for v in row[1:])]) + "\n")

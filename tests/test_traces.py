@@ -1,0 +1,530 @@
+"""Trace replay (flnet.sim.traces) against a brute-force reading of the file, FedScale's traces
+(flnet.fedscale) against FedScale's own rules, and the refusals: bad CSV lines, pickles that
+hold anything but plain data."""
+
+import math
+import os
+import pickle
+
+import numpy as np
+import pytest
+
+from flnet import fedscale
+from flnet.cli import main
+from flnet.errors import ScenarioError
+from flnet.rng import Stream
+from flnet.runner import run
+from flnet.sim.traces import (
+    TraceError,
+    TraceMap,
+    read_availability,
+    read_capacity,
+    trace_map,
+)
+from flnet.sim.world import World
+
+# client 3: two touching intervals (one session), one later; client 8 at UTC+100 s; client 5
+# never online; client 11: the whole period, always on
+TRACE = """\
+# a test trace
+# period_s: 100
+client,online_from_s,online_until_s,tz_offset_s
+3,0,10,0
+3,10,20,0
+8,30,40,100
+3,60,100,0
+5,,,0
+8,95,100,100
+11,0,100,0
+"""
+
+
+def write(tmp_path, text, name="trace.csv"):
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def on_by_hand(rows, tz, period, t):
+    """Is a client with these [from, until) rows online at simulated time t (the rule, read
+    literally from the file)?"""
+    local = t + tz
+    if math.isfinite(period):
+        local %= period
+    return any(a <= local < b for a, b in rows)
+
+
+def until_by_hand(rows, tz, period, t, step=0.5):
+    """When the session holding t ends, by walking forward in small steps (every interval
+    bound of the test trace is a multiple of `step`)."""
+    if not on_by_hand(rows, tz, period, t):
+        return t
+    s = math.floor(t / step) * step + step
+    for _ in range(2000):
+        if not on_by_hand(rows, tz, period, s):
+            return s
+        s += step
+    return math.inf
+
+
+BY_HAND = {
+    3: ([(0, 10), (10, 20), (60, 100)], 0.0),
+    5: ([], 0.0),
+    8: ([(30, 40), (95, 100)], 100.0),
+    11: ([(0, 100)], 0.0),
+}
+
+
+def test_replay_is_the_file_and_periodic_replay_wraps(tmp_path):
+    trace = read_availability(write(tmp_path, TRACE))
+    assert trace.ids.tolist() == [3, 5, 8, 11]
+    assert trace.from_s.tolist() == [0, 60, 30, 95, 0]  # 3's touching rows merged
+    replay_rows = np.arange(4)
+    times = np.arange(0.0, 450.0, 1.3) + 0.1  # three periods and a half, off the bounds
+    for t in times:
+        on = trace.online(replay_rows, t)
+        until = trace.online_until(replay_rows, t)
+        for i, client in enumerate(trace.ids.tolist()):
+            rows, tz = BY_HAND[client]
+            assert on[i] == on_by_hand(rows, tz, 100.0, t), (client, t)
+            assert until[i] == pytest.approx(until_by_hand(rows, tz, 100.0, t)), (client, t)
+    # the session of client 3 that starts at 60 runs through the period's end into [0, 20)
+    assert trace.online_until(np.array([0]), 170.0)[0] == pytest.approx(220.0)
+    # exactly at a bound: [from, until) is half-open
+    assert trace.online(np.array([0, 0]), 20.0).tolist() == [False, False]
+    assert not trace.online(np.array([0]), 220.0)[0]
+    assert trace.online(np.array([0]), 260.0)[0]
+
+
+def test_a_trace_without_a_period_ends(tmp_path):
+    trace = read_availability(write(tmp_path, "client,online_from_s,online_until_s\n1,5,7\n"))
+    assert trace.online(np.zeros(4, dtype=int), 0).tolist() == [False] * 4
+    assert trace.online(np.zeros(1, dtype=int), 6.0)[0]
+    assert trace.online_until(np.zeros(1, dtype=int), 6.0)[0] == 7.0
+    assert not trace.online(np.zeros(1, dtype=int), 107.0)[0]  # no repeats
+
+
+def test_a_period_column_gives_each_client_its_own(tmp_path):
+    text = "client,online_from_s,online_until_s,period_s\n1,0,5,10\n2,0,5,20\n"
+    trace = read_availability(write(tmp_path, text))
+    assert trace.online(np.array([0, 1]), 12.0).tolist() == [True, False]
+    assert trace.online(np.array([0, 1]), 22.0).tolist() == [True, True]
+
+
+def test_mapping_is_seeded_cyclic_and_stable(tmp_path):
+    ids = np.array([3, 5, 8, 11, 20, 21, 40])
+    m = len(ids)
+    permuted = trace_map(ids, "permuted", seed=3, stream=Stream.TRACE_AVAILABILITY)
+    assert sorted(permuted.order.tolist()) == list(range(m))
+    again = trace_map(ids, "permuted", seed=3, stream=Stream.TRACE_AVAILABILITY)
+    assert permuted.order.tolist() == again.order.tolist()  # a resumed run maps the same
+    other = trace_map(ids, "permuted", seed=4, stream=Stream.TRACE_AVAILABILITY)
+    assert other.order.tolist() != permuted.order.tolist()
+    clients = np.arange(20)
+    assert permuted(clients).tolist() == [permuted.order[k % m] for k in range(20)]
+    assert trace_map(ids, "in_order", 0, Stream.TRACE_AVAILABILITY)(clients).tolist() == [
+        k % m for k in range(20)
+    ]
+    by_id = trace_map(ids, "by_id", 0, Stream.TRACE_AVAILABILITY)
+    assert by_id(np.array([3, 4, 40, 41, 0])).tolist() == [0, -1, 6, -1, -1]
+    assert TraceMap(np.array([2, 0, 1]))(np.array([0, 4, 5])).tolist() == [2, 0, 1]
+
+
+def test_by_id_clients_without_rows_are_never_online(tmp_path, scenario):
+    s = scenario(
+        clients={
+            "count": 12,
+            "availability": {
+                "kind": "trace",
+                "path": str(write(tmp_path, TRACE)),
+                "mapping": "by_id",
+            },
+        }
+    )
+    world = World(s.clients, s.radio, s.seed)
+    clients = np.arange(12)
+    for t in (5.0, 35.0, 70.0):  # 3 online in [0, 20) and [60, 100); 8 in [30, 40) (its zone)
+        on = set(clients[world.availability.online(clients, t, 0)].tolist())
+        assert on == {c for c in (3, 8, 11) if on_by_hand(*BY_HAND[c], 100.0, t)} | {11}
+    until = world.availability.online_until(np.array([0, 5, 11]), 70.0, 0)
+    assert until.tolist() == [70.0, 70.0, math.inf]
+
+
+def test_by_id_capacity_needs_every_client(tmp_path, scenario):
+    path = write(
+        tmp_path,
+        "client,compute_s_per_sample,up_rate_bps,down_rate_bps\n0,1,1,1\n1,1,1,1\n3,1,1,1\n",
+    )
+    s = scenario(
+        clients={
+            "count": 3,
+            "capacity_trace": {"path": str(path), "mapping": "by_id", "compute_power_w": 1.0},
+        },
+        algorithm={"name": "fedavg", "cohort": {"clients_per_round": 3}},
+    )
+    with pytest.raises(ScenarioError, match=r"clients.capacity_trace.mapping: .* no client 2"):
+        World(s.clients, s.radio, s.seed, flops_per_sample=1.0)
+    world = World(s.clients.model_copy(update={"count": 2}), s.radio, s.seed, flops_per_sample=1.0)
+    assert world.speeds is not None and world.speeds.mapping(np.array([0, 1])).tolist() == [0, 1]
+
+
+def test_the_world_puts_clients_online_when_the_trace_says(tmp_path, scenario):
+    path = write(tmp_path, TRACE)
+    s = scenario(
+        clients={
+            "count": 9,
+            "availability": {"kind": "trace", "path": str(path), "mapping": "in_order"},
+        }
+    )
+    world = World(s.clients, s.radio, s.seed)
+    trace = read_availability(path)
+    clients = np.arange(9)
+    for t in (0.5, 25.0, 35.0, 70.0, 98.0):
+        expect = trace.online(clients % 4, t)
+        assert world.availability.online(clients, t, 0).tolist() == expect.tolist()
+    world.env.run(until=70.0)  # selection asks at the World's now: client 3's [60, 100)
+    chosen = world.sample_clients(9, round=1)
+    assert set(chosen.tolist()) == {k for k in range(9) if k % 4 in (0, 3)}
+
+
+BAD = [
+    ("client,online_from_s\n1,0\n", 1, "missing column(s) online_until_s"),
+    ("client,online_from_s,online_until_s,colour\n", 1, "unknown column(s) colour"),
+    ("client,online_from_s,online_until_s\n1,0,x\n", 2, "online_until_s is not a number"),
+    ("client,online_from_s,online_until_s\n1,0,nan\n", 2, "must be finite"),
+    ("client,online_from_s,online_until_s\none,0,1\n", 2, "client must be an integer"),
+    ("client,online_from_s,online_until_s\n1,5,3\n", 2, "is not before online_until_s"),
+    ("client,online_from_s,online_until_s\n1,-5,3\n", 2, "times must be >= 0"),
+    ("client,online_from_s,online_until_s\n1,0,1,2\n", 2, "4 fields, the header has 3"),
+    ("c\nclient,online_from_s,online_until_s\n", 1, "missing column(s)"),
+    (
+        "client,online_from_s,online_until_s\n1,0,10\n2,0,1\n\n1,5,20\n",
+        5,
+        "client 1's interval [5, 20) overlaps line 2's [0, 10)",
+    ),
+    (
+        "client,online_from_s,online_until_s\n1,10,20\n1,0,5\n",
+        3,
+        "client 1's intervals are not in time order",
+    ),
+    ("# period_s: 50\nclient,online_from_s,online_until_s\n1,40,60\n", 3, "past the period"),
+    (
+        "client,online_from_s,online_until_s,tz_offset_s\n1,0,5,0\n1,6,7,3600\n",
+        3,
+        "one value per client",
+    ),
+]
+
+
+@pytest.mark.parametrize("text,line,what", BAD, ids=[b[2][:30] for b in BAD])
+def test_bad_csv_traces_are_refused_naming_file_and_line(tmp_path, text, line, what):
+    path = write(tmp_path, text, "bad trace.csv")
+    with pytest.raises(TraceError) as e:
+        read_availability(path)
+    assert f"{path}, line {line}: " in str(e.value)
+    assert what in str(e.value)
+
+
+def test_bad_files_are_refused_whole(tmp_path):
+    with pytest.raises(TraceError, match="no header row"):
+        read_availability(write(tmp_path, "# only a comment\n"))
+    with pytest.raises(TraceError, match="no clients"):
+        read_availability(write(tmp_path, "client,online_from_s,online_until_s\n"))
+    with pytest.raises(TraceError, match="not found"):
+        read_availability(tmp_path / "missing.csv")
+    (tmp_path / "bin.csv").write_bytes(b"client,\xff\xfe\n")
+    with pytest.raises(TraceError, match="not UTF-8"):
+        read_availability(tmp_path / "bin.csv")
+    with pytest.raises(TraceError, match=r"line 3: client 1 again \(first on line 2\)"):
+        read_capacity(
+            write(
+                tmp_path,
+                "client,compute_s_per_sample,up_rate_bps,down_rate_bps\n1,1,1,1\n1,1,1,1\n",
+            )
+        )
+
+
+def test_a_scenario_with_a_bad_trace_names_the_field(tmp_path, scenario):
+    path = write(tmp_path, "client,online_from_s,online_until_s\n1,5,3\n")
+    s = scenario(clients={"availability": {"kind": "trace", "path": str(path)}})
+    with pytest.raises(ScenarioError, match=r"^clients\.availability\.path: .*line 2"):
+        World(s.clients, s.radio, s.seed)
+
+
+# ------------------------------------------------------------------ FedScale
+
+
+def fedscale_is_active(entry, t):
+    """FedScale's rule (ClientMetadata.is_active), without its remembered index."""
+    norm = t % entry["finish_time"]
+    return any(a <= norm <= b for a, b in zip(entry["active"], entry["inactive"]))
+
+
+AVAIL = {
+    # ids as FedScale keys them; extra keys ignored
+    1: {"active": [0, 50], "inactive": [20, 80], "finish_time": 100, "duration": 9, "model": "x"},
+    2: {"active": [10, 30], "inactive": [40, 35], "finish_time": 60},  # nested: merged
+    4: {"active": [], "inactive": [], "finish_time": 30},  # never online
+    7: {"active": [5.5], "inactive": [500.0], "finish_time": 200.0},  # clipped to the period
+}
+CAPACITY = {
+    1: {"computation": 20.0, "communication": 800.0},
+    2: {"computation": 5.0, "communication": 50.0},
+}
+
+
+def test_fedscale_traces_convert_and_replay_the_same(tmp_path):
+    pkl = tmp_path / "client_behave_trace"
+    pkl.write_bytes(pickle.dumps(AVAIL))
+    cap = tmp_path / "client_device_capacity"
+    cap.write_bytes(pickle.dumps(CAPACITY))
+    assert main(["traces", "fedscale", str(pkl), str(cap), "-o", str(tmp_path / "out")]) == 0
+    trace = read_availability(tmp_path / "out" / "availability.csv")
+    assert trace.ids.tolist() == [1, 2, 4, 7]
+    rows = np.arange(4)
+    for t in np.arange(0.0, 1000.0, 0.7) + 0.05:  # off every interval bound
+        expect = [fedscale_is_active(AVAIL[c], t) for c in trace.ids.tolist()]
+        assert trace.online(rows, t).tolist() == expect, t
+    speeds = read_capacity(tmp_path / "out" / "capacity.csv")
+    assert speeds.ids.tolist() == [1, 2]
+    # FedScale: 3 x batch x steps x computation / 1000 s; (up + down kbit) / communication
+    np.testing.assert_allclose(speeds.compute_s_per_sample, [3 * 20.0 / 1000, 3 * 5.0 / 1000])
+    np.testing.assert_allclose(speeds.up_rate_bps, [800.0 * 1024, 50.0 * 1024])
+    np.testing.assert_allclose(speeds.down_rate_bps, speeds.up_rate_bps)
+
+
+def test_capacity_trace_times_and_charges_a_round(tmp_path, scenario):
+    cap = tmp_path / "cap.pkl"
+    cap.write_bytes(pickle.dumps(CAPACITY))
+    fedscale.convert(None, cap, tmp_path)
+    power_w, tx_dbm, rx_w = 2.5, 20.0, 0.3
+    s = scenario(
+        clients={
+            "count": 4,
+            "capacity_trace": {
+                "path": str(tmp_path / "capacity.csv"),
+                "mapping": "in_order",
+                "compute_power_w": power_w,
+            },
+        },
+        radio={"mode": "direct", "tx_power_dbm": tx_dbm, "rx_power_w": rx_w},
+        algorithm={
+            "name": "fedavg",
+            "cohort": {"clients_per_round": 4},
+            "local": {"steps": 3, "batch_size": 8},
+        },
+        run={"rounds": 1},
+    )
+    res = run(s, write=False)
+    ledger = res.ledger
+    bits = float(ledger[ledger.kind == "upload"].bits.iloc[0])
+    # FedScale's own figures for each simulated client k, which plays trace client k mod 2
+    for k in range(4):
+        fs = CAPACITY[[1, 2][k % 2]]
+        mine = ledger[ledger.node == k].set_index("kind")
+        took = mine.end_s - mine.start_s
+        assert took["compute"] == pytest.approx(3 * 8 * 3 * fs["computation"] / 1000, rel=1e-12)
+        fedscale_kbit = bits / 1024
+        assert took["upload"] == pytest.approx(fedscale_kbit / fs["communication"], rel=1e-12)
+        assert took["download"] == pytest.approx(fedscale_kbit / fs["communication"], rel=1e-12)
+        assert mine.energy_j["compute"] == pytest.approx(power_w * took["compute"], rel=1e-12)
+        tx_w = 10 ** (tx_dbm / 10) / 1000
+        assert mine.energy_j["upload"] == pytest.approx(tx_w * took["upload"], rel=1e-12)
+        assert mine.energy_j["download"] == pytest.approx(rx_w * took["download"], rel=1e-12)
+
+
+def test_capacity_trace_and_fading_do_not_go_together(tmp_path, scenario):
+    with pytest.raises(ScenarioError, match="radio.rayleigh_fading"):
+        scenario(
+            clients={"capacity_trace": {"path": "x.csv", "compute_power_w": 1.0}},
+            radio={"rayleigh_fading": True},
+        )
+
+
+class Sneaky:
+    def __reduce__(self):
+        return (os.system, (f"touch {Sneaky.marker}",))
+
+
+class Instance:
+    pass
+
+
+@pytest.mark.parametrize("kind", ["reduce", "instance", "numpy"])
+def test_a_pickle_of_anything_but_plain_data_is_refused_and_nothing_runs(tmp_path, kind):
+    marker = tmp_path / "ran"
+    Sneaky.marker = marker
+    payload = {
+        "reduce": {1: {"active": [0], "inactive": [1], "finish_time": Sneaky()}},
+        "instance": {1: Instance()},
+        "numpy": {1: {"computation": np.float64(1.0), "communication": 1.0}},
+    }[kind]
+    pkl = tmp_path / "evil.pkl"
+    pkl.write_bytes(pickle.dumps(payload))
+    with pytest.raises(TraceError, match=rf"{pkl}: refused to load \w+\.\w+"):
+        fedscale.read_plain_pickle(pkl)
+    out = tmp_path / "out"
+    assert main(["traces", "fedscale", str(pkl), "-o", str(out)]) == 2
+    assert not marker.exists()  # os.system never ran
+    assert not (out / "availability.csv").exists()
+
+
+def test_plain_pickles_load_and_oversized_or_torn_ones_are_refused(tmp_path, monkeypatch):
+    plain = {1: [1, 2.5, "a", None, True, (1, 2)], "k": {"n": -1}}
+    pkl = tmp_path / "plain.pkl"
+    pkl.write_bytes(pickle.dumps(plain))
+    assert fedscale.read_plain_pickle(pkl) == plain
+    pkl.write_bytes(pickle.dumps(plain)[:-3])
+    with pytest.raises(TraceError, match="is not a readable pickle"):
+        fedscale.read_plain_pickle(pkl)
+    monkeypatch.setattr(fedscale, "MAX_PICKLE_BYTES", 8)
+    with pytest.raises(TraceError, match="a trace pickle may be at most"):
+        fedscale.read_plain_pickle(pkl)
+
+
+def test_fedscale_layout_mistakes_name_the_client(tmp_path):
+    pkl = tmp_path / "t.pkl"
+    for data, what in (
+        ({1: {"active": [0], "finish_time": 9}}, "client 1 has no 'inactive'"),
+        ({1: {"active": [0], "inactive": ["x"], "finish_time": 9}}, r"inactive\[0\] holds 'x'"),
+        ({1: {"active": [0], "inactive": [1], "finish_time": 0}}, "finish_time must be > 0"),
+        ([1, 2], "expected a non-empty dict"),
+        ({"a": {}}, "client key 'a' is not an integer id"),
+    ):
+        pkl.write_bytes(pickle.dumps(data))
+        with pytest.raises(TraceError, match=what):
+            fedscale.availability_intervals(pkl)
+
+
+def test_the_converter_is_a_listed_command(capsys):
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    assert "traces" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        main(["traces", "fedscale", "--help"])
+    assert "CAPACITY.pkl" in capsys.readouterr().out
+
+
+def test_shipped_trace_scenario_selects_only_online_clients():
+    import flnet
+
+    s = flnet.load_scenario("scenarios/trace_replay.yaml", ["run.rounds=6", "device=cpu"])
+    res = run(s, write=False)
+    world = World(s.clients, s.radio, s.seed, flops_per_sample=1.0)  # the same seeded mapping
+    starts = res.ledger[res.ledger.kind == "download"]
+    assert 0 < len(starts) <= 60  # up to 10 a round: those online at its start
+    online = [
+        world.availability.online(np.array([c]), t, 0)[0]
+        for c, t in zip(starts.node.tolist(), starts.start_s.tolist())
+    ]
+    assert all(online)
+    assert not world.availability.online(np.arange(50), 1.0, 0).all()  # not a trivial trace
+
+
+# ------------------------------------------------------------------ with avail's checks
+
+BITS, FLOPS, SNR_DB, BAND_HZ, CPU_HZ, FPC = 1e6, 8e9, 15.0, 1e6, 1e9, 4.0
+RATE_BPS = BAND_HZ * math.log2(1 + 10 ** (SNR_DB / 10))
+
+
+def traced_round(tmp_path, scenario, trace_text, check):
+    from flnet.sim.patterns import Packet, round_trip
+
+    path = write(tmp_path, trace_text)
+    s = scenario(
+        clients={
+            "count": 1,
+            "cpu_hz": CPU_HZ,
+            "flops_per_cycle": FPC,
+            "availability": {"kind": "trace", "path": str(path), "check": check},
+        },
+        radio={
+            "mode": "direct",
+            "uplink_snr_db": SNR_DB,
+            "downlink_snr_db": SNR_DB,
+            "uplink": {"bandwidth_hz": BAND_HZ, "sharing": "dedicated"},
+            "downlink": {"bandwidth_hz": BAND_HZ, "sharing": "dedicated"},
+        },
+        algorithm={"name": "fedavg", "cohort": {"clients_per_round": 1}},
+    )
+    world = World(s.clients, s.radio, s.seed)
+    cohort = world.sample_clients(1, 1)
+    assert cohort.tolist() == [0]  # online at 0, so selected
+    one = np.ones(1)
+    proc = world.env.process(
+        round_trip(world, cohort, Packet(None, BITS), FLOPS * one, Packet(None, BITS), tag=1)
+    )
+    world.env.run(until=proc)
+    return proc.value, world.ledger.frame()
+
+
+TOTAL_S = 2 * BITS / RATE_BPS + FLOPS / FPC / CPU_HZ  # about 2.4 s: down, compute, up
+HEADER = "client,online_from_s,online_until_s\n"
+
+
+def test_at_completion_with_a_trace_only_asks_at_the_end(tmp_path, scenario):
+    """FedScale's rule on a trace: offline mid-work does not matter, offline at the end
+    loses the upload (all its energy charged)."""
+    back_in_time = HEADER + "0,0,1.5\n0,2.3,10\n"  # off during compute, on again at the end
+    done, led = traced_round(tmp_path, scenario, back_in_time, "at_completion")
+    assert done.outcomes == ["ok"] and led.outcome.tolist() == ["ok"] * 3
+    assert done.end_s == pytest.approx(TOTAL_S)
+    gone = HEADER + "0,0,1.5\n0,3,10\n"  # still off when the upload completes
+    done, led = traced_round(tmp_path, scenario, gone, "at_completion")
+    assert done.outcomes == ["lost"] and led.outcome.tolist() == ["ok", "ok", "lost"]
+    assert led.end_s.iloc[2] == pytest.approx(TOTAL_S)  # ran to its end
+    assert led.bits.iloc[2] == BITS
+
+
+def test_during_with_a_trace_stops_work_when_the_trace_session_ends(tmp_path, scenario):
+    done, led = traced_round(tmp_path, scenario, HEADER + "0,0,1.5\n0,2.3,10\n", "during")
+    assert done.outcomes == ["interrupted"]
+    rows = led.set_index("kind")
+    assert rows.loc["compute", "outcome"] == "interrupted"
+    assert rows.loc["compute", "end_s"] == pytest.approx(1.5)
+    assert "upload" not in rows.index
+
+
+def test_a_traced_run_resumes_to_the_bit(tmp_path):
+    import flnet
+
+    over = ["device=cpu", "run.eval_every=1", "run.checkpoint_every=1"]
+    whole = flnet.run(
+        "scenarios/trace_replay.yaml", [*over, "run.rounds=4", f"output.dir={tmp_path / 'a'}"]
+    )
+    part = [*over, f"output.dir={tmp_path / 'b'}"]
+    flnet.run("scenarios/trace_replay.yaml", [*part, "run.rounds=2"])
+    resumed = flnet.run("scenarios/trace_replay.yaml", [*part, "run.rounds=4"], resume=True)
+    assert whole.records.equals(resumed.records)
+    assert whole.ledger.equals(resumed.ledger)
+
+
+def test_the_fastest_round_under_a_capacity_trace_is_the_traces(tmp_path, scenario):
+    """The deadline check asks the World for the quickest round: with a capacity trace it is
+    the trace's times, not the radio's or the CPU's."""
+    cap = tmp_path / "cap.pkl"
+    cap.write_bytes(pickle.dumps(CAPACITY))
+    fedscale.convert(None, cap, tmp_path)
+    s = scenario(
+        clients={
+            "count": 3,
+            "capacity_trace": {"path": str(tmp_path / "capacity.csv"), "compute_power_w": 1.0},
+        },
+        algorithm={"name": "fedavg", "cohort": {"clients_per_round": 3}},
+    )
+    world = World(s.clients, s.radio, s.seed, flops_per_sample=100.0)
+    bits, samples = 1e6, 50
+    by_hand = min(
+        2 * bits / (1024 * c["communication"]) + samples * 3 * c["computation"] / 1000
+        for c in CAPACITY.values()
+    )
+    assert world.fastest_round_trip_s(bits, samples * 100.0, bits) == pytest.approx(by_hand)
+
+
+def test_a_compute_power_in_milliwatts_is_warned_about(scenario):
+    from flnet.errors import UnitWarning
+
+    with pytest.warns(
+        UnitWarning, match=r"compute_power_w = 1.5e3 W .*did you mean 1.5e3 mW \(1.5 W\)"
+    ):
+        scenario(clients={"capacity_trace": {"path": "x.csv", "compute_power_w": 1500}})
