@@ -40,6 +40,8 @@ class Stream(IntEnum):
     ARRIVALS = 1_000_009  # who starts work next (stream pattern)
     D2D = 1_000_010  # a device-to-device link's SNR, keyed by (sender, receiver)
     EVALUATION = 1_000_011  # the clients whose per-client figures are evaluated
+    STRAGGLERS = 1_000_025  # which of a round's cohort straggle, keyed by (round)
+    PARTIAL_WORK = 1_000_026  # a straggler's local epochs (or steps), keyed by (round, client)
 
 
 def generator(seed: int, stream: Stream, *keys: int) -> np.random.Generator:
