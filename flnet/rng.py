@@ -40,6 +40,11 @@ class Stream(IntEnum):
     ARRIVALS = 1_000_009  # who starts work next (stream pattern)
     D2D = 1_000_010  # a device-to-device link's SNR, keyed by (sender, receiver)
     EVALUATION = 1_000_011  # the clients whose per-client figures are evaluated
+    AVAILABILITY = 1_000_012  # Bernoulli availability, keyed (draw, client)
+    ZONES = 1_000_013  # a client's time zone (diurnal availability), keyed (client)
+    SESSIONS = 1_000_014  # a client's online sessions starting in a day, keyed (client, day + 1)
+    BEHAVIOUR = 1_000_015  # a task's slowdown and dropout, keyed (round, client)
+    BEHAVIOUR_KEYED = 1_000_016  # the same in a stream, keyed (client, work count)
     STRAGGLERS = 1_000_025  # which of a round's cohort straggle, keyed by (round)
     PARTIAL_WORK = 1_000_026  # a straggler's local epochs (or steps), keyed by (round, client)
 

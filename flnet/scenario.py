@@ -224,8 +224,82 @@ ModelConfig = Annotated[
 # ---------------------------------------------------------------- devices and radio
 
 
+class AlwaysAvailable(Strict):
+    """Every client is online at every instant."""
+
+    kind: Literal["always"]
+
+
+class _AvailabilityCommon(Strict):
+    check: Literal["during", "at_completion"] = Field(
+        "during",
+        description=(
+            "during: work stops (outcome interrupted) the instant the client's session ends; "
+            "at_completion (FedScale's rule): work runs to its end and its upload is discarded "
+            "(outcome lost, all its energy charged) if the client is offline then"
+        ),
+    )
+
+
+class BernoulliAvailability(_AvailabilityCommon):
+    """Online with probability p, drawn per round (stream: per work start)."""
+
+    kind: Literal["bernoulli"]
+    p: float = Field(gt=0, le=1, description="probability a client is online when asked")
+
+
+class DiurnalAvailability(_AvailabilityCommon):
+    """Online sessions following a local hour-of-day curve, clients spread over time zones
+    (defaults: ../shared/papers/digests/wireless_energy_models.md section 5.4)."""
+
+    kind: Literal["diurnal"]
+    mean_online: float = Field(0.2, gt=0, lt=1, description="mean of the cosine curve")
+    amplitude: float = Field(
+        0.6, ge=0, le=1, description="relative swing: peak/trough = (1+a)/(1-a); 0.6 gives 4x"
+    )
+    peak_hour: float = Field(3.0, ge=0, lt=24, description="local hour the curve peaks at")
+    hourly_online: list[Annotated[float, Field(ge=0, lt=1)]] | None = Field(
+        None,
+        min_length=24,
+        max_length=24,
+        description="24 online fractions at local hours 0..23 (linear between); replaces the "
+        "cosine",
+    )
+    session_mean_s: float = Field(
+        3600.0, gt=0, le=6 * 3600, description="mean online-session length (exponential)"
+    )
+    time_zones_h: list[Annotated[float, Field(ge=-12, le=14)]] = Field(
+        default_factory=lambda: [0.0], min_length=1, description="UTC offsets clients live in"
+    )
+    time_zone_weights: list[Annotated[float, Field(gt=0)]] | None = Field(
+        None, description="share of clients per zone (default: equal)"
+    )
+
+    @model_validator(mode="after")
+    def _consistent(self) -> DiurnalAvailability:
+        if self.hourly_online is None and self.mean_online * (1 + self.amplitude) >= 1:
+            raise inconsistent(
+                "clients.availability.amplitude",
+                f"mean_online * (1 + amplitude) = {self.mean_online * (1 + self.amplitude):g}"
+                " must be below 1 (a probability of being online)",
+            )
+        weights = self.time_zone_weights
+        if weights is not None and len(weights) != len(self.time_zones_h):
+            raise inconsistent(
+                "clients.availability.time_zone_weights",
+                f"{len(weights)} weights for {len(self.time_zones_h)} time_zones_h",
+            )
+        return self
+
+
+AvailabilityConfig = Annotated[
+    AlwaysAvailable | BernoulliAvailability | DiurnalAvailability, Field(discriminator="kind")
+]
+
+
 class ClientsConfig(Strict):
-    """The client population: numbers or per-client distributions."""
+    """The client population: numbers or per-client distributions, availability and device
+    behaviour (stragglers, dropout)."""
 
     count: int = Field(10, ge=1, le=10_000_000)
     cpu_hz: PositiveDist = Field(  # type: ignore[assignment]  # number -> Constant
@@ -236,6 +310,23 @@ class ClientsConfig(Strict):
     )
     kappa: NonNegativeDist = Field(  # type: ignore[assignment]  # number -> Constant
         1.0e-28, description="effective switched capacitance: J = kappa * cycles * f^2"
+    )
+    availability: AvailabilityConfig = Field(
+        default_factory=lambda: AlwaysAvailable(kind="always"),
+        description="who is online when: always, bernoulli or diurnal",
+    )
+    dropout_probability: float = Field(
+        0.0,
+        ge=0,
+        lt=1,
+        description="a started task fails with this probability at a uniform point of its "
+        "work (outcome dropped)",
+    )
+    slowdown_probability: float = Field(
+        0.0, ge=0, le=1, description="a task's compute is slowed with this probability"
+    )
+    slowdown_factor: float = Field(
+        1.0, ge=1, description="a slowed task's compute takes this many times longer"
     )
 
 

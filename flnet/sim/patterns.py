@@ -30,7 +30,7 @@ import simpy
 from flnet.errors import FlnetError
 from flnet.rng import Stream
 from flnet.sim.ledger import SERVER, Tag
-from flnet.sim.world import AbstractWorld, Job
+from flnet.sim.world import SELECTION_TRIES, AbstractWorld, Fate, Job
 
 
 class Packet(NamedTuple):
@@ -108,6 +108,8 @@ def round_trip(
         _Trip(world, gather, pos, client, step, down_bits[pos], flops, up_bits[pos])
         for pos, (client, flops) in enumerate(zip(cohort.tolist(), np.asarray(work_flops).tolist()))
     ]
+    for trip in trips:  # after every trip has started: a stop never meets a half-built round
+        world.end_at(trip.fate.cut_s, trip.stop, "interrupted")
     if deadline_s is None:
         yield gather.done
     else:
@@ -170,6 +172,7 @@ class _Trip:
         "job",
         "computed",
         "over",
+        "fate",
     )
 
     def __init__(
@@ -186,23 +189,46 @@ class _Trip:
         self.world, self.gather, self.pos, self.client, self.tag = (world, gather, pos, client, tag)
         self.flops, self.up_bits = flops, up_bits
         self.computed = self.over = False
-        self.job: Job = world.start_transfer(SERVER, client, down_bits, tag, then=self._downloaded)
-
-    def _downloaded(self, _job: Job) -> None:
-        self.job = self.world.start_compute(self.client, self.flops, self.tag, then=self._trained)
-
-    def _trained(self, _job: Job) -> None:
-        self.computed = True
-        self.job = self.world.start_transfer(
-            self.client, SERVER, self.up_bits, self.tag, then=self._uploaded
+        self.fate = fate = world.fate(
+            client, tag.step, Stream.BEHAVIOUR, (tag.step, client), (down_bits, flops, up_bits)
+        )
+        share, ends = fate.portion(0)
+        self.job: Job = world.start_transfer(
+            SERVER, client, down_bits * share, tag, then=self._downloaded, ends_as=ends
         )
 
-    def _uploaded(self, _job: Job) -> None:
+    def _downloaded(self, job: Job) -> None:
+        if job.outcome != "ok":
+            return self.stop(str(job.outcome))
+        share, ends = self.fate.portion(1)
+        self.job = self.world.start_compute(
+            self.client,
+            self.flops * share,
+            self.tag,
+            then=self._trained,
+            slowdown=self.fate.slowdown,
+            ends_as=ends,
+        )
+
+    def _trained(self, job: Job) -> None:
+        if job.outcome != "ok":
+            return self.stop(str(job.outcome))
+        self.computed = True
+        share, ends = self.fate.portion(2)
+        self.job = self.world.start_transfer(
+            self.client, SERVER, self.up_bits * share, self.tag, then=self._uploaded, ends_as=ends
+        )
+
+    def _uploaded(self, job: Job) -> None:
+        if job.outcome != "ok":
+            return self.stop(str(job.outcome))
         self.over = True
         self.gather.arrive(self.pos, "ok")
 
     def stop(self, cause: str) -> None:
-        """Stop where the trip is (nothing, once it is over), charging that phase up to now."""
+        """Stop where the trip is (nothing, once it is over), charging that phase up to now:
+        the end of the round, a session's end (`World.end_at`) and a job that ended as
+        dropped or lost all come here."""
         if self.over:
             return
         self.over = True
@@ -389,19 +415,29 @@ def stream(
     busy = {w.client for w in flight.under_way} | {a.client for a in flight.arrived}
     concurrency = min(concurrency, len(pool))
     while world.stop_reason is None:
-        starting: list[tuple[int, int]] = []  # (client, count) starting now
-        while len(busy) < concurrency:  # fill the free slots with idle clients
-            client = pick(launches, busy) if pick else _pick_idle(world, pool, busy, launches)
+        starting: list[tuple[int, int, int]] = []  # (client, count, launch) starting now
+        while len(busy) < concurrency:  # fill the free slots with idle online clients
+            found = pick(launches, busy) if pick else _pick_idle(world, pool, busy, launches)
             launches += 1
+            if found is None:  # nobody online among the candidates: try at the next event
+                break
+            client = found
             count = counts.get(client, 0)
             counts[client] = count + 1
             busy.add(client)
-            starting.append((client, count))
+            starting.append((client, count, launches - 1))
         if starting:  # the clients starting at this instant train in one call
-            ids, nums = np.asarray(starting, dtype=np.int64).reshape(-1, 2).T
-            for (client, count), work in zip(starting, server.work(ids, nums)):
-                flight.launch(client, count, work)
+            ids, nums, _ = np.asarray(starting, dtype=np.int64).reshape(-1, 3).T
+            for (client, count, launch), work in zip(starting, server.work(ids, nums)):
+                flight.launch(client, count, launch, work)
+        if not flight.under_way and not flight.arrived:  # nobody online: wait, then try again
+            yield world.wait(IDLE_RETRY_S)
+            continue
         arrival = yield from flight.next()
+        busy.difference_update(flight.failed)
+        flight.failed.clear()
+        if arrival is None:  # a work failed (dropped, interrupted, lost): its slot is free
+            continue
         busy.discard(arrival.client)
         world.events += 1
         progress = server.receive(arrival)
@@ -414,12 +450,22 @@ def stream(
     return flight.under_way
 
 
-def _pick_idle(world: AbstractWorld, pool: list[int], busy: set[int], launches: int) -> int:
+IDLE_RETRY_S = 60.0  # a stream with nobody online and nothing under way looks again after
+
+
+def _pick_idle(world: AbstractWorld, pool: list[int], busy: set[int], launches: int) -> int | None:
+    """A uniform idle client online now (availability drawn with key `launches`), or None
+    when none of SELECTION_TRIES candidates is."""
     rng = world.generator(Stream.ARRIVALS, launches)
-    while True:  # busy clients are at most `concurrency` of the pool: few redraws
+    tries = 0
+    while tries < SELECTION_TRIES:  # busy clients are at most `concurrency` of the pool
         client = pool[int(rng.integers(len(pool)))]
-        if client not in busy:
+        if client in busy:
+            continue
+        tries += 1
+        if world.online_clients(np.asarray([client]), launches)[0]:
             return client
+    return None
 
 
 class _Flight:
@@ -429,10 +475,18 @@ class _Flight:
         self.world, self.server = world, server
         self.under_way: list[_Work] = []
         self.arrived: list[Arrival] = []
+        self.failed: list[int] = []  # clients whose work failed since the loop last looked
         self.wake = world.signal()
 
-    def launch(self, client: int, count: int, work: Work) -> None:
-        self.under_way.append(_Work(self, client, count, self.server.version, work))
+    def launch(self, client: int, count: int, launch: int, work: Work) -> None:
+        self.under_way.append(_Work(self, client, count, launch, self.server.version, work))
+
+    def fail(self, done: _Work) -> None:
+        """A work ended early (its ledger rows are written): its client's slot is free."""
+        self.under_way.remove(done)
+        self.failed.append(done.client)
+        if not self.wake.triggered:
+            self.wake.succeed()
 
     def arrive(self, done: _Work) -> None:
         self.under_way.remove(done)
@@ -449,22 +503,24 @@ class _Flight:
         if not self.wake.triggered:
             self.wake.succeed()
 
-    def next(self) -> Generator[simpy.Event, Any, Arrival]:
-        """Wait for the next arrival (in arrival order)."""
-        if not self.arrived:
+    def next(self) -> Generator[simpy.Event, Any, Arrival | None]:
+        """Wait for the next arrival (in arrival order); None: a work failed first."""
+        if not self.arrived and not self.failed:
             self.wake = self.world.signal()
             yield self.wake
-        return self.arrived.pop(0)
+        return self.arrived.pop(0) if self.arrived else None
 
     def freeze(self, counts: dict[int, int], launches: int) -> dict:
         works = [
             {
                 "client": w.client,
                 "count": w.count,
+                "launch": w.launch,
                 "version": w.version,
                 "start_s": w.start_s,
                 "phase": w.phase,
                 "flops": float(w.work.flops),
+                "down_bits": float(w.work.down.bits),
                 "up_bits": float(w.work.up.bits),
                 "up": w.work.up.payload,
                 "state_under_way": w.work.state is not None and w.phase < 2,
@@ -486,9 +542,11 @@ class _Flight:
                 "had client state not yet committed"
             )
         self.under_way = [_Work.thawed(self, w) for w in frozen["works"]]
-        jobs = self.world.thaw(frozen["jobs"], [w.then for w in self.under_way])
+        ends = [w.fate.portion(w.phase)[1] for w in self.under_way]
+        jobs = self.world.thaw(frozen["jobs"], [w.then for w in self.under_way], ends)
         for w, job in zip(self.under_way, jobs):
             w.job = job
+            self.world.end_at(w.fate.cut_s, w.stop, "interrupted")
         self.arrived = [
             Arrival(int(c), int(n), int(v), int(s), p, t) for c, n, v, s, p, t in frozen["arrived"]
         ]
@@ -499,13 +557,29 @@ class _Work:
     """One client's download, compute and upload in a stream, as a callback chain; its
     transfers' fading keyed by (client, count)."""
 
-    __slots__ = ("flight", "client", "count", "version", "work", "start_s", "tag", "job", "phase")
+    __slots__ = (
+        "flight",
+        "client",
+        "count",
+        "launch",
+        "version",
+        "work",
+        "start_s",
+        "tag",
+        "job",
+        "phase",
+        "fate",
+        "over",
+    )
 
-    def __init__(self, flight: _Flight, client: int, count: int, version: int, work: Work) -> None:
-        self.flight, self.client, self.count, self.version, self.work = (
+    def __init__(
+        self, flight: _Flight, client: int, count: int, launch: int, version: int, work: Work
+    ) -> None:
+        self.flight, self.client, self.count, self.launch, self.version, self.work = (
             flight,
             client,
             count,
+            launch,
             version,
             work,
         )
@@ -513,46 +587,85 @@ class _Work:
         self.start_s = world.now
         self.tag = Tag("stream", version)
         self.phase = 0  # 0 download, 1 compute, 2 upload
+        self.over = False
+        self.fate = self._fate(float(work.down.bits))
+        share, ends = self.fate.portion(0)
         self.job = world.start_transfer(
             SERVER,
             client,
-            float(work.down.bits),
+            float(work.down.bits) * share,
             self.tag,
             then=self._downloaded,
             key=(client, count),
+            ends_as=ends,
         )
+        world.end_at(self.fate.cut_s, self.stop, "interrupted")
+
+    def _fate(self, down_bits: float) -> Fate:
+        """Its fate, keyed (client, count); the same when thawed (it started at `start_s`)."""
+        world = self.flight.world
+        work = (down_bits, float(self.work.flops), float(self.work.up.bits))
+        keys = (self.client, self.count)
+        return world.fate(self.client, self.launch, Stream.BEHAVIOUR_KEYED, keys, work)
 
     @classmethod
     def thawed(cls, flight: _Flight, w: dict) -> _Work:
         self = cls.__new__(cls)
         self.flight, self.client, self.count = flight, int(w["client"]), int(w["count"])
+        self.launch, self.over = int(w.get("launch", 0)), False  # older checkpoints lack it
         self.version, self.start_s, self.phase = int(w["version"]), w["start_s"], int(w["phase"])
-        self.work = Work(Packet(None, 0.0), w["flops"], Packet(w["up"], w["up_bits"]))
+        down = Packet(None, float(w.get("down_bits", 0.0)))
+        self.work = Work(down, w["flops"], Packet(w["up"], w["up_bits"]))
         self.tag = Tag("stream", self.version)
+        self.fate = self._fate(float(down.bits))
         return self
 
     @property
     def then(self) -> Callable[[Job], None]:
         return (self._downloaded, self._trained, self._uploaded)[self.phase]
 
-    def _downloaded(self, _job: Job) -> None:
+    def _downloaded(self, job: Job) -> None:
+        if job.outcome != "ok":
+            return self.stop(str(job.outcome))
         self.phase = 1
+        share, ends = self.fate.portion(1)
         self.job = self.flight.world.start_compute(
-            self.client, float(self.work.flops), self.tag, then=self._trained
+            self.client,
+            float(self.work.flops) * share,
+            self.tag,
+            then=self._trained,
+            slowdown=self.fate.slowdown,
+            ends_as=ends,
         )
 
-    def _trained(self, _job: Job) -> None:
+    def _trained(self, job: Job) -> None:
+        if job.outcome != "ok":
+            return self.stop(str(job.outcome))
         self.phase = 2
         if self.work.state is not None:
             self.work.state.commit(np.zeros(1, dtype=np.int64))
+        share, ends = self.fate.portion(2)
         self.job = self.flight.world.start_transfer(
             self.client,
             SERVER,
-            float(self.work.up.bits),
+            float(self.work.up.bits) * share,
             self.tag,
             then=self._uploaded,
             key=(self.client, self.count),
+            ends_as=ends,
         )
 
-    def _uploaded(self, _job: Job) -> None:
+    def _uploaded(self, job: Job) -> None:
+        if job.outcome != "ok":
+            return self.stop(str(job.outcome))
+        self.over = True
         self.flight.arrive(self)
+
+    def stop(self, cause: str) -> None:
+        """The work fails now with outcome `cause` (its session ended, or its job ended as
+        dropped or lost), charging the job under way up to now; its slot is freed."""
+        if self.over or self not in self.flight.under_way:
+            return
+        self.over = True
+        self.job.stop(cause)
+        self.flight.fail(self)

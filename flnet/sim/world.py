@@ -24,7 +24,9 @@ import numpy as np
 import simpy
 
 from flnet.rng import Stream, generator
+from flnet.sim import availability as availability_mod
 from flnet.sim import population as population_mod
+from flnet.sim.availability import Availability
 from flnet.sim.channel import Channel, SharedBand, Transmission, band, timeout_at
 from flnet.sim.device import compute_energy_j, compute_time_s
 from flnet.sim.ledger import NOBODY, Ledger, Tag
@@ -34,6 +36,7 @@ if TYPE_CHECKING:  # the scenario's sections, for annotations only
     from flnet.scenario import ClientsConfig, Radio
 
 SELECTION_AHEAD = 16  # rounds of client selection drawn at once
+SELECTION_TRIES = 64  # under availability: candidates examined per client wanted, at most
 INTERRUPTED = "interrupted"  # the stop reason of `request_stop` from a signal
 
 
@@ -43,6 +46,35 @@ class Devices(NamedTuple):
     cpu_hz: np.ndarray
     flops_per_cycle: np.ndarray
     kappa: np.ndarray
+
+
+Ends = str | Callable[[], str]  # a job's outcome if it runs to its end (or how to judge it then)
+
+
+class Fate(NamedTuple):
+    """How one client's piece of work will go, known when it starts (`World.fate`).
+
+    Every way a member's work can fail ends it the same way: the member's `stop(outcome)` at
+    that instant, charging the job under way up to then. `cut_s` is when its online session
+    ends (outcome `interrupted`; inf: never). A dropout happens at a point of the work's
+    progress: phase `drop_phase` (0 download, 1 compute, 2 upload; 3: no dropout) after
+    `drop_fraction` of its bits or FLOPs, so that job is started with that share of its work
+    and ends as `dropped`. `judge` (check at_completion) gives the upload's outcome at its end.
+    """
+
+    cut_s: float = math.inf
+    drop_phase: int = 3
+    drop_fraction: float = 1.0
+    slowdown: float = 1.0
+    judge: Callable[[], str] | None = None
+
+    def portion(self, phase: int) -> tuple[float, Ends]:
+        """(share of the phase's work to run, its outcome if it runs to its end)."""
+        if phase == self.drop_phase:
+            return self.drop_fraction, "dropped"
+        if phase == 2 and self.judge is not None:
+            return 1.0, self.judge
+        return 1.0, "ok"
 
 
 class Progress(NamedTuple):
@@ -140,11 +172,27 @@ class AbstractWorld(Protocol):
         *,
         then: Callable[[Job], None] | None = None,
         key: tuple[int, ...] | None = None,
+        ends_as: Ends = "ok",
     ) -> Job: ...
 
     def start_compute(
-        self, node: int, flops: float, tag: Tag, *, then: Callable[[Job], None] | None = None
+        self,
+        node: int,
+        flops: float,
+        tag: Tag,
+        *,
+        then: Callable[[Job], None] | None = None,
+        slowdown: float = 1.0,
+        ends_as: Ends = "ok",
     ) -> Job: ...
+
+    def fate(
+        self, client: int, draw: int, stream: Stream, keys: tuple[int, int], work: tuple
+    ) -> Fate: ...
+
+    def end_at(self, t_s: float, stop: Callable[[str], None], outcome: str) -> None: ...
+
+    def online_clients(self, clients: np.ndarray, draw: int) -> np.ndarray: ...
 
     def transfer(self, src: int, dst: int, packet: Any, tag: Tag) -> simpy.Process: ...
 
@@ -158,7 +206,9 @@ class AbstractWorld(Protocol):
 
     def freeze(self, jobs: list[Job]) -> dict: ...
 
-    def thaw(self, frozen: dict, thens: list[Callable[[Job], None]]) -> list[Job]: ...
+    def thaw(
+        self, frozen: dict, thens: list[Callable[[Job], None]], ends: list[Ends] | None = None
+    ) -> list[Job]: ...
 
 
 class World:
@@ -178,6 +228,7 @@ class World:
         pop = self.population
         self.devices = Devices(pop.cpu_hz, pop.flops_per_cycle, pop.kappa)
         self.network = Network(self.env, radio, pop)
+        self.availability: Availability = availability_mod.build(clients.availability, seed)
         self.observers: list[Observer] = []
         self._stop_reason: str | None = None
         self._stop_requested: str | None = None
@@ -249,6 +300,8 @@ class World:
         from 10,000,000 clients allocates kilobytes (tests/test_population.py).
         """
         m = min(self.num_clients, math.ceil(k * over_selection - 1e-9))
+        if not isinstance(self.availability, availability_mod.Always):
+            return self._sample_online(m, round)
         if (m, round) not in self._selections:
             self._selections = {
                 (m, r): np.sort(
@@ -259,6 +312,35 @@ class World:
                 for r in range(round, round + SELECTION_AHEAD)
             }
         return self._selections[(m, round)].copy()
+
+    def _sample_online(self, m: int, round: int) -> np.ndarray:
+        """Up to `m` distinct clients online at the round's start (now), uniformly among them.
+
+        Candidates are uniform draws from the selection stream (seed, round), examined in
+        order (repeats skipped); the online ones are taken until there are `m`. The cost is
+        O(m / online fraction) availability questions, never O(N). At most
+        ``min(N, SELECTION_TRIES * m)`` distinct candidates are examined: when fewer than `m`
+        of them are online the round goes ahead with those found (possibly none: a round
+        without clients, which takes no time). Nobody waits for clients to come online.
+        """
+        n, now = self.num_clients, self.env.now
+        limit = min(n, SELECTION_TRIES * m)
+        rng = generator(self.seed, Stream.SELECTION, round)
+        seen: set[int] = set()
+        chosen: list[int] = []
+        rate = 1.0  # online share of the candidates so far, for the next batch's size
+        while len(chosen) < m and len(seen) < limit:
+            want = math.ceil((m - len(chosen)) / max(rate, 1.0 / SELECTION_TRIES)) + 4
+            fresh: list[int] = []
+            for c in rng.integers(n, size=want).tolist():
+                if c not in seen and len(seen) < limit:
+                    seen.add(c)
+                    fresh.append(c)
+            batch = np.asarray(fresh, dtype=np.int64)
+            online = batch[self.availability.online(batch, now, round)]
+            chosen.extend(online[: m - len(chosen)].tolist())
+            rate = max(len(chosen), 1) / len(seen)
+        return np.sort(np.asarray(chosen, dtype=np.int64))
 
     def link(self, src: int, dst: int) -> Link:
         """The link a transfer from `src` to `dst` uses (the one place links are looked up).
@@ -317,17 +399,85 @@ class World:
         *,
         then: Callable[[Job], None] | None = None,
         key: tuple[int, ...] | None = None,
+        ends_as: Ends = "ok",
     ) -> Job:
         """Start sending `bits` from `src` to `dst`; `then(job)` runs when it completes (after
-        its ledger row is written). `key` (ints) keys its fading draw; by default the draw is
-        keyed by the step and the link's draws so far in that step."""
-        return _Transfer(self, src, dst, bits, tag, then, key)
+        its ledger row is written, with outcome `ends_as`: `job.outcome` says which). `key`
+        (ints) keys its fading draw; by default the draw is keyed by the step and the link's
+        draws so far in that step."""
+        return _Transfer(self, src, dst, bits, tag, then, key, ends_as=ends_as)
 
     def start_compute(
-        self, node: int, flops: float, tag: Tag, *, then: Callable[[Job], None] | None = None
+        self,
+        node: int,
+        flops: float,
+        tag: Tag,
+        *,
+        then: Callable[[Job], None] | None = None,
+        slowdown: float = 1.0,
+        ends_as: Ends = "ok",
     ) -> Job:
-        """Start `flops` of local work on `node`; `then(job)` runs when it completes."""
-        return _Compute(self, node, flops, tag, then)
+        """Start `flops` of local work on `node`; `then(job)` runs when it completes. A
+        `slowdown` makes it take that many times longer for the same energy: the device is
+        busy with other work, the cycles and their frequency are the same."""
+        return _Compute(self, node, flops, tag, then, slowdown=slowdown, ends_as=ends_as)
+
+    # ------------------------------------------------------------------ availability, behaviour
+
+    def online_clients(self, clients: np.ndarray, draw: int) -> np.ndarray:
+        """[k] bool: which of `clients` are online now (`draw`: round or launch count)."""
+        return self.availability.online(np.asarray(clients, dtype=np.int64), self.env.now, draw)
+
+    def fate(
+        self, client: int, draw: int, stream: Stream, keys: tuple[int, int], work: tuple
+    ) -> Fate:
+        """How `client`'s work starting now goes: its session's end (check `during`), its
+        slowdown and its dropout point, drawn from `stream` at `keys` (round_trip: (round,
+        client); stream: (client, count)) in that order: slowdown, dropout, point. `work` is
+        (down_bits, flops, up_bits): the dropout point is uniform over the work's progress,
+        each phase weighted by its time alone on its band without fading (compute: with the
+        slowdown), so the point falls in a phase and after a share of its bits or FLOPs."""
+        cfg = self.clients
+        avail = cfg.availability
+        now, ids = self.env.now, np.asarray([client], dtype=np.int64)
+        cut_s, judge = math.inf, None
+        if avail.kind != "always":
+            if avail.check == "during":
+                cut_s = float(self.availability.online_until(ids, now, draw)[0])
+            else:
+
+                def judge() -> str:
+                    online = self.availability.online(ids, self.env.now, draw)[0]
+                    return "ok" if online else "lost"
+
+        if cfg.dropout_probability == 0 and cfg.slowdown_probability == 0:
+            return Fate(cut_s, judge=judge)
+        rng = generator(self.seed, stream, *keys)
+        u_slow, u_drop, point = rng.random(3).tolist()
+        slowdown = cfg.slowdown_factor if u_slow < cfg.slowdown_probability else 1.0
+        if u_drop >= cfg.dropout_probability:
+            return Fate(cut_s, slowdown=slowdown, judge=judge)
+        down_bits, flops, up_bits = work
+        net = self.network
+        times = np.array(
+            [
+                float(net.alone_s(down_bits, ids, down=True)[0]),
+                self._compute_time_s(client, flops) * slowdown,
+                float(net.alone_s(up_bits, ids)[0]),
+            ]
+        )
+        edges = np.cumsum(times) / times.sum() if times.sum() > 0 else np.array([0.0, 1, 1])
+        phase = int(np.searchsorted(edges, point, side="right"))
+        phase = min(phase, 2)
+        below = edges[phase - 1] if phase else 0.0
+        share = (point - below) / (edges[phase] - below) if edges[phase] > below else 0.0
+        return Fate(cut_s, phase, float(share), slowdown, judge)
+
+    def end_at(self, t_s: float, stop: Callable[[str], None], outcome: str) -> None:
+        """Call `stop(outcome)` at `t_s` (if finite): the member's work ends there with that
+        outcome, unless it is over by then (a member's `stop` does nothing once it is)."""
+        if math.isfinite(t_s):
+            timeout_at(self.env, t_s).callbacks.append(lambda _event: stop(outcome))
 
     def transfer(self, src: int, dst: int, packet: Any, tag: Tag) -> simpy.Process:
         """A process that sends `packet` (anything with `bits`) and ends with its outcome; an
@@ -380,24 +530,36 @@ class World:
             out.append(frozen)
         return {"jobs": out, "bands": bands}
 
-    def thaw(self, frozen: dict, thens: list[Callable[[Job], None]]) -> list[Job]:
-        """Frozen jobs under way again, each calling its `then` when it completes."""
+    def thaw(
+        self, frozen: dict, thens: list[Callable[[Job], None]], ends: list[Ends] | None = None
+    ) -> list[Job]:
+        """Frozen jobs under way again, each calling its `then` when it completes (with the
+        outcome its `ends` entry gives; default ok)."""
         bands = [
             cast(SharedBand, self.link(*b["link"]).channel).thaw_band(b) for b in frozen["bands"]
         ]
         jobs: list[Job] = []
-        for f, then in zip(frozen["jobs"], thens):
+        ends = ends if ends is not None else ["ok"] * len(thens)
+        for f, then, ends_as in zip(frozen["jobs"], thens, ends):
             tag = Tag(f["tag"][0], int(f["tag"][1]))
             if "compute" in f:
                 node, flops, start_s, duration_s = f["compute"]
                 jobs.append(
-                    _Compute(self, int(node), flops, tag, then, resume=(start_s, duration_s))
+                    _Compute(
+                        self,
+                        int(node),
+                        flops,
+                        tag,
+                        then,
+                        resume=(start_s, duration_s),
+                        ends_as=ends_as,
+                    )
                 )
                 continue
             src, dst = map(int, f["link"])
             link = self.link(src, dst)
             tx = bands[f["band"]][f["slot"]] if "band" in f else link.channel.thaw(f["tx"])
-            jobs.append(_Transfer(self, src, dst, tx.bits, tag, then, None, tx=tx))
+            jobs.append(_Transfer(self, src, dst, tx.bits, tag, then, None, tx=tx, ends_as=ends_as))
         return jobs
 
     # ------------------------------------------------------------------ costs
@@ -462,16 +624,23 @@ class World:
             )
 
     def _charge_compute(
-        self, tag: Tag, node: int, flops: float, start_s: float, duration_s: float, outcome: str
+        self,
+        tag: Tag,
+        node: int,
+        flops: float,
+        start_s: float,
+        duration_s: float,
+        outcome: str,
+        stopped: bool,
     ) -> None:
-        """Work interrupted before its end is charged pro rata."""
+        """Work stopped before its end is charged pro rata."""
         dev = self.devices
         f, fpc, kappa = (
             float(dev.cpu_hz[node]),
             float(dev.flops_per_cycle[node]),
             float(dev.kappa[node]),
         )
-        if outcome != "ok":
+        if stopped:
             flops *= min(1.0, (self.env.now - start_s) / duration_s) if duration_s > 0 else 0.0
         self.ledger.add(
             tag,
@@ -502,7 +671,7 @@ def _until_done(job: Job) -> Generator[simpy.Event, Any, str | None]:
 class _Transfer:
     """A transfer under way: its ledger row is written when it completes or is stopped."""
 
-    __slots__ = ("world", "tag", "src", "dst", "link", "tx", "event", "outcome", "then")
+    __slots__ = ("world", "tag", "src", "dst", "link", "tx", "event", "outcome", "then", "ends")
 
     def __init__(
         self,
@@ -514,8 +683,10 @@ class _Transfer:
         then: Callable[[Job], None] | None,
         key: tuple[int, ...] | None,
         tx: Transmission | None = None,
+        ends_as: Ends = "ok",
     ) -> None:
         self.world, self.tag, self.src, self.dst, self.then = world, tag, src, dst, then
+        self.ends = ends_as
         self.link = link = world.link(src, dst)
         self.tx = (
             tx
@@ -528,8 +699,8 @@ class _Transfer:
 
     def _done(self, _event: simpy.Event) -> None:
         if self.outcome is None:
-            self.outcome = "ok"
-            self.world._charge_transfer(self.tag, self.src, self.dst, self.link, self.tx, "ok")
+            self.outcome = outcome = self.ends if isinstance(self.ends, str) else self.ends()
+            self.world._charge_transfer(self.tag, self.src, self.dst, self.link, self.tx, outcome)
             if self.then is not None:
                 self.then(self)
 
@@ -553,6 +724,7 @@ class _Compute:
         "event",
         "outcome",
         "then",
+        "ends",
     )
 
     def __init__(
@@ -563,11 +735,14 @@ class _Compute:
         tag: Tag,
         then: Callable[[Job], None] | None,
         resume: tuple[float, float] | None = None,
+        slowdown: float = 1.0,
+        ends_as: Ends = "ok",
     ) -> None:
         self.world, self.tag, self.node, self.flops, self.then = world, tag, node, flops, then
+        self.ends = ends_as
         if resume is None:
             self.start_s = world.env.now
-            self.duration_s = world._compute_time_s(node, flops)
+            self.duration_s = world._compute_time_s(node, flops) * slowdown
             self.event: simpy.Event = world.env.timeout(self.duration_s)
         else:  # thawed: it ends when it would have (SimPy added the duration to the start)
             self.start_s, self.duration_s = resume
@@ -577,16 +752,16 @@ class _Compute:
 
     def _done(self, _event: simpy.Event) -> None:
         if self.outcome is None:
-            self._charge("ok")
+            self._charge(self.ends if isinstance(self.ends, str) else self.ends(), False)
             if self.then is not None:
                 self.then(self)
 
     def stop(self, cause: str) -> None:
         if self.outcome is None:
-            self._charge(cause)
+            self._charge(cause, True)
 
-    def _charge(self, outcome: str) -> None:
+    def _charge(self, outcome: str, stopped: bool) -> None:
         self.outcome = outcome
         self.world._charge_compute(
-            self.tag, self.node, self.flops, self.start_s, self.duration_s, outcome
+            self.tag, self.node, self.flops, self.start_s, self.duration_s, outcome, stopped
         )

@@ -1,0 +1,200 @@
+"""Which clients are online, on the simulated clock: the interface and the built-in models.
+
+The interface (`Availability`) is two vectorised questions about a few clients at one instant:
+
+- ``online(clients, t_s, draw)`` -> [k] bool: is each client online at `t_s`;
+- ``online_until(clients, t_s, draw)`` -> [k] float: when the online session holding `t_s` ends
+  (``inf``: it never ends; `t_s` itself when the client is offline at `t_s`).
+
+`draw` keys models that are drawn per selection rather than on the clock (`Bernoulli`): the
+round (round_trip), or the stream's launch count (stream). Clock models ignore it. A model must
+answer the same for the same arguments on every call and after a resume (a deterministic
+function of the seed, the client and the time), and must cost nothing per registered client:
+the World asks only about clients it is about to select or start, never about all N.
+
+Models: `Always` (today's behaviour), `Bernoulli` (online with probability p, drawn per
+selection; a selected client then stays online for its work), `Diurnal` (sessions that follow a
+local hour-of-day curve, clients spread over time zones). Trace replay is another implementation
+of the same interface (the `trace` kind).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Protocol
+
+import numpy as np
+
+from flnet.rng import Stream, generator
+
+if TYPE_CHECKING:
+    from flnet.scenario import AvailabilityConfig, DiurnalAvailability
+
+DAY_S = 86_400.0
+HOUR_S = 3_600.0
+MAX_SESSION_S = DAY_S - 1.0  # sessions are cut below a day, so only yesterday's reach today
+
+
+class Availability(Protocol):
+    """Who is online when (see the module docstring)."""
+
+    def online(self, clients: np.ndarray, t_s: float, draw: int) -> np.ndarray:
+        """[k] bool: each of `clients` ([k] ids) is online at `t_s`."""
+        ...
+
+    def online_until(self, clients: np.ndarray, t_s: float, draw: int) -> np.ndarray:
+        """[k] float: end of the online session holding `t_s` (inf: never; `t_s` if offline)."""
+        ...
+
+
+class Always:
+    """Every client is online at every instant (no availability model)."""
+
+    def online(self, clients: np.ndarray, t_s: float, draw: int) -> np.ndarray:
+        return np.ones(len(clients), dtype=bool)
+
+    def online_until(self, clients: np.ndarray, t_s: float, draw: int) -> np.ndarray:
+        return np.full(len(clients), math.inf)
+
+
+class Bernoulli:
+    """Online with probability `p`, drawn independently per (selection, client) from the
+    AVAILABILITY stream keyed (seed, draw, client); an online client stays online for the work
+    it is given (the draw stands for the whole round, or the whole piece of work)."""
+
+    def __init__(self, p: float, seed: int) -> None:
+        self.p, self.seed = p, seed
+
+    def online(self, clients: np.ndarray, t_s: float, draw: int) -> np.ndarray:
+        return np.fromiter(
+            (
+                generator(self.seed, Stream.AVAILABILITY, draw, c).random() < self.p
+                for c in np.asarray(clients).tolist()
+            ),
+            dtype=bool,
+            count=len(clients),
+        )
+
+    def online_until(self, clients: np.ndarray, t_s: float, draw: int) -> np.ndarray:
+        return np.where(self.online(clients, t_s, draw), math.inf, t_s)
+
+
+class Diurnal:
+    """Online sessions whose rate follows a local hour-of-day curve.
+
+    The configured curve pi(h) is the probability of being online at local hour h: a cosine
+    ``mean * (1 + amplitude * cos(2 pi (h - peak_hour) / 24))`` or 24 hourly values (linear in
+    between). Each client has a time zone (its offset drawn once from `time_zones_h`, ZONES
+    stream keyed (seed, client)). Sessions start as a Poisson process of rate lambda(t) and
+    last Exp(mean `session_mean_s`); a client is online while any of its sessions is on
+    (overlapping sessions merge). With g = -ln(1 - pi), the chance of being online at t is
+    exactly ``1 - exp(-G(t))`` where G' = lambda - G / L; choosing ``lambda = g / L + g'``
+    makes G = g, so the online fraction at local hour h is pi(h) itself, not a lagged and
+    flattened copy (where a curve falls faster than sessions can end, lambda is clipped at 0
+    and the fraction lags the curve there).
+
+    Timelines are made on demand: the sessions starting in UTC day d of client c are drawn
+    from the SESSIONS stream keyed (seed, c, d + 1) by thinning (candidate starts at the
+    curve's upper bound, each kept with probability lambda / bound); a session is cut below
+    24 h, so the instant t needs only days d - 1 and d. Nothing is stored per client.
+    """
+
+    def __init__(self, cfg: DiurnalAvailability, seed: int) -> None:
+        self.seed = seed
+        self.session_s = cfg.session_mean_s
+        self.zones_h = np.asarray(cfg.time_zones_h, dtype=float)
+        weights = np.asarray(cfg.time_zone_weights or [1.0] * len(self.zones_h), dtype=float)
+        self.zone_p = weights / weights.sum()
+        if cfg.hourly_online is not None:
+            self.hourly: np.ndarray | None = np.asarray(cfg.hourly_online, dtype=float)
+        else:
+            self.hourly = None
+            self.mean, self.amplitude, self.peak_h = cfg.mean_online, cfg.amplitude, cfg.peak_hour
+        self.rate_bound_hz = self._rate_bound_hz()
+
+    # the curve, in local hours ------------------------------------------------------------
+
+    def fraction(self, hour: np.ndarray) -> np.ndarray:
+        """pi(h): the configured probability of being online at local hour h."""
+        h = np.mod(hour, 24.0)
+        if self.hourly is not None:
+            return np.interp(h, np.arange(25.0), np.append(self.hourly, self.hourly[0]))
+        return self.mean * (1.0 + self.amplitude * np.cos(2 * np.pi * (h - self.peak_h) / 24))
+
+    def _slope_per_h(self, hour: np.ndarray) -> np.ndarray:
+        """pi'(h) per hour (right derivative at the hourly knots)."""
+        h = np.mod(hour, 24.0)
+        if self.hourly is not None:
+            return np.diff(np.append(self.hourly, self.hourly[0]))[np.floor(h).astype(int) % 24]
+        w = 2 * np.pi / 24
+        return -self.mean * self.amplitude * w * np.sin(w * (h - self.peak_h))
+
+    def start_rate_hz(self, hour: np.ndarray) -> np.ndarray:
+        """lambda at local hour h: session starts per second, g / L + g' (clipped at 0)."""
+        pi = self.fraction(hour)
+        g = -np.log1p(-pi)
+        g_dot = self._slope_per_h(hour) / (1.0 - pi) / HOUR_S
+        return np.maximum(g / self.session_s + g_dot, 0.0)
+
+    def _rate_bound_hz(self) -> float:
+        if self.hourly is not None:  # g and g' are extreme at a segment's ends
+            v, nxt = self.hourly, np.roll(self.hourly, -1)
+            g_max = float((-np.log1p(-v)).max())
+            slope = nxt - v
+            g_dot = np.maximum(slope / (1 - v), slope / (1 - nxt)).max() / HOUR_S
+        else:
+            grid = np.linspace(0.0, 24.0, 24 * 60 * 4, endpoint=False)
+            pi = self.fraction(grid)
+            g_max = float((-np.log1p(-pi)).max())
+            g_dot = float((self._slope_per_h(grid) / (1.0 - pi)).max()) / HOUR_S * 1.001
+        return g_max / self.session_s + max(float(g_dot), 0.0) + 1e-12
+
+    # one client's timeline ----------------------------------------------------------------
+
+    def zone_h(self, client: int) -> float:
+        rng = generator(self.seed, Stream.ZONES, client)
+        return float(self.zones_h[rng.choice(len(self.zones_h), p=self.zone_p)])
+
+    def sessions(self, client: int, day: int, zone_h: float | None = None) -> np.ndarray:
+        """[S, 2] (start_s, end_s) of the sessions starting in UTC day `day`, by start."""
+        if day < -1:
+            raise ValueError(f"day {day}: simulated time starts at 0")
+        zone = self.zone_h(client) if zone_h is None else zone_h
+        rng = generator(self.seed, Stream.SESSIONS, client, day + 1)
+        n = int(rng.poisson(self.rate_bound_hz * DAY_S))
+        starts = day * DAY_S + np.sort(rng.uniform(0.0, DAY_S, n))
+        keep = rng.random(n) * self.rate_bound_hz < self.start_rate_hz(starts / HOUR_S + zone)
+        lengths = np.minimum(rng.exponential(self.session_s, n), MAX_SESSION_S)
+        return np.stack([starts, starts + lengths], axis=1)[keep]
+
+    def _until(self, client: int, t_s: float) -> float:
+        zone = self.zone_h(client)
+        day = math.floor(t_s / DAY_S)
+        seen = np.concatenate([self.sessions(client, d, zone) for d in (day - 1, day)])
+        holding = seen[(seen[:, 0] <= t_s) & (t_s < seen[:, 1])]
+        if not len(holding):
+            return t_s
+        end, last_day = float(holding[:, 1].max()), day
+        while True:  # merge sessions that start before the current end and last beyond it
+            while last_day < math.floor(end / DAY_S):
+                last_day += 1
+                seen = np.concatenate([seen, self.sessions(client, last_day, zone)])
+            later = seen[(seen[:, 0] <= end) & (seen[:, 1] > end)]
+            if not len(later):
+                return end
+            end = float(later[:, 1].max())
+
+    def online(self, clients: np.ndarray, t_s: float, draw: int) -> np.ndarray:
+        return self.online_until(clients, t_s, draw) > t_s
+
+    def online_until(self, clients: np.ndarray, t_s: float, draw: int) -> np.ndarray:
+        return np.array([self._until(c, t_s) for c in np.asarray(clients).tolist()], dtype=float)
+
+
+def build(cfg: AvailabilityConfig, seed: int) -> Availability:
+    """The model a scenario's `clients.availability` names."""
+    if cfg.kind == "always":
+        return Always()
+    if cfg.kind == "bernoulli":
+        return Bernoulli(cfg.p, seed)
+    return Diurnal(cfg, seed)
