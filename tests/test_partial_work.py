@@ -174,3 +174,16 @@ def test_partial_work_under_a_deadline_needs_one():
                 }
             }
         )
+
+
+def test_fedavg_with_every_client_straggling_trains_nobody_and_keeps_its_model(scenario):
+    from flnet.runner import build
+
+    sc = scenario(
+        algorithm={"name": "fedavg", "partial_work": {"kind": "stragglers", "fraction": 1}}
+    )
+    world, learn = build(sc)
+    state = fedavg.init(learn, sc.algorithm)
+    seen = run_protocol(world, 2, fedavg.protocol(world, learn, sc.algorithm, state))
+    assert len(world.ledger) == 0 and [p.sim_time_s for p in seen] == [0.0, 0.0]
+    assert torch.equal(seen[-1].model, state.x)

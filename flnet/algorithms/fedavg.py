@@ -85,7 +85,7 @@ def protocol(
             cohort,
             Packet(x, x_bits),
             work.flops,
-            Packet(work.params, learn.bits(ModelMessage(work.params[0]))),
+            Packet(work.params, x_bits),  # each x^k_{t+1} is shaped as x_t
             tag=t,
             deadline_s=cfg.cohort.deadline_s,
             keep=k,

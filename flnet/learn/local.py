@@ -202,6 +202,11 @@ class Learner:
         takes the first of the steps its full work would take (the same minibatches).
         """
         cap = None if steps is None else np.asarray(steps, dtype=np.int64)
+        if len(clients) == 0:  # nobody trains (every client straggles, or none is online)
+            self.last_steps = np.zeros(0, dtype=np.int64)
+            nothing = start.new_zeros((0, start.shape[-1]))
+            none = np.zeros(0)
+            return LocalWork(nothing, None, start.new_zeros(0), none, self.last_steps, None, None)
         if self.data.lazy is not None:  # this cohort's rows, generated now (see minibatches)
             # the last cohort's rows go first: a round holds one cohort's, not two
             self.trainer.x_data, self.trainer.y_data = self.data.x_train, self.data.y_train
