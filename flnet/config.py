@@ -232,8 +232,8 @@ class DeadlinePartialWork(Strict):
 class StragglerPartialWork(Strict):
     """The FedProx code's stragglers (litian96/FedProx, trainers/fedprox.py): in each round
     all but round(K * (1 - fraction)) of the K selected clients straggle and do a number of
-    local epochs (or steps) drawn uniformly from [1, E]; FedAvg (trainers/fedavg.py) trains
-    only the others."""
+    local epochs (or steps) drawn uniformly from [1, E] (the paper's text; the code stops at
+    E - 1); FedAvg (trainers/fedavg.py) trains only the others."""
 
     kind: Literal["stragglers"]
     fraction: float = Field(

@@ -11,7 +11,9 @@ Networks", MLSys 2020, Section 5.2). Used by FedAvg and FedProx (`fedavg.protoco
   others straggle, each doing a number of local epochs drawn uniformly from [1, E] (in steps
   mode, of steps from [1, tau]). Which clients straggle is drawn from (seed, STRAGGLERS,
   round); each straggler's amount from (seed, PARTIAL_WORK, round, client). Python's `round`
-  (half to even) as the code's.
+  (half to even) as the code's. The range [1, E] is the paper's text ("chosen uniformly at
+  random between [1, E]"); the code's ``np.random.randint(low=1, high=self.num_epochs)``
+  excludes E (numpy's high is exclusive, and E = 1 would raise): the paper decides.
 
 The paper's FedProx aggregates the stragglers' partial updates; its FedAvg drops them: in the
 code it trains only the active clients (`fedavg.py`: ``for c in active_clients``), and under
@@ -61,7 +63,7 @@ def stragglers(world: AbstractWorld, size: int, fraction: float, t: int) -> np.n
 
 
 def random_amount(world: AbstractWorld, upper: int, t: int, client: int) -> int:
-    """Uniform in [1, upper] (the code's ``np.random.randint(low=1, high=E + 1)``)."""
+    """Uniform in [1, upper] (the paper's [1, E]; see the module docstring)."""
     return int(world.generator(Stream.PARTIAL_WORK, t, client).integers(1, upper + 1))
 
 

@@ -4,9 +4,13 @@ weight alpha * s and FedBuff's delta weights.
 
 `staleness` is the number of server updates made between a client's start and its update's
 arrival (0 when none intervened; `flnet.sim.patterns.Arrival.staleness`). The paper writes
-s(t - tau) for the t-th update of a model sent at tau; we read its t - tau as the updates the
-client missed, so a fresh update weighs s(0) = 1 under every function, as the polynomial's
-"+ 1" and the hinge's "t - tau <= b" suggest (and as FedBuff's 1/sqrt(1 + staleness) has it).
+s(t - tau) in its update t of a model stamped tau. Read to the letter, its Algorithm 1 stamps
+the model a worker gets x_{t-1} with t - 1, so an update that missed nothing has t - tau = 1
+and weighs s(1) (2^-a for the polynomial). We take t - tau to be the updates the client
+missed, so a fresh update weighs s(0) = 1 under every function: the polynomial's "+ 1" is then
+needed, FedBuff's 1/sqrt(1 + staleness) is the polynomial with a = 1/2 (as FLSim has it), and
+the hinge keeps full weight for up to b missed updates. The letter's reading is s(staleness +
+1) with these functions.
 """
 
 from __future__ import annotations
