@@ -178,6 +178,7 @@ def main(argv: list[str] | None = None) -> dict[str, pd.DataFrame]:
                 records[["variant", "seed", "round", "sim_time_s", "energy_j", "test_accuracy"]]
             )
             rows.append(per_run_row(records, wasted, hours, args.target))
+            print(f"  {variant} seed {seed}: {rows[-1]['steps']} steps", flush=True)
     per_run = pd.DataFrame(rows)
     table, wasted = summary(per_run), wasted_table(per_run)
     per_run.to_csv(out / "per_run.csv", index=False)

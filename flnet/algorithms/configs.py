@@ -97,8 +97,8 @@ class FedBuffConfig(Strict):
 
 class FedAsyncConfig(Strict):
     """FedAsync (Xie, Koyejo and Gupta 2019): asynchronous clients; every arriving model is
-    mixed into the server's with weight alpha * s(staleness). Defaults are the paper's
-    (Section 6: alpha 0.6, rho 0.005, FedAsync+Poly with a = 0.5)."""
+    mixed into the server's with weight alpha * s(staleness). Defaults are from the paper's
+    experiments: alpha 0.6, rho 0.005, FedAsync+Poly with a = 0.5."""
 
     name: Literal["fedasync"] = "fedasync"
     concurrency: int = Field(10, ge=1, description="clients training at once")

@@ -65,8 +65,8 @@ def receive(state: State, x_new: torch.Tensor, tau: int, cfg: Config) -> State:
 
 
 class Server:
-    """FedAsync's side of the stream. `loss_fn(x_tau)`, if given, replaces the workers'
-    regularized loss (tests)."""
+    """FedAsync's side of the stream. `loss_fn`, if given, replaces the workers' regularized
+    loss (tests)."""
 
     def __init__(
         self,
@@ -83,6 +83,11 @@ class Server:
     def version(self) -> int:
         return self.state.round
 
+    def regularized(self, x_tau: torch.Tensor) -> LossFn | None:
+        """f + (rho / 2) ||x - x_tau||^2; with rho = 0 the plain loss (None), whose dense
+        models take the trainer's hand-written path."""
+        return proximal_loss(self.cfg.rho, x_tau) if self.cfg.rho > 0 else None
+
     def work(self, clients: np.ndarray, counts: np.ndarray) -> list[Work]:
         """Each worker's local steps on g_x_tau from x_tau = the current x, in one call."""
         x = self.state.x
@@ -91,7 +96,7 @@ class Server:
             x,
             self.cfg.local,
             self.state.round,
-            loss_fn=self.loss_fn or proximal_loss(self.cfg.rho, x),
+            loss_fn=self.loss_fn or self.regularized(x),
             work_counts=counts,
         )
         return [

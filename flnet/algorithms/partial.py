@@ -46,10 +46,9 @@ def steps_that_fit(
     deadline_s: float, down_s: np.ndarray, up_s: np.ndarray, step_s: np.ndarray, full: np.ndarray
 ) -> np.ndarray:
     """[C] floor((deadline_s - down_s - up_s) / step_s), at least 1, at most `full`."""
-    with np.errstate(divide="ignore", invalid="ignore"):
+    with np.errstate(divide="ignore", invalid="ignore"):  # a step of no time fits any number
         fit = np.floor((deadline_s - down_s - up_s) / step_s)
-    fit = np.nan_to_num(fit, nan=1.0, posinf=np.iinfo(np.int64).max, neginf=1.0)
-    return np.minimum(np.maximum(fit, 1).astype(np.int64), full)
+    return np.clip(np.nan_to_num(fit, nan=1.0), 1, full).astype(np.int64)
 
 
 def stragglers(world: AbstractWorld, size: int, fraction: float, t: int) -> np.ndarray:

@@ -1,5 +1,5 @@
 """Staleness functions s(staleness) of asynchronous servers (Xie, Koyejo and Gupta,
-"Asynchronous Federated Optimization", 2019, Section 5.2), written once for FedAsync's mixing
+"Asynchronous Federated Optimization", 2019), written once for FedAsync's mixing
 weight alpha * s and FedBuff's delta weights.
 
 `staleness` is the number of server updates made between a client's start and its update's
