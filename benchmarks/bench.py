@@ -412,6 +412,23 @@ def population_report(quick: bool) -> None:
             f"{r['peak_rss_mb']:5.0f} MB (+{r['peak_rss_mb'] - base['peak_rss_mb']:.0f} MB "
             f"over 10k)"
         )
+    diurnal = (
+        "clients.count=1000000",
+        f"run.rounds={rounds}",
+        "clients.availability.kind=diurnal",
+        "clients.dropout_probability=0.08",
+        "clients.slowdown_probability=0.1",
+        "clients.slowdown_factor=3",
+    )
+    r = population_case(*diurnal)
+    big = population_case("clients.count=1000000", f"run.rounds={rounds}")
+    print(
+        f"  1,000,000 diurnal (default curve, dropout 0.08, slowdowns 0.1 x3): built in "
+        f"{r['build_s']:5.2f} s; a round {r['round_s'] * 1e3:5.0f} ms "
+        f"({r['round_cpu_s'] * 1e3:4.0f} CPU-ms, {r['round_cpu_s'] / big['round_cpu_s']:.2f}x "
+        f"always-on's); peak RSS {r['peak_rss_mb']:5.0f} MB "
+        f"({r['peak_rss_mb'] - big['peak_rss_mb']:+.0f} MB over always-on)"
+    )
     from flnet.algorithms import ALGORITHMS
 
     if "scaffold" not in ALGORITHMS:

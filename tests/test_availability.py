@@ -1,0 +1,289 @@
+"""Availability models, interrupted work, stragglers and dropout against hand computation and
+sampling error; selection of online clients only, at a cost that does not grow with N."""
+
+import math
+
+import numpy as np
+import pytest
+
+from flnet.rng import Stream, generator
+from flnet.runner import run
+from flnet.scenario import DiurnalAvailability
+from flnet.sim.availability import DAY_S, HOUR_S, Diurnal
+from flnet.sim.patterns import Packet, round_trip
+from flnet.sim.world import World
+
+BITS, FLOPS, SNR_DB, BAND_HZ = 1e6, 8e9, 15.0, 1e6
+CPU_HZ, FPC, KAPPA, TX_W, RX_W = 1e9, 4.0, 1e-28, 0.1, 0.05
+RATE_BPS = BAND_HZ * math.log2(1 + 10 ** (SNR_DB / 10))
+
+
+def world_of(scenario, n, **clients):
+    sc = scenario(
+        clients={"count": n, "cpu_hz": CPU_HZ, "flops_per_cycle": FPC, "kappa": KAPPA, **clients},
+        radio={
+            "mode": "direct",
+            "tx_power_dbm": 20.0,  # 0.1 W
+            "tx_circuit_power_w": 0.0,
+            "rx_power_w": RX_W,
+            "uplink_snr_db": SNR_DB,
+            "downlink_snr_db": SNR_DB,
+            "uplink": {"bandwidth_hz": BAND_HZ, "sharing": "dedicated"},
+            "downlink": {"bandwidth_hz": BAND_HZ, "sharing": "dedicated"},
+        },
+        algorithm={"name": "fedavg", "cohort": {"clients_per_round": 1}},
+    )
+    return World(sc.clients, sc.radio, sc.seed)
+
+
+def one_round(world, cohort, tag=1):
+    n = len(cohort)
+    proc = world.env.process(
+        round_trip(
+            world, cohort, Packet(None, BITS), np.full(n, FLOPS), Packet(None, BITS), tag=tag
+        )
+    )
+    world.env.run(until=proc)
+    return proc.value, world.ledger.frame()
+
+
+# ---------------------------------------------------------------- the diurnal model
+
+
+def test_diurnal_online_fraction_by_local_hour_is_the_configured_curve():
+    """n clients asked at one instant are n independent draws of being online, each with the
+    curve's probability at its local hour: the observed share is within 4 standard errors,
+    4 sqrt(pi (1 - pi) / n), of pi(h) (the session-start rate is chosen so the share is pi
+    itself, not a lagged copy). Clients in zone +6 h see the curve 6 hours earlier in UTC."""
+    model = Diurnal(DiurnalAvailability(kind="diurnal", session_mean_s=1800.0), seed=3)
+    n = 1500
+    for hour in (3.0, 9.0, 15.0, 20.5):  # peak, mean, trough, rising
+        share = model.online(np.arange(n), 2 * DAY_S + hour * HOUR_S, 0).mean()
+        pi = float(model.fraction(np.array([hour]))[0])
+        assert abs(share - pi) < 4 * math.sqrt(pi * (1 - pi) / n), (hour, share, pi)
+    east = Diurnal(
+        DiurnalAvailability(
+            kind="diurnal", hourly_online=[0.05] * 12 + [0.6] * 12, time_zones_h=[6.0]
+        ),
+        seed=3,
+    )
+    for utc_h, pi in ((2.0, 0.05), (9.0, 0.6)):  # local 8:00 and 15:00
+        share = east.online(np.arange(n), DAY_S + utc_h * HOUR_S, 0).mean()
+        assert abs(share - pi) < 4 * math.sqrt(pi * (1 - pi) / n), (utc_h, share)
+
+
+def test_a_clients_timeline_is_the_same_on_every_query_and_crosses_midnight():
+    cfg = DiurnalAvailability(kind="diurnal", session_mean_s=4 * 3600.0)
+    a, b = Diurnal(cfg, seed=1), Diurnal(cfg, seed=1)  # b: a resumed run's fresh model
+    clients = np.arange(300)
+    t = 3 * DAY_S - 600.0  # ten minutes before midnight
+    until = a.online_until(clients, t, 0)
+    assert np.array_equal(until, a.online_until(clients, t, 0))
+    assert np.array_equal(until, b.online_until(clients[::-1], t, 0)[::-1])
+    assert not np.array_equal(until, Diurnal(cfg, seed=2).online_until(clients, t, 0))
+    on = until > t
+    assert (until[~on] == t).all()
+    crossing = on & (until > 3 * DAY_S)  # sessions that go on past midnight
+    assert crossing.sum() > 5
+    later = 3 * DAY_S + 60.0
+    assert a.online(clients[crossing], later, 0).all() == (until[crossing] > later).all()
+    # just before its session's end a client is online, at the end it is not
+    k = clients[on]
+    assert a.online(k, 0, 0).shape == k.shape
+    for c, end in zip(k[:20].tolist(), until[on][:20].tolist()):
+        assert a.online(np.array([c]), end - 1e-3, 0)[0] and not a.online(np.array([c]), end, 0)[0]
+
+
+# ---------------------------------------------------------------- interrupted and slowed work
+
+
+class EndsAt:
+    """Every client online, its session ending at `t_s`."""
+
+    def __init__(self, t_s):
+        self.t_s = t_s
+
+    def online(self, clients, t_s, draw):
+        return np.ones(len(clients), dtype=bool)
+
+    def online_until(self, clients, t_s, draw):
+        return np.full(len(clients), self.t_s)
+
+
+def test_an_upload_cut_by_the_session_end_is_charged_up_to_it_as_interrupted(scenario):
+    """Download 1 Mbit, compute 8 GFLOP slowed 2x (same joules, twice the time), then the
+    session ends at 40 % of the upload: every row by hand."""
+    world = world_of(
+        scenario,
+        1,
+        availability={"kind": "bernoulli", "p": 1.0},
+        slowdown_probability=1.0,
+        slowdown_factor=2.0,
+    )
+    down_s = BITS / RATE_BPS
+    compute_s = 2 * FLOPS / FPC / CPU_HZ
+    up_s = BITS / RATE_BPS
+    cut_s = down_s + compute_s + 0.4 * up_s
+    world.availability = EndsAt(cut_s)
+    done, led = one_round(world, np.array([0]))
+    assert done.outcomes == ["interrupted"] and len(done.positions) == 0
+    assert done.completed.tolist() == [True]  # its training finished; the upload did not
+    assert done.end_s == pytest.approx(cut_s)
+    rows = led.set_index("kind")
+    assert rows.loc["download", "energy_j"] == pytest.approx(RX_W * down_s)
+    assert rows.loc["compute", "end_s"] == pytest.approx(down_s + compute_s)
+    assert rows.loc["compute", "energy_j"] == pytest.approx(KAPPA * FLOPS / FPC * CPU_HZ**2)
+    up = rows.loc["upload"]
+    assert up.outcome == "interrupted" and up.end_s == pytest.approx(cut_s)
+    assert up.energy_j == pytest.approx(TX_W * 0.4 * up_s)
+    assert up.bits == pytest.approx(0.4 * BITS)
+    assert led.energy_j.sum() == pytest.approx(RX_W * down_s + 0.2 + TX_W * 0.4 * up_s)
+
+
+def test_at_completion_discards_the_upload_of_a_client_offline_at_its_end(scenario):
+    """FedScale's rule: the work runs to its end (nothing interrupted), the upload is lost
+    and all of its energy is charged."""
+    world = world_of(
+        scenario, 1, availability={"kind": "bernoulli", "p": 1.0, "check": "at_completion"}
+    )
+
+    class OffAfter(EndsAt):
+        def online(self, clients, t_s, draw):
+            return np.full(len(clients), t_s < self.t_s)
+
+    total_s = 2 * BITS / RATE_BPS + FLOPS / FPC / CPU_HZ
+    world.availability = OffAfter(total_s / 2)
+    done, led = one_round(world, np.array([0]))
+    assert done.outcomes == ["lost"] and done.end_s == pytest.approx(total_s)
+    assert led.outcome.tolist() == ["ok", "ok", "lost"]
+    assert led.energy_j.iloc[2] == pytest.approx(TX_W * BITS / RATE_BPS)
+
+
+# ---------------------------------------------------------------- dropout
+
+
+def test_dropout_rate_is_p_and_a_dropped_client_is_charged_up_to_its_uniform_point(scenario):
+    """400 members, p = 0.25: the dropped share is within 4 standard errors of p. Each dropped
+    member's point is the third draw of its (seed, BEHAVIOUR, round, client) stream, uniform
+    over its work with phases weighted by their times (here 1 Mbit down, 2 s of compute,
+    1 Mbit up); its last row ends there, charged by hand."""
+    n, p = 400, 0.25
+    world = world_of(scenario, n, dropout_probability=p)
+    done, led = one_round(world, np.arange(n), tag=7)
+    dropped = [i for i, o in enumerate(done.outcomes) if o == "dropped"]
+    assert abs(len(dropped) / n - p) < 4 * math.sqrt(p * (1 - p) / n)
+    assert set(done.outcomes) == {"ok", "dropped"}
+    times = np.array([BITS / RATE_BPS, FLOPS / FPC / CPU_HZ, BITS / RATE_BPS])
+    edges = np.cumsum(times) / times.sum()
+    for c in dropped:
+        _slow, u, point = generator(0, Stream.BEHAVIOUR, 7, c).random(3)
+        assert u < p
+        phase = int(np.searchsorted(edges, point, side="right"))
+        share = (point - (edges[phase - 1] if phase else 0.0)) / (times[phase] / times.sum())
+        mine = led[led.node == c]
+        last = mine.iloc[-1]
+        assert len(mine) == phase + 1 and last.outcome == "dropped"
+        assert (mine.outcome.iloc[:-1] == "ok").all()
+        if phase == 1:
+            assert last.flops == pytest.approx(share * FLOPS)
+            assert last.energy_j == pytest.approx(share * KAPPA * FLOPS / FPC * CPU_HZ**2)
+        else:
+            power = RX_W if phase == 0 else TX_W
+            assert last.bits == pytest.approx(share * BITS)
+            assert last.energy_j == pytest.approx(power * share * times[phase])
+
+
+# ---------------------------------------------------------------- selection
+
+
+def test_selection_picks_only_online_clients(scenario):
+    bern = world_of(scenario, 1000, availability={"kind": "bernoulli", "p": 0.3})
+    for r in range(1, 6):
+        picked = bern.sample_clients(20, r)
+        assert len(picked) == 20 and len(np.unique(picked)) == 20
+        assert all(generator(0, Stream.AVAILABILITY, r, c).random() < 0.3 for c in picked.tolist())
+    diurnal = world_of(scenario, 100_000, availability={"kind": "diurnal"})
+    for hour in (3, 15):
+        diurnal.env = type(diurnal.env)(initial_time=hour * HOUR_S)
+        picked = diurnal.sample_clients(10, hour, over_selection=1.3)
+        assert len(picked) == 13 and diurnal.online_clients(picked, hour).all()
+    few = world_of(scenario, 30, availability={"kind": "bernoulli", "p": 0.1})
+    picked = few.sample_clients(20, 1)  # fewer online than wanted: all of them, no more
+    online = [c for c in range(30) if generator(0, Stream.AVAILABILITY, 1, c).random() < 0.1]
+    assert picked.tolist() == online
+
+
+def test_selection_under_availability_allocates_the_same_whatever_n(scenario):
+    """A round's 100 online clients from 10,000 or 10,000,000 registered: peak allocation
+    within a few kilobytes of each other, and small (nothing is [N])."""
+    import tracemalloc
+
+    world = world_of(scenario, 100, availability={"kind": "diurnal"})
+    peaks = []
+    for n in (10_000, 10_000_000):
+        world.clients = world.clients.model_copy(update={"count": n})
+        world.sample_clients(100, 1)  # warm caches
+        tracemalloc.start()
+        picked = world.sample_clients(100, 2)
+        _, peak = tracemalloc.get_traced_memory()
+        tracemalloc.stop()
+        assert len(picked) == 100
+        peaks.append(peak)
+    assert max(peaks) < 300_000 and abs(peaks[1] - peaks[0]) < 50_000, peaks
+
+
+# ---------------------------------------------------------------- whole runs
+
+
+DIURNAL_RUN = dict(
+    clients={
+        "count": 200,
+        "cpu_hz": {"kind": "lognormal", "median": 1e6, "sigma": 0.6},
+        "flops_per_cycle": 0.1,  # seconds of compute: sessions end mid-work
+        "availability": {"kind": "diurnal", "session_mean_s": 20.0, "time_zones_h": [0, 8]},
+        "dropout_probability": 0.2,
+        "slowdown_probability": 0.2,
+        "slowdown_factor": 3.0,
+    },
+    algorithm={
+        "name": "fedavg",
+        "cohort": {"clients_per_round": 6, "over_selection": 1.5, "deadline_s": 30.0},
+        "local": {"steps": 10, "batch_size": 16},
+    },
+    model={"kind": "logistic"},
+    radio={"rayleigh_fading": True},
+)
+
+
+def test_a_diurnal_run_resumes_to_the_bit_and_its_energy_is_the_sum_of_its_rows(scenario, tmp_path):
+    whole = run(scenario(**DIURNAL_RUN, run={"rounds": 6}, output={"dir": str(tmp_path / "a")}))
+    part = dict(DIURNAL_RUN, output={"dir": str(tmp_path / "b")})
+    run(scenario(**part, run={"rounds": 3, "checkpoint_every": 1}))
+    resumed = run(scenario(**part, run={"rounds": 6, "checkpoint_every": 1}), resume=True)
+    assert whole.records.equals(resumed.records)
+    assert whole.ledger.equals(resumed.ledger)
+    led = whole.ledger
+    assert {"dropped", "interrupted"} <= set(led.outcome)
+    for rec in whole.records.itertuples():
+        assert rec.energy_j == math.fsum(led.energy_j[led.end_s <= rec.sim_time_s])
+
+
+def test_a_stream_goes_on_after_dropouts_and_charges_them(scenario):
+    """Failed work frees its slot: the run reaches its 5 server updates."""
+    res = run(
+        scenario(
+            clients={
+                "count": 50,
+                "availability": {"kind": "bernoulli", "p": 0.5},
+                "dropout_probability": 0.3,
+            },
+            algorithm={"name": "fedbuff", "concurrency": 4, "buffer_size": 2},
+            model={"kind": "logistic"},
+            run={"rounds": 5},
+        ),
+        write=False,
+    )
+    led = res.ledger[res.ledger.kind != "evaluate"]
+    assert "dropped" in set(led.outcome) and res.records["round"].iloc[-1] == 5
+    for rec in res.records.itertuples():
+        assert rec.energy_j == math.fsum(res.ledger.energy_j[res.ledger.end_s <= rec.sim_time_s])
