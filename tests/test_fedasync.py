@@ -172,3 +172,25 @@ def test_the_fedasync_scenario_runs(tmp_path):
     assert list(res.records["round"]) == [0, 15, 30]
     assert res.records.events.iloc[-1] == 30  # one server update per arrival
     assert res.records.test_accuracy.iloc[-1] > res.records.test_accuracy.iloc[0]
+
+
+def test_the_first_fill_trains_in_one_call_and_later_starts_alone(scenario):
+    from flnet.runner import build
+
+    sc = scenario(
+        algorithm={"name": "fedasync", "concurrency": 4, "local": {"steps": 2, "batch_size": 8}},
+        clients={"count": 8, "cpu_hz": {"kind": "lognormal", "median": 1e9, "sigma": 0.5}},
+    )
+    world, learn = build(sc)
+    sizes = []
+    train = learn.local_train
+
+    def counting(clients, *args, **kwargs):
+        sizes.append(len(clients))
+        return train(clients, *args, **kwargs)
+
+    learn.local_train = counting
+    run_protocol(
+        world, 5, fedasync.protocol(world, learn, sc.algorithm, fedasync.init(learn, sc.algorithm))
+    )
+    assert sizes == [4, 1, 1, 1, 1]  # one call for the fill, then one per freed slot (5th: none)
