@@ -193,4 +193,4 @@ def test_the_first_fill_trains_in_one_call_and_later_starts_alone(scenario):
     run_protocol(
         world, 5, fedasync.protocol(world, learn, sc.algorithm, fedasync.init(learn, sc.algorithm))
     )
-    assert sizes == [4, 1, 1, 1, 1]  # one call for the fill, then one per freed slot (5th: none)
+    assert sizes == [4, 1, 1, 1, 1]  # the fill in one call, then one per freed slot
