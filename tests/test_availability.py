@@ -287,3 +287,53 @@ def test_a_stream_goes_on_after_dropouts_and_charges_them(scenario):
     assert "dropped" in set(led.outcome) and res.records["round"].iloc[-1] == 5
     for rec in res.records.itertuples():
         assert rec.energy_j == math.fsum(res.ledger.energy_j[res.ledger.end_s <= rec.sim_time_s])
+
+
+def test_members_that_finish_before_their_session_ends_leave_nothing_scheduled(scenario):
+    """Sessions an hour long, rounds of seconds: after 50 rounds of 40 members nothing is held
+    for members that are over (no timer per member waits out its session)."""
+    world = world_of(scenario, 40, availability={"kind": "bernoulli", "p": 1.0})
+    world.availability = EndsAt(3600.0)
+    for r in range(1, 51):
+        one_round(world, np.arange(40), tag=r)
+    assert len(world._cuts) == 0 and len(world._cuts._heap) < 200
+    assert len(world.env._queue) <= 2  # the one timer, for the earliest session end
+
+
+def test_a_diurnal_stream_resumes_to_the_bit_with_work_under_way(scenario, tmp_path):
+    """FedBuff under sessions of about 8 s, dropout and slowdowns: the work frozen at a
+    checkpoint keeps its fate (interruption time, dropout point, slowdown) when thawed (work
+    under way at the 4th update's checkpoint is interrupted later: without re-arming its
+    session's end on thaw, the ledgers differ)."""
+    sc = dict(
+        DIURNAL_RUN,
+        algorithm={"name": "fedbuff", "concurrency": 6, "buffer_size": 2, "local": {"steps": 10}},
+    )
+    sc["clients"] = dict(
+        sc["clients"],
+        availability={"kind": "diurnal", "session_mean_s": 8.0, "time_zones_h": [0, 8]},
+    )
+    whole = run(scenario(**sc, run={"rounds": 8}, output={"dir": str(tmp_path / "a")}))
+    part = dict(sc, output={"dir": str(tmp_path / "b")})
+    run(scenario(**part, run={"rounds": 4, "checkpoint_every": 1}))
+    resumed = run(scenario(**part, run={"rounds": 8, "checkpoint_every": 1}), resume=True)
+    assert {"dropped", "interrupted"} <= set(whole.ledger.outcome)
+    assert whole.records.equals(resumed.records)
+    assert whole.ledger.equals(resumed.ledger)
+
+
+@pytest.mark.parametrize(
+    "availability, words",
+    [
+        ({"kind": "weekly"}, "clients.availability"),
+        ({"kind": "diurnal", "mean_online": 0.7}, "clients.availability.amplitude"),
+        ({"kind": "diurnal", "hourly_online": [0.2] * 23}, "clients.availability.hourly_online"),
+        ({"kind": "diurnal", "time_zone_weights": [1, 2]}, "time_zone_weights"),
+        ({"kind": "bernoulli", "p": 0.5, "check": "never"}, "check"),
+    ],
+)
+def test_bad_availability_is_refused_naming_the_field(scenario, availability, words):
+    from flnet.errors import ScenarioError
+
+    with pytest.raises(ScenarioError, match=words):
+        scenario(clients={"availability": availability})

@@ -13,6 +13,12 @@ all the time side looks at. Client-side state follows simulated time (`ClientSta
 new state takes effect when its local work completes; work interrupted before then changes
 nothing; a lost upload after completed work leaves the new state in place.
 
+Availability and device behaviour (`World.fate`): `round_trip` and `stream` start only clients
+online then; a member's work ends early, charged up to that instant, when its session ends
+(`interrupted`), when it drops out (`dropped`) or, with the `at_completion` check, when it is
+offline as its upload completes (`lost`). Such members count as arrived without an update.
+`exchange` (gossip) nodes are always available.
+
 Safe points, where a run may stop or checkpoint (each `World.publish`; `World.request_stop`
 stops at the next one): the end of a round for `round_trip` and the end of an iteration for
 `exchange`, where nothing is in flight; each server update for `stream`, where the work under
@@ -108,8 +114,6 @@ def round_trip(
         _Trip(world, gather, pos, client, step, down_bits[pos], flops, up_bits[pos])
         for pos, (client, flops) in enumerate(zip(cohort.tolist(), np.asarray(work_flops).tolist()))
     ]
-    for trip in trips:  # after every trip has started: a stop never meets a half-built round
-        world.end_at(trip.fate.cut_s, trip.stop, "interrupted")
     if deadline_s is None:
         yield gather.done
     else:
@@ -173,6 +177,7 @@ class _Trip:
         "computed",
         "over",
         "fate",
+        "cut",
     )
 
     def __init__(
@@ -196,6 +201,7 @@ class _Trip:
         self.job: Job = world.start_transfer(
             SERVER, client, down_bits * share, tag, then=self._downloaded, ends_as=ends
         )
+        self.cut = world.end_at(fate.cut_s, self.stop, "interrupted")
 
     def _downloaded(self, job: Job) -> None:
         if job.outcome != "ok":
@@ -223,6 +229,7 @@ class _Trip:
         if job.outcome != "ok":
             return self.stop(str(job.outcome))
         self.over = True
+        self.world.cancel_end(self.cut)
         self.gather.arrive(self.pos, "ok")
 
     def stop(self, cause: str) -> None:
@@ -232,6 +239,7 @@ class _Trip:
         if self.over:
             return
         self.over = True
+        self.world.cancel_end(self.cut)
         self.job.stop(cause)
         self.gather.arrive(self.pos, cause)
 
@@ -546,7 +554,7 @@ class _Flight:
         jobs = self.world.thaw(frozen["jobs"], [w.then for w in self.under_way], ends)
         for w, job in zip(self.under_way, jobs):
             w.job = job
-            self.world.end_at(w.fate.cut_s, w.stop, "interrupted")
+            w.cut = self.world.end_at(w.fate.cut_s, w.stop, "interrupted")
         self.arrived = [
             Arrival(int(c), int(n), int(v), int(s), p, t) for c, n, v, s, p, t in frozen["arrived"]
         ]
@@ -570,6 +578,7 @@ class _Work:
         "phase",
         "fate",
         "over",
+        "cut",
     )
 
     def __init__(
@@ -599,7 +608,7 @@ class _Work:
             key=(client, count),
             ends_as=ends,
         )
-        world.end_at(self.fate.cut_s, self.stop, "interrupted")
+        self.cut = world.end_at(self.fate.cut_s, self.stop, "interrupted")
 
     def _fate(self, down_bits: float) -> Fate:
         """Its fate, keyed (client, count); the same when thawed (it started at `start_s`)."""
@@ -659,6 +668,7 @@ class _Work:
         if job.outcome != "ok":
             return self.stop(str(job.outcome))
         self.over = True
+        self.flight.world.cancel_end(self.cut)
         self.flight.arrive(self)
 
     def stop(self, cause: str) -> None:
@@ -667,5 +677,6 @@ class _Work:
         if self.over or self not in self.flight.under_way:
             return
         self.over = True
+        self.flight.world.cancel_end(self.cut)
         self.job.stop(cause)
         self.flight.fail(self)

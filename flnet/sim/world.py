@@ -8,6 +8,11 @@ another (`transfer`, or `start_transfer` for callback chains), local compute of 
 the `AbstractWorld` interface, never this class's internals. Nothing here imports torch: the World
 sees bits and FLOPs, never tensors.
 
+Who is online when (`availability`, `flnet.sim.availability`) and how a started client's work
+goes (`fate`: its session's end, a slowdown, a dropout point) are the World's too; patterns
+end a member's work at such an instant with `end_at` (see README, "Availability and device
+behaviour").
+
 The run's progress goes through the World too: an algorithm `publish`es a `Progress` record after
 each unit of its pattern (a round, an iteration, a server update); observers evaluate, record,
 checkpoint and stop the run (`Observer`). `request_stop` asks the run to stop at the next such
@@ -28,6 +33,7 @@ from flnet.sim import availability as availability_mod
 from flnet.sim import population as population_mod
 from flnet.sim.availability import Availability
 from flnet.sim.channel import Channel, SharedBand, Transmission, band, timeout_at
+from flnet.sim.cuts import Cuts
 from flnet.sim.device import compute_energy_j, compute_time_s
 from flnet.sim.ledger import NOBODY, Ledger, Tag
 from flnet.sim.network import Link, Network, d2d_link
@@ -190,7 +196,9 @@ class AbstractWorld(Protocol):
         self, client: int, draw: int, stream: Stream, keys: tuple[int, int], work: tuple
     ) -> Fate: ...
 
-    def end_at(self, t_s: float, stop: Callable[[str], None], outcome: str) -> None: ...
+    def end_at(self, t_s: float, stop: Callable[[str], None], outcome: str) -> int: ...
+
+    def cancel_end(self, token: int) -> None: ...
 
     def online_clients(self, clients: np.ndarray, draw: int) -> np.ndarray: ...
 
@@ -229,6 +237,7 @@ class World:
         self.devices = Devices(pop.cpu_hz, pop.flops_per_cycle, pop.kappa)
         self.network = Network(self.env, radio, pop)
         self.availability: Availability = availability_mod.build(clients.availability, seed)
+        self._cuts = Cuts(self.env)  # work to end when its session does
         self.observers: list[Observer] = []
         self._stop_reason: str | None = None
         self._stop_requested: str | None = None
@@ -473,11 +482,13 @@ class World:
         share = (point - below) / (edges[phase] - below) if edges[phase] > below else 0.0
         return Fate(cut_s, phase, float(share), slowdown, judge)
 
-    def end_at(self, t_s: float, stop: Callable[[str], None], outcome: str) -> None:
+    def end_at(self, t_s: float, stop: Callable[[str], None], outcome: str) -> int:
         """Call `stop(outcome)` at `t_s` (if finite): the member's work ends there with that
-        outcome, unless it is over by then (a member's `stop` does nothing once it is)."""
-        if math.isfinite(t_s):
-            timeout_at(self.env, t_s).callbacks.append(lambda _event: stop(outcome))
+        outcome. The token lets a member that is over first cancel it (`cancel_end`)."""
+        return self._cuts.add(t_s, stop, outcome)
+
+    def cancel_end(self, token: int) -> None:
+        self._cuts.cancel(token)
 
     def transfer(self, src: int, dst: int, packet: Any, tag: Tag) -> simpy.Process:
         """A process that sends `packet` (anything with `bits`) and ends with its outcome; an
