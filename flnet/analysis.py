@@ -236,3 +236,33 @@ def read_records(path: str | Path) -> pd.DataFrame:
         if p.exists():
             return pd.read_parquet(p) if p.suffix == ".parquet" else pd.read_csv(p)
     raise FlnetError(f"no records in {path} (expected records.parquet or records.csv)")
+
+
+WORK_KINDS = ("download", "compute", "upload")  # one client's piece of work, in this order
+
+
+def wasted_energy_j(ledger: pd.DataFrame) -> dict[str, float]:
+    """Joules spent on work that came to nothing, by how it ended: every row of a client's
+    piece of work (its download, compute and upload) counts under the outcome of the work's
+    last row when that is not ``ok`` (dropped, interrupted, deadline, cancelled, lost, ...):
+    the compute of a client whose upload was cut is wasted too. A piece of work is a node's
+    rows of one pattern step, a new one starting at each download (a stream client may start
+    twice at one server version). Evaluation and device-to-device rows are not client work."""
+    rows = ledger[ledger.kind.isin(WORK_KINDS)]
+    if rows.empty:
+        return {}
+    order = rows.kind.map({k: i for i, k in enumerate(WORK_KINDS)})
+    rows = rows.assign(_order=order).sort_values(
+        ["pattern", "round", "node", "start_s", "_order"], kind="stable"
+    )
+    starts = (rows.kind == "download").to_numpy()
+    same = (
+        (rows[["pattern", "round", "node"]].shift() == rows[["pattern", "round", "node"]])
+        .all(axis=1)
+        .to_numpy()
+    )
+    work = np.cumsum(starts | ~same)  # a new piece of work: a download, or another node/step
+    last = rows.groupby(work, sort=False).outcome.transform("last")
+    wasted = rows[last.to_numpy() != "ok"]
+    by = wasted.groupby(last[last != "ok"].to_numpy()).energy_j.sum()
+    return {str(k): float(v) for k, v in by.items()}

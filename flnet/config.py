@@ -305,6 +305,59 @@ class CohortConfig(Strict):
         return self
 
 
+class DeadlinePartialWork(Strict):
+    """FedProx's systems heterogeneity under a deadline (Li et al. 2020, Section 5.2): each
+    client does the local steps that fit, floor((deadline_s - its download and upload time
+    alone on the band) / its step time), at least 1 and at most the full work, decided when
+    the round starts. FedProx aggregates the partial updates; FedAvg gives every client the
+    full work and drops those still busy at the deadline."""
+
+    kind: Literal["deadline"]
+
+
+class StragglerPartialWork(Strict):
+    """The FedProx code's stragglers (litian96/FedProx, trainers/fedprox.py): in each round
+    all but round(K * (1 - fraction)) of the K selected clients straggle and do a number of
+    local epochs (or steps) drawn uniformly from [1, E] (the paper's text; the code stops at
+    E - 1); FedAvg (trainers/fedavg.py) trains only the others."""
+
+    kind: Literal["stragglers"]
+    fraction: float = Field(
+        ge=0, le=1, description="share of each round's cohort that straggles (drop_percent)"
+    )
+
+
+PartialWorkConfig = Annotated[
+    DeadlinePartialWork | StragglerPartialWork, Field(discriminator="kind")
+]
+
+
+class ConstantStaleness(Strict):
+    """s(staleness) = 1: every update mixes in with the same weight (FedAsync+Const)."""
+
+    kind: Literal["constant"]
+
+
+class PolynomialStaleness(Strict):
+    """s(staleness) = (staleness + 1)^-a (FedAsync+Poly; a = 1/2 is FedBuff's sqrt)."""
+
+    kind: Literal["polynomial"] = "polynomial"
+    a: float = Field(0.5, gt=0, description="exponent (the FedAsync paper's 0.5)")
+
+
+class HingeStaleness(Strict):
+    """s(staleness) = 1 up to b, then 1 / (a (staleness - b) + 1) (FedAsync+Hinge)."""
+
+    kind: Literal["hinge"]
+    a: float = Field(10.0, gt=0, description="slope past b (the FedAsync paper's 10)")
+    b: int = Field(4, ge=0, description="staleness still weighed 1 (the FedAsync paper's 4)")
+
+
+StalenessConfig = Annotated[
+    ConstantStaleness | PolynomialStaleness | HingeStaleness, Field(discriminator="kind")
+]
+
+
 class _TopologyCommon(Strict):
     weights: Literal["metropolis_hastings", "uniform"] = Field(
         "metropolis_hastings",

@@ -47,6 +47,8 @@ class Stream(IntEnum):
     BEHAVIOUR_KEYED = 1_000_016  # the same in a stream, keyed (client, work count)
     TRACE_AVAILABILITY = 1_000_020  # which trace client each client replays (availability)
     TRACE_CAPACITY = 1_000_021  # which trace client each client replays (capacity)
+    STRAGGLERS = 1_000_025  # which of a round's cohort straggle, keyed by (round)
+    PARTIAL_WORK = 1_000_026  # a straggler's local epochs (or steps), keyed by (round, client)
 
 
 def generator(seed: int, stream: Stream, *keys: int) -> np.random.Generator:

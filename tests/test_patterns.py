@@ -124,7 +124,10 @@ class Buffered:
         self.x, self.version, self.k = 0.0, 0, k
         self.buffer, self.arrivals, self.commits = [], [], []
 
-    def work(self, client, count):
+    def work(self, clients, counts):
+        return [self.one(c, n) for c, n in zip(clients.tolist(), counts.tolist())]
+
+    def one(self, client, count):
         delta = self.x / 2 + (client + 1) - self.x
         return Work(Packet(self.x, 1e6), FLOPS, Packet(delta, 1e6), Committed(self, client))
 
@@ -215,7 +218,10 @@ class BufferedState:
         self.k, self.version, self.x, self.buffer = k, version, x, list(buffer)
         self.published = []
 
-    def work(self, client, count):
+    def work(self, clients, counts):
+        return [self.one(c, n) for c, n in zip(clients.tolist(), counts.tolist())]
+
+    def one(self, client, count):
         # 'training' keyed by (client, count), from the current model
         delta = (client + 1) * 0.1 + count * 0.01 - self.x / 4
         return Work(Packet(self.x, 2e6), 1e9 * (1 + client % 3), Packet(delta, 1e6 + client))

@@ -19,17 +19,19 @@ MODULES = {
     "fedprox": "flnet.algorithms.fedprox",
     "dpsgd": "flnet.algorithms.dpsgd",
     "fedbuff": "flnet.algorithms.fedbuff",
+    "fedasync": "flnet.algorithms.fedasync",
     "scaffold": "flnet.algorithms.scaffold",
 }
 
 if TYPE_CHECKING:  # mypy checks each module above against the shape, with its Config and State
-    from flnet.algorithms import dpsgd, fedavg, fedbuff, fedprox, scaffold
+    from flnet.algorithms import dpsgd, fedasync, fedavg, fedbuff, fedprox, scaffold
     from flnet.algorithms.base import AlgorithmModule
 
     _fedavg: AlgorithmModule[fedavg.Config, fedavg.State] = fedavg
     _fedprox: AlgorithmModule[fedprox.Config, fedprox.State] = fedprox
     _dpsgd: AlgorithmModule[dpsgd.Config, dpsgd.State] = dpsgd
     _fedbuff: AlgorithmModule[fedbuff.Config, fedbuff.State] = fedbuff
+    _fedasync: AlgorithmModule[fedasync.Config, fedasync.State] = fedasync
     _scaffold: AlgorithmModule[scaffold.Config, scaffold.State] = scaffold
 
 

@@ -15,22 +15,47 @@ from flnet.config import (
     GraphTopology,
     LocalConfig,
     NoServerOptimizer,
+    PartialWorkConfig,
+    PolynomialStaleness,
     ServerOptimizerConfig,
+    StalenessConfig,
     Strict,
     TopologyConfig,
 )
 
+PARTIAL_WORK = Field(
+    None,
+    description="systems heterogeneity as in FedProx's experiments: clients that cannot do "
+    "the full local work (deadline: what fits before cohort.deadline_s; stragglers: a random "
+    "share of the cohort); FedProx aggregates their partial updates, FedAvg drops them",
+)
 
-class FedAvgConfig(Strict):
+
+class _PartialWorkNeedsADeadline(Strict):
+    @model_validator(mode="after")
+    def _deadline_given(self) -> _PartialWorkNeedsADeadline:
+        partial = getattr(self, "partial_work", None)
+        cohort: CohortConfig = getattr(self, "cohort")  # noqa: B009  # both subclasses have one
+        if partial is not None and partial.kind == "deadline" and cohort.deadline_s is None:
+            raise PydanticCustomError(
+                "inconsistent",
+                "partial work under a deadline needs algorithm.cohort.deadline_s (seconds)",
+                {"field": "algorithm.partial_work.kind"},
+            )
+        return self
+
+
+class FedAvgConfig(_PartialWorkNeedsADeadline):
     name: Literal["fedavg"] = "fedavg"
     cohort: CohortConfig = CohortConfig()
     local: LocalConfig = LocalConfig()
     server_optimizer: ServerOptimizerConfig = Field(
         NoServerOptimizer(), description=SERVER_OPTIMIZER_DESCRIPTION
     )
+    partial_work: PartialWorkConfig | None = PARTIAL_WORK
 
 
-class FedProxConfig(Strict):
+class FedProxConfig(_PartialWorkNeedsADeadline):
     name: Literal["fedprox"] = "fedprox"
     mu: float = Field(0.01, ge=0, description="proximal weight (the Delta-SGD code's example)")
     cohort: CohortConfig = CohortConfig()
@@ -38,6 +63,7 @@ class FedProxConfig(Strict):
     server_optimizer: ServerOptimizerConfig = Field(
         NoServerOptimizer(), description=SERVER_OPTIMIZER_DESCRIPTION
     )
+    partial_work: PartialWorkConfig | None = PARTIAL_WORK
 
 
 class DpsgdConfig(Strict):
@@ -74,6 +100,23 @@ class FedBuffConfig(Strict):
     server_lr: float = Field(1.0, gt=0, description="eta_g")
     staleness_weighting: Literal["sqrt", "none"] = Field(
         "sqrt", description="sqrt: 1/sqrt(1 + staleness); none: every delta weighs 1"
+    )
+    local: LocalConfig = LocalConfig()
+
+
+class FedAsyncConfig(Strict):
+    """FedAsync (Xie, Koyejo and Gupta 2019): asynchronous clients; every arriving model is
+    mixed into the server's with weight alpha * s(staleness). Defaults are from the paper's
+    experiments: alpha 0.6, rho 0.005, FedAsync+Poly with a = 0.5."""
+
+    name: Literal["fedasync"] = "fedasync"
+    concurrency: int = Field(10, ge=1, description="clients training at once")
+    alpha: float = Field(0.6, gt=0, le=1, description="mixing hyperparameter alpha")
+    rho: float = Field(
+        0.005, ge=0, description="weight of the clients' regularizer (rho / 2) ||x - x_tau||^2"
+    )
+    staleness: StalenessConfig = Field(
+        PolynomialStaleness(), description="s: constant, polynomial (a) or hinge (a, b)"
     )
     local: LocalConfig = LocalConfig()
 
@@ -117,12 +160,15 @@ class ScaffoldConfig(Strict):
 
 # The members of CONFIGS as one type, for annotations (scenario.AlgorithmConfig is built from
 # CONFIGS at run time, which mypy cannot follow): keep the two in step.
-AnyAlgorithmConfig = FedAvgConfig | FedProxConfig | DpsgdConfig | FedBuffConfig | ScaffoldConfig
+AnyAlgorithmConfig = (
+    FedAvgConfig | FedProxConfig | DpsgdConfig | FedBuffConfig | FedAsyncConfig | ScaffoldConfig
+)
 
 CONFIGS = {
     "fedavg": FedAvgConfig,
     "fedprox": FedProxConfig,
     "dpsgd": DpsgdConfig,
     "fedbuff": FedBuffConfig,
+    "fedasync": FedAsyncConfig,
     "scaffold": ScaffoldConfig,
 }

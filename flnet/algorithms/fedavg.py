@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import numpy as np
 import torch
 
+from flnet.algorithms import partial
 from flnet.algorithms.base import Steps
 from flnet.algorithms.configs import FedAvgConfig as Config
 from flnet.algorithms.configs import FedProxConfig
@@ -57,26 +58,41 @@ def protocol(
     cfg: Config | FedProxConfig,
     state: State,
     local_loss: Callable[[torch.Tensor], LossFn] | None = None,
+    partial_updates: bool = False,
 ) -> Steps:
-    """`local_loss(x_t)`, if given, is the clients' loss in round t (FedProx adds a term)."""
+    """`local_loss(x_t)`, if given, is the clients' loss in round t (FedProx adds a term).
+    With `cfg.partial_work`, clients that cannot do their full work (`partial.plan`) do the
+    steps they can when `partial_updates` (FedProx), else they are dropped (FedAvg: the
+    stragglers do not train; under a deadline they do the full work and are cut)."""
     x, server = state.x, state.server
     opt = server_optim.from_config(cfg.server_optimizer)
     k = cfg.cohort.k(world.num_clients)
     for t in world.steps(state.round):
         cohort = world.sample_clients(k, t, cfg.cohort.over_selection)  # S_t
+        x_bits = learn.bits(ModelMessage(x))
+        steps = None
+        if cfg.partial_work is not None:
+            p = partial.plan(
+                world, learn, cfg.partial_work, cfg.local, cohort, t, x_bits, cfg.cohort.deadline_s
+            )
+            if partial_updates:
+                steps = p.steps
+            elif cfg.partial_work.kind == "stragglers":
+                cohort = cohort[~p.straggles]
         work = learn.local_train(
             cohort,
             x,
             cfg.local,
             t,  # ClientUpdate(k, x_t)
             loss_fn=local_loss(x) if local_loss else None,
+            steps=steps,
         )
         done = yield from round_trip(
             world,
             cohort,
-            Packet(x, learn.bits(ModelMessage(x))),
+            Packet(x, x_bits),
             work.flops,
-            Packet(work.params, learn.bits(ModelMessage(work.params[0]))),
+            Packet(work.params, x_bits),  # each x^k_{t+1} is shaped as x_t
             tag=t,
             deadline_s=cfg.cohort.deadline_s,
             keep=k,

@@ -20,17 +20,17 @@ check the default against the paper before relying on it.
 
 from __future__ import annotations
 
-import math
 from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 import torch
 
+from flnet.algorithms import staleness
 from flnet.algorithms.base import Steps
 from flnet.algorithms.configs import FedBuffConfig as Config
 from flnet.learn.cohort import LossFn
 from flnet.learn.wire import ModelMessage
-from flnet.sim.patterns import Arrival, Packet, Work, stream
+from flnet.sim.patterns import Arrival, Member, Packet, Work, stream
 from flnet.sim.world import AbstractWorld, Progress
 
 if TYPE_CHECKING:  # the learning side's object, for annotations only
@@ -59,8 +59,8 @@ def progress(state: State, figures: dict | None = None) -> Progress:
 
 
 def staleness_weight(tau: int, rule: str) -> float:
-    """s(tau): 1/sqrt(1 + tau) or 1."""
-    return 1.0 / math.sqrt(1.0 + tau) if rule == "sqrt" else 1.0
+    """s(tau): 1/sqrt(1 + tau) (FedAsync's polynomial, a = 1/2) or 1."""
+    return staleness.polynomial(tau, 0.5) if rule == "sqrt" else staleness.constant(tau)
 
 
 def receive(state: State, delta: torch.Tensor, tau: int, cfg: Config) -> State:
@@ -93,24 +93,27 @@ class Server:
     def version(self) -> int:
         return self.state.round
 
-    def work(self, client: int, count: int) -> Work:
-        """ClientUpdate from y_0 = the current x, keyed by (client, count)."""
+    def work(self, clients: np.ndarray, counts: np.ndarray) -> list[Work]:
+        """ClientUpdate from y_0 = the current x, each keyed by (client, count), in one call."""
         x = self.state.x
         done = self.learn.local_train(
-            np.array([client]),
+            clients,
             x,
             self.cfg.local,
             self.state.round,
             loss_fn=self.loss_fn,
-            work_counts=np.array([count]),
+            work_counts=counts,
         )
-        delta = done.params[0] - x  # y_Q - y_0
-        return Work(
-            Packet(x, self.model_bits),
-            float(done.flops[0]),
-            Packet(delta, self.model_bits),
-            state=done.keep,
-        )  # persisted optimizer
+        deltas = done.params - x  # y_Q - y_0
+        return [
+            Work(
+                Packet(x, self.model_bits),
+                flops,
+                Packet(deltas[i].clone(), self.model_bits),  # its own storage (checkpoints)
+                state=Member.of(done.keep, i),  # persisted optimizer
+            )
+            for i, flops in enumerate(done.flops.tolist())
+        ]
 
     def receive(self, arrival: Arrival) -> Progress | None:
         before, tau = self.state, arrival.staleness

@@ -5,8 +5,10 @@ FedAvg whose clients minimise h_k(w; x_t) = F_k(w) + (mu / 2) ||w - x_t||^2 inst
 The proximal term is part of the loss, not a gradient correction, so optimizers that evaluate
 gradients elsewhere (Delta-SGD's previous iterate, SAM's ascent point) see it there too, as the
 Delta-SGD authors' `update_weights_prox` does. Algorithm 2 lets a device stop early (gamma-inexact
-solutions); here every client runs its `local.steps`, as in the papers' experiments. The server
-aggregates exactly as FedAvg (sample-size weighted mean of the delivered models).
+solutions); here every client runs its full local work unless `partial_work` says otherwise
+(`flnet.algorithms.partial`: the steps that fit before a deadline, or the code's random epochs
+for stragglers), and the partial updates are aggregated like the others. The server aggregates
+exactly as FedAvg (sample-size weighted mean of the delivered models).
 """
 
 from __future__ import annotations
@@ -42,4 +44,11 @@ def proximal_loss(mu: float, anchor: torch.Tensor) -> LossFn:
 
 
 def protocol(world: AbstractWorld, learn: Learner, cfg: Config, state: State) -> Steps:
-    return fedavg.protocol(world, learn, cfg, state, local_loss=lambda x: proximal_loss(cfg.mu, x))
+    return fedavg.protocol(
+        world,
+        learn,
+        cfg,
+        state,
+        local_loss=lambda x: proximal_loss(cfg.mu, x),
+        partial_updates=True,  # partial work (cfg.partial_work) is aggregated, Section 5.2
+    )

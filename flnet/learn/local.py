@@ -106,6 +106,20 @@ class Learner:
         reference model's parameters with ``model.costs_as``."""
         return self.wire.bits(message)
 
+    def full_steps(self, clients: np.ndarray, local: LocalConfig) -> np.ndarray:
+        """[C] local steps each client's full work takes: `local.steps`, or its epochs' steps."""
+        if local.epochs is None:
+            return np.full(len(clients), local.steps, dtype=np.int64)
+        return data_mod.epoch_steps(
+            self.num_samples[clients], local.epochs, local.batch_size, local.drop_last
+        )
+
+    def step_flops(self, local: LocalConfig) -> float:
+        """FLOPs of one local step of a full minibatch: B samples times the gradient
+        evaluations the optimizer's step takes at most (a short batch costs less)."""
+        grads = optim.from_config(local).grads_per_step
+        return float(local.batch_size * self.flops_per_sample * grads)
+
     def client_table(self, name: str, initial: Any) -> ClientTable:
         """The per-client table `name` (made on first call, with `initial` as the row of
         clients never written), checkpointed with the run: an algorithm's client state
@@ -171,6 +185,7 @@ class Learner:
         aux: Any = None,
         snapshot_at: int | torch.Tensor | None = None,
         work_counts: np.ndarray | None = None,
+        steps: np.ndarray | None = None,
     ) -> LocalWork:
         """Every client in `clients` does its local work from `start` ([P] or [C, P]):
         `local.steps` steps, or `local.epochs` epochs over its own rows (ceil(n_k / B) * E
@@ -183,14 +198,22 @@ class Learner:
         continues from its state at the end of its last completed local work: the new states
         are in `LocalWork.keep`, which the algorithm hands to its pattern to commit.
         `work_counts` ([C], stream pattern) keys each client's minibatches by (client, its work
-        count), not the round.
+        count), not the round. `steps` ([C], partial work) caps each client's local steps: it
+        takes the first of the steps its full work would take (the same minibatches).
         """
+        cap = None if steps is None else np.asarray(steps, dtype=np.int64)
+        if len(clients) == 0:  # nobody trains (every client straggles, or none is online)
+            self.last_steps = np.zeros(0, dtype=np.int64)
+            nothing = start.new_zeros((0, start.shape[-1]))
+            none = np.zeros(0)
+            return LocalWork(nothing, None, start.new_zeros(0), none, self.last_steps, None, None)
         if self.data.lazy is not None:  # this cohort's rows, generated now (see minibatches)
             # the last cohort's rows go first: a round holds one cohort's, not two
             self.trainer.x_data, self.trainer.y_data = self.data.x_train, self.data.y_train
             self.trainer.x_data, self.trainer.y_data = self.data.cohort_arrays(clients)
         if local.epochs is None:
             steps = np.full(len(clients), local.steps)
+            steps = steps if cap is None else np.minimum(steps, cap)
             batches = data_mod.minibatches(
                 self.data, clients, round, steps, local.batch_size, self.seed, work_counts
             )
@@ -209,6 +232,7 @@ class Learner:
                 self.seed,
                 work_counts,
             )
+            steps = steps if cap is None else np.minimum(steps, cap)
         self.last_steps = steps
         params = start.expand(len(clients), -1) if start.dim() == 1 else start
         optimizer = optimizer or optim.from_config(local)

@@ -55,6 +55,22 @@ class ClientState(Protocol):
         """Make the rows of these cohort positions ([M] int indices) take effect."""
 
 
+class Member(NamedTuple):
+    """One member's part of a cohort's `ClientState`: a stream work's own state when several
+    works were computed in one call."""
+
+    cohort: ClientState
+    pos: int  # the member's position in the cohort
+
+    @classmethod
+    def of(cls, cohort: ClientState | None, pos: int) -> Member | None:
+        return None if cohort is None else cls(cohort, pos)
+
+    def commit(self, positions: np.ndarray) -> None:
+        """positions index this member alone ([0] or none)."""
+        self.cohort.commit(np.asarray([self.pos], dtype=np.int64)[positions])
+
+
 class Delivery(NamedTuple):
     """How a round trip ended for each member of the cohort."""
 
@@ -358,9 +374,10 @@ class StreamServer(Protocol):
     def version(self) -> int:
         """Server updates so far: the stream's step."""
 
-    def work(self, client: int, count: int) -> Work:
-        """Start `client`'s `count`-th piece of work from the current server model (maths
-        now, keyed by (client, count); time later)."""
+    def work(self, clients: np.ndarray, counts: np.ndarray) -> list[Work]:
+        """Start each of `clients`' ([C] ids) `counts`-th ([C]) piece of work from the
+        current server model, in one call (maths now, each keyed by (client, count); time
+        later): one `Work` per client, in order."""
 
     def receive(self, arrival: Arrival) -> Any:
         """Act on one arrival; return a `Progress` to publish after a server update (which
@@ -384,8 +401,11 @@ def stream(
 
     Keys: a client's work is keyed by (client, its work count); the n-th launch picks uniformly
     among idle clients with the generator (seed, ARRIVALS, n), or with `pick(n, busy) ->
-    client`. A client's state is committed when its compute completes. At a stop, work under
-    way is beyond the run's horizon: neither charged nor recorded.
+    client`. The clients that start at one instant (the first fill of the concurrency limit,
+    the free slots after an arrival) are picked first and their work is computed in one
+    `server.work` call, from the same model and with the same keys as one by one. A client's
+    state is committed when its compute completes. At a stop, work under way is beyond the
+    run's horizon: neither charged nor recorded.
 
     Safe points: each published server update. There the pattern freezes what it needs into the
     published state's `flight` field (a stream algorithm's State has one, None at the start):
@@ -403,6 +423,7 @@ def stream(
     busy = {w.client for w in flight.under_way} | {a.client for a in flight.arrived}
     concurrency = min(concurrency, len(pool))
     while world.stop_reason is None:
+        starting: list[tuple[int, int, int]] = []  # (client, count, launch) starting now
         while len(busy) < concurrency:  # fill the free slots with idle online clients
             found = pick(launches, busy) if pick else _pick_idle(world, pool, busy, launches)
             launches += 1
@@ -412,7 +433,11 @@ def stream(
             count = counts.get(client, 0)
             counts[client] = count + 1
             busy.add(client)
-            flight.launch(client, count, launches - 1, server.work(client, count))
+            starting.append((client, count, launches - 1))
+        if starting:  # the clients starting at this instant train in one call
+            ids, nums, _ = np.asarray(starting, dtype=np.int64).reshape(-1, 3).T
+            for (client, count, launch), work in zip(starting, server.work(ids, nums)):
+                flight.launch(client, count, launch, work)
         if not flight.under_way and not flight.arrived:  # nobody online: wait, then try again
             yield world.wait(IDLE_RETRY_S)
             continue

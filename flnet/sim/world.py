@@ -106,6 +106,15 @@ class Progress(NamedTuple):
     figures: dict | None = None
 
 
+class Alone(NamedTuple):
+    """Seconds each client ([C] each) would take for a download, some compute and an upload,
+    each alone on its band and without fading: what a client can know of its own speed."""
+
+    down_s: np.ndarray
+    compute_s: np.ndarray
+    up_s: np.ndarray
+
+
 class Observer(Protocol):
     """Watches a run: `flnet.run(..., observers=[...])`. Observers are called in order; each
     sees the stop reason of those before it."""
@@ -156,6 +165,10 @@ class AbstractWorld(Protocol):
     def sample_clients(self, k: int, round: int, over_selection: float = 1.0) -> np.ndarray: ...
 
     def link(self, src: int, dst: int) -> Link: ...
+
+    def alone_s(
+        self, clients: np.ndarray, down_bits: float, flops: float, up_bits: float
+    ) -> Alone: ...
 
     def start_transfer(
         self,
@@ -376,6 +389,16 @@ class World:
         )
         self.network.add_link(src, dst, link)
         return link
+
+    def alone_s(self, clients: np.ndarray, down_bits: float, flops: float, up_bits: float) -> Alone:
+        """`clients`' download, compute and upload times, each alone and without fading
+        (O(C): only these clients' rows are read)."""
+        net, dev = self.network, self.devices
+        return Alone(
+            net.alone_s(down_bits, clients, down=True),
+            compute_time_s(flops, dev.cpu_hz[clients], dev.flops_per_cycle[clients]),
+            net.alone_s(up_bits, clients),
+        )
 
     def fastest_round_trip_s(self, down_bits: float, flops: float, up_bits: float) -> float:
         """The quickest any client could download, compute and upload: alone on every band,

@@ -1,0 +1,203 @@
+"""Issue 22's study: synchronous rounds against asynchronous servers when clients come and go.
+
+A diurnal population of 200 clients (`clients.availability: diurnal`, a quarter online on
+average, one time zone, sessions of an hour on average), stragglers (CPU speeds lognormal
+around 0.3 GHz, and 10% of tasks slowed 4x) and dropout (5% of tasks fail at a uniform point
+of their work), the digits MLP charged as McMahan et al.'s MNIST CNN (`model.costs_as`, so 10
+local steps take about 20 s of compute and a model about 1 s alone on the uplink), for the
+same simulated time:
+
+- wait_for_all: FedAvg, K = 10, the server waits for every selected client;
+- deadline: FedAvg, K = 10, clients not delivered 30 s after the round starts are dropped;
+- over_selection: FedAvg, 13 selected, the first 10 kept;
+- partial_work: FedProx (mu 0.01) with partial work under the 30 s deadline (the steps that
+  fit, `flnet.algorithms.partial`);
+- fedbuff: FedBuff, 10 training at once, K = 5;
+- fedasync: FedAsync, 10 training at once, the paper's defaults.
+
+Each runs for `--hours` of simulated time with 3 seeds (`flnet.run`, one at a time: the
+machine is shared). Per method it prints the median [min-max] over seeds of the test accuracy
+at a quarter, half and all of the time, the seconds and joules to `--target` accuracy, the
+joules spent, and the joules wasted on work that came to nothing (`flnet.analysis.
+wasted_energy_j`: dropped, interrupted, cut at the deadline, cancelled by over-selection,
+lost), and writes the tables as CSV under the folder given.
+
+    python analysis/availability_study.py runs/availability_study
+    python analysis/availability_study.py runs/availability_study --smoke   # seconds
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from pathlib import Path
+
+import pandas as pd
+
+from flnet.analysis import to_target, wasted_energy_j
+
+LOCAL = {"steps": 10, "batch_size": 32, "lr": 0.05}
+DEADLINE_S = 30.0
+VARIANTS: dict[str, dict] = {
+    "wait_for_all": {"name": "fedavg", "cohort": {"clients_per_round": 10}},
+    "deadline": {"name": "fedavg", "cohort": {"clients_per_round": 10, "deadline_s": DEADLINE_S}},
+    "over_selection": {
+        "name": "fedavg",
+        "cohort": {"clients_per_round": 10, "over_selection": 1.3},
+    },
+    "partial_work": {
+        "name": "fedprox",
+        "mu": 0.01,
+        "cohort": {"clients_per_round": 10, "deadline_s": DEADLINE_S},
+        "partial_work": {"kind": "deadline"},
+    },
+    "fedbuff": {"name": "fedbuff", "concurrency": 10, "buffer_size": 5},
+    "fedasync": {"name": "fedasync", "concurrency": 10},
+}
+OUTCOMES = ("dropped", "interrupted", "deadline", "cancelled", "lost")
+
+
+def scenario(variant: str, seed: int, hours: float, smoke: bool) -> dict:
+    """The study's scenario for one method and seed (smoke: fewer clients, less time)."""
+    asynchronous = VARIANTS[variant]["name"] in ("fedbuff", "fedasync")
+    return {
+        "name": f"{variant}-seed{seed}",
+        "seed": seed,
+        "device": "cpu",
+        "data": {"dataset": "digits", "partition": {"kind": "iid"}},
+        "model": {"kind": "mlp", "hidden": [64], "costs_as": "cnn_mcmahan"},
+        "algorithm": {**VARIANTS[variant], "local": LOCAL},
+        "clients": {
+            "count": 40 if smoke else 200,
+            "cpu_hz": {"kind": "lognormal", "median": 3.0e8, "sigma": 0.5},
+            "availability": {"kind": "diurnal", "mean_online": 0.25, "session_mean_s": 3600.0},
+            "dropout_probability": 0.05,
+            "slowdown_probability": 0.1,
+            "slowdown_factor": 4.0,
+        },
+        "run": {
+            "rounds": 1_000_000,
+            "time_budget_s": hours * 3600.0,
+            # about one evaluation a minute of simulated time either way
+            "eval_every": 10 if asynchronous else 1,
+            "checkpoint_interval_s": None,
+        },
+    }
+
+
+def run_one(variant: str, seed: int, hours: float, smoke: bool) -> tuple[pd.DataFrame, dict]:
+    """(records with `variant`, the wasted joules by outcome) of one run."""
+    import flnet
+
+    res = flnet.run(flnet.load_scenario(data=scenario(variant, seed, hours, smoke)), write=False)
+    assert res.ledger is not None
+    records = res.records.assign(variant=variant)
+    return records, wasted_energy_j(res.ledger)
+
+
+def accuracy_at(records: pd.DataFrame, t_s: float) -> float:
+    """Test accuracy of the last evaluation at or before simulated time `t_s`."""
+    seen = records[records.sim_time_s <= t_s]
+    return float(seen.test_accuracy.iloc[-1]) if len(seen) else math.nan
+
+
+def per_run_row(records: pd.DataFrame, wasted: dict, hours: float, target: float) -> dict:
+    horizon = hours * 3600.0
+    reached = to_target(records, target, keys=["variant", "seed"]).iloc[0]
+    spent = float(records.energy_j.iloc[-1])
+    row = {
+        "variant": records.variant.iloc[0],
+        "seed": int(records.seed.iloc[0]),
+        "steps": int(records["round"].iloc[-1]),
+        "acc_quarter": accuracy_at(records, horizon / 4),
+        "acc_half": accuracy_at(records, horizon / 2),
+        "acc_end": accuracy_at(records, horizon),
+        "seconds_to_target": reached.seconds_to_target,
+        "joules_to_target": reached.joules_to_target,
+        "joules": spent,
+    }
+    for outcome in OUTCOMES:
+        row[f"wasted_{outcome}_j"] = wasted.get(outcome, 0.0)
+    row["wasted_j"] = sum(wasted.values())
+    row["wasted_share"] = row["wasted_j"] / spent if spent > 0 else math.nan
+    return row
+
+
+def _median_range(values: pd.Series) -> str:
+    if values.isna().all():
+        return "never"
+    lo, mid, hi = values.min(), values.median(), values.max()
+    never = " (some never)" if values.isna().any() else ""
+    return f"{mid:.4g} [{lo:.4g}-{hi:.4g}]{never}"
+
+
+SHOWN = {
+    "acc_quarter": "acc@T/4",
+    "acc_half": "acc@T/2",
+    "acc_end": "acc@T",
+    "seconds_to_target": "s to target",
+    "joules_to_target": "J to target",
+    "joules": "J spent",
+    "wasted_j": "J wasted",
+    "wasted_share": "wasted share",
+}
+
+
+def summary(per_run: pd.DataFrame) -> pd.DataFrame:
+    """One row per method: median [min-max] over seeds of each figure."""
+    rows = []
+    for variant, runs in per_run.groupby("variant", sort=False):
+        row = {"method": variant, "seeds": len(runs)}
+        row.update({label: _median_range(runs[col]) for col, label in SHOWN.items()})
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def wasted_table(per_run: pd.DataFrame) -> pd.DataFrame:
+    """Median joules wasted per method and outcome over seeds."""
+    cols = [f"wasted_{o}_j" for o in OUTCOMES]
+    table = per_run.groupby("variant", sort=False)[cols].median()
+    return table.rename(columns=lambda c: c.removeprefix("wasted_").removesuffix("_j"))
+
+
+def main(argv: list[str] | None = None) -> dict[str, pd.DataFrame]:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("out", help="folder for the tables (CSV)")
+    p.add_argument("--smoke", action="store_true", help="1 seed, 40 clients, 5 minutes")
+    p.add_argument("--hours", type=float, default=2.0, help="simulated time per run")
+    p.add_argument("--seeds", type=int, default=3)
+    p.add_argument("--target", type=float, default=0.9, help="test accuracy to reach")
+    p.add_argument("--only", nargs="*", choices=list(VARIANTS), help="these methods only")
+    args = p.parse_args(argv)
+    hours, seeds = (5 / 60, 1) if args.smoke else (args.hours, args.seeds)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    rows, curves = [], []
+    for variant in args.only or VARIANTS:
+        for seed in range(seeds):
+            records, wasted = run_one(variant, seed, hours, args.smoke)
+            curves.append(
+                records[["variant", "seed", "round", "sim_time_s", "energy_j", "test_accuracy"]]
+            )
+            rows.append(per_run_row(records, wasted, hours, args.target))
+            print(f"  {variant} seed {seed}: {rows[-1]['steps']} steps", flush=True)
+    per_run = pd.DataFrame(rows)
+    table, wasted = summary(per_run), wasted_table(per_run)
+    per_run.to_csv(out / "per_run.csv", index=False)
+    table.to_csv(out / "summary.csv", index=False)
+    wasted.to_csv(out / "wasted.csv")
+    pd.concat(curves).to_csv(out / "curves.csv", index=False)
+    print(
+        f"{hours:g} h of simulated time, {seeds} seed(s); median [min-max] over seeds; "
+        f"target test accuracy {args.target:g}"
+    )
+    with pd.option_context("display.width", 250, "display.max_columns", 20):
+        print(table.to_string(index=False))
+        print("\nmedian joules wasted on work that came to nothing, by how it ended:")
+        print(wasted.to_string(float_format=lambda v: f"{v:.4g}"))
+    print(f"\nTables in {out}/")
+    return {"per_run": per_run, "summary": table, "wasted": wasted}
+
+
+if __name__ == "__main__":
+    main()
