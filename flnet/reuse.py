@@ -422,11 +422,7 @@ def timing_only(scenario: Scenario, *, write: bool = True, force: bool = False) 
     model = models.build(scenario.model, fed.input_shape, fed.num_classes, scenario.seed, device)
     # messages and FLOPs as charged: the reference's under model.costs_as, as a full run's
     costs_as = scenario.model.costs_as
-    charged = (
-        references.charged(costs_as)
-        if costs_as
-        else references.Charged(None, model.num_params, model.training_flops_per_sample())
-    )
+    charged = references.charged(costs_as) if costs_as else references.own(model)
     work = _PlannedWork(scenario, charged.num_params, charged.flops_per_sample, fed.num_samples)
     world, recorder = _simulate(scenario, work)
     records = pd.DataFrame(recorder.out)
