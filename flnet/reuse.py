@@ -1,7 +1,8 @@
 """Trajectory reuse and timing-only runs: the time side without the learning.
 
-**Why it is sound.** In a round-trip algorithm (FedAvg, FedProx, SCAFFOLD) the learning never
-looks at the clock: the cohort of round t comes from the selection stream (seed, round), each
+**Why it is sound.** In a round-trip algorithm (FedAvg, FedProx, SCAFFOLD, FedDyn, MOON) the
+learning never looks at the clock: the cohort of round t comes from the selection stream (seed,
+round), each
 client's local work from its own minibatch key, and the server sums the delivered updates in
 cohort order (not arrival order, so their rounding does not depend on timing). Radio and device
 settings then change only when things happen and what they cost, provided nothing timing

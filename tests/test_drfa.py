@@ -9,7 +9,7 @@ from conftest import BASE
 from hypothesis import given
 from hypothesis import strategies as st
 
-from flnet.algorithms import drdm, drfa
+from flnet.algorithms import drdm, drfa, feddyn
 from flnet.learn import simplex
 from flnet.runner import Run, run
 from flnet.scenario import load_scenario, merge
@@ -138,25 +138,66 @@ def test_bits_and_flops_of_a_round_against_fedavgs(name):
     assert not np.allclose(lam, 1 / 6)  # the dual step moved it
 
 
-def test_drdm_server_by_hand_on_one_round():
-    """With every client drawn once (m = N distinct, without replacement), lines 17-20 are
-    FedDyn's server step at the last iterate and at the snapshot."""
+@pytest.mark.parametrize("sampling", ["without_replacement", "dedup_weighted", "with_replacement"])
+def test_drdm_round_by_hand(sampling):
+    """One DRDM round on 6 clients, m = 6 draws: lines 10, 18 and 20 from local models trained
+    again here (g = 0 and w_bar = x0 at the start): g_i = -u_i mu (w_i - x0) with u_i the state
+    updates (1, or the draws with `with_replacement`), c = -(mu / N) sum u_i (w_i - x0), and
+    w_bar = sum_i draws_i w_i / m - c / mu."""
+    mu = 0.5
     sim = simulated(
-        {
-            "name": "drdm",
-            "mu": 0.5,
-            "clients_per_round": 6,
-            "sampling": "without_replacement",
-            "local": LOCAL,
-        }
+        {"name": "drdm", "mu": mu, "clients_per_round": 6, "sampling": sampling, "local": LOCAL}
     )
-    x0 = sim.learner.model.init_params()
-    g = sim.learner.tables[drdm.TABLE].rows(np.arange(6))
-    # line 10: g_i = -mu (w_i - w_bar), so w_i = x0 - g_i / mu; line 18: c = mean_i g_i (N = 6)
-    w = x0 - g / 0.5
-    c = sim.state.c
-    torch.testing.assert_close(c, g.mean(0), rtol=1e-5, atol=1e-6)
-    torch.testing.assert_close(sim.state.x, w.mean(0) - c / 0.5, rtol=1e-5, atol=1e-5)
+    learn, cfg = sim.learner, sim.scenario.algorithm
+    x0 = learn.model.init_params()
+    d = drfa.draw(sim.world, np.full(6, 1 / 6), 6, 1, sampling)
+    if sampling == "without_replacement":
+        assert d.draws.tolist() == [1] * 6
+    w = learn.local_train(
+        d.clients,
+        x0,
+        cfg.local,
+        1,
+        loss_fn=feddyn.dynamic_loss(mu, x0),
+        aux=torch.zeros(len(d.clients), len(x0)),
+    ).params
+    u = torch.as_tensor(d.state_updates, dtype=w.dtype)[:, None]
+    g = learn.tables[drdm.TABLE].rows(d.clients)
+    torch.testing.assert_close(g, -u * mu * (w - x0))
+    c = -(mu / 6) * (u * (w - x0)).sum(0)
+    torch.testing.assert_close(sim.state.c, c)
+    draws = torch.as_tensor(d.draws, dtype=w.dtype)[:, None]
+    torch.testing.assert_close(sim.state.x, (draws * w).sum(0) / 6 - c / mu)
+
+
+def test_dual_step_by_hand():
+    """Algorithm 3: m uniform clients (their own key), each one's cross-entropy of w(t') on B
+    rows drawn from (seed, DUAL_BATCH, round, client), v_i = (N / m) l_i, and
+    lambda = Pi(lambda + tau gamma v)."""
+    from torch.nn import functional as F
+
+    from flnet.rng import Stream, generator
+
+    sim = simulated({"name": "drfa", "clients_per_round": 3, "dual_lr": 0.05, "local": LOCAL})
+    learn, world, cfg = sim.learner, sim.world, sim.scenario.algorithm
+    w = learn.model.init_params() * 0.5
+    lam = torch.tensor([0.3, 0.1, 0.1, 0.2, 0.2, 0.1], dtype=torch.float64)
+    proc = world.env.process(drfa.dual_step(world, learn, cfg, lam, w, 9))
+    world.env.run(proc)
+    uniform = world.sample_clients(3, 9, stream=Stream.DUAL_SELECTION)
+    data = learn.data
+    v = np.zeros(6)
+    for client in uniform:
+        views, n = data.client_indices, data.num_samples[client]
+        start = views.offsets[views.slot(np.array([client]))[0]]
+        rows = views.indices[start + generator(0, Stream.DUAL_BATCH, 9, client).integers(0, n, 4)]
+        logits = learn.model.forward(w, data.x_train[rows])
+        v[client] = 6 / 3 * F.cross_entropy(logits, data.y_train[rows]).item()
+    expected = simplex.project(lam.numpy() + 3 * 0.05 * v)
+    np.testing.assert_allclose(proc.value.numpy(), expected, rtol=1e-6)
+    ledger = world.ledger.frame()
+    dual = ledger[(ledger["round"] == 9)]
+    assert sorted(dual[dual.kind == "upload"].node.tolist()) == sorted(uniform.tolist())
 
 
 @pytest.mark.parametrize("name", ["feddyn", "moon", "drfa", "drdm"])

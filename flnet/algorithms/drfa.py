@@ -17,7 +17,8 @@ Choices and fixes (documented, tested):
 - Sampling (the paper is silent; digest 2.6.3): `dedup_weighted` (default) trains each distinct
   client once and weights its model by its multiplicity; `with_replacement` is the same for
   DRFA (no client state; in DRDM each draw updates the state); `without_replacement` draws m
-  distinct clients in proportion to lambda.
+  distinct clients in proportion to lambda. A client drawn several times trains, is charged
+  and uploads once (its copies would draw the same minibatches, keyed by (round, client)).
 - v_i = (N / m) l_i as Algorithm 3 line 7 (not the notation paragraph's v_i = l_i): what makes
   the snapshot estimator unbiased under uniform U (digest 2.6.4; DRFA's code does the same).
 - lambda^(0) uniform (the paper gives none); `lambda_init: samples` is DRFA's code (n_i / n).
