@@ -221,3 +221,20 @@ def test_scenario_runs_and_resumes_to_the_same_records(tmp_path, name):
     assert resumed.ledger.equals(whole.ledger)
     if name in ("drfa", "drdm"):
         assert {"lambda_entropy", "lambda_max"} <= set(whole.records.columns)
+
+
+def test_bad_settings_are_refused_by_field():
+    from flnet.errors import ScenarioError
+
+    base = merge(BASE, {"clients": {"count": 6}})
+    with pytest.raises(ScenarioError, match="algorithm.clients_per_round.*clients.count is 6"):
+        load_scenario(data=merge(base, {"algorithm": {"name": "drfa", "clients_per_round": 7}}))
+    with pytest.raises(ScenarioError, match="algorithm.local.epochs"):
+        load_scenario(
+            data=merge(
+                base,
+                {"algorithm": {"name": "drdm", "local": {"epochs": 1, "steps": None}}},
+            )
+        )
+    with pytest.raises(ScenarioError, match="algorithm.sampling"):
+        load_scenario(data=merge(base, {"algorithm": {"name": "drfa", "sampling": "lottery"}}))

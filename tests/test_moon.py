@@ -121,3 +121,18 @@ def test_the_previous_model_is_the_clients_last_local_model():
         aux=x0.expand(3, -1),
     )
     torch.testing.assert_close(table.rows(cohort), local.params, rtol=0, atol=0)
+
+
+def test_batched_and_sequential_paths_agree():
+    """The previous models travel as aux rows, sliced with the cohort on every path."""
+    from tolerance import assert_records_close, assert_tensors_close
+
+    out = {}
+    for path in ("batched", "sequential"):
+        extra = {"algorithm": {"name": "moon", "local": {"path": path}}, "run": {"rounds": 2}}
+        sc = load_scenario(data=merge(BASE, merge(SMALL, extra)))
+        sim = Run(sc, write=False)
+        sim.simulate()
+        out[path] = (sim.result().records, sim.learner.tables[moon.TABLE].rows(np.arange(6)))
+    assert_records_close(out["batched"][0], out["sequential"][0], eval_rows=360)
+    assert_tensors_close(out["batched"][1], out["sequential"][1])
