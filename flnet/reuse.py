@@ -79,6 +79,8 @@ EXTRA_FORWARDS = {"moon": 2}  # forward passes a gradient evaluation adds (MOON'
 NOT_REPLAYABLE = {
     "fedbuff": "FedBuff's stream aggregates uploads in arrival order (timing decides)",
     "dpsgd": "D-PSGD's gossip is not replayed (its timeout would let timing decide)",
+    "drfa": "DRFA's rounds hold a second round trip (the dual step), which is not replayed",
+    "drdm": "DRDM's rounds hold a second round trip (the dual step), which is not replayed",
 }
 STOPS_REPLAYED = ("rounds", "target_accuracy")
 COST_COLUMNS = (
