@@ -1,14 +1,14 @@
 """Trajectory reuse and timing-only runs: the time side without the learning.
 
-**Why it is sound.** In a round-trip algorithm (FedAvg, FedProx, SCAFFOLD) the learning never
-looks at the clock: the cohort of round t comes from the selection stream (seed, round), each
-client's local work from its own minibatch key, and the server sums the delivered updates in
-cohort order (not arrival order, so their rounding does not depend on timing). Radio and device
-settings then change only when things happen and what they cost, provided nothing timing
-decides took place: every ledger event ended `ok` (no deadline cut, no cancelled transfer), no
-over-selection (the first K arrivals would choose the aggregate), no stop on simulated seconds or
-joules. So points of a sweep that differ only in the fields of `COSTS_ONLY` form a group; one of
-them trains in full (the *trajectory run*) and the others *replay* it.
+**Why it is sound.** In a round-trip algorithm (FedAvg, FedProx, SCAFFOLD, FedDyn, MOON) the
+learning never looks at the clock: the cohort of round t comes from the selection stream (seed,
+round), each client's local work from its own minibatch key, and the server sums the delivered
+updates in cohort order (not arrival order, so their rounding does not depend on timing). Radio
+and device settings then change only when things happen and what they cost, provided nothing
+timing decides took place: every ledger event ended `ok` (no deadline cut, no cancelled
+transfer), no over-selection (the first K arrivals would choose the aggregate), no stop on
+simulated seconds or joules. So points of a sweep that differ only in the fields of `COSTS_ONLY`
+form a group; one of them trains in full (the *trajectory run*) and the others *replay* it.
 
 **What a replay does.** It builds the point's World (same seed, its own radio and devices) and
 runs the same round trips on the SimPy clock, with each client's FLOPs and each message's bits
@@ -68,10 +68,19 @@ COSTS_ONLY = ("radio", "clients.cpu_hz", "clients.flops_per_cycle", "clients.kap
 
 # Algorithms on `round_trip` whose learning does not depend on timing (see the module doc),
 # with the size of each message in models: (download, upload).
-REPLAYABLE = {"fedavg": (1, 1), "fedprox": (1, 1), "scaffold": (2, 2)}
+REPLAYABLE = {
+    "fedavg": (1, 1),
+    "fedprox": (1, 1),
+    "scaffold": (2, 2),
+    "feddyn": (1, 1),
+    "moon": (1, 1),
+}  # models down, models up
+EXTRA_FORWARDS = {"moon": 2}  # forward passes a gradient evaluation adds (MOON's two models)
 NOT_REPLAYABLE = {
     "fedbuff": "FedBuff's stream aggregates uploads in arrival order (timing decides)",
     "dpsgd": "D-PSGD's gossip is not replayed (its timeout would let timing decide)",
+    "drfa": "DRFA's rounds hold a second round trip (the dual step), which is not replayed",
+    "drdm": "DRDM's rounds hold a second round trip (the dual step), which is not replayed",
 }
 STOPS_REPLAYED = ("rounds", "target_accuracy")
 COST_COLUMNS = (
@@ -221,7 +230,12 @@ class _PlannedWork:
     as the Learner counts it (samples processed x gradients a step x FLOPs per sample)."""
 
     def __init__(
-        self, scenario: Scenario, num_params: int, flops_per_sample: float, sizes: np.ndarray
+        self,
+        scenario: Scenario,
+        num_params: int,
+        flops_per_sample: float,
+        sizes: np.ndarray,
+        forward_flops_per_sample: float = 0.0,
     ) -> None:
         from flnet.learn import optim
 
@@ -234,7 +248,9 @@ class _PlannedWork:
                 field="algorithm.local.optimizer.name",
             )
         self.grads = optim.from_config(self.local).grads_per_step
-        self.flops_per_sample = flops_per_sample
+        self.flops_per_sample = (
+            flops_per_sample + EXTRA_FORWARDS.get(cfg.name, 0) * forward_flops_per_sample
+        )
         self.sizes = sizes
         down, up = REPLAYABLE[cfg.name]
         self.down_bits, self.up_bits = down * num_params * 32, up * num_params * 32
@@ -429,12 +445,14 @@ def timing_only(scenario: Scenario, *, write: bool = True, force: bool = False) 
     model = models.build(scenario.model, fed.input_shape, fed.num_classes, scenario.seed, device)
     # messages and FLOPs as charged: the reference's under model.costs_as, as a full run's
     costs_as = scenario.model.costs_as
-    charged = (
-        references.charged(costs_as)
-        if costs_as
-        else references.Charged(None, model.num_params, model.training_flops_per_sample())
+    charged = references.charged(costs_as) if costs_as else references.own(model)
+    work = _PlannedWork(
+        scenario,
+        charged.num_params,
+        charged.flops_per_sample,
+        fed.num_samples,
+        charged.forward_flops_per_sample,
     )
-    work = _PlannedWork(scenario, charged.num_params, charged.flops_per_sample, fed.num_samples)
     world, recorder = _simulate(scenario, work, flops_per_sample=work.flops_per_sample)
     records = pd.DataFrame(recorder.out)
     summary = {

@@ -49,6 +49,10 @@ class Stream(IntEnum):
     TRACE_CAPACITY = 1_000_021  # which trace client each client replays (capacity)
     STRAGGLERS = 1_000_025  # which of a round's cohort straggle, keyed by (round)
     PARTIAL_WORK = 1_000_026  # a straggler's local epochs (or steps), keyed by (round, client)
+    WEIGHTED_SELECTION = 1_000_030  # m draws with replacement from lambda (DRFA, DRDM), by round
+    DUAL_SELECTION = 1_000_031  # the dual step's uniform clients (DRFA, DRDM), by round
+    SNAPSHOT = 1_000_032  # the snapshot step t' (DRFA, DRDM), by round
+    DUAL_BATCH = 1_000_033  # a dual-step client's loss minibatch, by (round, client)
 
 
 def generator(seed: int, stream: Stream, *keys: int) -> np.random.Generator:

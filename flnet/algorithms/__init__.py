@@ -21,10 +21,25 @@ MODULES = {
     "fedbuff": "flnet.algorithms.fedbuff",
     "fedasync": "flnet.algorithms.fedasync",
     "scaffold": "flnet.algorithms.scaffold",
+    "feddyn": "flnet.algorithms.feddyn",
+    "moon": "flnet.algorithms.moon",
+    "drfa": "flnet.algorithms.drfa",
+    "drdm": "flnet.algorithms.drdm",
 }
 
 if TYPE_CHECKING:  # mypy checks each module above against the shape, with its Config and State
-    from flnet.algorithms import dpsgd, fedasync, fedavg, fedbuff, fedprox, scaffold
+    from flnet.algorithms import (
+        dpsgd,
+        drdm,
+        drfa,
+        fedasync,
+        fedavg,
+        fedbuff,
+        feddyn,
+        fedprox,
+        moon,
+        scaffold,
+    )
     from flnet.algorithms.base import AlgorithmModule
 
     _fedavg: AlgorithmModule[fedavg.Config, fedavg.State] = fedavg
@@ -33,6 +48,10 @@ if TYPE_CHECKING:  # mypy checks each module above against the shape, with its C
     _fedbuff: AlgorithmModule[fedbuff.Config, fedbuff.State] = fedbuff
     _fedasync: AlgorithmModule[fedasync.Config, fedasync.State] = fedasync
     _scaffold: AlgorithmModule[scaffold.Config, scaffold.State] = scaffold
+    _feddyn: AlgorithmModule[feddyn.Config, feddyn.State] = feddyn
+    _moon: AlgorithmModule[moon.Config, moon.State] = moon
+    _drfa: AlgorithmModule[drfa.Config, drfa.State] = drfa
+    _drdm: AlgorithmModule[drdm.Config, drdm.State] = drdm
 
 
 class _Lazy(Mapping):

@@ -115,6 +115,16 @@ class Alone(NamedTuple):
     up_s: np.ndarray
 
 
+class Weights(Protocol):
+    """A distribution over the N clients that draws from a generator (`World.sample_weighted`);
+    it may store only the clients with their own weight (`flnet.learn.simplex.Simplex`)."""
+
+    @property
+    def n(self) -> int: ...
+
+    def sample(self, rng: np.random.Generator, m: int, replace: bool = True) -> np.ndarray: ...
+
+
 class Observer(Protocol):
     """Watches a run: `flnet.run(..., observers=[...])`. Observers are called in order; each
     sees the stop reason of those before it."""
@@ -162,7 +172,17 @@ class AbstractWorld(Protocol):
 
     def request_stop(self, reason: str) -> None: ...
 
-    def sample_clients(self, k: int, round: int, over_selection: float = 1.0) -> np.ndarray: ...
+    def sample_clients(
+        self,
+        k: int,
+        round: int,
+        over_selection: float = 1.0,
+        stream: Stream = Stream.SELECTION,
+    ) -> np.ndarray: ...
+
+    def sample_weighted(
+        self, m: int, round: int, weights: Weights, replace: bool = True
+    ) -> np.ndarray: ...
 
     def link(self, src: int, dst: int) -> Link: ...
 
@@ -256,7 +276,7 @@ class World:
         self._stop_reason: str | None = None
         self._stop_requested: str | None = None
         self._fading_draws: dict[int, dict[tuple, int]] = {}  # step -> link -> draws so far
-        self._selections: dict[tuple[int, int], np.ndarray] = {}  # (size, round) -> clients
+        self._selections: dict[tuple[int, int, int], np.ndarray] = {}  # (stream, size, round)
         self._d2d_channel: Channel | None = None  # made when the first D2D link is
 
     @property
@@ -312,8 +332,16 @@ class World:
 
     # ------------------------------------------------------------------ who takes part
 
-    def sample_clients(self, k: int, round: int, over_selection: float = 1.0) -> np.ndarray:
-        """ceil(k * over_selection) distinct clients, uniformly, from the selection stream.
+    def sample_clients(
+        self,
+        k: int,
+        round: int,
+        over_selection: float = 1.0,
+        stream: Stream = Stream.SELECTION,
+    ) -> np.ndarray:
+        """ceil(k * over_selection) distinct clients, uniformly, from `stream` (the selection
+        stream; a second draw in a round, such as DRFA's dual step, names its own). Under an
+        availability model other than `always`, only clients online now (`_sample_online`).
 
         Each round's draw comes from its own generator. They are made SELECTION_AHEAD rounds at
         a time: the same draws, at a third of the cost of making each between training steps,
@@ -324,22 +352,31 @@ class World:
         """
         m = min(self.num_clients, math.ceil(k * over_selection - 1e-9))
         if not isinstance(self.availability, availability_mod.Always):
-            return self._sample_online(m, round)
-        if (m, round) not in self._selections:
-            self._selections = {
-                (m, r): np.sort(
-                    generator(self.seed, Stream.SELECTION, r).choice(
-                        self.num_clients, size=m, replace=False
-                    )
+            return self._sample_online(m, round, stream)
+        if (stream, m, round) not in self._selections:
+            kept = {key: v for key, v in self._selections.items() if key[0] != stream}
+            self._selections = kept | {
+                (stream, m, r): np.sort(
+                    generator(self.seed, stream, r).choice(self.num_clients, size=m, replace=False)
                 )
                 for r in range(round, round + SELECTION_AHEAD)
             }
-        return self._selections[(m, round)].copy()
+        return self._selections[(stream, m, round)].copy()
 
-    def _sample_online(self, m: int, round: int) -> np.ndarray:
+    def sample_weighted(
+        self, m: int, round: int, weights: Weights, replace: bool = True
+    ) -> np.ndarray:
+        """m clients drawn with replacement from a distribution over all N clients (e.g. DRFA's
+        lambda, `flnet.learn.simplex.Simplex`), in draw order, from the stream (seed,
+        WEIGHTED_SELECTION, round); without replacement, m distinct ones."""
+        if weights.n != self.num_clients:
+            raise ValueError(f"weights over {weights.n} clients, the run has {self.num_clients}")
+        return weights.sample(generator(self.seed, Stream.WEIGHTED_SELECTION, round), m, replace)
+
+    def _sample_online(self, m: int, round: int, stream: Stream) -> np.ndarray:
         """Up to `m` distinct clients online at the round's start (now), uniformly among them.
 
-        Candidates are uniform draws from the selection stream (seed, round), examined in
+        Candidates are uniform draws from `stream` (seed, stream, round), examined in
         order (repeats skipped); the online ones are taken until there are `m`. The cost is
         O(m / online fraction) availability questions, never O(N). At most
         ``min(N, SELECTION_TRIES * m)`` distinct candidates are examined: when fewer than `m`
@@ -348,7 +385,7 @@ class World:
         """
         n, now = self.num_clients, self.env.now
         limit = min(n, SELECTION_TRIES * m)
-        rng = generator(self.seed, Stream.SELECTION, round)
+        rng = generator(self.seed, stream, round)
         seen: set[int] = set()
         chosen: list[int] = []
         rate = 1.0  # online share of the candidates so far, for the next batch's size
