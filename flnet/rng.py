@@ -40,6 +40,7 @@ class Stream(IntEnum):
     ARRIVALS = 1_000_009  # who starts work next (stream pattern)
     D2D = 1_000_010  # a device-to-device link's SNR, keyed by (sender, receiver)
     EVALUATION = 1_000_011  # the clients whose per-client figures are evaluated
+    VALIDATION = 1_000_040  # the rows held out of the training set as a validation set
 
 
 def generator(seed: int, stream: Stream, *keys: int) -> np.random.Generator:
