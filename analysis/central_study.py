@@ -16,10 +16,12 @@ are Eq. 18's. Every algorithm runs plain SGD at lr 0.1 (the energy study's) and 
 defaults: nothing is tuned here, and nothing is ever chosen on test accuracy.
 
 It prints, per algorithm, the final worst-client and mean-client accuracy (mean and standard
-deviation over seeds) and the rounds, simulated seconds and joules to a worst-client target
+deviation over seeds; a diverged run counts as chance, 0.1) and the rounds, simulated seconds and joules to a worst-client target
 (median over seeds; a seed that never reaches it is censored: "> R" with what it spent), then
 each seed's numbers. An algorithm not in this flnet (`flnet.algorithms.configs.CONFIGS`) is
-listed as not available. Tables go to --out as CSV: summary.csv, per_seed.csv.
+listed as not available. Each algorithm's runs go to --out/<algorithm>/ (a sweep: finished
+runs are reused when the script runs again), the tables to --out as CSV: summary.csv,
+per_seed.csv.
 """
 
 from __future__ import annotations
@@ -39,10 +41,20 @@ from flnet.sweeps import run_sweep, spec_from
 ALGORITHMS = ("fedavg", "fedprox", "scaffold", "feddyn", "moon", "drfa", "drdm")
 METRIC = "client_accuracy_worst"
 MIN_LOCAL_TEST_ROWS = 10
+CHANCE = 0.1  # digits has 10 classes: a diverged run's accuracy
 
 
-def scenario(num_clients: int, per_round: int, rounds: int) -> dict:
-    """The study's base scenario (the algorithm is swept)."""
+def algorithm(name: str, per_round: int) -> dict:
+    """The algorithm section: SGD at lr 0.1, tau = 10, batch 32, m clients a round (DRFA and
+    DRDM draw their m from lambda: their own `clients_per_round`), the rest its defaults."""
+    local = {"steps": 10, "batch_size": 32, "lr": 0.1}
+    if "cohort" in CONFIGS[name].model_fields:
+        return {"name": name, "cohort": {"clients_per_round": per_round}, "local": local}
+    return {"name": name, "clients_per_round": per_round, "local": local}
+
+
+def scenario(name: str, num_clients: int, per_round: int, rounds: int) -> dict:
+    """The study's scenario for algorithm `name`."""
     return {
         "name": "central_study",
         "data": {
@@ -51,11 +63,7 @@ def scenario(num_clients: int, per_round: int, rounds: int) -> dict:
             "local_test_fraction": 1.0,
         },
         "model": {"kind": "mlp", "hidden": [64], "costs_as": "cnn_kmnist"},
-        "algorithm": {
-            "name": "fedavg",
-            "cohort": {"clients_per_round": per_round},
-            "local": {"steps": 10, "batch_size": 32, "lr": 0.1},
-        },
+        "algorithm": algorithm(name, per_round),
         "clients": {"count": num_clients, "cpu_hz": 1.0e9, "flops_per_cycle": 1, "kappa": 1e-28},
         "radio": {
             "mode": "direct",
@@ -140,18 +148,26 @@ def main(argv: list[str] | None = None) -> dict[str, pd.DataFrame]:
         clients, per_round, rounds, seeds, args.target = 10, 5, 3, [0], 0.05
     available = [a for a in ALGORITHMS if a in CONFIGS]
     missing = [a for a in ALGORITHMS if a not in CONFIGS]
-    base = scenario(clients, per_round, rounds)
-    fewest = check_local_tests(base, seeds)
-    result = run_sweep(
-        base,
-        spec_from({"algorithm.name": available}, seeds=seeds),
-        workers=args.workers,
-        out_dir=args.out,
-    )
-    records = result.records
+    fewest = check_local_tests(scenario("fedavg", clients, per_round, rounds), seeds)
+    out = Path(args.out)
+    results = [
+        run_sweep(
+            scenario(name, clients, per_round, rounds),
+            spec_from(seeds=seeds),
+            workers=args.workers,
+            out_dir=out / name,
+        )
+        for name in available
+    ]
+    records = pd.concat([r.records for r in results], ignore_index=True)
+    points = pd.concat([r.table.assign(algorithm=n) for n, r in zip(available, results)])
     per_run = to_target(records, args.target, METRIC, keys=["algorithm", "seed"])
     last = records.sort_values("round").groupby(["algorithm", "seed"], sort=False).tail(1)
-    final = last[["algorithm", "seed", "round", METRIC, "client_accuracy_mean", "test_accuracy"]]
+    final = last[
+        ["algorithm", "seed", "round", METRIC, "client_accuracy_mean", "test_accuracy"]
+    ].merge(points[["algorithm", "seed", "status"]], on=["algorithm", "seed"])
+    diverged = final.status == "diverged"  # its last finite figures are not its result
+    final.loc[diverged, [METRIC, "client_accuracy_mean", "test_accuracy"]] = CHANCE
     table = summary(per_run, final, available)
     per_seed = final.merge(
         per_run[
@@ -161,7 +177,6 @@ def main(argv: list[str] | None = None) -> dict[str, pd.DataFrame]:
         ],
         on=["algorithm", "seed"],
     ).sort_values(["algorithm", "seed"])
-    out = Path(args.out)
     table.to_csv(out / "summary.csv", index=False)
     per_seed.to_csv(out / "per_seed.csv", index=False)
 
@@ -176,10 +191,11 @@ def main(argv: list[str] | None = None) -> dict[str, pd.DataFrame]:
         print(f"not available in this flnet: {', '.join(missing)}")
     print("\nper seed:")
     print(per_seed.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
-    bad = result.table[~result.table.status.isin(("completed",))]
+    bad = points[points.status != "completed"]
     if len(bad):
         print(f"\n{len(bad)} runs did not complete:\n{bad.to_string(index=False)}")
-    print(f"\nsweep wall time {result.wall_s:.1f} s; tables in {out}/")
+    wall_s = sum(r.wall_s for r in results)
+    print(f"\nsweeps' wall time {wall_s:.1f} s; runs under {out}/<algorithm>/, tables in {out}/")
     return {"summary": table, "per_seed": per_seed, "per_run": per_run}
 
 

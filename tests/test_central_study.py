@@ -34,7 +34,7 @@ def test_central_study_smoke(tmp_path):
     assert (done.rounds_to_target <= 3).all() and done.censored_at_rounds.isna().all()
     open_ = per_run[~per_run.reached]
     assert open_.rounds_to_target.isna().all() and (open_.censored_at_rounds == 3).all()
-    for name in ("summary.csv", "per_seed.csv", "points.csv"):
+    for name in ("summary.csv", "per_seed.csv", "fedavg/points.csv"):
         assert (tmp_path / name).exists()
 
 
