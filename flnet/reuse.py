@@ -68,7 +68,14 @@ COSTS_ONLY = ("radio", "clients.cpu_hz", "clients.flops_per_cycle", "clients.kap
 
 # Algorithms on `round_trip` whose learning does not depend on timing (see the module doc),
 # with the size of each message in models: (download, upload).
-REPLAYABLE = {"fedavg": (1, 1), "fedprox": (1, 1), "scaffold": (2, 2)}
+REPLAYABLE = {
+    "fedavg": (1, 1),
+    "fedprox": (1, 1),
+    "scaffold": (2, 2),
+    "feddyn": (1, 1),
+    "moon": (1, 1),
+}  # models down, models up
+EXTRA_FORWARDS = {"moon": 2}  # forward passes a gradient evaluation adds (MOON's two models)
 NOT_REPLAYABLE = {
     "fedbuff": "FedBuff's stream aggregates uploads in arrival order (timing decides)",
     "dpsgd": "D-PSGD's gossip is not replayed (its timeout would let timing decide)",
@@ -221,7 +228,12 @@ class _PlannedWork:
     as the Learner counts it (samples processed x gradients a step x FLOPs per sample)."""
 
     def __init__(
-        self, scenario: Scenario, num_params: int, flops_per_sample: float, sizes: np.ndarray
+        self,
+        scenario: Scenario,
+        num_params: int,
+        flops_per_sample: float,
+        sizes: np.ndarray,
+        forward_flops_per_sample: float = 0.0,
     ) -> None:
         from flnet.learn import optim
 
@@ -234,7 +246,9 @@ class _PlannedWork:
                 field="algorithm.local.optimizer.name",
             )
         self.grads = optim.from_config(self.local).grads_per_step
-        self.flops_per_sample = flops_per_sample
+        self.flops_per_sample = (
+            flops_per_sample + EXTRA_FORWARDS.get(cfg.name, 0) * forward_flops_per_sample
+        )
         self.sizes = sizes
         down, up = REPLAYABLE[cfg.name]
         self.down_bits, self.up_bits = down * num_params * 32, up * num_params * 32
@@ -422,12 +436,14 @@ def timing_only(scenario: Scenario, *, write: bool = True, force: bool = False) 
     model = models.build(scenario.model, fed.input_shape, fed.num_classes, scenario.seed, device)
     # messages and FLOPs as charged: the reference's under model.costs_as, as a full run's
     costs_as = scenario.model.costs_as
-    charged = (
-        references.charged(costs_as)
-        if costs_as
-        else references.Charged(None, model.num_params, model.training_flops_per_sample())
+    charged = references.charged(costs_as) if costs_as else references.own(model)
+    work = _PlannedWork(
+        scenario,
+        charged.num_params,
+        charged.flops_per_sample,
+        fed.num_samples,
+        charged.forward_flops_per_sample,
     )
-    work = _PlannedWork(scenario, charged.num_params, charged.flops_per_sample, fed.num_samples)
     world, recorder = _simulate(scenario, work)
     records = pd.DataFrame(recorder.out)
     summary = {

@@ -40,6 +40,10 @@ class Stream(IntEnum):
     ARRIVALS = 1_000_009  # who starts work next (stream pattern)
     D2D = 1_000_010  # a device-to-device link's SNR, keyed by (sender, receiver)
     EVALUATION = 1_000_011  # the clients whose per-client figures are evaluated
+    WEIGHTED_SELECTION = 1_000_030  # m draws with replacement from lambda (DRFA, DRDM), by round
+    DUAL_SELECTION = 1_000_031  # the dual step's uniform clients (DRFA, DRDM), by round
+    SNAPSHOT = 1_000_032  # the snapshot step t' (DRFA, DRDM), by round
+    DUAL_BATCH = 1_000_033  # a dual-step client's loss minibatch, by (round, client)
     VALIDATION = 1_000_040  # the rows held out of the training set as a validation set
 
 

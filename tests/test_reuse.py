@@ -157,8 +157,10 @@ def _no_training(monkeypatch):
         {"algorithm": {"local": {"epochs": 1, "steps": None, "batch_size": 16}}},
         {"algorithm": {"local": {"sam_rho": 0.05}, "cohort": {"deadline_s": 0.3}}},
         {"model": {"costs_as": "cnn_kmnist"}},
+        {"algorithm": {"name": "moon"}, "model": {"costs_as": "cnn_kmnist"}},
+        {"algorithm": {"name": "feddyn"}},
     ],
-    ids=["fedavg", "scaffold", "epochs", "sam-deadline", "costs-as"],
+    ids=["fedavg", "scaffold", "epochs", "sam-deadline", "costs-as", "moon-costs-as", "feddyn"],
 )
 def test_timing_only_costs_equal_a_full_runs_and_nothing_trains(tmp_path, monkeypatch, algorithm):
     cell = merge(COSTLY, {"data": {"partition": {"kind": "dirichlet", "alpha": 0.5}}})

@@ -20,10 +20,14 @@ MODULES = {
     "dpsgd": "flnet.algorithms.dpsgd",
     "fedbuff": "flnet.algorithms.fedbuff",
     "scaffold": "flnet.algorithms.scaffold",
+    "feddyn": "flnet.algorithms.feddyn",
+    "moon": "flnet.algorithms.moon",
+    "drfa": "flnet.algorithms.drfa",
+    "drdm": "flnet.algorithms.drdm",
 }
 
 if TYPE_CHECKING:  # mypy checks each module above against the shape, with its Config and State
-    from flnet.algorithms import dpsgd, fedavg, fedbuff, fedprox, scaffold
+    from flnet.algorithms import dpsgd, drdm, drfa, fedavg, fedbuff, feddyn, fedprox, moon, scaffold
     from flnet.algorithms.base import AlgorithmModule
 
     _fedavg: AlgorithmModule[fedavg.Config, fedavg.State] = fedavg
@@ -31,6 +35,10 @@ if TYPE_CHECKING:  # mypy checks each module above against the shape, with its C
     _dpsgd: AlgorithmModule[dpsgd.Config, dpsgd.State] = dpsgd
     _fedbuff: AlgorithmModule[fedbuff.Config, fedbuff.State] = fedbuff
     _scaffold: AlgorithmModule[scaffold.Config, scaffold.State] = scaffold
+    _feddyn: AlgorithmModule[feddyn.Config, feddyn.State] = feddyn
+    _moon: AlgorithmModule[moon.Config, moon.State] = moon
+    _drfa: AlgorithmModule[drfa.Config, drfa.State] = drfa
+    _drdm: AlgorithmModule[drdm.Config, drdm.State] = drdm
 
 
 class _Lazy(Mapping):

@@ -1,5 +1,11 @@
 """Aggregation, the math side: weighted means of client models and gossip mixing.
 
+Every server rule lives here once, as a function of the delivered rows ``[D, P]``: the mean
+weighted by sample counts (FedAvg, MOON), the plain mean (SCAFFOLD, FedDyn: `mean`), the mean
+weighted by multiplicity (DRFA and DRDM, whose clients are drawn with replacement:
+`weighted_mean` with the draw counts). Robust rules (coordinate-wise median, trimmed mean) would
+go here too, with the same shape, so that any algorithm can take them.
+
 Models are stacked and flat: ``[n, P]``, one row per node. Mixing is ``W @ X`` over W's entries
 (`flnet.sim.topology.Mixing`): each node's own model times its diagonal weight, plus, along
 each directed edge j -> i, ``W[i, j] x_j`` added to row i. O((n + M) P) time for M edges; no
@@ -31,6 +37,11 @@ def weighted_mean(params: torch.Tensor, weights: np.ndarray) -> torch.Tensor:
     """sum_k w_k / sum(w) * params[k]: [C, P], [C] -> [P]."""
     w = torch.as_tensor(weights, dtype=params.dtype, device=params.device)
     return (w @ params) / w.sum()
+
+
+def mean(params: torch.Tensor) -> torch.Tensor:
+    """(1/D) sum_k params[k]: [D, P] -> [P], every delivered client weighing the same."""
+    return params.mean(0)
 
 
 def effective_mixing(mixing: Mixing, arrived: np.ndarray | None) -> Mixing:

@@ -12,13 +12,14 @@ import numpy as np
 import torch
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
-from flnet.learn import cohort, optim
+from flnet.learn import cohort, optim, references
 from flnet.learn import data as data_mod
 from flnet.learn.data import FederatedData
 from flnet.learn.models import Model
 from flnet.learn.references import Charged
 from flnet.learn.table import ClientTable, Keep
 from flnet.learn.wire import Wire
+from flnet.rng import Stream
 
 if TYPE_CHECKING:  # the scenario's section, for annotations only
     from flnet.config import LocalConfig
@@ -37,6 +38,7 @@ class LocalWork(NamedTuple):
     steps: np.ndarray  # [C] local steps each client took
     snapshot: torch.Tensor | None = None  # [C, P] iterates at the step asked for, if any
     keep: Keep | None = None  # the persisted optimizer states, for the pattern to commit
+    samples: np.ndarray | None = None  # [C] per-sample gradients computed (what flops count)
 
 
 class OptimizerStates:
@@ -91,8 +93,9 @@ class Learner:
         self.model = model
         self.data = data
         self.seed = seed
-        self.charged = charged or Charged(None, model.num_params, model.training_flops_per_sample())
+        self.charged = charged or references.own(model)
         self.flops_per_sample = self.charged.flops_per_sample  # charged per sample processed
+        self.forward_flops_per_sample = self.charged.forward_flops_per_sample  # a forward pass
         self.wire = Wire(model.num_params, self.charged.num_params)
         self.trainer = cohort.Trainer(model, data.x_train, data.y_train)
         self.optimizer_states = OptimizerStates()  # persist only
@@ -227,7 +230,44 @@ class Learner:
             snapshot_at=snapshot_at,
         )
         keep = self.optimizer_states.keep(clients, res.opt_state) if persist else None
-        flops = res.sample_grads.cpu().numpy() * self.flops_per_sample
+        samples = res.sample_grads.cpu().numpy()
+        flops = samples * self.flops_per_sample
         return LocalWork(
-            res.params, res.opt_state, res.loss, flops.astype(float), steps, res.snapshot, keep
+            res.params,
+            res.opt_state,
+            res.loss,
+            flops.astype(float),
+            steps,
+            res.snapshot,
+            keep,
+            samples.astype(np.int64),
         )
+
+    def forward_flops(self, samples: np.ndarray | int) -> np.ndarray:
+        """[C] FLOPs of forward passes alone over `samples` samples each (a loss query, MOON's
+        extra forwards), charged as the model's (or the reference's) forward FLOPs a sample."""
+        return np.asarray(samples, dtype=float) * self.forward_flops_per_sample
+
+    def query_losses(
+        self, clients: np.ndarray, params: torch.Tensor, batch_size: int, round: int
+    ) -> torch.Tensor:
+        """[C] mean cross-entropy of the model `params` ([P]) on one minibatch of each client's
+        own rows, B drawn with replacement from the stream (seed, DUAL_BATCH, round, client),
+        forward only (DRFA's dual step asks this of its uniform clients; `forward_flops` of B
+        samples is its cost)."""
+        if self.data.lazy is not None:  # as local_train: this cohort's rows, generated now
+            self.trainer.x_data, self.trainer.y_data = self.data.x_train, self.data.y_train
+            self.trainer.x_data, self.trainer.y_data = self.data.cohort_arrays(clients)
+        rows = data_mod.minibatches(
+            self.data,
+            clients,
+            round,
+            np.ones(len(clients), dtype=np.int64),
+            batch_size,
+            self.seed,
+            stream=Stream.DUAL_BATCH,
+        )[:, 0]  # [C, B]
+        x, y = self.trainer.x_data[rows], self.trainer.y_data[rows]
+        with torch.no_grad():
+            stacked = params.expand(len(clients), -1)
+            return cohort.cross_entropy(self.model, stacked, x, y)

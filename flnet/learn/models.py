@@ -251,25 +251,78 @@ class Model:
     @functools.cached_property
     def training_cost_per_sample(self) -> TrainingCost:
         """Forward + backward (weight gradients) of one sample, counted by running the model."""
+        return self._cost_per_sample(backward=True)
+
+    @functools.cached_property
+    def forward_cost_per_sample(self) -> TrainingCost:
+        """The forward pass alone of one sample (a loss query, MOON's extra forwards)."""
+        return self._cost_per_sample(backward=False)
+
+    def _cost_per_sample(self, backward: bool) -> TrainingCost:
         batch = 8
         device = next(self.module.parameters()).device
         x = torch.zeros((batch, *self.input_shape), device=device)
-        params = self.init_params().requires_grad_(True)
+        params = self.init_params().requires_grad_(backward)
         threads = torch.get_num_threads()
         torch.set_num_threads(1)  # a batch of 8 needs no thread pool, and starting one costs
         try:
-            with _WorkCounter() as counter:
+            with _WorkCounter() as counter, torch.set_grad_enabled(backward):
                 logits = self.forward(params, x)
                 loss = nn.functional.cross_entropy(
                     logits, torch.zeros(batch, dtype=torch.long, device=device)
                 )
-                torch.autograd.grad(loss, params)
+                if backward:
+                    torch.autograd.grad(loss, params)
         finally:
             torch.set_num_threads(threads)
         return TrainingCost(counter.flops / batch, counter.floats / batch)
 
     def training_flops_per_sample(self) -> float:
         return self.training_cost_per_sample.flops
+
+    def forward_flops_per_sample(self) -> float:
+        return self.forward_cost_per_sample.flops
+
+    # -------------------------------------------------------------- representation
+
+    @functools.cached_property
+    def _representation_layer(self) -> tuple[nn.Module, nn.Module, int, str]:
+        """(trunk, last Linear, how many leading parameter tensors are the trunk's, the last
+        layer's name prefix): the trunk's output is the representation z."""
+        module = self.module
+        if not (isinstance(module, nn.Sequential) and isinstance(module[-1], nn.Linear)):
+            raise ValueError(
+                f"{type(module).__name__} declares no representation layer: it must be an "
+                "nn.Sequential ending in nn.Linear (z is that layer's input)"
+            )
+        children = list(module.children())
+        head = children[-1]
+        split = len(self.names) - len(list(head.parameters()))
+        return nn.Sequential(*children[:-1]), head, split, f"{len(children) - 1}."
+
+    def forward_with_representation(
+        self, flat: torch.Tensor, x: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """[P], [B, *input] -> (z [B, D], logits [B, classes]): z is the penultimate
+        activation, the input of the last Linear layer (no projection head). Every model
+        `build_module` makes is an ``nn.Sequential`` ending in that layer: z is the hidden
+        ReLU output of an MLP, the flattened (pooled) features of a CNN or ResNet, and the
+        flattened input of a logistic model."""
+        trunk, head, split, prefix = self._representation_layer
+        params = list(self.unflatten(flat).items())
+        z = functional_call(trunk, dict(params[:split]), (x,))
+        last = {n.removeprefix(prefix): p for n, p in params[split:]}
+        return z, functional_call(head, last, (z,))
+
+    def forward_with_representation_stacked(
+        self, params: torch.Tensor, x: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """[C, P], [C, B, *input] -> (z [C, B, D], logits [C, B, classes])."""
+        return self._forward_rep_stacked(params, x)
+
+    @functools.cached_property
+    def _forward_rep_stacked(self) -> Any:
+        return vmap(self.forward_with_representation)
 
 
 class TrainingCost(NamedTuple):

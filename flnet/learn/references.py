@@ -14,7 +14,7 @@ builds the reference model, so it imports the models module when called.
 from __future__ import annotations
 
 import functools
-from typing import Literal, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 ReferenceName = Literal[
     "cnn_kmnist",
@@ -55,12 +55,20 @@ class Charged(NamedTuple):
     name: str | None  # the reference (None: the model trained)
     num_params: int  # parameters a model-shaped message is charged as
     flops_per_sample: float  # training FLOPs (forward + backward) charged per sample
+    forward_flops_per_sample: float  # forward-only FLOPs charged per sample (loss queries)
+
+
+def own(model: Any) -> Charged:
+    """What a run without ``model.costs_as`` charges: the trained model's own figures."""
+    return Charged(
+        None, model.num_params, model.training_flops_per_sample(), model.forward_flops_per_sample()
+    )
 
 
 @functools.cache
 def charged(name: str) -> Charged:
-    """The reference `name`'s parameters and training FLOPs per sample, counted by building it
-    (on the CPU, seed 0: the count does not depend on the weights)."""
+    """The reference `name`'s parameters, training and forward FLOPs per sample, counted by
+    building it (on the CPU, seed 0: the count does not depend on the weights)."""
     import torch
     from pydantic import TypeAdapter
 
@@ -72,5 +80,4 @@ def charged(name: str) -> Charged:
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
         module = models.build_module(config, ref.input_shape, ref.num_classes)
-    model = models.Model(module, ref.input_shape)
-    return Charged(name, model.num_params, model.training_flops_per_sample())
+    return own(models.Model(module, ref.input_shape))._replace(name=name)

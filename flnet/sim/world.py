@@ -114,7 +114,17 @@ class AbstractWorld(Protocol):
 
     def request_stop(self, reason: str) -> None: ...
 
-    def sample_clients(self, k: int, round: int, over_selection: float = 1.0) -> np.ndarray: ...
+    def sample_clients(
+        self,
+        k: int,
+        round: int,
+        over_selection: float = 1.0,
+        stream: Stream = Stream.SELECTION,
+    ) -> np.ndarray: ...
+
+    def sample_weighted(
+        self, m: int, round: int, weights: np.ndarray, replace: bool = True
+    ) -> np.ndarray: ...
 
     def link(self, src: int, dst: int) -> Link: ...
 
@@ -169,7 +179,7 @@ class World:
         self._stop_reason: str | None = None
         self._stop_requested: str | None = None
         self._fading_draws: dict[int, dict[tuple, int]] = {}  # step -> link -> draws so far
-        self._selections: dict[tuple[int, int], np.ndarray] = {}  # (size, round) -> clients
+        self._selections: dict[tuple[int, int, int], np.ndarray] = {}  # (stream, size, round)
         self._d2d_channel: Channel | None = None  # made when the first D2D link is
 
     @property
@@ -225,8 +235,15 @@ class World:
 
     # ------------------------------------------------------------------ who takes part
 
-    def sample_clients(self, k: int, round: int, over_selection: float = 1.0) -> np.ndarray:
-        """ceil(k * over_selection) distinct clients, uniformly, from the selection stream.
+    def sample_clients(
+        self,
+        k: int,
+        round: int,
+        over_selection: float = 1.0,
+        stream: Stream = Stream.SELECTION,
+    ) -> np.ndarray:
+        """ceil(k * over_selection) distinct clients, uniformly, from `stream` (the selection
+        stream; a second draw in a round, such as DRFA's dual step, names its own).
 
         Each round's draw comes from its own generator. They are made SELECTION_AHEAD rounds at
         a time: the same draws, at a third of the cost of making each between training steps,
@@ -236,16 +253,31 @@ class World:
         from 10,000,000 clients allocates kilobytes (tests/test_population.py).
         """
         m = min(self.num_clients, math.ceil(k * over_selection - 1e-9))
-        if (m, round) not in self._selections:
-            self._selections = {
-                (m, r): np.sort(
-                    generator(self.seed, Stream.SELECTION, r).choice(
-                        self.num_clients, size=m, replace=False
-                    )
+        if (stream, m, round) not in self._selections:
+            kept = {key: v for key, v in self._selections.items() if key[0] != stream}
+            self._selections = kept | {
+                (stream, m, r): np.sort(
+                    generator(self.seed, stream, r).choice(self.num_clients, size=m, replace=False)
                 )
                 for r in range(round, round + SELECTION_AHEAD)
             }
-        return self._selections[(m, round)].copy()
+        return self._selections[(stream, m, round)].copy()
+
+    def sample_weighted(
+        self, m: int, round: int, weights: np.ndarray, replace: bool = True
+    ) -> np.ndarray:
+        """m clients drawn independently with replacement, client i with probability
+        weights[i] (a distribution over all N clients, e.g. DRFA's lambda), in draw order,
+        from the stream (seed, WEIGHTED_SELECTION, round). With ``replace=False``, m distinct
+        clients (at most as many as have weight), each next draw in proportion to the weights
+        of those not drawn yet (numpy's rule)."""
+        p = np.asarray(weights, dtype=np.float64)
+        if p.shape != (self.num_clients,):
+            raise ValueError(f"weights must be [N={self.num_clients}], got {list(p.shape)}")
+        if not replace:
+            m = min(m, int(np.count_nonzero(p)))
+        rng = generator(self.seed, Stream.WEIGHTED_SELECTION, round)
+        return rng.choice(self.num_clients, size=m, replace=replace, p=p / p.sum())
 
     def link(self, src: int, dst: int) -> Link:
         """The link a transfer from `src` to `dst` uses (the one place links are looked up).

@@ -333,10 +333,18 @@ def load_lazy(
 
 
 def work_rng(
-    seed: int, round: int, client: int, row: int, work_counts: np.ndarray | None
+    seed: int,
+    round: int,
+    client: int,
+    row: int,
+    work_counts: np.ndarray | None,
+    stream: Stream | None = None,
 ) -> np.random.Generator:
     """Client `client`'s generator for this work: keyed by (round, client) in round and
-    gossip patterns, by (client, its work count) in a stream (`work_counts[row]`)."""
+    gossip patterns, by (client, its work count) in a stream (`work_counts[row]`); with
+    `stream`, by (seed, stream, round, client) (a second draw in a round: DRFA's loss query)."""
+    if stream is not None:
+        return generator(seed, stream, round, client)
     if work_counts is None:
         return minibatch_generator(seed, round, client)
     return work_generator(seed, client, int(work_counts[row]))
@@ -350,6 +358,7 @@ def minibatches(
     batch_size: int,
     seed: int,
     work_counts: np.ndarray | None = None,
+    stream: Stream | None = None,
 ) -> torch.Tensor:
     """[C, max(steps), B] training-set rows, drawn with replacement from each client's share.
 
@@ -363,7 +372,7 @@ def minibatches(
     sizes = data.num_samples[clients]
     local = np.empty((len(clients), t_max, batch_size), dtype=np.int64)
     for row, (k, s, n) in enumerate(zip(clients.tolist(), steps, sizes.tolist())):
-        rng = work_rng(seed, round, k, row, work_counts)
+        rng = work_rng(seed, round, k, row, work_counts, stream)
         local[row, :s] = rng.integers(0, n, (int(s), batch_size))
         local[row, s:] = local[row, s - 1]
     if data.lazy is None:
