@@ -18,10 +18,10 @@ defaults: nothing is tuned here, and nothing is ever chosen on test accuracy.
 It prints, per algorithm, the final worst-client and mean-client accuracy (mean and standard
 deviation over seeds; a diverged run counts as chance, 0.1) and the rounds, simulated seconds
 and joules to a worst-client target (median over seeds; a seed that never reaches it is
-censored: "> R" with what it spent), then each seed's numbers. An algorithm not in this flnet (`flnet.algorithms.configs.CONFIGS`) is
-listed as not available. Each algorithm's runs go to --out/<algorithm>/ (a sweep: finished
-runs are reused when the script runs again), the tables to --out as CSV: summary.csv,
-per_seed.csv.
+censored: "> R" with what it spent), then each seed's numbers. An algorithm not in this
+flnet (`flnet.algorithms.configs.CONFIGS`) is listed as not available. Each algorithm's
+runs go to --out/<algorithm>/ (a sweep: finished runs are reused when the script runs again),
+the tables to --out as CSV: summary.csv, per_seed.csv.
 """
 
 from __future__ import annotations
