@@ -58,7 +58,9 @@ def test_delta_sgd_study_smoke(tmp_path):
     for _, row in summary.iterrows():
         sgd = grid[(grid.task == row.task) & (grid.optimizer == "sgd")]
         assert row.sgd_val == sgd.validation_accuracy.max()  # chosen on validation
-    for name in ("grid.csv", "summary.csv", "runs.csv"):
+    eta0 = out["eta0"]
+    assert set(eta0.task) == {"digits_mlp", "digits_raw_mlp"} and set(eta0.eta0) == {1.0}
+    for name in ("grid.csv", "summary.csv", "runs.csv", "eta0.csv"):
         assert (tmp_path / name).exists()
 
 
