@@ -146,6 +146,7 @@ def main(argv: list[str] | None = None) -> dict[str, pd.DataFrame]:
     clients, per_round, rounds = 30, 20, args.rounds
     if args.smoke:
         clients, per_round, rounds, seeds, args.target = 10, 5, 3, [0], 0.05
+        args.workers = 0  # in this process: no worker to start per point
     available = [a for a in ALGORITHMS if a in CONFIGS]
     missing = [a for a in ALGORITHMS if a not in CONFIGS]
     fewest = check_local_tests(scenario("fedavg", clients, per_round, rounds), seeds)

@@ -224,6 +224,7 @@ def main(argv: list[str] | None = None) -> dict[str, pd.DataFrame]:
     if args.smoke:
         tasks, lrs, seeds = ["digits_mlp", "digits_raw_mlp"], [0.01, 0.1, 3.0], [0]
         clients, per_round, rounds, args.eta0s = 10, 3, 2, "1.0"
+        args.workers = 0  # in this process: no worker to start per point
     out = Path(args.out)
     runs, wall_s = [], 0.0
     for task in tasks:
