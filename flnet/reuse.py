@@ -1,14 +1,14 @@
 """Trajectory reuse and timing-only runs: the time side without the learning.
 
-**Why it is sound.** In a round-trip algorithm (FedAvg, FedProx, SCAFFOLD) the learning never
-looks at the clock: the cohort of round t comes from the selection stream (seed, round), each
-client's local work from its own minibatch key, and the server sums the delivered updates in
-cohort order (not arrival order, so their rounding does not depend on timing). Radio and device
-settings then change only when things happen and what they cost, provided nothing timing
-decides took place: every ledger event ended `ok` (no deadline cut, no cancelled transfer), no
-over-selection (the first K arrivals would choose the aggregate), no stop on simulated seconds or
-joules. So points of a sweep that differ only in the fields of `COSTS_ONLY` form a group; one of
-them trains in full (the *trajectory run*) and the others *replay* it.
+**Why it is sound.** In a round-trip algorithm (FedAvg, FedProx, SCAFFOLD, FedDyn, MOON) the
+learning never looks at the clock: the cohort of round t comes from the selection stream (seed,
+round), each client's local work from its own minibatch key, and the server sums the delivered
+updates in cohort order (not arrival order, so their rounding does not depend on timing). Radio
+and device settings then change only when things happen and what they cost, provided nothing
+timing decides took place: every ledger event ended `ok` (no deadline cut, no cancelled
+transfer), no over-selection (the first K arrivals would choose the aggregate), no stop on
+simulated seconds or joules. So points of a sweep that differ only in the fields of `COSTS_ONLY`
+form a group; one of them trains in full (the *trajectory run*) and the others *replay* it.
 
 **What a replay does.** It builds the point's World (same seed, its own radio and devices) and
 runs the same round trips on the SimPy clock, with each client's FLOPs and each message's bits
@@ -79,6 +79,8 @@ EXTRA_FORWARDS = {"moon": 2}  # forward passes a gradient evaluation adds (MOON'
 NOT_REPLAYABLE = {
     "fedbuff": "FedBuff's stream aggregates uploads in arrival order (timing decides)",
     "dpsgd": "D-PSGD's gossip is not replayed (its timeout would let timing decide)",
+    "drfa": "DRFA's rounds hold a second round trip (the dual step), which is not replayed",
+    "drdm": "DRDM's rounds hold a second round trip (the dual step), which is not replayed",
 }
 STOPS_REPLAYED = ("rounds", "target_accuracy")
 COST_COLUMNS = (

@@ -477,6 +477,12 @@ class Scenario(Strict):
                 "algorithm.cohort.clients_per_round",
                 f"{cohort.k(n)} clients per round but clients.count is {n}",
             )
+        m = getattr(self.algorithm, "clients_per_round", None)  # DRFA, DRDM: m
+        if m is not None and m > n:
+            raise inconsistent(
+                "algorithm.clients_per_round",
+                f"m = {m} clients per round (and in the dual step) but clients.count is {n}",
+            )
         topology = getattr(self.algorithm, "topology", None)
         problem = topology_problem(topology, n) if topology is not None else None
         if problem is not None:

@@ -9,7 +9,7 @@ from conftest import BASE
 from hypothesis import given
 from hypothesis import strategies as st
 
-from flnet.algorithms import drdm, drfa
+from flnet.algorithms import drdm, drfa, feddyn
 from flnet.learn import simplex
 from flnet.runner import Run, run
 from flnet.scenario import load_scenario, merge
@@ -39,6 +39,42 @@ def test_projection_is_on_the_simplex_and_closest(values):
 def test_entropy():
     assert simplex.entropy(np.full(4, 0.25)) == pytest.approx(np.log(4))
     assert simplex.entropy(np.array([1.0, 0.0])) == 0.0
+    assert simplex.Simplex.uniform(1000).entropy() == pytest.approx(np.log(1000))
+    assert simplex.Simplex.uniform(1000).max() == pytest.approx(1e-3)
+
+
+@given(
+    st.lists(st.integers(0, 11), min_size=1, max_size=6, unique=True),
+    st.lists(st.floats(-2, 2), min_size=6, max_size=6),
+    st.lists(st.integers(0, 11), max_size=4, unique=True),
+)
+def test_sparse_ascent_is_the_dense_projection(clients, steps, known):
+    """lambda stored as explicit entries plus one shared value projects exactly as the dense
+    vector does, and stays on the simplex."""
+    start = simplex.Simplex.uniform(12)
+    if known:  # some clients already have their own entry
+        start = start.ascent(np.array(known), np.linspace(0.1, 0.3, len(known)))
+    steps = np.array(steps[: len(clients)])
+    dense = start.dense()
+    dense[clients] += steps
+    after = start.ascent(np.array(clients), steps)
+    np.testing.assert_allclose(after.dense(), simplex.project(dense), atol=1e-12)
+    assert after.dense().min() >= 0 and after.dense().sum() == pytest.approx(1.0)
+    assert after.entropy() == pytest.approx(simplex.entropy(after.dense()))
+    assert after.max() == pytest.approx(after.dense().max())
+
+
+def test_a_million_clients_cost_only_the_entries_touched():
+    """theta = (1.6 - 1) / N: the two entries and the shared value move by it, nothing else is
+    stored; draws from the shared block land on clients without an entry."""
+    lam = simplex.Simplex.uniform(1_000_000).ascent(np.array([3, 999_999]), np.array([0.5, 0.1]))
+    assert lam.clients.tolist() == [3, 999_999]
+    np.testing.assert_allclose(lam.values, [0.5000004, 0.1000004], rtol=1e-12)
+    assert lam.rest == pytest.approx(4e-7, rel=1e-9)
+    draws = lam.sample(np.random.default_rng(0), 2000)
+    others = draws[(draws != 3) & (draws != 999_999)]
+    assert abs(len(others) / 2000 - 0.4) < 0.05  # the block's mass: (N - 2) * 4e-7
+    assert len(np.unique(others)) > 0.9 * len(others)  # uniform over 999,998 clients
 
 
 def world_of(n: int) -> World:
@@ -54,11 +90,15 @@ def test_draw_counts_follow_lambda():
     """4000 draws with replacement: Pearson's chi-square against lambda within sampling error
     (below chi2.ppf(0.999, df=3) = 16.27), and every round's draws keyed by the round."""
     world = world_of(4)
-    lam = np.array([0.5, 0.3, 0.15, 0.05])
-    draws = np.concatenate([world.sample_weighted(20, r, lam) for r in range(1, 201)])
-    expected = lam * len(draws)
-    chi2 = (((np.bincount(draws, minlength=4) - expected) ** 2) / expected).sum()
-    assert chi2 < 16.27
+    p = np.array([0.5, 0.3, 0.15, 0.05])
+    lam = simplex.Simplex.of(p)
+    # the same lambda with client 0 explicit and the others reading one shared value
+    shared = simplex.Simplex(4, np.array([0]), np.array([0.4]), 0.2)
+    for weights, q in ((lam, p), (shared, np.array([0.4, 0.2, 0.2, 0.2]))):
+        draws = np.concatenate([world.sample_weighted(20, r, weights) for r in range(1, 201)])
+        expected = q * len(draws)
+        chi2 = (((np.bincount(draws, minlength=4) - expected) ** 2) / expected).sum()
+        assert chi2 < 16.27
     assert np.array_equal(
         world.sample_weighted(20, 7, lam), world_of(4).sample_weighted(20, 7, lam)
     )
@@ -67,9 +107,8 @@ def test_draw_counts_follow_lambda():
     assert np.array_equal(d.clients, np.unique(d.clients))
     r = drfa.draw(world, lam, 20, 3, "with_replacement")
     assert np.array_equal(r.state_updates, r.draws)
-    assert (
-        len(drfa.draw(world, np.array([0.5, 0.5, 0, 0]), 3, 3, "without_replacement").clients) == 2
-    )
+    half = simplex.Simplex.of(np.array([0.5, 0.5, 0, 0]))
+    assert drfa.draw(world, half, 3, 3, "without_replacement").clients.tolist() == [0, 1]
 
 
 def test_the_dual_draw_has_its_own_key():
@@ -133,30 +172,71 @@ def test_bits_and_flops_of_a_round_against_fedavgs(name):
     assert down == [model_bits] * m + [model_bits + 32] * participants
     forward = 4 * sim.learner.model.forward_flops_per_sample()
     assert flops == pytest.approx([forward] * m + [train_flops] * participants, rel=1e-12)
-    lam = state.lam.numpy()
+    lam = drfa.lam_of(state.lam_n, state.lam_clients, state.lam_values, state.lam_rest).dense()
     assert (lam >= 0).all() and lam.sum() == pytest.approx(1.0)
     assert not np.allclose(lam, 1 / 6)  # the dual step moved it
 
 
-def test_drdm_server_by_hand_on_one_round():
-    """With every client drawn once (m = N distinct, without replacement), lines 17-20 are
-    FedDyn's server step at the last iterate and at the snapshot."""
+@pytest.mark.parametrize("sampling", ["without_replacement", "dedup_weighted", "with_replacement"])
+def test_drdm_round_by_hand(sampling):
+    """One DRDM round on 6 clients, m = 6 draws: lines 10, 18 and 20 from local models trained
+    again here (g = 0 and w_bar = x0 at the start): g_i = -u_i mu (w_i - x0) with u_i the state
+    updates (1, or the draws with `with_replacement`), c = -(mu / N) sum u_i (w_i - x0), and
+    w_bar = sum_i draws_i w_i / m - c / mu."""
+    mu = 0.5
     sim = simulated(
-        {
-            "name": "drdm",
-            "mu": 0.5,
-            "clients_per_round": 6,
-            "sampling": "without_replacement",
-            "local": LOCAL,
-        }
+        {"name": "drdm", "mu": mu, "clients_per_round": 6, "sampling": sampling, "local": LOCAL}
     )
-    x0 = sim.learner.model.init_params()
-    g = sim.learner.tables[drdm.TABLE].rows(np.arange(6))
-    # line 10: g_i = -mu (w_i - w_bar), so w_i = x0 - g_i / mu; line 18: c = mean_i g_i (N = 6)
-    w = x0 - g / 0.5
-    c = sim.state.c
-    torch.testing.assert_close(c, g.mean(0), rtol=1e-5, atol=1e-6)
-    torch.testing.assert_close(sim.state.x, w.mean(0) - c / 0.5, rtol=1e-5, atol=1e-5)
+    learn, cfg = sim.learner, sim.scenario.algorithm
+    x0 = learn.model.init_params()
+    d = drfa.draw(sim.world, simplex.Simplex.uniform(6), 6, 1, sampling)
+    if sampling == "without_replacement":
+        assert d.draws.tolist() == [1] * 6
+    w = learn.local_train(
+        d.clients,
+        x0,
+        cfg.local,
+        1,
+        loss_fn=feddyn.dynamic_loss(mu, x0),
+        aux=torch.zeros(len(d.clients), len(x0)),
+    ).params
+    u = torch.as_tensor(d.state_updates, dtype=w.dtype)[:, None]
+    g = learn.tables[drdm.TABLE].rows(d.clients)
+    torch.testing.assert_close(g, -u * mu * (w - x0))
+    c = -(mu / 6) * (u * (w - x0)).sum(0)
+    torch.testing.assert_close(sim.state.c, c)
+    draws = torch.as_tensor(d.draws, dtype=w.dtype)[:, None]
+    torch.testing.assert_close(sim.state.x, (draws * w).sum(0) / 6 - c / mu)
+
+
+def test_dual_step_by_hand():
+    """Algorithm 3: m uniform clients (their own key), each one's cross-entropy of w(t') on B
+    rows drawn from (seed, DUAL_BATCH, round, client), v_i = (N / m) l_i, and
+    lambda = Pi(lambda + tau gamma v)."""
+    from torch.nn import functional as F
+
+    from flnet.rng import Stream, generator
+
+    sim = simulated({"name": "drfa", "clients_per_round": 3, "dual_lr": 0.05, "local": LOCAL})
+    learn, world, cfg = sim.learner, sim.world, sim.scenario.algorithm
+    w = learn.model.init_params() * 0.5
+    lam = simplex.Simplex.of(np.array([0.3, 0.1, 0.1, 0.2, 0.2, 0.1]))
+    proc = world.env.process(drfa.dual_step(world, learn, cfg, lam, w, 9))
+    world.env.run(proc)
+    uniform = world.sample_clients(3, 9, stream=Stream.DUAL_SELECTION)
+    data = learn.data
+    v = np.zeros(6)
+    for client in uniform:
+        views, n = data.client_indices, data.num_samples[client]
+        start = views.offsets[views.slot(np.array([client]))[0]]
+        rows = views.indices[start + generator(0, Stream.DUAL_BATCH, 9, client).integers(0, n, 4)]
+        logits = learn.model.forward(w, data.x_train[rows])
+        v[client] = 6 / 3 * F.cross_entropy(logits, data.y_train[rows]).item()
+    expected = simplex.project(lam.dense() + 3 * 0.05 * v)
+    np.testing.assert_allclose(proc.value.dense(), expected, rtol=1e-6)
+    ledger = world.ledger.frame()
+    dual = ledger[(ledger["round"] == 9)]
+    assert sorted(dual[dual.kind == "upload"].node.tolist()) == sorted(uniform.tolist())
 
 
 @pytest.mark.parametrize("name", ["feddyn", "moon", "drfa", "drdm"])
@@ -180,3 +260,20 @@ def test_scenario_runs_and_resumes_to_the_same_records(tmp_path, name):
     assert resumed.ledger.equals(whole.ledger)
     if name in ("drfa", "drdm"):
         assert {"lambda_entropy", "lambda_max"} <= set(whole.records.columns)
+
+
+def test_bad_settings_are_refused_by_field():
+    from flnet.errors import ScenarioError
+
+    base = merge(BASE, {"clients": {"count": 6}})
+    with pytest.raises(ScenarioError, match="algorithm.clients_per_round.*clients.count is 6"):
+        load_scenario(data=merge(base, {"algorithm": {"name": "drfa", "clients_per_round": 7}}))
+    with pytest.raises(ScenarioError, match="algorithm.local.epochs"):
+        load_scenario(
+            data=merge(
+                base,
+                {"algorithm": {"name": "drdm", "local": {"epochs": 1, "steps": None}}},
+            )
+        )
+    with pytest.raises(ScenarioError, match="algorithm.sampling"):
+        load_scenario(data=merge(base, {"algorithm": {"name": "drfa", "sampling": "lottery"}}))

@@ -102,9 +102,37 @@ def test_flops_are_fedavgs_plus_two_forward_passes_a_step():
 
 
 def test_the_previous_model_is_the_clients_last_local_model():
+    """After round 1 each participant's row is its local model, trained again here from the
+    initial model with the global model as its first previous model; nobody else has a row."""
     sc = load_scenario(data=merge(BASE, merge(SMALL, {"algorithm": {"name": "moon"}})))
     sim = Run(sc, write=False)
     sim.simulate()
-    table = sim.learner.tables[moon.TABLE]
+    learn, cfg = sim.learner, sc.algorithm
+    table = learn.tables[moon.TABLE]
     cohort = sim.world.sample_clients(3, 1)
     assert table.written(np.arange(6)).tolist() == [c in cohort for c in range(6)]
+    x0 = learn.model.init_params()
+    local = learn.local_train(
+        cohort,
+        x0,
+        cfg.local,
+        1,
+        loss_fn=moon.contrastive_loss(cfg.mu, cfg.temperature, x0),
+        aux=x0.expand(3, -1),
+    )
+    torch.testing.assert_close(table.rows(cohort), local.params, rtol=0, atol=0)
+
+
+def test_batched_and_sequential_paths_agree():
+    """The previous models travel as aux rows, sliced with the cohort on every path."""
+    from tolerance import assert_records_close, assert_tensors_close
+
+    out = {}
+    for path in ("batched", "sequential"):
+        extra = {"algorithm": {"name": "moon", "local": {"path": path}}, "run": {"rounds": 2}}
+        sc = load_scenario(data=merge(BASE, merge(SMALL, extra)))
+        sim = Run(sc, write=False)
+        sim.simulate()
+        out[path] = (sim.result().records, sim.learner.tables[moon.TABLE].rows(np.arange(6)))
+    assert_records_close(out["batched"][0], out["sequential"][0], eval_rows=360)
+    assert_tensors_close(out["batched"][1], out["sequential"][1])

@@ -52,18 +52,22 @@ TABLE = "drdm.grad"  # per client: g_i, its lagged gradient grad f_i(w_i)
 class State(NamedTuple):
     round: int
     x: torch.Tensor  # [P] global model w_bar
-    lam: torch.Tensor  # [N] float64 on the CPU: lambda on the simplex
+    lam_n: int  # lambda on the simplex, as drfa.State holds it
+    lam_clients: torch.Tensor
+    lam_values: torch.Tensor
+    lam_rest: float
     c: torch.Tensor  # [P] the server's correction
 
 
 def init(learn: Learner, cfg: Config) -> State:
     x = learn.model.init_params()
-    return State(0, x, drfa.initial_lambda(learn, cfg), torch.zeros_like(x))
+    return State(0, x, *drfa.lam_fields(drfa.initial_lambda(learn, cfg)), torch.zeros_like(x))
 
 
 def progress(state: State) -> Progress:
     """What observers see after round `state.round`: w_bar is the one judged."""
-    return Progress(state.round, state.x, state, figures=drfa.lambda_figures(state.lam))
+    lam = drfa.lam_of(state.lam_n, state.lam_clients, state.lam_values, state.lam_rest)
+    return Progress(state.round, state.x, state, figures=drfa.lambda_figures(lam))
 
 
 def protocol(
@@ -74,13 +78,14 @@ def protocol(
     base_loss: LossFn = cross_entropy,
 ) -> Steps:
     """`base_loss` replaces the clients' l_i (tests use a quadratic)."""
-    x, lam, c = state.x, state.lam, state.c
+    x, c = state.x, state.c
+    lam = drfa.lam_of(state.lam_n, state.lam_clients, state.lam_values, state.lam_rest)
     mu, n = cfg.mu, world.num_clients
     grads = learn.client_table(TABLE, torch.zeros_like(x))  # rows only once written
     tau = cfg.local.steps
     assert tau is not None  # DrfaConfig refuses epochs
     for s in world.steps(state.round):
-        d = drfa.draw(world, lam.numpy(), cfg.clients_per_round, s, cfg.sampling)  # line 5
+        d = drfa.draw(world, lam, cfg.clients_per_round, s, cfg.sampling)  # line 5
         t_snap = drfa.snapshot_step(world, s, tau)  # line 6
         g = grads.rows(d.clients)  # [C, P]
         work = learn.local_train(
@@ -119,4 +124,4 @@ def protocol(
             w_snap = feddyn.server_model(weighted_mean(snap, draws), c_snap, mu)  # line 19
             x = feddyn.server_model(weighted_mean(last, draws), c, mu)  # line 20
             lam = yield from drfa.dual_step(world, learn, cfg, lam, w_snap, s)  # line 21
-        world.publish(progress(State(s, x, lam, c)))
+        world.publish(progress(State(s, x, *drfa.lam_fields(lam), c)))

@@ -17,7 +17,8 @@ Choices and fixes (documented, tested):
 - Sampling (the paper is silent; digest 2.6.3): `dedup_weighted` (default) trains each distinct
   client once and weights its model by its multiplicity; `with_replacement` is the same for
   DRFA (no client state; in DRDM each draw updates the state); `without_replacement` draws m
-  distinct clients in proportion to lambda.
+  distinct clients in proportion to lambda. A client drawn several times trains, is charged
+  and uploads once (its copies would draw the same minibatches, keyed by (round, client)).
 - v_i = (N / m) l_i as Algorithm 3 line 7 (not the notation paragraph's v_i = l_i): what makes
   the snapshot estimator unbiased under uniform U (digest 2.6.4; DRFA's code does the same).
 - lambda^(0) uniform (the paper gives none); `lambda_init: samples` is DRFA's code (n_i / n).
@@ -30,8 +31,9 @@ Choices and fixes (documented, tested):
   a dual-step loss that is not delivered counts as v_i = 0; with no model delivered the round
   leaves w and lambda as they were.
 - The records carry lambda's entropy (nats) and largest entry at every evaluation.
-- lambda is one float64 per registered client (the paper's dual variable; O(N) per round for
-  the projection and the draw), the only per-registered-client cost of these algorithms.
+- lambda is kept as `flnet.learn.simplex.Simplex`: an entry per client that has had a loss
+  queried in a dual step, one shared value for all others, so neither memory nor time grows with
+  registered clients that never take part (except with ``lambda_init: samples``).
 """
 
 from __future__ import annotations
@@ -59,7 +61,28 @@ if TYPE_CHECKING:  # the learning side's object, for annotations only
 class State(NamedTuple):
     round: int
     x: torch.Tensor  # [P] global model w
-    lam: torch.Tensor  # [N] float64 on the CPU: lambda on the simplex
+    # lambda on the simplex (`simplex.Simplex`, as tensors and numbers for checkpoints):
+    lam_n: int  # N
+    lam_clients: torch.Tensor  # [K] int64: clients with their own entry
+    lam_values: torch.Tensor  # [K] float64: their entries
+    lam_rest: float  # every other client's entry
+
+
+def lam_fields(lam: simplex.Simplex) -> tuple[int, torch.Tensor, torch.Tensor, float]:
+    """lambda as a State's lam_* fields."""
+    return (
+        lam.n,
+        torch.from_numpy(lam.clients.copy()),
+        torch.from_numpy(lam.values.copy()),
+        lam.rest,
+    )
+
+
+def lam_of(n: int, clients: torch.Tensor, values: torch.Tensor, rest: float) -> simplex.Simplex:
+    """lambda from a State's lam_* fields."""
+    return simplex.Simplex(
+        int(n), clients.numpy().astype(np.int64), values.numpy().astype(np.float64), float(rest)
+    )
 
 
 class Down(NamedTuple):
@@ -85,30 +108,30 @@ class Draw(NamedTuple):
     state_updates: np.ndarray  # [C]
 
 
-def initial_lambda(learn: Learner, cfg: Config) -> torch.Tensor:
-    n = len(learn.num_samples)
+def initial_lambda(learn: Learner, cfg: Config) -> simplex.Simplex:
+    """lambda^(0): 1/N each (one number), or n_i / n (an entry per client)."""
     if cfg.lambda_init == "samples":
         lam = np.asarray(learn.num_samples, dtype=np.float64)
-        return torch.from_numpy(lam / lam.sum())
-    return torch.full((n,), 1.0 / n, dtype=torch.float64)
+        return simplex.Simplex.of(lam / lam.sum())
+    return simplex.Simplex.uniform(len(learn.num_samples))
 
 
 def init(learn: Learner, cfg: Config) -> State:
-    return State(0, learn.model.init_params(), initial_lambda(learn, cfg))
+    return State(0, learn.model.init_params(), *lam_fields(initial_lambda(learn, cfg)))
 
 
-def lambda_figures(lam: torch.Tensor) -> dict[str, float]:
+def lambda_figures(lam: simplex.Simplex) -> dict[str, float]:
     """The records' lambda columns: its entropy in nats (ln N when uniform) and largest entry."""
-    p = lam.numpy()
-    return {"lambda_entropy": simplex.entropy(p), "lambda_max": float(p.max())}
+    return {"lambda_entropy": lam.entropy(), "lambda_max": lam.max()}
 
 
 def progress(state: State) -> Progress:
     """What observers see after round `state.round`: the global model w is the one judged."""
-    return Progress(state.round, state.x, state, figures=lambda_figures(state.lam))
+    lam = lam_of(state.lam_n, state.lam_clients, state.lam_values, state.lam_rest)
+    return Progress(state.round, state.x, state, figures=lambda_figures(lam))
 
 
-def draw(world: AbstractWorld, lam: np.ndarray, m: int, round: int, sampling: str) -> Draw:
+def draw(world: AbstractWorld, lam: simplex.Simplex, m: int, round: int, sampling: str) -> Draw:
     """Line 5 under the scenario's `sampling` (see the module's docstring)."""
     drawn = world.sample_weighted(m, round, lam, replace=sampling != "without_replacement")
     clients, counts = np.unique(drawn, return_counts=True)
@@ -125,10 +148,10 @@ def dual_step(
     world: AbstractWorld,
     learn: Learner,
     cfg: Config,
-    lam: torch.Tensor,
+    lam: simplex.Simplex,
     w_snapshot: torch.Tensor,
     round: int,
-) -> Generator[simpy.Event, Any, torch.Tensor]:
+) -> Generator[simpy.Event, Any, simplex.Simplex]:
     """Algorithm 3 as a round trip; its value is lambda^(s+1)."""
     n = world.num_clients
     uniform = world.sample_clients(cfg.clients_per_round, round, stream=Stream.DUAL_SELECTION)
@@ -144,19 +167,18 @@ def dual_step(
         deadline_s=cfg.deadline_s,
     )
     positions = np.sort(done.positions)
-    v = np.zeros(n)
-    v[uniform[positions]] = n / len(uniform) * losses.double().cpu().numpy()[positions]  # line 7
+    v = n / len(uniform) * losses.double().cpu().numpy()[positions]  # line 7 (0 elsewhere)
     tau = cfg.local.steps
     assert tau is not None  # DrfaConfig refuses epochs
-    return torch.from_numpy(simplex.project(lam.numpy() + tau * cfg.dual_lr * v))  # line 8
+    return lam.ascent(uniform[positions], tau * cfg.dual_lr * v)  # line 8
 
 
 def protocol(world: AbstractWorld, learn: Learner, cfg: Config, state: State) -> Steps:
-    x, lam = state.x, state.lam
+    x, lam = state.x, lam_of(state.lam_n, state.lam_clients, state.lam_values, state.lam_rest)
     tau = cfg.local.steps
     assert tau is not None  # DrfaConfig refuses epochs
     for s in world.steps(state.round):
-        d = draw(world, lam.numpy(), cfg.clients_per_round, s, cfg.sampling)  # line 5
+        d = draw(world, lam, cfg.clients_per_round, s, cfg.sampling)  # line 5
         t_snap = snapshot_step(world, s, tau)  # line 6
         work = learn.local_train(d.clients, x, cfg.local, s, snapshot_at=t_snap)  # lines 8-10
         assert work.snapshot is not None  # asked for
@@ -179,4 +201,4 @@ def protocol(world: AbstractWorld, learn: Learner, cfg: Config, state: State) ->
             w_snap = weighted_mean(work.snapshot.index_select(0, arrived), draws)  # line 19
             x = weighted_mean(work.params.index_select(0, arrived), draws)  # line 20
             lam = yield from dual_step(world, learn, cfg, lam, w_snap, s)  # line 21
-        world.publish(progress(State(s, x, lam)))
+        world.publish(progress(State(s, x, *lam_fields(lam))))

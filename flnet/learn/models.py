@@ -17,6 +17,11 @@ tests/test_models.py):
 | `cnn_kmnist` | DRDM's KMNIST CNN (Sec. 4.1) | [1, 28, 28] | 794,310 |
 | `resnet18` | CIFAR ResNet-18, GroupNorm for BatchNorm (OledFL/DisPFL) | [3, 32, 32] | 11,173,962 |
 
+Every model is an ``nn.Sequential`` ending in a Linear layer, whose input is the model's
+representation z (`Model.forward_with_representation`, MOON's contrastive term); training and
+forward-only FLOPs a sample are counted by running the model (`training_cost_per_sample`,
+`forward_cost_per_sample`).
+
 CNN layer widths after flattening are found by running the convolutional part once on the
 actual input shape, so the CNNs also build on smaller images (e.g. digits' 8x8) when their
 convolutions and pools fit.

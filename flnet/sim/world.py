@@ -67,6 +67,16 @@ class Progress(NamedTuple):
     figures: dict | None = None
 
 
+class Weights(Protocol):
+    """A distribution over the N clients that draws from a generator (`World.sample_weighted`);
+    it may store only the clients with their own weight (`flnet.learn.simplex.Simplex`)."""
+
+    @property
+    def n(self) -> int: ...
+
+    def sample(self, rng: np.random.Generator, m: int, replace: bool = True) -> np.ndarray: ...
+
+
 class Observer(Protocol):
     """Watches a run: `flnet.run(..., observers=[...])`. Observers are called in order; each
     sees the stop reason of those before it."""
@@ -123,7 +133,7 @@ class AbstractWorld(Protocol):
     ) -> np.ndarray: ...
 
     def sample_weighted(
-        self, m: int, round: int, weights: np.ndarray, replace: bool = True
+        self, m: int, round: int, weights: Weights, replace: bool = True
     ) -> np.ndarray: ...
 
     def link(self, src: int, dst: int) -> Link: ...
@@ -264,20 +274,14 @@ class World:
         return self._selections[(stream, m, round)].copy()
 
     def sample_weighted(
-        self, m: int, round: int, weights: np.ndarray, replace: bool = True
+        self, m: int, round: int, weights: Weights, replace: bool = True
     ) -> np.ndarray:
-        """m clients drawn independently with replacement, client i with probability
-        weights[i] (a distribution over all N clients, e.g. DRFA's lambda), in draw order,
-        from the stream (seed, WEIGHTED_SELECTION, round). With ``replace=False``, m distinct
-        clients (at most as many as have weight), each next draw in proportion to the weights
-        of those not drawn yet (numpy's rule)."""
-        p = np.asarray(weights, dtype=np.float64)
-        if p.shape != (self.num_clients,):
-            raise ValueError(f"weights must be [N={self.num_clients}], got {list(p.shape)}")
-        if not replace:
-            m = min(m, int(np.count_nonzero(p)))
-        rng = generator(self.seed, Stream.WEIGHTED_SELECTION, round)
-        return rng.choice(self.num_clients, size=m, replace=replace, p=p / p.sum())
+        """m clients drawn with replacement from a distribution over all N clients (e.g. DRFA's
+        lambda, `flnet.learn.simplex.Simplex`), in draw order, from the stream (seed,
+        WEIGHTED_SELECTION, round); without replacement, m distinct ones."""
+        if weights.n != self.num_clients:
+            raise ValueError(f"weights over {weights.n} clients, the run has {self.num_clients}")
+        return weights.sample(generator(self.seed, Stream.WEIGHTED_SELECTION, round), m, replace)
 
     def link(self, src: int, dst: int) -> Link:
         """The link a transfer from `src` to `dst` uses (the one place links are looked up).
