@@ -16,12 +16,13 @@ are Eq. 18's. Every algorithm runs plain SGD at lr 0.1 (the energy study's) and 
 defaults: nothing is tuned here, and nothing is ever chosen on test accuracy.
 
 It prints, per algorithm, the final worst-client and mean-client accuracy (mean and standard
-deviation over seeds; a diverged run counts as chance, 0.1) and the rounds, simulated seconds
-and joules to a worst-client target (median over seeds; a seed that never reaches it is
-censored: "> R" with what it spent), then each seed's numbers. An algorithm not in this
-flnet (`flnet.algorithms.configs.CONFIGS`) is listed as not available. Each algorithm's
-runs go to --out/<algorithm>/ (a sweep: finished runs are reused when the script runs again),
-the tables to --out as CSV: summary.csv, per_seed.csv.
+deviation over seeds; a diverged run counts as chance, 0.1; worst_last10: the worst-client
+accuracy averaged over the last 10 evaluations, less noisy than one round's) and the rounds,
+simulated seconds and joules to a worst-client target (median over seeds; a seed that never
+reaches it is censored: "> R" with what it spent), then each seed's numbers. An algorithm
+not in this flnet (`flnet.algorithms.configs.CONFIGS`) is listed as not available. Each
+algorithm's runs go to --out/<algorithm>/ (a sweep: finished runs are reused when the script
+runs again), the tables to --out as CSV: summary.csv, per_seed.csv.
 """
 
 from __future__ import annotations
@@ -121,6 +122,7 @@ def summary(per_run: pd.DataFrame, final: pd.DataFrame, available: list[str]) ->
                 "algorithm": name,
                 "available": True,
                 "worst_client_acc": _spread(f[METRIC]),
+                "worst_last10": _spread(f.worst_last10),
                 "mean_client_acc": _spread(f["client_accuracy_mean"]),
                 "test_acc": _spread(f["test_accuracy"]),
                 "worst_mean": f[METRIC].mean(),
@@ -164,11 +166,16 @@ def main(argv: list[str] | None = None) -> dict[str, pd.DataFrame]:
     points = pd.concat([r.table.assign(algorithm=n) for n, r in zip(available, results)])
     per_run = to_target(records, args.target, METRIC, keys=["algorithm", "seed"])
     last = records.sort_values("round").groupby(["algorithm", "seed"], sort=False).tail(1)
-    final = last[
-        ["algorithm", "seed", "round", METRIC, "client_accuracy_mean", "test_accuracy"]
-    ].merge(points[["algorithm", "seed", "status"]], on=["algorithm", "seed"])
+    tail = records.sort_values("round").groupby(["algorithm", "seed"], sort=False).tail(10)
+    smooth = tail.groupby(["algorithm", "seed"])[METRIC].mean().rename("worst_last10")
+    final = (
+        last[["algorithm", "seed", "round", METRIC, "client_accuracy_mean", "test_accuracy"]]
+        .merge(smooth.reset_index(), on=["algorithm", "seed"])
+        .merge(points[["algorithm", "seed", "status"]], on=["algorithm", "seed"])
+    )
     diverged = final.status == "diverged"  # its last finite figures are not its result
-    final.loc[diverged, [METRIC, "client_accuracy_mean", "test_accuracy"]] = CHANCE
+    accuracies = [METRIC, "worst_last10", "client_accuracy_mean", "test_accuracy"]
+    final.loc[diverged, accuracies] = CHANCE
     table = summary(per_run, final, available)
     per_seed = final.merge(
         per_run[
