@@ -53,6 +53,7 @@ class Stream(IntEnum):
     DUAL_SELECTION = 1_000_031  # the dual step's uniform clients (DRFA, DRDM), by round
     SNAPSHOT = 1_000_032  # the snapshot step t' (DRFA, DRDM), by round
     DUAL_BATCH = 1_000_033  # a dual-step client's loss minibatch, by (round, client)
+    VALIDATION = 1_000_040  # the rows held out of the training set as a validation set
 
 
 def generator(seed: int, stream: Stream, *keys: int) -> np.random.Generator:

@@ -144,6 +144,20 @@ class DataConfig(Strict):
         None, gt=0, le=1, description="per-client test rows from the client's label mix"
     )
     features: Features | None = Field(None, description="frozen features instead of inputs")
+    validation_fraction: float | None = Field(
+        None,
+        gt=0,
+        lt=1,
+        description="hold this share of the training set out (stratified, before "
+        "partitioning) as the server's validation set: validation_accuracy and "
+        "validation_loss in the records",
+    )
+    input_scale: float = Field(
+        1.0,
+        gt=0,
+        description="multiply every input the model sees (train, validation, test; the "
+        "features when set) by this: 16 turns digits into raw 0-16 pixel values",
+    )
     share_rows: bool | Annotated[int, Field(ge=1)] = Field(
         False,
         description="more clients than training rows: the partition is made for S "
@@ -173,6 +187,16 @@ class DataConfig(Strict):
                 "a natural partition already has "
                 "each client's own test split (synthetic.test_fraction)",
             )
+        for name, unset in (
+            ("validation_fraction", self.validation_fraction is None),
+            ("input_scale", self.input_scale == 1.0),
+        ):
+            if self.partition.kind == "natural" and not unset:
+                raise inconsistent(
+                    f"data.{name}",
+                    "a natural synthetic population is generated per client when it "
+                    "takes part; use another partition (the pooled users) for this option",
+                )
         return self
 
 

@@ -1,5 +1,7 @@
 """Partitions against hand computations and the properties they promise."""
 
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -188,3 +190,83 @@ def test_run_reports_the_partition_and_local_accuracy(scenario):
     assert (part.num_test_samples == (0.5 * part.num_samples).round().clip(lower=1)).all()
     rec = res.records.iloc[-1]
     assert rec.client_accuracy_worst <= rec.client_accuracy_p10 <= rec.client_accuracy_mean
+
+
+# ---------------------------------------------------------------- validation split, input scale
+
+
+def test_hold_out_by_hand():
+    """8 rows of class 0 and 2 of class 1, 30%: largest remainder gives 2 + 1 held rows."""
+    labels = np.array([0] * 8 + [1] * 2)
+    kept, held = partition.hold_out(labels, 0.3, np.random.default_rng(0))
+    assert len(held) == 3 and np.bincount(labels[held]).tolist() == [2, 1]
+    assert sorted([*kept, *held]) == list(range(10)) and not set(kept) & set(held)
+
+
+def test_validation_rows_leave_the_clients_and_follow_the_labels():
+    full = load(partition={"kind": "zipf", "sigma": 0.3, "alpha": 0.1})
+    fed = load(partition={"kind": "zipf", "sigma": 0.3, "alpha": 0.1}, validation_fraction=0.1)
+    held = round(0.1 * DIGITS_TRAIN)
+    assert len(fed.y_val) == held and len(fed.y_train) == DIGITS_TRAIN - held
+    assert fed.num_samples.sum() == DIGITS_TRAIN - held  # the clients share only the rest
+    # every held row is a training row of the full set that no client trains on
+    pool = {tuple(r) for r in full.x_train.flatten(1).tolist()}
+    train = {tuple(r) for r in fed.x_train.flatten(1).tolist()}
+    for row in fed.x_val.flatten(1).tolist():
+        assert tuple(row) in pool
+    assert len(pool - train) >= len({tuple(r) for r in fed.x_val.flatten(1).tolist()})
+    assert torch.equal(fed.x_test, full.x_test)  # the test set is untouched
+    share = np.bincount(fed.y_val.numpy(), minlength=10) / held
+    assert (
+        np.abs(share - np.bincount(full.y_train.numpy(), minlength=10) / DIGITS_TRAIN).max() < 0.01
+    )
+    again = load(partition={"kind": "zipf", "sigma": 0.3, "alpha": 0.1}, validation_fraction=0.1)
+    other = load(
+        seed=1, partition={"kind": "zipf", "sigma": 0.3, "alpha": 0.1}, validation_fraction=0.1
+    )
+    assert torch.equal(again.x_val, fed.x_val) and not torch.equal(other.x_val, fed.x_val)
+
+
+def test_validation_accuracy_by_hand():
+    """A model that always answers 0 scores the share of 0s among the validation rows."""
+    from types import SimpleNamespace
+
+    from flnet.learn import models
+    from flnet.learn.evaluate import Evaluator
+
+    fed = load(n=3, validation_fraction=0.2)
+    model = models.build(SimpleNamespace(kind="logistic"), fed.input_shape, 10, 0, CPU)
+    params = torch.zeros(model.num_params)
+    params[-10] = 1.0  # bias of class 0
+    m = Evaluator(model, fed)(params)
+    assert m["validation_accuracy"] == pytest.approx((fed.y_val.numpy() == 0).mean())
+    zero = (fed.y_val == 0).double().mean().item()  # logits (1, 0, ..., 0) on every row
+    assert m["validation_loss"] == pytest.approx(
+        zero * math.log((math.e + 9) / math.e) + (1 - zero) * math.log(math.e + 9)
+    )
+    assert "validation_accuracy" not in Evaluator(model, load(n=3))(params)
+
+
+def test_input_scale_multiplies_every_input():
+    fed = load(validation_fraction=0.1, input_scale=16.0)
+    plain = load(validation_fraction=0.1)
+    for name in ("x_train", "x_val", "x_test"):
+        assert torch.equal(getattr(fed, name), getattr(plain, name) * 16)
+    assert fed.x_train.max() == 16.0  # digits' raw pixel values, 0..16
+
+
+@pytest.mark.parametrize("field, value", [("validation_fraction", 0.1), ("input_scale", 2.0)])
+def test_a_natural_population_refuses_the_pooled_options(field, value):
+    from flnet.scenario import validate
+
+    data = {"dataset": "synthetic", "partition": {"kind": "natural"}, field: value}
+    with pytest.raises(ScenarioError, match=f"data.{field}"):
+        validate({"algorithm": {"name": "fedavg"}, "data": data})
+
+
+@pytest.mark.parametrize("field, value", [("validation_fraction", 1.0), ("input_scale", 0.0)])
+def test_out_of_range_options_name_the_field(field, value):
+    from flnet.scenario import validate
+
+    with pytest.raises(ScenarioError, match=f"data.{field}"):
+        validate({"algorithm": {"name": "fedavg"}, "data": {field: value}})

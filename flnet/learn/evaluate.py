@@ -6,7 +6,8 @@ on each client's own training share otherwise, so a skewed partition shows its w
 clients either way. It is taken over the data's evaluation sample (`FederatedData.eval_clients`:
 every client up to ``data.eval_clients``, else a sample drawn once from the seed), so a
 million registered clients cost no more to evaluate than a thousand; records say how many
-(``clients_evaluated``).
+(``clients_evaluated``). With ``data.validation_fraction`` the records also hold
+``validation_accuracy`` and ``validation_loss`` on the held-out training rows.
 """
 
 from __future__ import annotations
@@ -90,4 +91,17 @@ class Evaluator:
                 per_client.std(correction=0),  # the DRDM paper's spread (its Fig. 1b)
             ]
         ).tolist()
-        return {**dict(zip(METRICS, values)), "clients_evaluated": self.clients_evaluated}
+        out = {**dict(zip(METRICS, values)), "clients_evaluated": self.clients_evaluated}
+        return {**out, **self.validation(params)}
+
+    def validation(self, params: torch.Tensor) -> dict[str, float]:
+        """Accuracy and loss on the validation rows held out of the training set (none
+        without ``data.validation_fraction``): what a hyper-parameter is chosen on."""
+        x, y = self.data.x_val, self.data.y_val
+        if x is None or y is None:
+            return {}
+        logits = self._logits(params, x)
+        return {
+            "validation_accuracy": float((logits.argmax(1) == y).double().mean()),
+            "validation_loss": float(F.cross_entropy(logits, y)),
+        }

@@ -10,6 +10,10 @@ its training rows exist only for the clients of a round.
 More clients than training rows need ``data.share_rows``: the partition is made for as many
 slots as there are rows and client k holds slot ``k mod slots``.
 
+``data.validation_fraction`` holds a stratified share of the training set out before
+partitioning (stream VALIDATION): the server's validation set, for choosing hyper-parameters
+without the test set. ``data.input_scale`` multiplies every input the model sees.
+
 Per-client evaluation uses a sample of the clients (`evaluation_clients`): all of them up to
 ``data.eval_clients``, else that many drawn once from the EVALUATION stream (seed and N only).
 
@@ -68,6 +72,8 @@ class FederatedData:
     eval_clients: np.ndarray | None = None  # [E] the evaluation sample (None: every client)
     lazy: LazyClients | None = None  # clients generated on demand
     eval_label_counts: np.ndarray | None = None  # lazy: [E, C] training labels of the sample
+    x_val: torch.Tensor | None = None  # [V, *input_shape] held out of the training set
+    y_val: torch.Tensor | None = None  # [V]
 
     def __post_init__(self) -> None:
         for name in ("client_indices", "client_test_indices"):
@@ -200,6 +206,7 @@ def load(config: DataConfig, num_clients: int, seed: int, device: torch.device) 
     src, key = source(config, num_clients, seed)
     if config.features is not None:
         src = features.apply(config.features, src, key)
+    src, validation = held_out(config, src, seed)
     parts = [
         np.asarray(ix, dtype=np.int64)
         for ix in split(config.partition, src, num_slots(config, num_clients, src), seed)
@@ -227,7 +234,29 @@ def load(config: DataConfig, num_clients: int, seed: int, device: torch.device) 
         num_classes=src.num_classes,
         client_test_indices=test_indices,
         eval_clients=eval_clients,
+        x_val=None if validation is None else as_t(validation.x_train, torch.float32),
+        y_val=None if validation is None else as_t(validation.y_train, torch.int64),
     )
+
+
+def held_out(config: DataConfig, src: Source, seed: int) -> tuple[Source, Source | None]:
+    """The source the clients share (inputs times ``input_scale``, validation rows taken out)
+    and the validation rows as a source's training rows (None without
+    ``validation_fraction``)."""
+    if config.input_scale != 1.0:
+        s = np.float32(config.input_scale)
+        src = src._replace(x_train=src.x_train * s, x_test=src.x_test * s)
+    if config.validation_fraction is None:
+        return src, None
+    kept, held = partition.hold_out(
+        src.y_train, config.validation_fraction, generator(seed, Stream.VALIDATION)
+    )
+
+    def rows(ix: np.ndarray) -> Source:
+        owner = None if src.train_owner is None else src.train_owner[ix]
+        return src._replace(x_train=src.x_train[ix], y_train=src.y_train[ix], train_owner=owner)
+
+    return rows(kept), rows(held)
 
 
 def num_slots(config: DataConfig, num_clients: int, src: Source) -> int:

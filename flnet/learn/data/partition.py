@@ -12,6 +12,7 @@ generator it is given (the PARTITION stream), so a partition is a pure function 
   iid, or each client's class mixture is p_i ~ Dir_C(alpha) (DRDM's "Zipf and Dirichlet"
   stratified sampling; the DisPFL-style per-client Dirichlet of OledFL when sizes are equal).
 - `local_tests`: each client's held-out rows, drawn from the test set in its label proportions.
+- `hold_out`: a stratified validation set taken out of the training set before partitioning.
 """
 
 from __future__ import annotations
@@ -210,3 +211,20 @@ def local_tests(
         ]
         out.append(np.sort(np.concatenate(picks)).astype(np.int64))
     return out
+
+
+def hold_out(
+    labels: np.ndarray, fraction: float, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
+    """(kept, held) sorted training-row indices: `held` is round(fraction n) rows in the
+    training set's label proportions (largest-remainder counts per class), drawn without
+    replacement; `kept` is every other row. Tuning on `held` never sees a test row, and no
+    client ever trains on a held row."""
+    classes, counts = np.unique(labels, return_counts=True)
+    take = np.minimum(round_to_total(counts, round(fraction * len(labels))), counts)
+    held = np.concatenate(
+        [rng.choice(np.flatnonzero(labels == c), k, replace=False) for c, k in zip(classes, take)]
+    )
+    mask = np.ones(len(labels), dtype=bool)
+    mask[held] = False
+    return np.flatnonzero(mask).astype(np.int64), np.sort(held).astype(np.int64)

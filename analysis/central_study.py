@@ -1,0 +1,211 @@
+"""Issue 23, part A: which central algorithm serves the worst client best, and what does it
+cost to get there? FedAvg, FedProx, SCAFFOLD, FedDyn, MOON, DRFA and DRDM in the DRDM paper's
+setting (Krouka et al. 2025, Sec. 4.1; digest drdm.md): N = 30 clients, m = 20 a round, tau = 10
+local steps of batch 32, Zipf sigma = 0.3 client sizes with Dirichlet alpha = 0.1 class mixtures,
+a local test split per client in its own label mix, 3 seeds.
+
+    python analysis/central_study.py --out runs/central_study          # the full study
+    python analysis/central_study.py --smoke --out runs/central_smoke  # seconds; what CI runs
+
+Data: the embedded digits (1437 training rows) with local_test_fraction 1.0, so client i has as
+many local test rows as training rows (the smallest client under Zipf 0.3 holds 29; the script
+checks >= 10). Model: an MLP (64 hidden), charged as the paper's KMNIST CNN
+(`model.costs_as: cnn_kmnist`) with the energy study's radio and compute model
+(scenarios/sweeps/energy_study.yaml; SNR 10 dB, 1 MHz dedicated uplink), so seconds and joules
+are Eq. 18's. Every algorithm runs plain SGD at lr 0.1 (the energy study's) and its own config
+defaults: nothing is tuned here, and nothing is ever chosen on test accuracy.
+
+It prints, per algorithm, the final worst-client and mean-client accuracy (mean and standard
+deviation over seeds; a diverged run counts as chance, 0.1; worst_last10: the worst-client
+accuracy averaged over the last 10 evaluations, less noisy than one round's) and the rounds,
+simulated seconds and joules to a worst-client target (median over seeds; a seed that never
+reaches it is censored: "> R" with what it spent), then each seed's numbers. An algorithm
+not in this flnet (`flnet.algorithms.configs.CONFIGS`) is listed as not available. Each
+algorithm's runs go to --out/<algorithm>/ (a sweep: finished runs are reused when the script
+runs again), the tables to --out as CSV: summary.csv, per_seed.csv.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from flnet.algorithms.configs import CONFIGS
+from flnet.analysis import to_target
+from flnet.learn.data import load
+from flnet.scenario import Scenario
+from flnet.sweeps import run_sweep, spec_from
+
+ALGORITHMS = ("fedavg", "fedprox", "scaffold", "feddyn", "moon", "drfa", "drdm")
+METRIC = "client_accuracy_worst"
+MIN_LOCAL_TEST_ROWS = 10
+CHANCE = 0.1  # digits has 10 classes: a diverged run's accuracy
+
+
+def algorithm(name: str, per_round: int) -> dict:
+    """The algorithm section: SGD at lr 0.1, tau = 10, batch 32, m clients a round (DRFA and
+    DRDM draw their m from lambda: their own `clients_per_round`), the rest its defaults."""
+    local = {"steps": 10, "batch_size": 32, "lr": 0.1}
+    if "cohort" in CONFIGS[name].model_fields:
+        return {"name": name, "cohort": {"clients_per_round": per_round}, "local": local}
+    return {"name": name, "clients_per_round": per_round, "local": local}
+
+
+def scenario(name: str, num_clients: int, per_round: int, rounds: int) -> dict:
+    """The study's scenario for algorithm `name`."""
+    return {
+        "name": "central_study",
+        "data": {
+            "dataset": "digits",
+            "partition": {"kind": "zipf", "sigma": 0.3, "alpha": 0.1},
+            "local_test_fraction": 1.0,
+        },
+        "model": {"kind": "mlp", "hidden": [64], "costs_as": "cnn_kmnist"},
+        "algorithm": algorithm(name, per_round),
+        "clients": {"count": num_clients, "cpu_hz": 1.0e9, "flops_per_cycle": 1, "kappa": 1e-28},
+        "radio": {
+            "mode": "direct",
+            "tx_power_dbm": 20,
+            "uplink_snr_db": 10,
+            "downlink_snr_db": 20,
+            "uplink": {"bandwidth_hz": 1.0e6, "sharing": "dedicated"},
+            "downlink": {"bandwidth_hz": 10.0e6, "sharing": "dedicated"},
+        },
+        "run": {"rounds": rounds, "eval_every": 1},
+    }
+
+
+def check_local_tests(base: dict, seeds: list[int]) -> int:
+    """The fewest local test rows any client has over the seeds (>= MIN_LOCAL_TEST_ROWS)."""
+    fewest = []
+    for seed in seeds:
+        sc = Scenario.model_validate({**base, "seed": seed})
+        data = load(sc.data, sc.clients.count, seed, torch_cpu())
+        fewest.append(int(data.label_histogram().num_test_samples.min()))
+    if min(fewest) < MIN_LOCAL_TEST_ROWS:
+        raise SystemExit(f"a client has only {min(fewest)} local test rows")
+    return min(fewest)
+
+
+def torch_cpu():
+    import torch
+
+    return torch.device("cpu")
+
+
+def _spread(values: pd.Series) -> str:
+    return f"{values.mean():.3f} ± {values.std(ddof=0):.3f}"
+
+
+def _cost(run: pd.DataFrame, cost: str) -> str:
+    """Median over seeds of the cost to target; censored seeds count as infinite, and when
+    the median is censored it reads '> x' with the least any censored seed spent."""
+    values = run[f"{cost}_to_target"].fillna(np.inf)
+    med = float(np.median(values))
+    if np.isfinite(med):
+        return f"{med:.4g}"
+    return f"> {run[f'censored_at_{cost}'].min():.4g}"
+
+
+def summary(per_run: pd.DataFrame, final: pd.DataFrame, available: list[str]) -> pd.DataFrame:
+    rows = []
+    for name in ALGORITHMS:
+        if name not in available:
+            rows.append({"algorithm": name, "available": False})
+            continue
+        f, r = final[final.algorithm == name], per_run[per_run.algorithm == name]
+        rows.append(
+            {
+                "algorithm": name,
+                "available": True,
+                "worst_client_acc": _spread(f[METRIC]),
+                "worst_last10": _spread(f.worst_last10),
+                "mean_client_acc": _spread(f["client_accuracy_mean"]),
+                "test_acc": _spread(f["test_accuracy"]),
+                "worst_mean": f[METRIC].mean(),
+                "reached": f"{int(r.reached.sum())}/{len(r)}",
+                "rounds_to_target": _cost(r, "rounds"),
+                "seconds_to_target": _cost(r, "seconds"),
+                "joules_to_target": _cost(r, "joules"),
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def main(argv: list[str] | None = None) -> dict[str, pd.DataFrame]:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--out", default="runs/central_study", help="folder for runs and tables")
+    p.add_argument("--target", type=float, default=0.8, help="worst-client accuracy target")
+    p.add_argument("--rounds", type=int, default=150)
+    p.add_argument("--seeds", default="0,1,2")
+    p.add_argument("--workers", type=int, default=1)
+    p.add_argument("--smoke", action="store_true", help="10 clients, 5 a round, 3 rounds, 1 seed")
+    args = p.parse_args(argv)
+    seeds = [int(s) for s in args.seeds.split(",")]
+    clients, per_round, rounds = 30, 20, args.rounds
+    if args.smoke:
+        clients, per_round, rounds, seeds, args.target = 10, 5, 3, [0], 0.05
+        args.workers = 0  # in this process: no worker to start per point
+    available = [a for a in ALGORITHMS if a in CONFIGS]
+    missing = [a for a in ALGORITHMS if a not in CONFIGS]
+    fewest = check_local_tests(scenario("fedavg", clients, per_round, rounds), seeds)
+    out = Path(args.out)
+    results = [
+        run_sweep(
+            scenario(name, clients, per_round, rounds),
+            spec_from(seeds=seeds),
+            workers=args.workers,
+            out_dir=out / name,
+        )
+        for name in available
+    ]
+    records = pd.concat([r.records for r in results], ignore_index=True)
+    points = pd.concat([r.table.assign(algorithm=n) for n, r in zip(available, results)])
+    per_run = to_target(records, args.target, METRIC, keys=["algorithm", "seed"])
+    last = records.sort_values("round").groupby(["algorithm", "seed"], sort=False).tail(1)
+    tail = records.sort_values("round").groupby(["algorithm", "seed"], sort=False).tail(10)
+    smooth = tail.groupby(["algorithm", "seed"])[METRIC].mean().rename("worst_last10")
+    final = (
+        last[["algorithm", "seed", "round", METRIC, "client_accuracy_mean", "test_accuracy"]]
+        .merge(smooth.reset_index(), on=["algorithm", "seed"])
+        .merge(points[["algorithm", "seed", "status"]], on=["algorithm", "seed"])
+    )
+    diverged = final.status == "diverged"  # its last finite figures are not its result
+    accuracies = [METRIC, "worst_last10", "client_accuracy_mean", "test_accuracy"]
+    final.loc[diverged, accuracies] = CHANCE
+    table = summary(per_run, final, available)
+    per_seed = final.merge(
+        per_run[
+            ["algorithm", "seed", "reached"]
+            + [f"{c}_to_target" for c in ("rounds", "seconds", "joules")]
+            + [f"censored_at_{c}" for c in ("rounds", "seconds", "joules")]
+        ],
+        on=["algorithm", "seed"],
+    ).sort_values(["algorithm", "seed"])
+    table.to_csv(out / "summary.csv", index=False)
+    per_seed.to_csv(out / "per_seed.csv", index=False)
+
+    print(
+        f"N = {clients}, m = {per_round}, {rounds} rounds, seeds {seeds}; digits, Zipf 0.3 + "
+        f"Dir 0.1; >= {fewest} local test rows per client. Final accuracy: mean ± sd over "
+        f"seeds. To worst-client >= {args.target:g}: median over seeds (censored: '> spent')."
+    )
+    shown = table.drop(columns=["worst_mean"], errors="ignore")
+    print(shown.fillna("-").to_string(index=False))
+    if missing:
+        print(f"not available in this flnet: {', '.join(missing)}")
+    print("\nper seed:")
+    print(per_seed.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
+    bad = points[points.status != "completed"]
+    if len(bad):
+        print(f"\n{len(bad)} runs did not complete:\n{bad.to_string(index=False)}")
+    wall_s = sum(r.wall_s for r in results)
+    print(f"\nsweeps' wall time {wall_s:.1f} s; runs under {out}/<algorithm>/, tables in {out}/")
+    return {"summary": table, "per_seed": per_seed, "per_run": per_run}
+
+
+if __name__ == "__main__":
+    main()
