@@ -666,8 +666,9 @@ def _terminate(signum: int, frame: FrameType | None) -> NoReturn:
 
 
 def show_unit_warnings() -> None:
-    """Each unit warning as one line on stderr, every time (not once per place in the code)."""
-    from flnet.errors import UnitWarning
+    """Each unit (and topology) warning as one line on stderr, every time (not once per place
+    in the code)."""
+    from flnet.errors import TopologyWarning, UnitWarning
 
     shown = warnings.showwarning
     if getattr(shown, "flnet", False):  # installed already (main called twice in one process)
@@ -681,7 +682,7 @@ def show_unit_warnings() -> None:
         file: TextIO | None = None,
         line: str | None = None,
     ) -> None:
-        if issubclass(category, UnitWarning):
+        if issubclass(category, (UnitWarning, TopologyWarning)):
             err_console.print(
                 f"[bold yellow]warning:[/] {escape(str(message))}", highlight=False, soft_wrap=True
             )

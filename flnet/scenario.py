@@ -532,6 +532,11 @@ class Scenario(Strict):
         problem = topology_problem(topology, n) if topology is not None else None
         if problem is not None:
             raise inconsistent(f"algorithm.topology.{problem[0]}", problem[1])
+        if getattr(topology, "kind", None) == "random_geometric" and self.clients.positions is None:
+            raise inconsistent(
+                "algorithm.topology.kind",
+                "random_geometric needs clients.positions (uniform or given)",
+            )
         if self.radio.d2d.path_loss is not None and self.clients.positions is None:
             raise inconsistent(
                 "radio.d2d.path_loss",
