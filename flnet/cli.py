@@ -88,6 +88,7 @@ def summary_table(summary: dict) -> Table:
         ("energy", f"{summary['energy_j']:.4g} J"),
         ("bits up / down", f"{summary['bits_up']:.4g} / {summary['bits_down']:.4g}"),
         *([("bits device to device", f"{d2d:.4g}")] if (d2d := summary.get("bits_d2d")) else []),
+        *([("spectral gap of W", f"{gap:.4g}")] if (gap := summary.get("spectral_gap")) else []),
         ("wall time", f"{summary['wall_s']:.1f} s"),
     ]
     for name, value in rows:

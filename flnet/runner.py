@@ -747,6 +747,8 @@ def summarize(
         "bits_up": world.ledger.bits["upload"],
         "bits_down": world.ledger.bits["download"],
         "bits_d2d": world.ledger.bits["d2d"],
+        # gossip: the spectral gap 1 - |lambda_2| of W (the last iteration's, time-varying)
+        **({"spectral_gap": float(gap)} if pd.notna(gap := last.get("spectral_gap")) else {}),
         "model_params": learner.model.num_params,
         "training_flops_per_sample": learner.model.training_flops_per_sample(),
         **charged_labels(learner),
