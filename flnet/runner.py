@@ -401,7 +401,9 @@ def check_topology(scenario: Scenario, world: World) -> None:
     mistake in the scenario: draw it now, as the run will, so it fails before anything runs."""
     cfg = getattr(scenario.algorithm, "topology", None)
     if cfg is not None:
-        topology.from_config(cfg, world.num_clients, world.generator(Stream.TOPOLOGY))
+        n = world.num_clients
+        xy = world.positions_m(np.arange(n)) if cfg.kind == "random_geometric" else None
+        topology.from_config(cfg, n, world.generator(Stream.TOPOLOGY), xy_m=xy)
 
 
 class Run:
