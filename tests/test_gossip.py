@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 import torch
-from harness import run_protocol
+from harness import StopAt, assert_resumes_exactly, run_protocol
 from tolerance import assert_tensors_close
 
 from flnet.algorithms import dpsgd
@@ -315,3 +315,44 @@ def test_gossip_on_a_ring_keeps_the_average_and_contracts_by_lambda2_squared():
         assert_tensors_close(nxt.mean(0), x.mean(0))
         assert consensus_distance(nxt) == pytest.approx(lam2**2 * consensus_distance(x), rel=1e-9)
         x = nxt
+
+
+def test_gossip_over_the_radio_resumes_to_the_bit(scenario, tmp_path):
+    """A time-varying graph, positions, path loss, broadcast, half-duplex TDMA, losses and a
+    timeout that cuts some compute: an interrupted run resumes on the same trajectory."""
+
+    def make(name):
+        return scenario(
+            algorithm={
+                "name": "dpsgd",
+                "local": {"steps": 1, "batch_size": 8},
+                "topology": {"kind": "random_k", "k": 2},
+                "timeout_s": 0.05,
+            },
+            clients={
+                "count": 6,
+                "cpu_hz": {"kind": "per_client", "values": [2e5, 1e6, 2e6, 4e6, 8e6, 1.6e7]},
+                "positions": {"kind": "uniform", "side_m": 50.0},
+            },
+            radio={
+                "mode": "direct",
+                "rayleigh_fading": True,
+                "d2d": {
+                    "path_loss": {},
+                    "sharing": "tdma",
+                    "transmission": "broadcast",
+                    "half_duplex": True,
+                    "loss_probability": 0.2,
+                },
+            },
+            run={"rounds": 8, "eval_every": 4, "checkpoint_every": None,
+                 "checkpoint_interval_s": None},
+            output={"dir": str(tmp_path / name)},
+        )  # fmt: skip
+
+    with pytest.warns(TopologyWarning):
+        whole, _ = assert_resumes_exactly(make, StopAt(3))
+    led = whole.ledger
+    assert (led[led.kind == "d2d_rx"].outcome == "lost").any()
+    assert (led[led.kind == "compute"].outcome == "timeout").any()
+    assert "spectral_gap" in whole.records and whole.summary["bits_d2d"] > 0
