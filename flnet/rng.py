@@ -38,7 +38,7 @@ class Stream(IntEnum):
     FADING_KEYED = 1_000_007  # fading of a transfer with its own key (stream pattern)
     TOPOLOGY = 1_000_008  # random graphs (exchange pattern)
     ARRIVALS = 1_000_009  # who starts work next (stream pattern)
-    D2D = 1_000_010  # a device-to-device link's SNR, keyed by (sender, receiver)
+    D2D = 1_000_010  # a device-to-device link's SNR or shadowing, keyed by (min, max) of its ends
     EVALUATION = 1_000_011  # the clients whose per-client figures are evaluated
     AVAILABILITY = 1_000_012  # Bernoulli availability, keyed (draw, client)
     ZONES = 1_000_013  # a client's time zone (diurnal availability), keyed (client)
@@ -54,6 +54,9 @@ class Stream(IntEnum):
     SNAPSHOT = 1_000_032  # the snapshot step t' (DRFA, DRDM), by round
     DUAL_BATCH = 1_000_033  # a dual-step client's loss minibatch, by (round, client)
     VALIDATION = 1_000_040  # the rows held out of the training set as a validation set
+    D2D_LOSS = 1_000_045  # which D2D messages are lost, keyed by (iteration)
+    POSITIONS = 1_000_046  # every client's position (unkeyed: one draw of all columns)
+    NEIGHBOURS = 1_000_047  # random_k topologies: each node's neighbours, keyed by (iteration)
 
 
 def generator(seed: int, stream: Stream, *keys: int) -> np.random.Generator:

@@ -4,12 +4,15 @@ Nodes are clients ``0..N-1`` and the server ``SERVER``. A link ``src -> dst`` ca
 transfer on it needs: its channel, its ``snr_hz`` (received power over noise density), the
 battery power drawn while it is busy and the ledger kind. The star is a rule, not a graph:
 client k's uplink and downlink are made from row k of the `Population` when a transfer asks for
-them, so an idle client costs no link object. Device-to-device links are kept only for the
-nodes that gossip (`add_link`); `graph` shows them as a networkx graph.
+them, so an idle client costs no link object. Device-to-device links are made by the World from
+`radio.d2d` for the pairs that gossip (`flnet.sim.world.World.link`) and kept here in a bounded
+cache (`keep`: a made link is a function of its key, so dropping it loses nothing); links added
+by hand (`add_link`, tests) are kept for good; `graph` shows both as a networkx graph.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -21,11 +24,14 @@ from flnet.dists import sample
 from flnet.sim.channel import Channel, TraceRateChannel, band
 from flnet.sim.ledger import SERVER
 from flnet.sim.population import Population
-from flnet.sim.radio import shannon_rate_bps, snr_hz_direct
+from flnet.sim.radio import dbm_to_w, shannon_rate_bps, snr_hz_direct, snr_hz_physical
 from flnet.sim.traces import TraceSpeeds
 
 if TYPE_CHECKING:  # the scenario's sections, for annotations only
-    from flnet.scenario import D2D, Radio
+    from flnet.scenario import D2D, LogDistance, Radio
+
+
+D2D_LINKS_KEPT = 1_000_000  # device-to-device links made from the radio cached at most (~200 MB)
 
 
 @dataclass(frozen=True)
@@ -60,10 +66,18 @@ class Network:
         self.rx_power_w = population.rx_power_w  # [N] each client's receive power
         self._up_snr_hz, self._down_snr_hz = population.up_snr_hz, population.down_snr_hz
         self._n = n
-        self._links: dict[tuple[int, int], Link] = {}  # device-to-device only
+        self._links: dict[tuple[int, int], Link] = {}  # device-to-device, added by hand
+        self._made: dict[tuple[int, int], Link] = {}  # device-to-device, made from the radio
 
     def add_link(self, src: int, dst: int, link: Link) -> None:
         self._links[(src, dst)] = link
+
+    def keep(self, src: int, dst: int, link: Link) -> None:
+        """Cache a link made from the radio: at most D2D_LINKS_KEPT, emptied when full (a
+        time-varying graph meets new pairs every iteration)."""
+        if len(self._made) >= D2D_LINKS_KEPT:
+            self._made.clear()
+        self._made[(src, dst)] = link
 
     def link(self, src: int, dst: int) -> Link:
         """The star's links by rule from the client's row; others as added."""
@@ -78,10 +92,10 @@ class Network:
                 float(self.rx_power_w[dst]),
                 "download",
             )
-        try:
-            return self._links[(src, dst)]
-        except KeyError:
-            raise KeyError(f"no link from node {src} to node {dst}") from None
+        link = self._links.get((src, dst)) or self._made.get((src, dst))
+        if link is None:
+            raise KeyError(f"no link from node {src} to node {dst}")
+        return link
 
     def _quality(self, client: int, down: bool) -> float:
         """What the star link's channel needs: its SNR, or with a capacity trace its rate."""
@@ -95,7 +109,8 @@ class Network:
         """The device-to-device links as a graph (the gossiping nodes only; the star is
         implicit)."""
         g: nx.DiGraph = nx.DiGraph()
-        g.add_edges_from((u, v, {"link": link}) for (u, v), link in self._links.items())
+        links = {**self._made, **self._links}
+        g.add_edges_from((u, v, {"link": link}) for (u, v), link in links.items())
         return g
 
     def alone_s(
@@ -117,10 +132,35 @@ class Network:
 def d2d_link(
     network: Network, d2d: D2D, channel: Channel, src: int, dst: int, rng: np.random.Generator
 ) -> Link:
-    """The device-to-device link src -> dst on `channel`: its SNR drawn from `d2d.snr_db` with
-    `rng`, the sender's transmit and the receiver's receive power."""
-    snr_db = float(sample(d2d.snr_db, rng, 1)[0])
-    snr_hz = float(snr_hz_direct(snr_db, d2d.bandwidth_hz))
+    """The device-to-device link src -> dst on `channel`, with the sender's transmit and the
+    receiver's receive power. Its channel is reciprocal: `rng` is the pair's own generator
+    (keyed by the unordered pair), so dst -> src draws the same SNR (`snr_db`) or the same
+    shadowing (`path_loss`); with path loss only the senders' transmit powers differ."""
+    if d2d.path_loss is None:
+        snr_db = float(sample(d2d.snr_db, rng, 1)[0])
+        snr_hz = float(snr_hz_direct(snr_db, d2d.bandwidth_hz))
+    else:
+        pop = network.population
+        distance_m = math.hypot(pop.x_m[src] - pop.x_m[dst], pop.y_m[src] - pop.y_m[dst])
+        loss_db = d2d_path_loss_db(d2d.path_loss, distance_m, float(rng.standard_normal()))
+        pl = d2d.path_loss
+        noise_w_hz = float(dbm_to_w(pl.noise_psd_dbm_hz + pl.noise_figure_db))
+        snr_hz = float(snr_hz_physical(pop.radiated_w[src], loss_db, noise_w_hz))
     return Link(
         channel, snr_hz, float(network.tx_power_w[src]), "d2d", float(network.rx_power_w[dst])
+    )
+
+
+SPEED_OF_LIGHT_M_S = 299_792_458.0
+
+
+def d2d_path_loss_db(model: LogDistance, distance_m: float, normal: float) -> float:
+    """PL(d) = 20 log10(4 pi d0 f / c) + 10 n log10(max(d, d0) / d0) + sigma * normal, in dB
+    (log-distance with a free-space reference; `normal` a standard normal draw)."""
+    d0 = model.reference_m
+    free_space_db = 20.0 * math.log10(4.0 * math.pi * d0 * model.carrier_hz / SPEED_OF_LIGHT_M_S)
+    return (
+        free_space_db
+        + 10.0 * model.exponent * math.log10(max(distance_m, d0) / d0)
+        + model.shadowing_std_db * normal
     )

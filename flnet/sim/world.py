@@ -28,19 +28,21 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, cast
 import numpy as np
 import simpy
 
+from flnet.errors import ScenarioError
 from flnet.rng import Stream, generator
 from flnet.sim import availability as availability_mod
 from flnet.sim import population as population_mod
 from flnet.sim.availability import Availability
 from flnet.sim.channel import Channel, SharedBand, Transmission, band, timeout_at
 from flnet.sim.cuts import Cuts
+from flnet.sim.d2d import Airing, Airwaves
 from flnet.sim.device import compute_energy_j, compute_time_s
 from flnet.sim.ledger import NOBODY, Ledger, Tag
 from flnet.sim.network import Link, Network, d2d_link
 from flnet.sim.traces import TraceSpeeds, speeds_from
 
 if TYPE_CHECKING:  # the scenario's sections, for annotations only
-    from flnet.scenario import ClientsConfig, Radio
+    from flnet.scenario import D2D, ClientsConfig, Radio
 
 SELECTION_AHEAD = 16  # rounds of client selection drawn at once
 SELECTION_TRIES = 64  # under availability: candidates examined per client wanted, at most
@@ -223,6 +225,20 @@ class AbstractWorld(Protocol):
 
     def online_clients(self, clients: np.ndarray, draw: int) -> np.ndarray: ...
 
+    @property
+    def d2d(self) -> D2D: ...
+
+    def start_d2d(
+        self,
+        src: int,
+        receivers: list[int],
+        bits: float,
+        tag: Tag,
+        *,
+        lost: list[bool] | None = None,
+        then: Callable[[Airing], None] | None = None,
+    ) -> Airing: ...
+
     def transfer(self, src: int, dst: int, packet: Any, tag: Tag) -> simpy.Process: ...
 
     def compute(self, node: int, flops: float, tag: Tag) -> simpy.Process: ...
@@ -232,6 +248,8 @@ class AbstractWorld(Protocol):
     def signal(self) -> simpy.Event: ...
 
     def generator(self, stream: Stream, *keys: int) -> np.random.Generator: ...
+
+    def positions_m(self, nodes: np.ndarray) -> np.ndarray: ...
 
     def freeze(self, jobs: list[Job]) -> dict: ...
 
@@ -278,6 +296,7 @@ class World:
         self._fading_draws: dict[int, dict[tuple, int]] = {}  # step -> link -> draws so far
         self._selections: dict[tuple[int, int, int], np.ndarray] = {}  # (stream, size, round)
         self._d2d_channel: Channel | None = None  # made when the first D2D link is
+        self.airwaves = Airwaves(radio.d2d.sharing == "tdma", radio.d2d.half_duplex)
 
     @property
     def num_clients(self) -> int:
@@ -404,8 +423,9 @@ class World:
 
     def link(self, src: int, dst: int) -> Link:
         """The link a transfer from `src` to `dst` uses (the one place links are looked up).
-        A client-to-client link is made on first use from `radio.d2d`, its SNR drawn from its
-        own key (seed, D2D, src, dst), so links never depend on the order they are used in."""
+        A client-to-client link is made on first use from `radio.d2d`, its SNR (or shadowing)
+        drawn from the pair's own key (seed, D2D, min(src, dst), max(src, dst)): reciprocal, and
+        never dependent on the order links are used in; the network caches it (`keep`)."""
         try:
             return self.network.link(src, dst)
         except KeyError:
@@ -422,9 +442,9 @@ class World:
             self._d2d_channel,
             src,
             dst,
-            generator(self.seed, Stream.D2D, src, dst),
+            generator(self.seed, Stream.D2D, min(src, dst), max(src, dst)),
         )
-        self.network.add_link(src, dst, link)
+        self.network.keep(src, dst, link)
         return link
 
     def alone_s(self, clients: np.ndarray, down_bits: float, flops: float, up_bits: float) -> Alone:
@@ -548,6 +568,27 @@ class World:
     def cancel_end(self, token: int) -> None:
         self._cuts.cancel(token)
 
+    @property
+    def d2d(self) -> D2D:
+        """The D2D radio's settings (`radio.d2d`): how `exchange` sends."""
+        return self.radio.d2d
+
+    def start_d2d(
+        self,
+        src: int,
+        receivers: list[int],
+        bits: float,
+        tag: Tag,
+        *,
+        lost: list[bool] | None = None,
+        then: Callable[[Airing], None] | None = None,
+    ) -> Airing:
+        """Start one D2D transmission of `bits` from `src` to `receivers` (one: unicast;
+        several: broadcast, at the weakest one's rate), scheduled on the air by
+        `self.airwaves`; `lost[r]` marks receiver r's copy lost (still charged). `then(job)`
+        runs when its airtime ends (`flnet.sim.d2d`)."""
+        return Airing(self, src, receivers, bits, tag, lost, then)
+
     def transfer(self, src: int, dst: int, packet: Any, tag: Tag) -> simpy.Process:
         """A process that sends `packet` (anything with `bits`) and ends with its outcome; an
         interrupt stops it, charging it up to then, with the interrupt's cause as outcome."""
@@ -568,6 +609,13 @@ class World:
     def generator(self, stream: Stream, *keys: int) -> np.random.Generator:
         """The run's random stream `stream` at `keys` (see `flnet.rng`)."""
         return generator(self.seed, stream, *keys)
+
+    def positions_m(self, nodes: np.ndarray) -> np.ndarray:
+        """[len(nodes), 2] the clients' (x, y) in metres (`clients.positions`)."""
+        pop = self.population
+        if not len(pop.x_m):
+            raise ScenarioError("no positions: set clients.positions", field="clients.positions")
+        return np.stack([pop.x_m[nodes], pop.y_m[nodes]], axis=1)
 
     def freeze(self, jobs: list[Job]) -> dict:
         """Jobs under way, as numbers a checkpoint can hold: each one's timing, and the state
