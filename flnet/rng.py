@@ -40,6 +40,10 @@ class Stream(IntEnum):
     ARRIVALS = 1_000_009  # who starts work next (stream pattern)
     D2D = 1_000_010  # a device-to-device link's SNR, keyed by (sender, receiver)
     EVALUATION = 1_000_011  # the clients whose per-client figures are evaluated
+    # compression draws of a gossip step, keyed (round, gossip step, node) (flnet.learn.compress)
+    RAND_K = 1_000_050  # rand-k's coordinates
+    QSGD = 1_000_051  # QSGD's dither xi ~ U[0, 1]^d
+    RANDOM_GOSSIP = 1_000_052  # randomized gossip's coin
 
 
 def generator(seed: int, stream: Stream, *keys: int) -> np.random.Generator:

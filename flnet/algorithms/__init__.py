@@ -20,10 +20,30 @@ MODULES = {
     "dpsgd": "flnet.algorithms.dpsgd",
     "fedbuff": "flnet.algorithms.fedbuff",
     "scaffold": "flnet.algorithms.scaffold",
+    "dfedavg": "flnet.algorithms.dfedavg",
+    "dfedavgm": "flnet.algorithms.dfedavgm",
+    "dfedsam": "flnet.algorithms.dfedsam",
+    "oledfl_sgd": "flnet.algorithms.oledfl",
+    "oledfl_sam": "flnet.algorithms.oledfl_sam",
+    "dfl": "flnet.algorithms.dfl",
+    "cdfl": "flnet.algorithms.cdfl",
 }
 
 if TYPE_CHECKING:  # mypy checks each module above against the shape, with its Config and State
-    from flnet.algorithms import dpsgd, fedavg, fedbuff, fedprox, scaffold
+    from flnet.algorithms import (
+        cdfl,
+        dfedavg,
+        dfedavgm,
+        dfedsam,
+        dfl,
+        dpsgd,
+        fedavg,
+        fedbuff,
+        fedprox,
+        oledfl,
+        oledfl_sam,
+        scaffold,
+    )
     from flnet.algorithms.base import AlgorithmModule
 
     _fedavg: AlgorithmModule[fedavg.Config, fedavg.State] = fedavg
@@ -31,6 +51,13 @@ if TYPE_CHECKING:  # mypy checks each module above against the shape, with its C
     _dpsgd: AlgorithmModule[dpsgd.Config, dpsgd.State] = dpsgd
     _fedbuff: AlgorithmModule[fedbuff.Config, fedbuff.State] = fedbuff
     _scaffold: AlgorithmModule[scaffold.Config, scaffold.State] = scaffold
+    _dfedavg: AlgorithmModule[dfedavg.Config, dfedavg.State] = dfedavg
+    _dfedavgm: AlgorithmModule[dfedavgm.Config, dfedavgm.State] = dfedavgm
+    _dfedsam: AlgorithmModule[dfedsam.Config, dfedsam.State] = dfedsam
+    _oledfl: AlgorithmModule[oledfl.Config, oledfl.State] = oledfl
+    _oledfl_sam: AlgorithmModule[oledfl_sam.Config, oledfl_sam.State] = oledfl_sam
+    _dfl: AlgorithmModule[dfl.Config, dfl.State] = dfl
+    _cdfl: AlgorithmModule[cdfl.Config, cdfl.State] = cdfl
 
 
 class _Lazy(Mapping):

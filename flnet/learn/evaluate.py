@@ -7,6 +7,9 @@ clients either way. It is taken over the data's evaluation sample (`FederatedDat
 every client up to ``data.eval_clients``, else a sample drawn once from the seed), so a
 million registered clients cost no more to evaluate than a thousand; records say how many
 (``clients_evaluated``).
+
+Gossip runs have one model per node; `Evaluator.nodes` gives the test accuracy of each node's own
+model over the same sample (every client is a node there), as its mean and worst.
 """
 
 from __future__ import annotations
@@ -25,6 +28,9 @@ METRICS = (
     "client_accuracy_worst",
     "client_accuracy_p10",
 )  # p10: the 10th percentile, interpolated as numpy does
+
+
+NODE_METRICS = ("node_accuracy_mean", "node_accuracy_worst")
 
 
 class Evaluator:
@@ -89,3 +95,18 @@ class Evaluator:
             ]
         ).tolist()
         return {**dict(zip(METRICS, values)), "clients_evaluated": self.clients_evaluated}
+
+    def nodes(self, x: torch.Tensor) -> dict[str, float]:
+        """x [n, P] the nodes' models -> test accuracy of each sampled node's model (the
+        evaluation sample's clients), its mean and worst."""
+        sample = self.data.eval_clients
+        assert sample is not None  # set by FederatedData
+        acc = torch.stack(
+            [
+                (self._logits(x[int(i)], self.data.x_test).argmax(1) == self.data.y_test)
+                .double()
+                .mean()
+                for i in sample
+            ]
+        )
+        return dict(zip(NODE_METRICS, (float(acc.mean()), float(acc.min()))))

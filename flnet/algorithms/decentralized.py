@@ -1,0 +1,137 @@
+"""Serverless rounds, local steps then gossip: the mechanics that DFedAvg, DFedAvgM, DFedSAM,
+OledFL, DFL and C-DFL share, written once.
+
+A round t: every node i starts its local work from a point its algorithm chooses (x_i for
+DFedAvg, the opposite lookahead point for OledFL), takes ``local`` steps on minibatches keyed
+(seed, t, i), and once its compute is done sends the result z_i to its out-neighbours
+(`exchange` with ``send_after_work``); then it mixes what arrived, x_i <- sum_j W_t[i, j] z_j
+(`flnet.learn.aggregate.mix`: a lost message's weight stays on the node's own model). DFL adds
+tau2 - 1 pure gossip steps, each one more exchange without compute; C-DFL sends compressed
+innovations instead of models. Every step's ledger rows carry the round t.
+
+The model judged is the nodes' average x_bar = (1/n) sum_i x_i of the post-mix models (OledFL's
+output, DFL's u_t); records add the consensus distance (1/n) sum_i ||x_i - x_bar||^2 and the
+per-node accuracy over the evaluation sample (`flnet.learn.evaluate`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
+
+import numpy as np
+import simpy
+import torch
+
+from flnet.learn.aggregate import mix
+from flnet.learn.cohort import LossFn
+from flnet.learn.optim import GradientTransformation
+from flnet.learn.wire import ModelMessage
+from flnet.rng import Stream
+from flnet.sim import topology
+from flnet.sim.patterns import Packet, exchange
+from flnet.sim.world import AbstractWorld, Progress
+
+if TYPE_CHECKING:
+    from flnet.config import LocalConfig, TopologyConfig
+    from flnet.learn.local import Learner
+
+Moves = Generator[simpy.Event, Any, Any]
+
+
+class GossipConfig(Protocol):
+    """The fields these mechanics read from an algorithm's `Config`."""
+
+    @property
+    def topology(self) -> TopologyConfig: ...
+
+    @property
+    def local(self) -> LocalConfig: ...
+
+
+class TimedGossipConfig(GossipConfig, Protocol):
+    """With a timeout: a node stops waiting for messages this long after a step starts."""
+
+    @property
+    def timeout_s(self) -> float | None: ...
+
+
+class Graph(NamedTuple):
+    """The nodes (every client, in order), W kept sparse, and its directed edges [M, 2]."""
+
+    nodes: np.ndarray
+    w: topology.Mixing
+    links: np.ndarray
+
+
+def graph(world: AbstractWorld, cfg: GossipConfig, w: topology.Mixing | None = None) -> Graph:
+    """The run's graph from `cfg.topology` (random kinds from the TOPOLOGY stream), or `w`."""
+    n = world.num_clients
+    if w is None:
+        w = topology.from_config(cfg.topology, n, world.generator(Stream.TOPOLOGY))
+    return Graph(np.arange(n), w, w.links())
+
+
+def same_start(learn: Learner) -> torch.Tensor:
+    """[n, P]: every node starts from the same x_0 (the papers' initialisation)."""
+    x0 = learn.model.init_params()
+    return x0.expand(learn.data.num_clients, -1).clone()
+
+
+def send(
+    world: AbstractWorld,
+    g: Graph,
+    payload: torch.Tensor,
+    bits: float | np.ndarray,
+    flops: np.ndarray | float,
+    t: int,
+    timeout_s: float | None,
+) -> Generator[simpy.Event, Any, np.ndarray | None]:
+    """One gossip step in time: each node computes `flops`, then sends its row of `payload`
+    (`bits`: one number or [n] per sender) along its out-edges. The value: which edges
+    delivered ([M] bool), or None when all did."""
+    done = yield from exchange(
+        world,
+        g.nodes,
+        g.links,
+        Packet(payload, bits),
+        np.broadcast_to(np.asarray(flops, dtype=float), g.nodes.shape),
+        tag=t,
+        timeout_s=timeout_s,
+        send_after_work=True,
+    )
+    return None if done.arrived.all() else done.arrived
+
+
+def local_then_mix(
+    world: AbstractWorld,
+    learn: Learner,
+    local: LocalConfig,
+    g: Graph,
+    start: torch.Tensor,
+    t: int,
+    timeout_s: float | None,
+    *,
+    optimizer: GradientTransformation | None = None,
+    loss_fn: LossFn | None = None,
+) -> Generator[simpy.Event, Any, tuple[torch.Tensor, torch.Tensor]]:
+    """Local work from `start` [n, P], then one gossip mix of the results: (Z, W_t Z)."""
+    work = learn.local_train(g.nodes, start, local, t, optimizer=optimizer, loss_fn=loss_fn)
+    z = work.params
+    arrived = yield from send(world, g, z, learn.bits(ModelMessage(z[0])), work.flops, t, timeout_s)
+    if work.keep is not None:  # persisted optimizer states: every node's compute completed
+        work.keep.commit(g.nodes)
+    return z, mix(g.w, z, arrived)
+
+
+def gossip(
+    world: AbstractWorld, learn: Learner, g: Graph, x: torch.Tensor, t: int, timeout_s: float | None
+) -> Generator[simpy.Event, Any, torch.Tensor]:
+    """One pure gossip step (no compute): every node sends x_i, then X <- W_t X."""
+    arrived = yield from send(world, g, x, learn.bits(ModelMessage(x[0])), 0.0, t, timeout_s)
+    return mix(g.w, x, arrived)
+
+
+def progress(t: int, x: torch.Tensor, state: Any) -> Progress:
+    """The model judged is the nodes' average; the nodes' models go along."""
+    return Progress(t, x.mean(dim=0), state, pattern="exchange", nodes=x)
