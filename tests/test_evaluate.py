@@ -54,3 +54,13 @@ def test_chunks_do_not_change_the_figures():
     whole = Evaluator(linear_model(), data())(IDENTITY)
     chunked = Evaluator(linear_model(), data(), chunk=1)(IDENTITY)
     assert chunked == pytest.approx(whole, rel=1e-6)  # other batch shapes: not bit for bit
+
+
+def test_node_accuracy_is_each_nodes_own_model_on_the_test_set():
+    """Gossip runs: node 0 holds IDENTITY (2 of 3 test rows right), node 1 the swap (1 of 3)."""
+    swap = torch.tensor([0.0, 1.0, 1.0, 0.0])
+    m = Evaluator(linear_model(), data()).nodes(torch.stack([IDENTITY, swap]))
+    assert m == {
+        "node_accuracy_mean": pytest.approx(0.5),
+        "node_accuracy_worst": pytest.approx(1 / 3),
+    }
