@@ -38,8 +38,11 @@ class Stream(IntEnum):
     FADING_KEYED = 1_000_007  # fading of a transfer with its own key (stream pattern)
     TOPOLOGY = 1_000_008  # random graphs (exchange pattern)
     ARRIVALS = 1_000_009  # who starts work next (stream pattern)
-    D2D = 1_000_010  # a device-to-device link's SNR, keyed by (sender, receiver)
+    D2D = 1_000_010  # a device-to-device link's SNR or shadowing, keyed by (min, max) of its ends
     EVALUATION = 1_000_011  # the clients whose per-client figures are evaluated
+    D2D_LOSS = 1_000_045  # which D2D messages are lost, keyed by (iteration)
+    POSITIONS = 1_000_046  # every client's position (unkeyed: one draw of all columns)
+    NEIGHBOURS = 1_000_047  # random_k topologies: each node's neighbours, keyed by (iteration)
     # compression draws of a gossip step, keyed (round, gossip step, node) (flnet.learn.compress)
     RAND_K = 1_000_050  # rand-k's coordinates
     QSGD = 1_000_051  # QSGD's dither xi ~ U[0, 1]^d

@@ -224,6 +224,22 @@ ModelConfig = Annotated[
 # ---------------------------------------------------------------- devices and radio
 
 
+class UniformPositions(Strict):
+    """Clients dropped uniformly at random in a side_m x side_m square (stream POSITIONS)."""
+
+    kind: Literal["uniform"]
+    side_m: float = Field(gt=0, description="side of the square area")
+
+
+class GivenPositions(Strict):
+    """Each client's (x, y) in metres, in client order."""
+
+    kind: Literal["given"]
+    xy_m: list[Annotated[list[float], Field(min_length=2, max_length=2)]] = Field(
+        description="[[x, y], ...], one per client"
+    )
+
+
 class ClientsConfig(Strict):
     """The client population: numbers or per-client distributions."""
 
@@ -237,6 +253,21 @@ class ClientsConfig(Strict):
     kappa: NonNegativeDist = Field(  # type: ignore[assignment]  # number -> Constant
         1.0e-28, description="effective switched capacitance: J = kappa * cycles * f^2"
     )
+    positions: UniformPositions | GivenPositions | None = Field(
+        None,
+        discriminator="kind",
+        description="where the clients stand (metres), for D2D path loss and random "
+        "geometric graphs; none: no positions",
+    )
+
+    @model_validator(mode="after")
+    def _one_position_each(self) -> ClientsConfig:
+        if isinstance(self.positions, GivenPositions) and len(self.positions.xy_m) != self.count:
+            raise inconsistent(
+                "clients.positions.xy_m",
+                f"lists {len(self.positions.xy_m)} positions for clients.count = {self.count}",
+            )
+        return self
 
 
 class Band(Strict):
@@ -258,18 +289,62 @@ class Band(Strict):
         return hz
 
 
+class LogDistance(Strict):
+    """Log-distance path loss with log-normal shadowing (Rappaport, Wireless Communications,
+    2nd ed., section 4.9, eqs. 4.68-4.69): PL(d) = PL(d0) + 10 n log10(d / d0) + X_sigma, with
+    PL(d0) free-space (Friis) at the reference distance d0. Defaults: n = 3 (Rappaport's Table
+    4.2 gives 2.7-3.5 for urban cellular, 3-5 shadowed urban; 2 is free space), sigma = 4 dB,
+    2.4 GHz, d0 = 1 m; noise -174 dBm/Hz thermal plus a 9 dB device noise figure (3GPP's usual
+    UE assumption). Distances below d0 count as d0 (the model's far-field limit)."""
+
+    kind: Literal["log_distance"] = "log_distance"
+    exponent: float = Field(3.0, gt=0, le=10, description="path-loss exponent n")
+    shadowing_std_db: float = Field(
+        4.0, ge=0, description="sigma of X_sigma, drawn once per unordered pair (reciprocal)"
+    )
+    carrier_hz: float = Field(2.4e9, gt=0, description="sets the free-space loss at d0")
+    reference_m: float = Field(1.0, gt=0, description="d0")
+    noise_psd_dbm_hz: float = Field(-174.0, description="thermal noise density")
+    noise_figure_db: float = Field(9.0, ge=0, description="the receiver's noise figure")
+
+
 class D2D(Strict):
-    """Client-to-client links (gossip). Clients have no positions, so in both radio modes a
-    link's SNR is given in dB over the D2D band, drawn once per directed link. The sender is
-    charged its tx power (+ circuit), the receiver its rx power, each on its own ledger row."""
+    """Client-to-client links (gossip), reciprocal: a pair's channel is drawn once for both
+    directions. The SNR is given in dB over the D2D band (`snr_db`, drawn per unordered pair),
+    or comes from the clients' positions through `path_loss` and the sender's transmit power.
+    The sender is charged its tx power (+ circuit), each receiver its rx power, each on its
+    own ledger row, for the airtime of the transmission. See the README's gossip radio."""
 
     bandwidth_hz: float = Field(1.0e6, gt=0)
-    sharing: Literal["shared", "dedicated"] = Field(
+    sharing: Literal["shared", "dedicated", "tdma"] = Field(
         "dedicated",
-        description="dedicated: a band per link; shared: all D2D transfers split one band equally",
+        description="dedicated: orthogonal links, each transmission has the whole band (an "
+        "exchange takes its slowest link); shared: concurrent transmissions split one band "
+        "equally; tdma: one band, one transmission at a time (an exchange takes the sum of "
+        "its airtimes)",
     )
     snr_db: Dist = Field(  # type: ignore[assignment]  # number -> Constant
-        20.0, description="per directed link, over the D2D band"
+        20.0, description="per unordered pair, over the D2D band (when path_loss is none)"
+    )
+    path_loss: LogDistance | None = Field(
+        None, description="SNR from clients.positions and tx_power_dbm instead of snr_db"
+    )
+    transmission: Literal["unicast", "broadcast"] = Field(
+        "unicast",
+        description="unicast: one transmission per neighbour; broadcast: one transmission to "
+        "all a sender's neighbours at the weakest one's rate",
+    )
+    half_duplex: bool = Field(
+        False,
+        description="a node's radio sends or receives, one transmission at a time; "
+        "transmissions start in request order as soon as their sender and receivers are free",
+    )
+    loss_probability: float = Field(
+        0.0,
+        ge=0,
+        lt=1,
+        description="each message is lost with this probability, independently per "
+        "receiver; its airtime is still charged",
     )
 
 
@@ -457,6 +532,11 @@ class Scenario(Strict):
         problem = topology_problem(topology, n) if topology is not None else None
         if problem is not None:
             raise inconsistent(f"algorithm.topology.{problem[0]}", problem[1])
+        if self.radio.d2d.path_loss is not None and self.clients.positions is None:
+            raise inconsistent(
+                "radio.d2d.path_loss",
+                "needs clients.positions (uniform or given) to measure distances",
+            )
         for section in ("clients", "radio"):
             for name, value in getattr(self, section):
                 if isinstance(value, PerClient) and len(value.values) != n:

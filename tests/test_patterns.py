@@ -48,10 +48,10 @@ def gossip_world(scenario):
     return world
 
 
-def run_exchange(world, **kwargs):
+def run_exchange(world, bits=1e6, **kwargs):
     edges = np.array(list(SNR))
     proc = world.env.process(
-        exchange(world, np.arange(3), edges, Packet(None, 1e6), np.full(3, FLOPS), tag=1, **kwargs)
+        exchange(world, np.arange(3), edges, Packet(None, bits), np.full(3, FLOPS), tag=1, **kwargs)
     )
     world.env.run(until=proc)
     return proc.value, world.ledger.frame()
@@ -101,13 +101,14 @@ def test_exchange_after_work_sends_once_each_node_has_computed(scenario):
     assert done.end_s == pytest.approx(max(comp[a] + SECONDS[a, b] for a, b in SNR))
 
 
-def test_d2d_links_are_drawn_per_link_whatever_the_order_of_first_use(scenario):
+def test_d2d_links_are_drawn_per_pair_reciprocal_whatever_the_order_of_first_use(scenario):
     a = world_of(scenario, CPU, d2d={"snr_db": {"kind": "uniform", "low": 0, "high": 30}})
     b = world_of(scenario, CPU, d2d={"snr_db": {"kind": "uniform", "low": 0, "high": 30}})
     pairs = [(0, 1), (1, 0), (2, 1), (1, 2)]
     first = [a.link(*p).snr_hz for p in pairs]
     second = [b.link(*p).snr_hz for p in reversed(pairs)][::-1]
-    assert first == second and len(set(first)) == 4
+    assert first == second and len(set(first)) == 2  # one draw per pair, both directions
+    assert first[0] == first[1] and first[2] == first[3]
 
 
 # ---------------------------------------------------------------- stream
@@ -309,3 +310,36 @@ def test_stream_work_draws_minibatches_by_client_and_work_count():
     assert torch.equal(a[0], b[1]) and torch.equal(a[1], b[0])
     by_round = minibatches(data, np.array([2, 0]), 5, steps, 4, seed=1)
     assert not torch.equal(a[0], by_round[0])
+
+
+def test_exchange_sends_per_edge_bits(scenario):
+    sizes = [1e6, 2e6, 0.5e6, 1e6]  # per edge, in SNR's order: 1 -> 0 carries twice as much
+    done, led = run_exchange(gossip_world(scenario), bits=sizes)
+    sent = led[led.kind == "d2d"]
+    assert dict(zip(zip(sent.node, sent.peer), sent.bits)) == dict(zip(SNR, sizes))
+    hand = {e: SECONDS[e] * b / 1e6 for e, b in zip(SNR, sizes)}
+    assert dict(zip(zip(sent.node, sent.peer), sent.end_s)) == pytest.approx(hand)
+    assert done.end_s == pytest.approx(2.0)
+    with pytest.raises(ValueError, match=r"per edge"):
+        run_exchange(gossip_world(scenario), bits=[1e6, 1e6, 1e6])  # [N], not [M]
+
+
+class Commits(NamedTuple):
+    seen: list
+
+    def commit(self, positions):
+        self.seen.append(positions.tolist())
+
+
+def test_exchange_timeout_cuts_compute_and_commits_only_the_nodes_that_computed(scenario):
+    hook = Commits([])
+    done, led = run_exchange(gossip_world(scenario), timeout_s=0.3, client_state=hook)
+    # computes take 0.5, 0.25, 0.125 s: node 0's is cut at 0.3 s, charged 0.3 / 0.5 of 0.4 J
+    assert done.end_s == pytest.approx(0.3) and list(done.computed) == [False, True, True]
+    comp = led[led.kind == "compute"].set_index("node")
+    assert comp.loc[0, "outcome"] == "timeout" and comp.loc[0, "end_s"] == pytest.approx(0.3)
+    assert comp.loc[0, "energy_j"] == pytest.approx(0.4 * 0.3 / 0.5, rel=1e-12)
+    assert comp.loc[0, "flops"] == pytest.approx(FLOPS * 0.3 / 0.5)
+    assert (comp.loc[[1, 2], "outcome"] == "ok").all()
+    assert hook.seen == [[1, 2]]
+    assert list(done.arrived) == [False, False, True, False]  # only 1 -> 2 (0.25 s) in time

@@ -15,10 +15,11 @@ as it starts computing g_i (`flnet.sim.patterns.exchange`: Lian et al. note that
 can run in parallel), and the iteration ends when every node has its gradient and its messages.
 The optimizer's one step from x_k gives y = x_k - gamma g_i, so line 5 is W_t X_k + (Y - X_k).
 
-A message that did not arrive leaves its weight on the receiver's own model (W_t,
-`flnet.learn.aggregate`). The model judged is the nodes' average x_bar = (1/n) sum_i x_i
-(Lian et al.'s Theorem 1 bounds its gradient); records add `consensus_distance`,
-(1/n) sum_i ||x_i - x_bar||_2^2.
+A message that did not arrive (late or lost) leaves its weight on the receiver's own model
+(W_t, `flnet.learn.aggregate`); a node whose gradient the timeout cut short takes no step that
+iteration (gamma g_i = 0: it only mixes). The model judged is the nodes' average
+x_bar = (1/n) sum_i x_i (Lian et al.'s Theorem 1 bounds its gradient); records add
+`consensus_distance`, (1/n) sum_i ||x_i - x_bar||_2^2.
 """
 
 from __future__ import annotations
@@ -91,9 +92,15 @@ def protocol(
             work.flops,
             tag=k,
             timeout_s=cfg.timeout_s,
+            client_state=work.keep,  # persisted optimizer states of the nodes that computed
         )
-        if work.keep is not None:  # persisted optimizer states: every node's compute completed
-            work.keep.commit(nodes)
         arrived = None if done.arrived.all() else done.arrived  # [M]: link e's x_j reached i
-        x = step(w, x, work.params, arrived)  # lines 4-5
+        y = work.params if done.computed.all() else _cut(x, work.params, done.computed)
+        x = step(w, x, y, arrived)  # lines 4-5
         world.publish(progress(State(k, x)))
+
+
+def _cut(x: torch.Tensor, y: torch.Tensor, computed: np.ndarray) -> torch.Tensor:
+    """A node whose gradient the timeout cut takes no step: its y is its x."""
+    keep = torch.as_tensor(computed, device=x.device).unsqueeze(1)
+    return torch.where(keep, y, x)

@@ -25,6 +25,7 @@ from flnet.errors import FlnetError
 
 SERVER = -1  # node id of the server / access point
 NOBODY = -2  # peer of an event that has none (compute, evaluate)
+BROADCAST = -3  # peer of a D2D transmission to several receivers (each has its d2d_rx row)
 
 PATTERNS = ("round_trip", "exchange", "stream")
 KINDS = ("download", "compute", "upload", "d2d", "d2d_rx", "evaluate")

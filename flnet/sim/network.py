@@ -10,6 +10,7 @@ nodes that gossip (`add_link`); `graph` shows them as a networkx graph.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -21,10 +22,10 @@ from flnet.dists import sample
 from flnet.sim.channel import Channel, band
 from flnet.sim.ledger import SERVER
 from flnet.sim.population import Population
-from flnet.sim.radio import shannon_rate_bps, snr_hz_direct
+from flnet.sim.radio import dbm_to_w, shannon_rate_bps, snr_hz_direct, snr_hz_physical
 
 if TYPE_CHECKING:  # the scenario's sections, for annotations only
-    from flnet.scenario import D2D, Radio
+    from flnet.scenario import D2D, LogDistance, Radio
 
 
 @dataclass(frozen=True)
@@ -93,10 +94,35 @@ class Network:
 def d2d_link(
     network: Network, d2d: D2D, channel: Channel, src: int, dst: int, rng: np.random.Generator
 ) -> Link:
-    """The device-to-device link src -> dst on `channel`: its SNR drawn from `d2d.snr_db` with
-    `rng`, the sender's transmit and the receiver's receive power."""
-    snr_db = float(sample(d2d.snr_db, rng, 1)[0])
-    snr_hz = float(snr_hz_direct(snr_db, d2d.bandwidth_hz))
+    """The device-to-device link src -> dst on `channel`, with the sender's transmit and the
+    receiver's receive power. Its channel is reciprocal: `rng` is the pair's own generator
+    (keyed by the unordered pair), so dst -> src draws the same SNR (`snr_db`) or the same
+    shadowing (`path_loss`); with path loss only the senders' transmit powers differ."""
+    if d2d.path_loss is None:
+        snr_db = float(sample(d2d.snr_db, rng, 1)[0])
+        snr_hz = float(snr_hz_direct(snr_db, d2d.bandwidth_hz))
+    else:
+        pop = network.population
+        distance_m = math.hypot(pop.x_m[src] - pop.x_m[dst], pop.y_m[src] - pop.y_m[dst])
+        loss_db = d2d_path_loss_db(d2d.path_loss, distance_m, float(rng.standard_normal()))
+        pl = d2d.path_loss
+        noise_w_hz = float(dbm_to_w(pl.noise_psd_dbm_hz + pl.noise_figure_db))
+        snr_hz = float(snr_hz_physical(pop.radiated_w[src], loss_db, noise_w_hz))
     return Link(
         channel, snr_hz, float(network.tx_power_w[src]), "d2d", float(network.rx_power_w[dst])
+    )
+
+
+SPEED_OF_LIGHT_M_S = 299_792_458.0
+
+
+def d2d_path_loss_db(model: LogDistance, distance_m: float, normal: float) -> float:
+    """PL(d) = 20 log10(4 pi d0 f / c) + 10 n log10(max(d, d0) / d0) + sigma * normal, in dB
+    (log-distance with a free-space reference; `normal` a standard normal draw)."""
+    d0 = model.reference_m
+    free_space_db = 20.0 * math.log10(4.0 * math.pi * d0 * model.carrier_hz / SPEED_OF_LIGHT_M_S)
+    return (
+        free_space_db
+        + 10.0 * model.exponent * math.log10(max(distance_m, d0) / d0)
+        + model.shadowing_std_db * normal
     )

@@ -208,6 +208,7 @@ class Exchange(NamedTuple):
     arrived: np.ndarray  # [M] bool per edge (in the order given): its message arrived in time
     start_s: float
     end_s: float
+    computed: np.ndarray  # [N] bool per node: its compute completed (before the timeout)
 
 
 def exchange(
@@ -220,59 +221,110 @@ def exchange(
     tag: int,
     timeout_s: float | None = None,
     send_after_work: bool = False,
+    client_state: ClientState | None = None,
 ) -> Generator[simpy.Event, Any, Exchange]:
     """One iteration of gossip: every node computes its `work_flops` ([N]) and sends `packets`
-    (bits: one number, or [N] per sender) along each directed edge of `edges` ([M, 2] positions
-    into `nodes`, [N] client ids); the value is an `Exchange`. `tag` is the iteration.
+    along each directed edge of `edges` ([M, 2] positions into `nodes`, [N] client ids); the
+    value is an `Exchange`. `tag` is the iteration.
+
+    `packets.bits` is one number, or [M] per edge (in `edges` order): a sender may send
+    different sizes to different receivers (compression is per edge). How messages go out is
+    the D2D radio's (`world.d2d`, `flnet.sim.d2d`): unicast, one transmission per edge; or
+    broadcast, one transmission per sender to all its out-neighbours, of the largest of its
+    edges' bits, at its weakest receiver's rate. Each message is lost with
+    `d2d.loss_probability` (drawn from (seed, D2D_LOSS, iteration), one uniform per edge in
+    `edges` order): its airtime is charged, and it counts as not arrived.
 
     Sends start with the compute (the message is the model before the local step, as in
-    D-PSGD), or after it with `send_after_work`. A node goes on once its compute is done and
-    every message to it has arrived, or `timeout_s` after the iteration started: messages still
-    under way then are stopped (outcome `timeout`, charged up to then) and count as lost. The
-    iteration ends when every node has gone on; a D2D transfer charges the sender's transmit
-    energy and the receiver's receive energy, each on its own row.
+    D-PSGD), or after it with `send_after_work`. The iteration ends once every compute and
+    every transmission has ended, or `timeout_s` after it started: then compute still under
+    way is stopped (outcome `timeout`, charged pro rata; `computed` is False) and so are
+    transmissions (charged up to then; their messages count as lost; a transmission not yet
+    started, or never started because its sender's compute was cut, costs nothing). At the
+    end `client_state` is committed for the nodes whose compute completed.
     """
     start = world.now
     step = Tag("exchange", tag)
     ids, flops = nodes.tolist(), np.asarray(work_flops, dtype=float).tolist()
-    bits = _per_member(packets.bits, len(ids))
-    pairs = np.asarray(edges, dtype=np.int64).reshape(-1, 2).tolist()
-    out: list[list[int]] = [[] for _ in ids]  # node position -> its edges
-    for e, (src, _dst) in enumerate(pairs):
-        out[src].append(e)
-    arrived = np.zeros(len(pairs), dtype=bool)
-    sends: list[Job | None] = [None] * len(pairs)
-    computed, delivered = _Countdown(world, len(ids)), _Countdown(world, len(pairs))
+    pairs = np.asarray(edges, dtype=np.int64).reshape(-1, 2)
+    m = len(pairs)
+    bits = _per_edge(packets.bits, m)
+    d2d = world.d2d
+    lost = (
+        world.generator(Stream.D2D_LOSS, tag).random(m) < d2d.loss_probability
+        if d2d.loss_probability > 0
+        else np.zeros(m, dtype=bool)
+    ).tolist()
+    groups = _transmissions(len(ids), pairs, d2d.transmission == "broadcast")
+    receivers = pairs[:, 1].tolist()
+    arrived = np.zeros(m, dtype=bool)
+    computed = np.zeros(len(ids), dtype=bool)
+    airings: list[Job | None] = [None] * sum(len(g) for g in groups)
+    remaining = _Countdown(world, len(ids) + len(airings))
+    first = np.cumsum([0] + [len(g) for g in groups]).tolist()  # node -> its first airing
 
-    def arrive(e: int) -> None:
-        arrived[e] = True
-        delivered.tick()
+    def aired(group: list[int]) -> Callable[[Any], None]:
+        def then(job: Any) -> None:
+            for e, ok in zip(group, job.delivered):
+                arrived[e] = ok
+            remaining.tick()
+
+        return then
 
     def send(pos: int) -> None:
-        for e in out[pos]:
-            sends[e] = world.start_transfer(
-                ids[pos], ids[pairs[e][1]], bits[pos], step, then=_then(arrive, e)
+        for k, group in enumerate(groups[pos]):
+            t = first[pos] + k
+            airings[t] = world.start_d2d(
+                ids[pos],
+                [ids[receivers[e]] for e in group],
+                max(bits[e] for e in group),
+                step,
+                lost=[lost[e] for e in group],
+                then=aired(group),
             )
 
     def worked(pos: int) -> None:
-        computed.tick()
+        computed[pos] = True
+        remaining.tick()
         if send_after_work:
             send(pos)
 
+    computes = []
     for pos in range(len(ids)):
-        world.start_compute(ids[pos], flops[pos], step, then=_then(worked, pos))
+        computes.append(world.start_compute(ids[pos], flops[pos], step, then=_then(worked, pos)))
         if not send_after_work:
             send(pos)
-    yield computed.done
     if timeout_s is None:
-        yield delivered.done
-    elif not delivered.done.triggered and start + timeout_s > world.now:
-        yield delivered.done | world.wait(start + timeout_s - world.now)
-    for job in sends:
-        if job is not None:
-            job.stop("timeout")  # nothing for those that arrived
+        yield remaining.done
+    elif not remaining.done.triggered and start + timeout_s > world.now:
+        yield remaining.done | world.wait(start + timeout_s - world.now)
+    for job in computes:
+        job.stop("timeout")  # nothing for those that completed
+    for airing in airings:
+        if airing is not None:
+            airing.stop("timeout")
+    if client_state is not None:
+        client_state.commit(np.flatnonzero(computed))
     world.events += int(arrived.sum())
-    return Exchange(arrived, start, world.now)
+    return Exchange(arrived, start, world.now, computed)
+
+
+def _per_edge(bits: Any, m: int) -> list[float]:
+    b = np.asarray(bits, dtype=float)
+    if b.ndim > 1 or (b.ndim == 1 and len(b) != m):
+        raise ValueError(f"packets.bits must be one number or [M] = [{m}] per edge, got {b.shape}")
+    return np.broadcast_to(b, (m,)).tolist()
+
+
+def _transmissions(n: int, pairs: np.ndarray, broadcast: bool) -> list[list[list[int]]]:
+    """Per sender position, its transmissions, each the list of edges it carries: one edge
+    each (unicast), or all the sender's edges at once (broadcast)."""
+    out: list[list[int]] = [[] for _ in range(n)]
+    for e, src in enumerate(pairs[:, 0].tolist()):
+        out[src].append(e)
+    if broadcast:
+        return [[edges] if edges else [] for edges in out]
+    return [[[e] for e in edges] for edges in out]
 
 
 class _Countdown:

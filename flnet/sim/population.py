@@ -1,11 +1,13 @@
 """The client population as columns: every per-client attribute is one [N] array.
 
-An idle registered client costs its entries in these arrays (7 float64, 56 bytes), never a
-Python object, graph node, SimPy process or tensor; a link's rate, time and energy are computed
-from its endpoints' rows when a transfer happens (`flnet.sim.network`). Each column is drawn
-once, for all clients at once, from its stream: compute from DEVICES (cpu_hz, flops_per_cycle,
-kappa, in that order), radio from RADIO (tx power, circuit power, rx power, then distance and
-shadowing, or the direct SNRs), so the numbers are those of one draw per client in order.
+An idle registered client costs its entries in these arrays (7 float64, 56 bytes; 2 more with
+positions, 1 more with D2D path loss), never a Python object, graph node, SimPy process or
+tensor; a link's rate, time and energy are computed from its endpoints' rows when a transfer
+happens (`flnet.sim.network`). Each column is drawn once, for all clients at once, from its
+stream: compute from DEVICES (cpu_hz, flops_per_cycle, kappa, in that order), radio from RADIO
+(tx power, circuit power, rx power, then distance and shadowing, or the direct SNRs), so the
+numbers are those of one draw per client in order; positions from POSITIONS (every x, then
+every y).
 """
 
 from __future__ import annotations
@@ -33,6 +35,9 @@ class Population(NamedTuple):
     down_snr_hz: np.ndarray  # of its downlink from the access point
     tx_power_w: np.ndarray  # battery power while transmitting: tx + circuit
     rx_power_w: np.ndarray  # battery power while receiving
+    x_m: np.ndarray = np.empty(0)  # position (clients.positions); empty without positions
+    y_m: np.ndarray = np.empty(0)
+    radiated_w: np.ndarray = np.empty(0)  # tx power alone (no circuit): D2D path loss only
 
     @property
     def size(self) -> int:
@@ -61,8 +66,33 @@ def build(clients: ClientsConfig, radio: Radio, seed: int) -> Population:
             ("downlink", down_snr, radio.downlink),
         ):
             _check_rates(name, snr, spec.bandwidth_hz)
+    radiated_w = tx_power_w.copy() if radio.d2d.path_loss is not None else np.empty(0)
     tx_power_w += circuit_w
-    return Population(cpu_hz, flops_per_cycle, kappa, up_snr, down_snr, tx_power_w, rx_power_w)
+    x_m, y_m = positions_m(clients, seed)
+    return Population(
+        cpu_hz,
+        flops_per_cycle,
+        kappa,
+        up_snr,
+        down_snr,
+        tx_power_w,
+        rx_power_w,
+        x_m,
+        y_m,
+        radiated_w,
+    )
+
+
+def positions_m(clients: ClientsConfig, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """[N] x and [N] y of every client in metres (empty without `clients.positions`)."""
+    pos = clients.positions
+    if pos is None:
+        return np.empty(0), np.empty(0)
+    if pos.kind == "given":
+        xy = np.asarray(pos.xy_m, dtype=np.float64).reshape(-1, 2)
+        return xy[:, 0].copy(), xy[:, 1].copy()
+    rng = generator(seed, Stream.POSITIONS)
+    return rng.uniform(0.0, pos.side_m, clients.count), rng.uniform(0.0, pos.side_m, clients.count)
 
 
 def _check_rates(name: str, snr_hz: np.ndarray, bandwidth_hz: float) -> None:

@@ -26,12 +26,13 @@ import simpy
 from flnet.rng import Stream, generator
 from flnet.sim import population as population_mod
 from flnet.sim.channel import Channel, SharedBand, Transmission, band, timeout_at
+from flnet.sim.d2d import Airing, Airwaves
 from flnet.sim.device import compute_energy_j, compute_time_s
 from flnet.sim.ledger import NOBODY, Ledger, Tag
 from flnet.sim.network import Link, Network, d2d_link
 
 if TYPE_CHECKING:  # the scenario's sections, for annotations only
-    from flnet.scenario import ClientsConfig, Radio
+    from flnet.scenario import D2D, ClientsConfig, Radio
 
 SELECTION_AHEAD = 16  # rounds of client selection drawn at once
 INTERRUPTED = "interrupted"  # the stop reason of `request_stop` from a signal
@@ -133,6 +134,20 @@ class AbstractWorld(Protocol):
         self, node: int, flops: float, tag: Tag, *, then: Callable[[Job], None] | None = None
     ) -> Job: ...
 
+    @property
+    def d2d(self) -> D2D: ...
+
+    def start_d2d(
+        self,
+        src: int,
+        receivers: list[int],
+        bits: float,
+        tag: Tag,
+        *,
+        lost: list[bool] | None = None,
+        then: Callable[[Airing], None] | None = None,
+    ) -> Airing: ...
+
     def transfer(self, src: int, dst: int, packet: Any, tag: Tag) -> simpy.Process: ...
 
     def compute(self, node: int, flops: float, tag: Tag) -> simpy.Process: ...
@@ -171,6 +186,7 @@ class World:
         self._fading_draws: dict[int, dict[tuple, int]] = {}  # step -> link -> draws so far
         self._selections: dict[tuple[int, int], np.ndarray] = {}  # (size, round) -> clients
         self._d2d_channel: Channel | None = None  # made when the first D2D link is
+        self.airwaves = Airwaves(radio.d2d.sharing == "tdma", radio.d2d.half_duplex)
 
     @property
     def num_clients(self) -> int:
@@ -249,8 +265,9 @@ class World:
 
     def link(self, src: int, dst: int) -> Link:
         """The link a transfer from `src` to `dst` uses (the one place links are looked up).
-        A client-to-client link is made on first use from `radio.d2d`, its SNR drawn from its
-        own key (seed, D2D, src, dst), so links never depend on the order they are used in."""
+        A client-to-client link is made on first use from `radio.d2d`, its SNR (or shadowing)
+        drawn from the pair's own key (seed, D2D, min(src, dst), max(src, dst)): reciprocal, and
+        never dependent on the order links are used in."""
         try:
             return self.network.link(src, dst)
         except KeyError:
@@ -267,7 +284,7 @@ class World:
             self._d2d_channel,
             src,
             dst,
-            generator(self.seed, Stream.D2D, src, dst),
+            generator(self.seed, Stream.D2D, min(src, dst), max(src, dst)),
         )
         self.network.add_link(src, dst, link)
         return link
@@ -305,6 +322,27 @@ class World:
     ) -> Job:
         """Start `flops` of local work on `node`; `then(job)` runs when it completes."""
         return _Compute(self, node, flops, tag, then)
+
+    @property
+    def d2d(self) -> D2D:
+        """The D2D radio's settings (`radio.d2d`): how `exchange` sends."""
+        return self.radio.d2d
+
+    def start_d2d(
+        self,
+        src: int,
+        receivers: list[int],
+        bits: float,
+        tag: Tag,
+        *,
+        lost: list[bool] | None = None,
+        then: Callable[[Airing], None] | None = None,
+    ) -> Airing:
+        """Start one D2D transmission of `bits` from `src` to `receivers` (one: unicast;
+        several: broadcast, at the weakest one's rate), scheduled on the air by
+        `self.airwaves`; `lost[r]` marks receiver r's copy lost (still charged). `then(job)`
+        runs when its airtime ends (`flnet.sim.d2d`)."""
+        return Airing(self, src, receivers, bits, tag, lost, then)
 
     def transfer(self, src: int, dst: int, packet: Any, tag: Tag) -> simpy.Process:
         """A process that sends `packet` (anything with `bits`) and ends with its outcome; an
