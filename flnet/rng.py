@@ -40,7 +40,9 @@ class Stream(IntEnum):
     ARRIVALS = 1_000_009  # who starts work next (stream pattern)
     D2D = 1_000_010  # a device-to-device link's SNR or shadowing, keyed by (min, max) of its ends
     EVALUATION = 1_000_011  # the clients whose per-client figures are evaluated
-    D2D_LOSS = 1_000_045  # which D2D messages are lost, keyed by (iteration)
+    # which D2D messages are lost, keyed by (iteration, substep: the gossip step within a round
+    # of several, 0 otherwise; (it, 0) is the generator (it) was, SeedSequence drops a trailing 0)
+    D2D_LOSS = 1_000_045
     POSITIONS = 1_000_046  # every client's position (unkeyed: one draw of all columns)
     NEIGHBOURS = 1_000_047  # random_k topologies: each node's neighbours, keyed by (iteration)
     # compression draws of a gossip step, keyed (round, gossip step, node) (flnet.learn.compress)

@@ -532,6 +532,12 @@ class Scenario(Strict):
         problem = topology_problem(topology, n) if topology is not None else None
         if problem is not None:
             raise inconsistent(f"algorithm.topology.{problem[0]}", problem[1])
+        if self.algorithm.name == "cdfl" and self.radio.d2d.loss_probability > 0:
+            raise inconsistent(
+                "radio.d2d.loss_probability",
+                "must be 0 for cdfl: a lost compressed message would leave the public copies "
+                "of its sender apart (C-DFL has no way to resend it)",
+            )
         if self.radio.d2d.path_loss is not None and self.clients.positions is None:
             raise inconsistent(
                 "radio.d2d.path_loss",

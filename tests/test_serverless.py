@@ -32,7 +32,10 @@ def simulate(scenario, module, name, rounds, x0=None, mixing=None, loss_fn=half_
 
     n = len(x0) if x0 is not None else 3 if mixing is None else mixing.num_nodes
     local = {"steps": K, "lr": ETA, "batch_size": 4, **alg.pop("local", {})}
-    sc = scenario(algorithm={"name": name, "local": local, **alg}, clients={"count": n})
+    radio = alg.pop("radio", {})
+    sc = scenario(
+        algorithm={"name": name, "local": local, **alg}, clients={"count": n}, radio=radio
+    )
     world, learn = build(sc)
     state = module.init(learn, sc.algorithm)
     if x0 is not None:
@@ -281,3 +284,20 @@ def test_an_interrupted_run_resumes_to_the_same_records_and_ledger(scenario, tmp
 
     whole, _ = assert_resumes_exactly(make, StopAt(2))
     assert {"consensus_distance", "node_accuracy_mean", "node_accuracy_worst"} <= set(whole.records)
+
+
+def test_cdfl_refuses_lossy_links():
+    with pytest.raises(ScenarioError, match="radio.d2d.loss_probability: must be 0 for cdfl"):
+        load_scenario(
+            data={"algorithm": {"name": "cdfl"}, "radio": {"d2d": {"loss_probability": 0.1}}}
+        )
+
+
+def test_dfl_draws_each_gossip_steps_losses_afresh(scenario, x0):
+    """Losses are keyed (round, gossip step): the tau2 steps of a round lose different edges."""
+    _, world, _ = simulate(
+        scenario, dfl, "dfl", 1, x0, gossip_steps=3, radio={"d2d": {"loss_probability": 0.5}}
+    )
+    rx = world.ledger.frame().query("kind == 'd2d_rx'").sort_values(["start_s", "node", "peer"])
+    lost = rx.outcome.eq("lost").to_numpy().reshape(3, 4)  # steps x edges
+    assert not (lost[0] == lost[1]).all() or not (lost[1] == lost[2]).all()

@@ -85,12 +85,9 @@ def gossip_step(
         x = consensus_step(g.w, x, x_hat, gamma)  # line 6
     draws = lambda stream: [world.generator(stream, t, s, int(i)) for i in g.nodes]  # noqa: E731
     sent = compress(cfg.compression, x - x_hat, draws, learn.wire.charged_params)  # line 7
-    arrived = yield from decentralized.send(world, g, sent.q, sent.bits, flops, t, None)  # 9
-    if arrived is not None:
-        raise FlnetError(
-            f"C-DFL round {t}: {int((~arrived).sum())} compressed messages were lost; the "
-            "public copies would drift apart (C-DFL needs every message delivered)"
-        )
+    done = yield from decentralized.send(world, g, sent.q, sent.bits, flops, t, None, substep=s)
+    if done.arrived is not None:  # no timeout, no losses (the scenario refuses them)
+        raise FlnetError(f"C-DFL round {t}: a compressed message was lost")
     x_hat = x_hat + sent.q  # line 11
     if cfg.order == "compress_first":
         x = consensus_step(g.w, x, x_hat, gamma)
@@ -113,6 +110,6 @@ def protocol(
         for s in range(cfg.gossip_steps):
             x, x_hat = yield from gossip_step(world, learn, cfg, g, x, x_hat, flops, t, s)
             flops = np.zeros_like(flops)  # only the first step waits for the local work
-        if work.keep is not None:
+        if work.keep is not None:  # no timeout: every node's compute completed
             work.keep.commit(g.nodes)
         world.publish(progress(State(t, x, x_hat)))

@@ -29,7 +29,7 @@ from flnet.learn.optim import GradientTransformation
 from flnet.learn.wire import ModelMessage
 from flnet.rng import Stream
 from flnet.sim import topology
-from flnet.sim.patterns import Packet, exchange
+from flnet.sim.patterns import ClientState, Packet, exchange
 from flnet.sim.world import AbstractWorld, Progress
 
 if TYPE_CHECKING:
@@ -78,6 +78,13 @@ def same_start(learn: Learner) -> torch.Tensor:
     return x0.expand(learn.data.num_clients, -1).clone()
 
 
+class Sent(NamedTuple):
+    """How one gossip step ended."""
+
+    arrived: np.ndarray | None  # [M] bool per edge of the graph; None: every message arrived
+    computed: np.ndarray  # [n] bool per node: its compute completed (a timeout may cut it)
+
+
 def send(
     world: AbstractWorld,
     g: Graph,
@@ -86,21 +93,27 @@ def send(
     flops: np.ndarray | float,
     t: int,
     timeout_s: float | None,
-) -> Generator[simpy.Event, Any, np.ndarray | None]:
-    """One gossip step in time: each node computes `flops`, then sends its row of `payload`
-    (`bits`: one number or [n] per sender) along its out-edges. The value: which edges
-    delivered ([M] bool), or None when all did."""
+    *,
+    substep: int = 0,
+    client_state: ClientState | None = None,
+) -> Generator[simpy.Event, Any, Sent]:
+    """Gossip step `substep` of round t in time: each node computes `flops`, then sends its
+    row of `payload` (`bits`: one number or [n] per sender) along its out-edges;
+    `client_state` is committed for the nodes whose compute completed."""
+    per_edge = bits if np.ndim(bits) == 0 else np.asarray(bits, dtype=float)[g.links[:, 0]]
     done = yield from exchange(
         world,
         g.nodes,
         g.links,
-        Packet(payload, bits),
+        Packet(payload, per_edge),
         np.broadcast_to(np.asarray(flops, dtype=float), g.nodes.shape),
         tag=t,
         timeout_s=timeout_s,
         send_after_work=True,
+        client_state=client_state,
+        substep=substep,
     )
-    return None if done.arrived.all() else done.arrived
+    return Sent(None if done.arrived.all() else done.arrived, done.computed)
 
 
 def local_then_mix(
@@ -115,21 +128,39 @@ def local_then_mix(
     optimizer: GradientTransformation | None = None,
     loss_fn: LossFn | None = None,
 ) -> Generator[simpy.Event, Any, tuple[torch.Tensor, torch.Tensor]]:
-    """Local work from `start` [n, P], then one gossip mix of the results: (Z, W_t Z)."""
+    """Local work from `start` [n, P], then one gossip mix of the results: (Z, W_t Z). A node
+    whose compute the timeout cut sends nothing and keeps its start as its z (no local step)."""
     work = learn.local_train(g.nodes, start, local, t, optimizer=optimizer, loss_fn=loss_fn)
     z = work.params
-    arrived = yield from send(world, g, z, learn.bits(ModelMessage(z[0])), work.flops, t, timeout_s)
-    if work.keep is not None:  # persisted optimizer states: every node's compute completed
-        work.keep.commit(g.nodes)
-    return z, mix(g.w, z, arrived)
+    sent = yield from send(
+        world,
+        g,
+        z,
+        learn.bits(ModelMessage(z[0])),
+        work.flops,
+        t,
+        timeout_s,
+        client_state=work.keep,  # persisted optimizer states of the nodes that computed
+    )
+    if not sent.computed.all():
+        z = torch.where(torch.as_tensor(sent.computed, device=z.device).unsqueeze(1), z, start)
+    return z, mix(g.w, z, sent.arrived)
 
 
 def gossip(
-    world: AbstractWorld, learn: Learner, g: Graph, x: torch.Tensor, t: int, timeout_s: float | None
+    world: AbstractWorld,
+    learn: Learner,
+    g: Graph,
+    x: torch.Tensor,
+    t: int,
+    timeout_s: float | None,
+    substep: int,
 ) -> Generator[simpy.Event, Any, torch.Tensor]:
-    """One pure gossip step (no compute): every node sends x_i, then X <- W_t X."""
-    arrived = yield from send(world, g, x, learn.bits(ModelMessage(x[0])), 0.0, t, timeout_s)
-    return mix(g.w, x, arrived)
+    """Pure gossip step `substep` of round t (no compute): every node sends x_i, X <- W_t X."""
+    sent = yield from send(
+        world, g, x, learn.bits(ModelMessage(x[0])), 0.0, t, timeout_s, substep=substep
+    )
+    return mix(g.w, x, sent.arrived)
 
 
 def progress(t: int, x: torch.Tensor, state: Any) -> Progress:

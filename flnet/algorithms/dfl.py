@@ -56,6 +56,6 @@ def protocol(
         _, x = yield from decentralized.local_then_mix(  # tau1 local steps, gossip step 1
             world, learn, cfg.local, g, x, t, cfg.timeout_s, loss_fn=loss_fn
         )
-        for _ in range(cfg.gossip_steps - 1):  # gossip steps 2..tau2
-            x = yield from decentralized.gossip(world, learn, g, x, t, cfg.timeout_s)
+        for s in range(1, cfg.gossip_steps):  # gossip steps 2..tau2
+            x = yield from decentralized.gossip(world, learn, g, x, t, cfg.timeout_s, s)
         world.publish(progress(State(t, x)))
