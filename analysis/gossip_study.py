@@ -6,7 +6,7 @@ joules as well as rounds.
    MNIST-1D with Dirichlet(0.3) labels over 16 nodes. beta is 0.8 of the largest stable beta
    of each W ((1 + lambda_min) / (1 - lambda_min), capped at 0.9): 0.4 on the ring. Final
    accuracy of the averaged model, per-node accuracy, consensus distance, and rounds, seconds
-   and joules to a target.
+   and joules to a target. Then OledFL-SGD on the ring across beta, stable or not.
 2. **tau1 x tau2** (DFL digest, Section 3.4): DFL and C-DFL (rand-k, delta = 0.67, gamma = 1)
    on a 10-node ring, digits with shards, charged as the paper's MNIST CNN (`costs_as:
    cnn_dfl_mnist`), for every (tau1, tau2) of a grid, under four radios: fast or slow D2D links
@@ -22,18 +22,20 @@ joules as well as rounds.
     python analysis/gossip_study.py --smoke     # seconds: what CI runs
 
 Tables are printed and written under --out (default runs/gossip_study): ole.csv (one row per
-run) and ole_summary.csv, dfl_grid.csv and dfl_best.csv, golf.csv and golf_summary.csv.
+run), ole_summary.csv, ole_beta.csv, dfl_grid.csv, dfl_best.csv, golf.csv, golf_summary.csv.
 """
 
 from __future__ import annotations
 
 import argparse
+import warnings
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from flnet.algorithms.oledfl import OleWarning
 from flnet.analysis import to_target
 from flnet.runner import build, run
 from flnet.scenario import load_scenario, merge
@@ -54,6 +56,7 @@ OLE_TOPOLOGIES = {
 }
 OLE_PAIRS = [("dfedavg", "oledfl_sgd"), ("dfedsam", "oledfl_sam")]
 SAM_RHO = 0.05  # the OledFL digest's radius for MLPs (the paper's 0.1 is ResNet-18's)
+OLE_BETAS = (0.0, 0.2, 0.4, 0.6, 0.9)
 OLE_TARGET = 0.4  # MNIST-1D: a level every method reaches within the rounds
 
 DFL_BASE: dict[str, Any] = {
@@ -140,6 +143,43 @@ def ole(seeds: list[int], rounds: int, topologies: list[str]) -> pd.DataFrame:
                         }
                     )
     return pd.DataFrame(rows)
+
+
+def ole_beta(seeds: list[int], rounds: int, betas: tuple) -> pd.DataFrame:
+    """OledFL-SGD on the ring (lambda_min = -1/3: stable for beta < 1/2) across beta."""
+    rows = []
+    for beta in betas:
+        for seed in seeds:
+            alg = {"name": "oledfl_sgd", "topology": OLE_TOPOLOGIES["ring"], "beta": beta}
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", OleWarning)  # the point of the sweep
+                result = run(
+                    scenario(
+                        OLE_BASE, "ole_beta", seed=seed, algorithm=alg, run={"rounds": rounds}
+                    ),
+                    write=False,
+                )
+            last = result.records.iloc[-1]
+            rows.append(
+                {
+                    "beta": beta,
+                    "seed": seed,
+                    "stop_reason": result.summary["stop_reason"],
+                    "round": last["round"],
+                    "test_accuracy": last.test_accuracy,
+                    "consensus_distance": last.consensus_distance,
+                }
+            )
+    df = pd.DataFrame(rows)
+    return (
+        df.groupby("beta")
+        .agg(
+            test_accuracy=("test_accuracy", "mean"),
+            consensus_distance=("consensus_distance", "mean"),
+            stop_reasons=("stop_reason", lambda r: " ".join(sorted(set(r)))),
+        )
+        .reset_index()
+    )
 
 
 def ole_summary(df: pd.DataFrame) -> pd.DataFrame:
@@ -335,6 +375,9 @@ def main(argv: list[str] | None = None) -> dict[str, pd.DataFrame]:
         tables["ole"] = ole(seeds, rounds, topologies)
         tables["ole_summary"] = ole_summary(tables["ole"])
         show("Ole: OledFL against its base (accuracy of the averaged model)", tables["ole_summary"])
+        betas = (0.4, 0.9) if args.smoke else OLE_BETAS
+        tables["ole_beta"] = ole_beta(seeds, rounds, betas)
+        show("OledFL-SGD on the ring (stable for beta < 1/2) across beta", tables["ole_beta"])
     if "dfl" in parts:
         regimes = (
             [("fast", "orthogonal"), ("slow", "tdma")]

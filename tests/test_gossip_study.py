@@ -23,6 +23,7 @@ def test_the_smoke_study_runs_and_writes_its_tables(tmp_path):
         == {
             "ole",
             "ole_summary",
+            "ole_beta",
             "dfl_grid",
             "dfl_best",
             "golf",
@@ -32,6 +33,7 @@ def test_the_smoke_study_runs_and_writes_its_tables(tmp_path):
     ole = tables["ole"]
     assert set(ole.algorithm) == {"dfedavg", "oledfl_sgd", "dfedsam", "oledfl_sam"}
     assert (ole[ole.algorithm.str.startswith("oledfl")].beta == 0.4).all()  # ring: 0.8 * 1/2
+    assert tables["ole_beta"].beta.tolist() == [0.4, 0.9]
     grid = tables["dfl_grid"]
     assert len(grid) == 2 * 2 * 2 * 2  # radios x algorithms x tau1 x tau2
     budgets = grid.groupby(["link", "access"]).budget_s.first()
