@@ -88,6 +88,7 @@ def summary_table(summary: dict) -> Table:
         ("energy", f"{summary['energy_j']:.4g} J"),
         ("bits up / down", f"{summary['bits_up']:.4g} / {summary['bits_down']:.4g}"),
         *([("bits device to device", f"{d2d:.4g}")] if (d2d := summary.get("bits_d2d")) else []),
+        *([("spectral gap of W", f"{gap:.4g}")] if (gap := summary.get("spectral_gap")) else []),
         ("wall time", f"{summary['wall_s']:.1f} s"),
     ]
     for name, value in rows:
@@ -666,8 +667,9 @@ def _terminate(signum: int, frame: FrameType | None) -> NoReturn:
 
 
 def show_unit_warnings() -> None:
-    """Each unit warning as one line on stderr, every time (not once per place in the code)."""
-    from flnet.errors import UnitWarning
+    """Each unit (and topology) warning as one line on stderr, every time (not once per place
+    in the code)."""
+    from flnet.errors import TopologyWarning, UnitWarning
 
     shown = warnings.showwarning
     if getattr(shown, "flnet", False):  # installed already (main called twice in one process)
@@ -681,7 +683,7 @@ def show_unit_warnings() -> None:
         file: TextIO | None = None,
         line: str | None = None,
     ) -> None:
-        if issubclass(category, UnitWarning):
+        if issubclass(category, (UnitWarning, TopologyWarning)):
             err_console.print(
                 f"[bold yellow]warning:[/] {escape(str(message))}", highlight=False, soft_wrap=True
             )

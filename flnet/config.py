@@ -225,13 +225,16 @@ class _TopologyCommon(Strict):
         description="metropolis_hastings: 1/(1+max(deg_i,deg_j)), doubly stochastic on any "
         "graph; uniform: 1/(deg_i+1) over self and neighbours, row-stochastic",
     )
-    laziness: float = Field(0.0, ge=0, lt=1, description="W <- (1-a) W + a I")
+    laziness: float = Field(
+        0.0, ge=0, lt=1, description="W <- (1-a) W + a I; 0.5 is the lazy (I + W) / 2"
+    )
 
 
 class GraphTopology(_TopologyCommon):
-    """A fixed graph among the gossiping nodes; grid and torus need a square node count."""
+    """A fixed graph among the gossiping nodes; grid and torus need a square node count; star
+    joins node 0 to every other."""
 
-    kind: Literal["ring", "grid", "torus", "exponential", "full"] = "ring"
+    kind: Literal["ring", "grid", "torus", "exponential", "full", "star"] = "ring"
 
 
 class ErdosRenyiTopology(_TopologyCommon):
@@ -239,6 +242,50 @@ class ErdosRenyiTopology(_TopologyCommon):
 
     kind: Literal["erdos_renyi"]
     p: float = Field(ge=0, le=1, description="edge probability")
+
+
+class GeometricTopology(_TopologyCommon):
+    """The random geometric graph of the clients' positions (clients.positions): i ~ j when
+    they are at most radius_m apart; refused when disconnected."""
+
+    kind: Literal["random_geometric"]
+    radius_m: float = Field(gt=0, description="radio range: the longest edge")
+
+
+class EdgesTopology(_TopologyCommon):
+    """An undirected graph given as its edge list, nodes 0..n-1."""
+
+    kind: Literal["edges"]
+    edges: list[Annotated[list[int], Field(min_length=2, max_length=2)]] = Field(
+        description="[[i, j], ...], each undirected edge once, no self loops"
+    )
+
+
+class RandomKTopology(_TopologyCommon):
+    """Time-varying: every iteration each node draws k distinct other nodes (stream NEIGHBOURS,
+    keyed by the iteration). directed (OledFL's code, DisPFL's `_benefit_choose`): node i mixes
+    the models of the k it drew, W[i, j] = 1 / (k + 1) on them and itself: row-stochastic, not
+    doubly stochastic. Undirected: the union of the draws as undirected edges, with `weights`."""
+
+    kind: Literal["random_k"]
+    k: int = Field(ge=1, description="neighbours each node draws per iteration")
+    directed: bool = Field(True, description="i hears the k it drew; false: links both ways")
+    weights: Literal["metropolis_hastings", "uniform"] = Field(
+        "uniform",
+        description="directed needs uniform (1/(k+1)); undirected: either rule",
+    )
+
+    @model_validator(mode="after")
+    def _directed_is_uniform(self) -> RandomKTopology:
+        if self.directed and self.weights != "uniform":
+            raise PydanticCustomError(
+                "inconsistent",
+                "a directed random_k graph mixes with uniform weights 1/(k+1) (each node "
+                "chose its k senders); metropolis_hastings needs undirected edges "
+                "(directed: false)",
+                {"field": "algorithm.topology.weights"},
+            )
+        return self
 
 
 class MatrixTopology(Strict):
@@ -249,7 +296,13 @@ class MatrixTopology(Strict):
 
 
 TopologyConfig = Annotated[
-    GraphTopology | ErdosRenyiTopology | MatrixTopology, Field(discriminator="kind")
+    GraphTopology
+    | ErdosRenyiTopology
+    | GeometricTopology
+    | EdgesTopology
+    | RandomKTopology
+    | MatrixTopology,
+    Field(discriminator="kind"),
 ]
 
 
@@ -263,4 +316,13 @@ def topology_problem(topology: TopologyConfig, num_nodes: int) -> tuple[str, str
         )
     if topology.kind == "matrix" and len(topology.matrix) != num_nodes:
         return ("matrix", f"has {len(topology.matrix)} rows for {num_nodes} nodes")
+    if topology.kind == "random_k" and topology.k > num_nodes - 1:
+        return ("k", f"{topology.k} neighbours, but there are {num_nodes - 1} other nodes")
+    if topology.kind == "edges":
+        for i, (a, b) in enumerate(topology.edges):
+            if not (0 <= a < num_nodes and 0 <= b < num_nodes) or a == b:
+                return (
+                    f"edges[{i}]",
+                    f"[{a}, {b}] must join two different nodes in 0..{num_nodes - 1}",
+                )
     return None

@@ -22,3 +22,7 @@ class DataError(FlnetError):
 
 class UnitWarning(UserWarning):
     """A value far outside the plausible range of its unit (probably a unit slip)."""
+
+
+class TopologyWarning(UserWarning):
+    """A mixing matrix lacks a property an algorithm's analysis assumes (the run goes on)."""

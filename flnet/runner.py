@@ -403,7 +403,9 @@ def check_topology(scenario: Scenario, world: World) -> None:
     mistake in the scenario: draw it now, as the run will, so it fails before anything runs."""
     cfg = getattr(scenario.algorithm, "topology", None)
     if cfg is not None:
-        topology.from_config(cfg, world.num_clients, world.generator(Stream.TOPOLOGY))
+        n = world.num_clients
+        xy = world.positions_m(np.arange(n)) if cfg.kind == "random_geometric" else None
+        topology.from_config(cfg, n, world.generator(Stream.TOPOLOGY), xy_m=xy)
 
 
 class Run:
@@ -749,6 +751,8 @@ def summarize(
         "bits_up": world.ledger.bits["upload"],
         "bits_down": world.ledger.bits["download"],
         "bits_d2d": world.ledger.bits["d2d"],
+        # gossip: the spectral gap 1 - |lambda_2| of W (the last iteration's, time-varying)
+        **({"spectral_gap": float(gap)} if pd.notna(gap := last.get("spectral_gap")) else {}),
         "model_params": learner.model.num_params,
         "training_flops_per_sample": learner.model.training_flops_per_sample(),
         **charged_labels(learner),

@@ -538,6 +538,11 @@ class Scenario(Strict):
                 "must be 0 for cdfl: a lost compressed message would leave the public copies "
                 "of its sender apart (C-DFL has no way to resend it)",
             )
+        if getattr(topology, "kind", None) == "random_geometric" and self.clients.positions is None:
+            raise inconsistent(
+                "algorithm.topology.kind",
+                "random_geometric needs clients.positions (uniform or given)",
+            )
         if self.radio.d2d.path_loss is not None and self.clients.positions is None:
             raise inconsistent(
                 "radio.d2d.path_loss",

@@ -111,7 +111,7 @@ def test_erdos_renyi_is_seeded_and_connected():
         (lambda: topo.erdos_renyi(30, 0.0, np.random.default_rng(0)), "algorithm.topology.p"),
         (lambda: topo.check_connected(4, np.array([[0, 1], [2, 3]])), "algorithm.topology"),
         (lambda: topo.mixing_matrix(topo.graph("ring", 4), "equal"), "algorithm.topology.weights"),
-        (lambda: topo.graph("star", 4), "algorithm.topology.kind"),
+        (lambda: topo.graph("hypercube", 4), "algorithm.topology.kind"),
     ],
 )
 def test_impossible_topologies_name_their_field(make, field):
@@ -180,6 +180,8 @@ def networkx_graph(kind: str, n: int) -> nx.Graph:
         hops = [2**k for k in range(n.bit_length()) if 2**k < n]
         g.add_edges_from((i, (i + h) % n) for i in range(n) for h in hops if (i + h) % n != i)
         return g
+    if kind == "star":
+        return nx.star_graph(n - 1) if n > 1 else nx.empty_graph(1)
     return nx.complete_graph(n)
 
 
@@ -204,6 +206,7 @@ def dense_rule(g: nx.Graph, weights: str, laziness: float) -> np.ndarray:
         ("torus", [1, 4, 9, 16, 25]),
         ("exponential", list(range(1, 20))),
         ("full", [1, 2, 3, 6]),
+        ("star", [1, 2, 3, 7]),
     ],
 )
 def test_edge_arrays_are_networkxs_graphs_and_the_mixing_their_rule(kind, sizes):

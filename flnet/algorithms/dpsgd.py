@@ -34,13 +34,19 @@ from flnet.algorithms.configs import DpsgdConfig as Config
 from flnet.learn.aggregate import mix
 from flnet.learn.cohort import LossFn
 from flnet.learn.wire import ModelMessage
-from flnet.rng import Stream
 from flnet.sim import topology
 from flnet.sim.patterns import Packet, exchange
 from flnet.sim.world import AbstractWorld, Progress
 
 if TYPE_CHECKING:  # the learning side's object, for annotations only
     from flnet.learn.local import Learner
+
+
+# What D-PSGD asks of W: row-stochastic and connected to run as written (each mix a weighted
+# average; consensus reachable); its analysis (Lian et al. 2017, Assumption 1.2) assumes W
+# symmetric and doubly stochastic, so a W without those runs with a warning.
+NEEDS = ("row_stochastic", "connected")
+ASSUMES = ("symmetric", "doubly_stochastic")
 
 
 class State(NamedTuple):
@@ -65,9 +71,12 @@ def step(
     return mix(w, x, arrived) + (y - x)
 
 
-def progress(state: State) -> Progress:
-    """The model judged is the nodes' average; the nodes' models go along (consensus)."""
-    return Progress(state.round, state.x.mean(dim=0), state, pattern="exchange", nodes=state.x)
+def progress(state: State, figures: dict | None = None) -> Progress:
+    """The model judged is the nodes' average; the nodes' models go along (consensus);
+    `figures` the iteration's W's spectral gap."""
+    return Progress(
+        state.round, state.x.mean(dim=0), state, pattern="exchange", nodes=state.x, figures=figures
+    )
 
 
 def protocol(
@@ -79,10 +88,13 @@ def protocol(
 ) -> Steps:
     """`loss_fn` replaces the nodes' cross-entropy (tests use one with zero gradients)."""
     n, x = world.num_clients, state.x
-    w = topology.from_config(cfg.topology, n, world.generator(Stream.TOPOLOGY))  # sparse
-    links = w.links()  # [M, 2] (j, i): j sends x_j to i for every W_ij > 0
+    schedule = topology.Schedule(
+        world, cfg.topology, n, algorithm="D-PSGD", needs=NEEDS, assumes=ASSUMES
+    )
     nodes = np.arange(n)
     for k in world.steps(state.round):
+        w = schedule.at(k)  # sparse W (drawn afresh each iteration when time-varying)
+        links = w.links()  # [M, 2] (j, i): j sends x_j to i for every W_ij > 0
         work = learn.local_train(nodes, x, cfg.local, k, loss_fn=loss_fn)  # lines 2-3
         done = yield from exchange(
             world,
@@ -97,7 +109,7 @@ def protocol(
         arrived = None if done.arrived.all() else done.arrived  # [M]: link e's x_j reached i
         y = work.params if done.computed.all() else _cut(x, work.params, done.computed)
         x = step(w, x, y, arrived)  # lines 4-5
-        world.publish(progress(State(k, x)))
+        world.publish(progress(State(k, x), schedule.figures(w)))
 
 
 def _cut(x: torch.Tensor, y: torch.Tensor, computed: np.ndarray) -> torch.Tensor:

@@ -24,21 +24,27 @@ that is built, never from an asymptotic formula. Bad input is a `ScenarioError` 
 from __future__ import annotations
 
 import math
+import warnings
 from typing import TYPE_CHECKING, NamedTuple
 
 import networkx as nx
 import numpy as np
 from numpy.typing import ArrayLike
 
-from flnet.errors import ScenarioError
+from flnet.errors import ScenarioError, TopologyWarning
 
-if TYPE_CHECKING:  # the scenario's section, for annotations only
+if TYPE_CHECKING:  # the scenario's section and the World, for annotations only
     from flnet.config import TopologyConfig
+    from flnet.sim.world import AbstractWorld
 
-KINDS = ("ring", "grid", "torus", "exponential", "full", "erdos_renyi")
+KINDS = ("ring", "grid", "torus", "exponential", "full", "star", "erdos_renyi")
+PROPERTIES = ("row_stochastic", "doubly_stochastic", "symmetric", "connected")
+PROPERTY_TOL = 1e-9  # float rounding of built weights, no more
 WEIGHTS = ("uniform", "metropolis_hastings")
 ROW_SUM_TOL = 1e-9  # a row of a given W may be off 1 by float rounding of its entries, no more
 ER_TRIES = 100  # Erdos-Renyi draws before giving up on a connected graph
+GAP_MAX_NODES = 2000  # spectral gaps (dense eigenvalues, O(n^3)) of static graphs up to this
+GAP_MAX_NODES_VARYING = 200  # ... and of each iteration's W of a time-varying graph
 
 
 class Mixing(NamedTuple):
@@ -83,8 +89,9 @@ def graph_edges(
 
     ring: i ~ i+1 mod n. grid / torus: a sqrt(n) x sqrt(n) mesh, node r * side + c, without /
     with wrap-around (n must be a square; a 2 x 2 torus is the grid). exponential: i ~ i + 2^k
-    mod n for 2^k < n. full: every pair. erdos_renyi: every pair independently with probability
-    p, drawn from `rng`, redrawn (from the same generator, so reproducibly) until connected.
+    mod n for 2^k < n. full: every pair. star: 0 ~ i for every other i. erdos_renyi: every
+    pair independently with probability p, drawn from `rng`, redrawn (from the same generator,
+    so reproducibly) until connected.
     """
     if n < 1:
         raise ScenarioError(f"needs at least one node, got {n}", field=field)
@@ -97,6 +104,9 @@ def graph_edges(
         e = _exponential(n)
     elif kind == "full":
         e = np.stack(np.triu_indices(n, 1), axis=1).astype(np.int64)
+    elif kind == "star":
+        leaf = np.arange(1, n, dtype=np.int64)
+        e = np.stack([np.zeros_like(leaf), leaf], axis=1)
     elif kind == "erdos_renyi":
         return erdos_renyi(n, p, rng, field=field)  # drawn until connected
     else:
@@ -329,16 +339,230 @@ def spectral_gap(w: np.ndarray | Mixing) -> float:
     return float(1.0 - mod[1])
 
 
+def edge_list(edges: ArrayLike, n: int, *, field: str = "algorithm.topology") -> np.ndarray:
+    """[E, 2] edges given by hand: nodes in 0..n-1, no self loops, each pair once (either
+    order), the graph connected."""
+    e = np.asarray(edges, dtype=np.int64).reshape(-1, 2)
+    for i, (a, b) in enumerate(e.tolist()):
+        if not (0 <= a < n and 0 <= b < n) or a == b:
+            raise ScenarioError(
+                f"[{a}, {b}] must join two different nodes in 0..{n - 1}",
+                field=f"{field}.edges[{i}]",
+            )
+    pairs = np.sort(e, axis=1)
+    _, first, count = np.unique(pairs, axis=0, return_index=True, return_counts=True)
+    if (count > 1).any():
+        a, b = pairs[first[np.argmax(count > 1)]].tolist()
+        raise ScenarioError(f"the edge [{a}, {b}] is listed twice", field=f"{field}.edges")
+    check_connected(n, e, field=field)
+    return e
+
+
+def random_geometric(
+    xy_m: np.ndarray, radius_m: float, *, field: str = "algorithm.topology"
+) -> np.ndarray:
+    """[E, 2] edges of the random geometric graph: i ~ j when |p_i - p_j| <= radius_m, for
+    positions xy_m [n, 2] (a k-d tree: O(n log n + E)); refused when disconnected."""
+    from scipy.spatial import cKDTree
+
+    n = len(xy_m)
+    e = cKDTree(xy_m).query_pairs(radius_m, output_type="ndarray").astype(np.int64)
+    e = e.reshape(-1, 2)
+    if n > 1 and (parts := _components(n, e[:, 0], e[:, 1])) > 1:
+        raise ScenarioError(
+            f"a radio range of {radius_m:g} m leaves the graph disconnected ({parts} "
+            "components); gossip could never reach consensus: raise it",
+            field=f"{field}.radius_m",
+        )
+    return e
+
+
+def random_k(n: int, k: int, rng: np.random.Generator, directed: bool = True) -> np.ndarray:
+    """One iteration's draw: each node i picks k distinct other nodes uniformly (one `choice`
+    per node, in node order). Directed: [n k, 2] edges j -> i (i hears the k it picked);
+    undirected: the picks as undirected [E, 2] edges, each pair once. O(n k)."""
+    if not 1 <= k <= n - 1:
+        raise ValueError(f"k = {k} must be in 1..{n - 1}")
+    picks = np.stack([rng.choice(n - 1, size=k, replace=False) for _ in range(n)])
+    me = np.arange(n, dtype=np.int64)[:, None]
+    picks = picks + (picks >= me)  # skip i itself
+    if directed:
+        return np.stack([picks.ravel(), np.repeat(me.ravel(), k)], axis=1).astype(np.int64)
+    pairs = np.sort(np.stack([np.repeat(me.ravel(), k), picks.ravel()], axis=1), axis=1)
+    return np.unique(pairs, axis=0).astype(np.int64)
+
+
+def from_directed(edges: np.ndarray, n: int) -> Mixing:
+    """The uniform Mixing of directed edges j -> i ([M, 2] (sender, receiver), no duplicates):
+    W[i, j] = 1 / (in_deg_i + 1) on i's senders and itself. Row-stochastic; doubly stochastic
+    only when every node is heard by as many as it hears."""
+    e = np.asarray(edges, dtype=np.int64).reshape(-1, 2)
+    sender, receiver = _row_major(n, e[:, 0], e[:, 1])
+    deg = np.bincount(receiver, minlength=n).astype(np.float64)
+    return Mixing(sender, receiver, 1.0 / (deg[receiver] + 1.0), 1.0 / (deg + 1.0))
+
+
+def is_time_varying(cfg: TopologyConfig) -> bool:
+    """A topology drawn afresh every iteration (`from_config` with that iteration's rng)."""
+    return cfg.kind == "random_k"
+
+
 def from_config(
-    cfg: TopologyConfig, n: int, rng: np.random.Generator, *, field: str = "algorithm.topology"
+    cfg: TopologyConfig,
+    n: int,
+    rng: np.random.Generator,
+    *,
+    xy_m: np.ndarray | None = None,
+    field: str = "algorithm.topology",
 ) -> Mixing:
     """The `Mixing` of a scenario's topology section (`flnet.config.TopologyConfig`) on n nodes,
-    O(n + edges) for every graph kind; `rng` draws random graphs (the run's TOPOLOGY stream)."""
+    O(n + edges) for every graph kind; `rng` draws random graphs (the run's TOPOLOGY stream, or
+    for a time-varying kind that iteration's NEIGHBOURS stream); `xy_m` [n, 2] the nodes'
+    positions (random_geometric)."""
     if cfg.kind == "matrix":
         w = check_mixing(cfg.matrix, field=f"{field}.matrix")
         if len(w) != n:
             raise ScenarioError(f"has {len(w)} rows for {n} nodes", field=f"{field}.matrix")
         return from_dense(w)
-    p = cfg.p if cfg.kind == "erdos_renyi" else None
-    edges = graph_edges(cfg.kind, n, p=p, rng=rng, field=field)
+    if cfg.kind == "random_k":
+        if cfg.k > n - 1:
+            raise ScenarioError(
+                f"{cfg.k} neighbours, but there are {n - 1} other nodes", field=f"{field}.k"
+            )
+        e = random_k(n, cfg.k, rng, cfg.directed)
+        if cfg.directed:
+            return _lazy(from_directed(e, n), cfg.laziness)
+        return from_edges(e, n, cfg.weights, cfg.laziness, field=field)
+    if cfg.kind == "edges":
+        edges = edge_list(cfg.edges, n, field=field)
+    elif cfg.kind == "random_geometric":
+        if xy_m is None:
+            raise ScenarioError("random_geometric needs clients.positions", field=f"{field}.kind")
+        edges = random_geometric(xy_m, cfg.radius_m, field=field)
+    else:
+        p = cfg.p if cfg.kind == "erdos_renyi" else None
+        edges = graph_edges(cfg.kind, n, p=p, rng=rng, field=field)
     return from_edges(edges, n, cfg.weights, cfg.laziness, field=field)
+
+
+def _lazy(w: Mixing, laziness: float) -> Mixing:
+    if not laziness:
+        return w
+    return w._replace(
+        weight=(1.0 - laziness) * w.weight, self_weight=(1.0 - laziness) * w.self_weight + laziness
+    )
+
+
+# ---------------------------------------------------------------- what an algorithm needs of W
+
+
+def violations(w: Mixing, properties: tuple[str, ...]) -> dict[str, str]:
+    """For each of `properties` (names in PROPERTIES) that W lacks, why: O(n + M) on the sparse
+    entries. Connected means weakly connected (for an undirected graph, connected)."""
+    n = w.num_nodes
+    why: dict[str, str] = {}
+    rows = w.self_weight + np.bincount(w.receiver, w.weight, minlength=n)
+    cols = w.self_weight + np.bincount(w.sender, w.weight, minlength=n)
+    for prop in properties:
+        if prop == "row_stochastic" and (bad := _off_one(rows)) is not None:
+            why[prop] = f"row {bad} sums to {rows[bad]:.6g}, not 1"
+        elif prop == "doubly_stochastic" and (bad := _off_one(cols)) is not None:
+            why[prop] = f"column {bad} sums to {cols[bad]:.6g}, not 1 (the nodes' average drifts)"
+        elif prop == "symmetric" and (pair := _asymmetric(w)) is not None:
+            i, j = pair
+            why[prop] = f"W[{i}, {j}] != W[{j}, {i}]"
+        elif prop == "connected" and n > 1 and (parts := _components(n, w.sender, w.receiver)) > 1:
+            why[prop] = f"the graph has {parts} components"
+        elif prop not in PROPERTIES:
+            raise ValueError(f"unknown property {prop!r}; known: {', '.join(PROPERTIES)}")
+    return why
+
+
+def _off_one(sums: np.ndarray) -> int | None:
+    bad = np.flatnonzero(np.abs(sums - 1.0) > PROPERTY_TOL)
+    return int(bad[0]) if len(bad) else None
+
+
+def _asymmetric(w: Mixing) -> tuple[int, int] | None:
+    """A pair (i, j) with W[i, j] != W[j, i], or None: the transpose's entries sorted into W's
+    row-major order must be W's own."""
+    n = w.num_nodes
+    from scipy.sparse import coo_array
+
+    a = coo_array((w.weight, (w.receiver, w.sender)), shape=(n, n)).tocsr()
+    diff = (a - a.T).tocoo()
+    big = np.flatnonzero(np.abs(diff.data) > PROPERTY_TOL)
+    if not len(big):
+        return None
+    return int(diff.row[big[0]]), int(diff.col[big[0]])
+
+
+def check_properties(
+    w: Mixing,
+    *,
+    algorithm: str,
+    needs: tuple[str, ...] = (),
+    assumes: tuple[str, ...] = (),
+    field: str = "algorithm.topology",
+) -> None:
+    """Refuse a W that lacks a property `algorithm` needs to run as written (a ScenarioError
+    naming the property); warn (`TopologyWarning`, naming it) when it lacks one the algorithm's
+    analysis assumes."""
+    for prop, why in violations(w, needs).items():
+        raise ScenarioError(f"{algorithm} needs a {prop.replace('_', ' ')} W: {why}", field=field)
+    for prop, why in violations(w, assumes).items():
+        warnings.warn(
+            f"{field}: {algorithm}'s analysis assumes a {prop.replace('_', ' ')} W, and this "
+            f"one is not: {why}; it runs anyway",
+            TopologyWarning,
+            stacklevel=2,
+        )
+
+
+class Schedule:
+    """The W of every iteration of a gossip algorithm: one W built once, or, for a time-varying
+    topology, a fresh draw per iteration (stream NEIGHBOURS keyed by the iteration, so a resumed
+    run draws the same). The first W is checked against what the algorithm needs and assumes
+    (`check_properties`; a time-varying graph need not be connected in any one iteration)."""
+
+    def __init__(
+        self,
+        world: AbstractWorld,
+        cfg: TopologyConfig,
+        n: int,
+        *,
+        algorithm: str,
+        needs: tuple[str, ...] = ("row_stochastic", "connected"),
+        assumes: tuple[str, ...] = (),
+    ) -> None:
+        from flnet.rng import Stream
+
+        self.world, self.cfg, self.n = world, cfg, n
+        self.varying = is_time_varying(cfg)
+        self._static: Mixing | None = None
+        if self.varying:
+            needs = tuple(p for p in needs if p != "connected")
+            first = self.at(1)
+        else:
+            xy = world.positions_m(np.arange(n)) if cfg.kind == "random_geometric" else None
+            first = self._static = from_config(cfg, n, world.generator(Stream.TOPOLOGY), xy_m=xy)
+        check_properties(first, algorithm=algorithm, needs=needs, assumes=assumes)
+        limit = GAP_MAX_NODES_VARYING if self.varying else GAP_MAX_NODES
+        self._gap = spectral_gap(first) if n <= limit else None
+
+    def at(self, k: int) -> Mixing:
+        """W of iteration k."""
+        if self._static is not None:
+            return self._static
+        from flnet.rng import Stream
+
+        return from_config(self.cfg, self.n, self.world.generator(Stream.NEIGHBOURS, k))
+
+    def figures(self, w: Mixing) -> dict[str, float]:
+        """`spectral_gap` of W (this iteration's, for a time-varying graph) for the records:
+        empty above GAP_MAX_NODES nodes (GAP_MAX_NODES_VARYING when time-varying)."""
+        if not self.varying:
+            return {} if self._gap is None else {"spectral_gap": self._gap}
+        if self.n > GAP_MAX_NODES_VARYING:
+            return {}
+        return {"spectral_gap": spectral_gap(w)}

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, cast
 import numpy as np
 import simpy
 
+from flnet.errors import ScenarioError
 from flnet.rng import Stream, generator
 from flnet.sim import population as population_mod
 from flnet.sim.channel import Channel, SharedBand, Transmission, band, timeout_at
@@ -157,6 +158,8 @@ class AbstractWorld(Protocol):
     def signal(self) -> simpy.Event: ...
 
     def generator(self, stream: Stream, *keys: int) -> np.random.Generator: ...
+
+    def positions_m(self, nodes: np.ndarray) -> np.ndarray: ...
 
     def freeze(self, jobs: list[Job]) -> dict: ...
 
@@ -364,6 +367,13 @@ class World:
     def generator(self, stream: Stream, *keys: int) -> np.random.Generator:
         """The run's random stream `stream` at `keys` (see `flnet.rng`)."""
         return generator(self.seed, stream, *keys)
+
+    def positions_m(self, nodes: np.ndarray) -> np.ndarray:
+        """[len(nodes), 2] the clients' (x, y) in metres (`clients.positions`)."""
+        pop = self.population
+        if not len(pop.x_m):
+            raise ScenarioError("no positions: set clients.positions", field="clients.positions")
+        return np.stack([pop.x_m[nodes], pop.y_m[nodes]], axis=1)
 
     def freeze(self, jobs: list[Job]) -> dict:
         """Jobs under way, as numbers a checkpoint can hold: each one's timing, and the state
