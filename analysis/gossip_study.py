@@ -362,9 +362,9 @@ def main(argv: list[str] | None = None) -> dict[str, pd.DataFrame]:
     p.add_argument("--out", default="runs/gossip_study")
     p.add_argument("--seeds", default="0,1,2")
     p.add_argument("--smoke", action="store_true", help="one seed, a few rounds, a few cells")
-    p.add_argument("--only", choices=("ole", "dfl", "golf"), action="append")
+    p.add_argument("--only", choices=("ole", "ole_beta", "dfl", "golf"), action="append")
     args = p.parse_args(argv)
-    parts = args.only or ["ole", "dfl", "golf"]
+    parts = args.only or ["ole", "ole_beta", "dfl", "golf"]
     seeds = [0] if args.smoke else [int(s) for s in args.seeds.split(",")]
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -375,6 +375,8 @@ def main(argv: list[str] | None = None) -> dict[str, pd.DataFrame]:
         tables["ole"] = ole(seeds, rounds, topologies)
         tables["ole_summary"] = ole_summary(tables["ole"])
         show("Ole: OledFL against its base (accuracy of the averaged model)", tables["ole_summary"])
+    if "ole_beta" in parts:
+        rounds = 3 if args.smoke else OLE_BASE["run"]["rounds"]
         betas = (0.4, 0.9) if args.smoke else OLE_BETAS
         tables["ole_beta"] = ole_beta(seeds, rounds, betas)
         show("OledFL-SGD on the ring (stable for beta < 1/2) across beta", tables["ole_beta"])

@@ -538,6 +538,12 @@ class Scenario(Strict):
                 "must be 0 for cdfl: a lost compressed message would leave the public copies "
                 "of its sender apart (C-DFL has no way to resend it)",
             )
+        if self.algorithm.name == "cdfl" and getattr(topology, "kind", None) == "random_k":
+            raise inconsistent(
+                "algorithm.topology.kind",
+                "cdfl needs a fixed graph: each node's public copy is held by its neighbours, "
+                "which random_k draws afresh every round",
+            )
         if getattr(topology, "kind", None) == "random_geometric" and self.clients.positions is None:
             raise inconsistent(
                 "algorithm.topology.kind",

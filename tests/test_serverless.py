@@ -301,3 +301,33 @@ def test_dfl_draws_each_gossip_steps_losses_afresh(scenario, x0):
     rx = world.ledger.frame().query("kind == 'd2d_rx'").sort_values(["start_s", "node", "peer"])
     lost = rx.outcome.eq("lost").to_numpy().reshape(3, 4)  # steps x edges
     assert not (lost[0] == lost[1]).all() or not (lost[1] == lost[2]).all()
+
+
+def test_cdfl_refuses_a_time_varying_graph():
+    with pytest.raises(ScenarioError, match="algorithm.topology.kind: cdfl needs a fixed graph"):
+        load_scenario(
+            data={"algorithm": {"name": "cdfl", "topology": {"kind": "random_k", "k": 2}}}
+        )
+
+
+def test_a_time_varying_graph_is_drawn_afresh_each_round(scenario):
+    """OledFL's default topology: each node picks k random neighbours every round (random_k,
+    keyed by the round); the messages follow each round's graph."""
+    from flnet.runner import build
+
+    sc = scenario(
+        algorithm={
+            "name": "dfedavg",
+            "topology": {"kind": "random_k", "k": 2},
+            "local": {"steps": 1},
+        },
+        clients={"count": 6},
+    )
+    world, learn = build(sc)
+    proto = dfedavg.protocol(world, learn, sc.algorithm, dfedavg.init(learn, sc.algorithm))
+    with pytest.warns(topo.TopologyWarning, match="assumes a symmetric W"):  # directed
+        run_protocol(world, 3, proto)
+    sends = world.ledger.frame().query("kind == 'd2d'")
+    links = [set(zip(r.node, r.peer)) for _, r in sends.groupby("round")]
+    assert len(links) == 3 and not (links[0] == links[1] == links[2])
+    assert all(len(pairs) == 6 * 2 for pairs in links)  # directed: each node hears k = 2 others

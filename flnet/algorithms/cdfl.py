@@ -102,9 +102,10 @@ def protocol(
     loss_fn: LossFn | None = None,
     mixing: topology.Mixing | None = None,
 ) -> Steps:
-    g = decentralized.graph(world, cfg, mixing)
+    gossip = decentralized.Gossip(world, cfg, algorithm="C-DFL", mixing=mixing)
     x, x_hat = state.x, state.x_hat
     for t in world.steps(state.round):
+        g = gossip.at(t)
         work = learn.local_train(g.nodes, x, cfg.local, t, loss_fn=loss_fn)  # line 4
         x, flops = work.params, work.flops
         for s in range(cfg.gossip_steps):
@@ -112,4 +113,4 @@ def protocol(
             flops = np.zeros_like(flops)  # only the first step waits for the local work
         if work.keep is not None:  # no timeout: every node's compute completed
             work.keep.commit(g.nodes)
-        world.publish(progress(State(t, x, x_hat)))
+        world.publish(decentralized.progress(t, x, State(t, x, x_hat), gossip.figures(g)))

@@ -27,7 +27,6 @@ from flnet.learn.aggregate import mix
 from flnet.learn.cohort import LossFn
 from flnet.learn.optim import GradientTransformation
 from flnet.learn.wire import ModelMessage
-from flnet.rng import Stream
 from flnet.sim import topology
 from flnet.sim.patterns import ClientState, Packet, exchange
 from flnet.sim.world import AbstractWorld, Progress
@@ -56,20 +55,56 @@ class TimedGossipConfig(GossipConfig, Protocol):
     def timeout_s(self) -> float | None: ...
 
 
+# What these methods ask of W: row-stochastic to run as written (each mix a weighted average),
+# connected to reach consensus; their analyses (OledFL's Definition 1, the DFL paper's
+# Assumption 1.6, Sun et al.'s) assume it symmetric and doubly stochastic: a W without those
+# runs with a warning (`flnet.sim.topology.check_properties`).
+NEEDS = ("row_stochastic", "connected")
+ASSUMES = ("symmetric", "doubly_stochastic")
+
+
 class Graph(NamedTuple):
-    """The nodes (every client, in order), W kept sparse, and its directed edges [M, 2]."""
+    """One round's graph: the nodes (every client, in order), W kept sparse, its edges [M, 2]."""
 
     nodes: np.ndarray
     w: topology.Mixing
     links: np.ndarray
 
 
-def graph(world: AbstractWorld, cfg: GossipConfig, w: topology.Mixing | None = None) -> Graph:
-    """The run's graph from `cfg.topology` (random kinds from the TOPOLOGY stream), or `w`."""
-    n = world.num_clients
-    if w is None:
-        w = topology.from_config(cfg.topology, n, world.generator(Stream.TOPOLOGY))
-    return Graph(np.arange(n), w, w.links())
+class Gossip:
+    """The W of every round: `topology.Schedule` (built once, or drawn afresh each round for a
+    time-varying topology, keyed by the round), or one W given directly (tests)."""
+
+    def __init__(
+        self,
+        world: AbstractWorld,
+        cfg: GossipConfig,
+        *,
+        algorithm: str,
+        mixing: topology.Mixing | None = None,
+    ) -> None:
+        n = world.num_clients
+        self.nodes = np.arange(n)
+        self.schedule = (
+            None
+            if mixing is not None
+            else topology.Schedule(
+                world, cfg.topology, n, algorithm=algorithm, needs=NEEDS, assumes=ASSUMES
+            )
+        )
+        self._last = Graph(self.nodes, mixing, mixing.links()) if mixing is not None else None
+
+    def at(self, t: int) -> Graph:
+        """Round t's graph (the same object round after round when W is static)."""
+        w = self.schedule.at(t) if self.schedule is not None else None
+        if self._last is None or (w is not None and w is not self._last.w):
+            assert w is not None
+            self._last = Graph(self.nodes, w, w.links())
+        return self._last
+
+    def figures(self, g: Graph) -> dict[str, float]:
+        """The round's W's spectral gap, for the records (`Schedule.figures`)."""
+        return self.schedule.figures(g.w) if self.schedule is not None else {}
 
 
 def same_start(learn: Learner) -> torch.Tensor:
@@ -163,6 +198,7 @@ def gossip(
     return mix(g.w, x, sent.arrived)
 
 
-def progress(t: int, x: torch.Tensor, state: Any) -> Progress:
-    """The model judged is the nodes' average; the nodes' models go along."""
-    return Progress(t, x.mean(dim=0), state, pattern="exchange", nodes=x)
+def progress(t: int, x: torch.Tensor, state: Any, figures: dict | None = None) -> Progress:
+    """The model judged is the nodes' average; the nodes' models go along; `figures` the
+    round's W's spectral gap."""
+    return Progress(t, x.mean(dim=0), state, pattern="exchange", nodes=x, figures=figures)

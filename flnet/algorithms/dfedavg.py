@@ -50,10 +50,11 @@ def protocol(
     mixing: topology.Mixing | None = None,
 ) -> Steps:
     """`loss_fn` and `mixing` (W given directly, any real weights) are for tests."""
-    g = decentralized.graph(world, cfg, mixing)
+    gossip = decentralized.Gossip(world, cfg, algorithm="DFedAvg", mixing=mixing)
     x = state.x
     for t in world.steps(state.round):
+        g = gossip.at(t)
         _, x = yield from decentralized.local_then_mix(
             world, learn, cfg.local, g, x, t, cfg.timeout_s, loss_fn=loss_fn
         )
-        world.publish(progress(State(t, x)))
+        world.publish(decentralized.progress(t, x, State(t, x), gossip.figures(g)))

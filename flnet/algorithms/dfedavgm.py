@@ -44,10 +44,11 @@ def protocol(
     loss_fn: LossFn | None = None,
     mixing: topology.Mixing | None = None,
 ) -> Steps:
-    g = decentralized.graph(world, cfg, mixing)
+    gossip = decentralized.Gossip(world, cfg, algorithm="DFedAvgM", mixing=mixing)
     opt, x = local_optimizer(cfg), state.x
     for t in world.steps(state.round):
+        g = gossip.at(t)
         _, x = yield from decentralized.local_then_mix(
             world, learn, cfg.local, g, x, t, cfg.timeout_s, optimizer=opt, loss_fn=loss_fn
         )
-        world.publish(progress(State(t, x)))
+        world.publish(decentralized.progress(t, x, State(t, x), gossip.figures(g)))

@@ -50,12 +50,13 @@ def protocol(
     loss_fn: LossFn | None = None,
     mixing: topology.Mixing | None = None,
 ) -> Steps:
-    g = decentralized.graph(world, cfg, mixing)
+    gossip = decentralized.Gossip(world, cfg, algorithm="DFL", mixing=mixing)
     x = state.x
     for t in world.steps(state.round):
+        g = gossip.at(t)
         _, x = yield from decentralized.local_then_mix(  # tau1 local steps, gossip step 1
             world, learn, cfg.local, g, x, t, cfg.timeout_s, loss_fn=loss_fn
         )
         for s in range(1, cfg.gossip_steps):  # gossip steps 2..tau2
             x = yield from decentralized.gossip(world, learn, g, x, t, cfg.timeout_s, s)
-        world.publish(progress(State(t, x)))
+        world.publish(decentralized.progress(t, x, State(t, x), gossip.figures(g)))

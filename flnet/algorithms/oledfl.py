@@ -13,7 +13,8 @@ In matrix form the next start is X_0^{t+1} = (1 + beta) W Z^t - beta Z^t = W~ Z^
 W~ = (1 + beta) W - beta I (the paper's Chebyshev remark): OledFL is DFedAvg mixing with W~.
 An eigenvalue lambda of W becomes (1 + beta) lambda - beta, so disagreement contracts only if
 lambda_min(W) > (beta - 1) / (beta + 1): a ring with weights 1/3 (lambda_min = -1/3) needs
-beta < 1/2. `protocol` warns when beta breaks that for the W it builds (`OleStabilityWarning`).
+beta < 1/2. `protocol` warns when beta breaks that for the W it builds (the first W of a
+time-varying topology; `OleWarning`).
 The paper's beta = 0.99 needs a W with an almost non-negative spectrum (a lazy W).
 """
 
@@ -110,13 +111,14 @@ def protocol(
     mixing: topology.Mixing | None = None,
 ) -> Steps:
     """`loss_fn` and `mixing` (W given directly) are for tests."""
-    g = decentralized.graph(world, cfg, mixing)
-    if (problem := stability_problem(g.w, cfg.beta)) is not None:
+    gossip = decentralized.Gossip(world, cfg, algorithm="OledFL", mixing=mixing)
+    if (problem := stability_problem(gossip.at(1).w, cfg.beta)) is not None:  # (the first W)
         warnings.warn(problem, OleWarning, stacklevel=2)
     x, z = state.x, state.z
     for t in world.steps(state.round):
+        g = gossip.at(t)
         start = ole_start(x, z, cfg.beta)  # line 3
         z, x = yield from decentralized.local_then_mix(  # lines 4-11
             world, learn, cfg.local, g, start, t, cfg.timeout_s, loss_fn=loss_fn
         )
-        world.publish(progress(State(t, x, z)))
+        world.publish(decentralized.progress(t, x, State(t, x, z), gossip.figures(g)))
