@@ -112,8 +112,13 @@ def protocol(
 ) -> Steps:
     """`loss_fn` and `mixing` (W given directly) are for tests."""
     gossip = decentralized.Gossip(world, cfg, algorithm="OledFL", mixing=mixing)
-    if (problem := stability_problem(gossip.at(1).w, cfg.beta)) is not None:  # (the first W)
-        warnings.warn(problem, OleWarning, stacklevel=2)
+    if (problem := stability_problem(gossip.at(1).w, cfg.beta)) is not None:
+        if gossip.schedule is not None and gossip.schedule.varying:
+            problem += (
+                " (this is round 1's W of a time-varying graph: the product of the rounds' "
+                "W~ may still contract, as on the OledFL paper's random topology)"
+            )
+        warnings.warn(problem, OleWarning, stacklevel=1)
     x, z = state.x, state.z
     for t in world.steps(state.round):
         g = gossip.at(t)
