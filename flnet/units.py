@@ -57,6 +57,12 @@ PLAUSIBLE: dict[str, Range] = {
     "radio.path_loss_slope_db": Range(10.0, 80.0, "dB/decade", 37.6),
     "radio.uplink_snr_db": Range(-30.0, 60.0, "dB", 20.0),
     "radio.downlink_snr_db": Range(-30.0, 60.0, "dB", 20.0),
+    "radio.d2d.bandwidth_hz": Range(1e3, 1e10, "Hz", 1e6),
+    "radio.d2d.snr_db": Range(-30.0, 60.0, "dB", 20.0),
+    "radio.d2d.path_loss.exponent": Range(1.5, 6.0, "", 3.0),
+    "radio.d2d.path_loss.carrier_hz": Range(1e8, 1e11, "Hz", 2.4e9),
+    "radio.d2d.path_loss.shadowing_std_db": Range(0.0, 20.0, "dB", 4.0),
+    "radio.d2d.path_loss.noise_psd_dbm_hz": Range(-210.0, -130.0, "dBm/Hz", -174.0),
 }
 
 _PREFIXES = {"Hz": (("kHz", 1e3), ("MHz", 1e6), ("GHz", 1e9)), "m": (("km", 1e3),)}

@@ -356,3 +356,15 @@ def test_gossip_over_the_radio_resumes_to_the_bit(scenario, tmp_path):
     assert (led[led.kind == "d2d_rx"].outcome == "lost").any()
     assert (led[led.kind == "compute"].outcome == "timeout").any()
     assert "spectral_gap" in whole.records and whole.summary["bits_d2d"] > 0
+
+
+def test_made_d2d_links_are_a_bounded_cache_of_their_keyed_draws(scenario, monkeypatch):
+    from flnet.sim import world as world_mod
+
+    monkeypatch.setattr(world_mod, "D2D_LINKS_KEPT", 2)
+    world = world_of(scenario, 4, snr_db={"kind": "uniform", "low": 0, "high": 30})
+    pairs = [(0, 1), (2, 3), (1, 2), (0, 3), (1, 0)]
+    snr = [world.link(*p).snr_hz for p in pairs]
+    assert len(world._d2d_links) <= 2  # emptied when full
+    assert [world.link(*p).snr_hz for p in pairs] == snr  # made again, the same draws
+    assert snr[0] == snr[4]  # reciprocal

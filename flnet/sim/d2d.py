@@ -38,6 +38,7 @@ if TYPE_CHECKING:  # the World, for annotations only (it imports this module)
     from flnet.sim.world import World
 
 MEDIUM = -10  # the shared medium as a resource (node ids are >= 0)
+NOTHING: frozenset[int] = frozenset()  # what a transmission needs on orthogonal full-duplex links
 
 
 class Airwaves:
@@ -49,18 +50,25 @@ class Airwaves:
         self.waiting: list[Airing] = []
 
     def needs(self, src: int, receivers: list[int]) -> frozenset[int]:
+        if not (self.tdma or self.half_duplex):
+            return NOTHING
         need = {MEDIUM} if self.tdma else set()
         if self.half_duplex:
             need.update((src, *receivers))
         return frozenset(need)
 
     def request(self, job: Airing) -> None:
-        if self.waiting and self.tdma or not job.needs.isdisjoint(self.busy):
+        if not job.needs:
+            job.start()
+        elif self.waiting and self.tdma or not job.needs.isdisjoint(self.busy):
+            job.event, job.waited = job.world.signal(), True  # fires when its airtime ends
             self.waiting.append(job)
         else:
             self._grant(job)
 
     def release(self, job: Airing) -> None:
+        if not job.needs:
+            return
         self.busy -= job.needs
         still: list[Airing] = []
         for i, w in enumerate(self.waiting):
@@ -98,6 +106,7 @@ class Airing:
         "needs",
         "tx",
         "event",
+        "waited",
         "outcome",
     )
 
@@ -116,7 +125,8 @@ class Airing:
         self.then = then
         self.links: list[Link] = [world.link(src, r) for r in receivers]
         self.tx: Transmission | None = None
-        self.event: simpy.Event = world.signal()
+        self.event: simpy.Event  # set when granted (the transmission's) or queued (its own)
+        self.waited = False  # queued before it was granted
         self.outcome: str | None = None
         self.needs = world.airwaves.needs(src, receivers)
         world.airwaves.request(self)
@@ -128,19 +138,25 @@ class Airing:
 
     def start(self) -> None:
         """Granted the air: send at the weakest receiver's rate (each receiver's fading drawn)."""
-        world = self.world
-        snr_hz = min(
-            link.snr_hz * world._fading(self.src, r, self.tag, None)
-            for r, link in zip(self.receivers, self.links)
-        )
-        self.tx = self.links[0].channel.transmit(self.bits, snr_hz)
-        self.tx.done.callbacks.append(self._done)
+        world, src, tag = self.world, self.src, self.tag
+        if len(self.links) == 1:  # unicast
+            snr_hz = self.links[0].snr_hz * world._fading(src, self.receivers[0], tag, None)
+        else:
+            snr_hz = min(
+                link.snr_hz * world._fading(src, r, tag, None)
+                for r, link in zip(self.receivers, self.links)
+            )
+        self.tx = tx = self.links[0].channel.transmit(self.bits, snr_hz)
+        tx.done.callbacks.append(self._done)
+        if not self.waited:  # granted at once: its end is the transmission's
+            self.event = tx.done
 
     def _done(self, _event: simpy.Event) -> None:
         if self.outcome is None:
             self._charge("ok")
             self.world.airwaves.release(self)
-            self.event.succeed()
+            if self.waited:
+                self.event.succeed()
             if self.then is not None:
                 self.then(self)
 

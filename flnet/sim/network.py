@@ -4,8 +4,9 @@ Nodes are clients ``0..N-1`` and the server ``SERVER``. A link ``src -> dst`` ca
 transfer on it needs: its channel, its ``snr_hz`` (received power over noise density), the
 battery power drawn while it is busy and the ledger kind. The star is a rule, not a graph:
 client k's uplink and downlink are made from row k of the `Population` when a transfer asks for
-them, so an idle client costs no link object. Device-to-device links are kept only for the
-nodes that gossip (`add_link`); `graph` shows them as a networkx graph.
+them, so an idle client costs no link object. Device-to-device links are made by the World from
+`radio.d2d` for the pairs that gossip (`flnet.sim.world.World.link`, a bounded cache); links
+added by hand (`add_link`, tests) take precedence; `graph` shows those as a networkx graph.
 """
 
 from __future__ import annotations

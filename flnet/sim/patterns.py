@@ -251,11 +251,12 @@ def exchange(
     m = len(pairs)
     bits = _per_edge(packets.bits, m)
     d2d = world.d2d
+    lossy = d2d.loss_probability > 0
     lost = (
-        world.generator(Stream.D2D_LOSS, tag, substep).random(m) < d2d.loss_probability
-        if d2d.loss_probability > 0
-        else np.zeros(m, dtype=bool)
-    ).tolist()
+        (world.generator(Stream.D2D_LOSS, tag, substep).random(m) < d2d.loss_probability).tolist()
+        if lossy
+        else []
+    )
     groups = _transmissions(len(ids), pairs, d2d.transmission == "broadcast")
     receivers = pairs[:, 1].tolist()
     arrived = np.zeros(m, dtype=bool)
@@ -273,14 +274,13 @@ def exchange(
         return then
 
     def send(pos: int) -> None:
-        for k, group in enumerate(groups[pos]):
-            t = first[pos] + k
+        for t, group in enumerate(groups[pos], first[pos]):
             airings[t] = world.start_d2d(
                 ids[pos],
                 [ids[receivers[e]] for e in group],
-                max(bits[e] for e in group),
+                bits[group[0]] if len(group) == 1 else max(bits[e] for e in group),
                 step,
-                lost=[lost[e] for e in group],
+                lost=[lost[e] for e in group] if lossy else None,
                 then=aired(group),
             )
 

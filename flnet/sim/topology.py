@@ -43,7 +43,7 @@ PROPERTY_TOL = 1e-9  # float rounding of built weights, no more
 WEIGHTS = ("uniform", "metropolis_hastings")
 ROW_SUM_TOL = 1e-9  # a row of a given W may be off 1 by float rounding of its entries, no more
 ER_TRIES = 100  # Erdos-Renyi draws before giving up on a connected graph
-GAP_MAX_NODES = 2000  # spectral gaps (dense eigenvalues, O(n^3)) of static graphs up to this
+GAP_MAX_NODES = 1000  # spectral gaps (dense eigenvalues, O(n^3)) of static graphs up to this
 GAP_MAX_NODES_VARYING = 200  # ... and of each iteration's W of a time-varying graph
 
 
