@@ -29,6 +29,7 @@ import torch
 from flnet.algorithms import decentralized
 from flnet.algorithms.base import Steps
 from flnet.algorithms.configs import OledflSgdConfig as Config
+from flnet.errors import TopologyWarning
 from flnet.learn.cohort import LossFn
 from flnet.sim import topology
 from flnet.sim.world import AbstractWorld, Progress
@@ -41,8 +42,8 @@ __all__ = ["Config", "State", "init", "progress", "protocol", "ole_start", "stab
 DENSE_EIGEN_NODES = 2048  # above this, lambda_min comes from scipy's sparse eigensolver
 
 
-class OleWarning(UserWarning):
-    """beta makes (1 + beta) W - beta I unstable for this W."""
+class OleWarning(TopologyWarning):
+    """beta makes (1 + beta) W - beta I unstable for this W (the CLI shows it as one line)."""
 
 
 class OleConfig(decentralized.TimedGossipConfig, Protocol):
