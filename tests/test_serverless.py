@@ -135,6 +135,17 @@ def test_oledfl_warns_when_beta_makes_w_tilde_unstable():
     assert oledfl.stability_problem(lazy, 0.99) is None
 
 
+def test_on_a_large_graph_the_check_takes_gershgorins_bound():
+    """Above DENSE_EIGEN_NODES: min_i (2 W_ii - 1) <= lambda_min, exact on an even ring."""
+    n = oledfl.DENSE_EIGEN_NODES + 2
+    ring = topo.from_edges(topo.graph_edges("ring", n), n)
+    assert oledfl.smallest_eigenvalue(ring) == (pytest.approx(-1 / 3), False)
+    assert oledfl.stability_problem(ring, 0.45) is None
+    assert "may be unstable" in oledfl.stability_problem(ring, 0.55)
+    small = topo.from_edges(topo.graph_edges("ring", 10), 10)
+    assert oledfl.smallest_eigenvalue(small) == (pytest.approx(-1 / 3), True)
+
+
 def test_an_unstable_beta_warns_when_the_run_starts(scenario):
     with pytest.warns(oledfl.OleWarning, match="unstable"):
         simulate(

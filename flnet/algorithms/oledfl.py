@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Config", "State", "init", "progress", "protocol", "ole_start", "stability_problem"]
 
-DENSE_EIGEN_NODES = 2048  # above this, lambda_min comes from scipy's sparse eigensolver
+DENSE_EIGEN_NODES = 1000  # above this, Gershgorin's bound stands in for lambda_min(W)
 
 
 class OleWarning(TopologyWarning):
@@ -71,34 +71,36 @@ def ole_start(x: torch.Tensor, z: torch.Tensor, beta: float) -> torch.Tensor:
     return x + beta * (x - z)
 
 
-def smallest_eigenvalue(w: topology.Mixing) -> float:
-    """lambda_min of W (real: W symmetric, or similar to a symmetric matrix as uniform weights
-    on an undirected graph are)."""
-    n = w.num_nodes
-    if n <= DENSE_EIGEN_NODES:
-        return float(np.linalg.eigvals(w.dense()).real.min())
-    from scipy.sparse import coo_array
-    from scipy.sparse.linalg import eigs
-
-    idx = np.arange(n)
-    rows = np.concatenate([w.receiver, idx])
-    cols = np.concatenate([w.sender, idx])
-    sparse = coo_array((np.concatenate([w.weight, w.self_weight]), (rows, cols)), shape=(n, n))
-    return float(eigs(sparse.tocsr(), k=1, which="SR", return_eigenvectors=False).real[0])
+def smallest_eigenvalue(w: topology.Mixing) -> tuple[float, bool]:
+    """(lambda_min of W, exact?). Exact (dense eigenvalues; real: W symmetric, or similar to a
+    symmetric matrix as uniform weights on an undirected graph are) up to DENSE_EIGEN_NODES
+    nodes; above, Gershgorin's bound min_i (2 W_ii - 1), never above lambda_min for a
+    non-negative row-stochastic W (an iterative eigensolver can take minutes on a large ring,
+    whose spectrum clusters), and exact for an even ring."""
+    if w.num_nodes <= DENSE_EIGEN_NODES:
+        d = w.dense()
+        sym = topology.is_symmetric(d, 1e-12)
+        return float((np.linalg.eigvalsh(d) if sym else np.linalg.eigvals(d).real).min()), True
+    return float((2.0 * w.self_weight - 1.0).min()), False
 
 
 def stability_problem(w: topology.Mixing, beta: float) -> str | None:
     """Why (1 + beta) W - beta I does not contract disagreement, or None when it does."""
     if beta == 0 or w.num_nodes < 2:
         return None
-    lam = smallest_eigenvalue(w)
+    lam, exact = smallest_eigenvalue(w)
     if lam > (beta - 1) / (beta + 1):
         return None
     limit = (1 + lam) / (1 - lam)
+    what = (
+        f"is unstable for this W: lambda_min(W) = {lam:.4g}"
+        if exact
+        else f"may be unstable for this W: lambda_min(W) >= {lam:.4g} (Gershgorin's bound)"
+    )
     return (
-        f"algorithm.beta = {beta:g} is unstable for this W: lambda_min(W) = {lam:.4g}, and "
-        f"(1 + beta) W - beta I contracts disagreement only if lambda_min > (beta - 1) / "
-        f"(beta + 1) = {(beta - 1) / (beta + 1):.4g}; use beta < {limit:.4g}, or a lazy W "
+        f"algorithm.beta = {beta:g} {what}, and (1 + beta) W - beta I "
+        f"contracts disagreement only if lambda_min > (beta - 1) / (beta + 1) = "
+        f"{(beta - 1) / (beta + 1):.4g}; use beta < {limit:.4g}, or a lazy W "
         "(algorithm.topology.laziness: 0.5 puts its spectrum in [0, 1])"
     )
 
