@@ -342,3 +342,17 @@ def test_a_time_varying_graph_is_drawn_afresh_each_round(scenario):
     links = [set(zip(r.node, r.peer)) for _, r in sends.groupby("round")]
     assert len(links) == 3 and not (links[0] == links[1] == links[2])
     assert all(len(pairs) == 6 * 2 for pairs in links)  # directed: each node hears k = 2 others
+
+
+@pytest.mark.parametrize(
+    "name", ["dfedavg", "dfedavgm", "dfedsam", "oledfl_sgd", "oledfl_sam", "dfl", "cdfl"]
+)
+def test_each_shipped_scenario_runs(name):
+    from flnet.runner import run
+
+    records = run(
+        load_scenario(f"scenarios/{name}.yaml", ["run.rounds=2", "run.eval_every=1"]), write=False
+    ).records
+    assert records["round"].tolist() == [0, 1, 2] and (records.algorithm == name).all()
+    assert (records.bits_d2d.diff().dropna() > 0).all() and (records.bits_up == 0).all()
+    assert records.node_accuracy_worst.le(records.node_accuracy_mean).all()
