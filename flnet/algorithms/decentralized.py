@@ -35,8 +35,6 @@ if TYPE_CHECKING:
     from flnet.config import LocalConfig, TopologyConfig
     from flnet.learn.local import Learner
 
-Moves = Generator[simpy.Event, Any, Any]
-
 
 class GossipConfig(Protocol):
     """The fields these mechanics read from an algorithm's `Config`."""
