@@ -356,3 +356,12 @@ def test_each_shipped_scenario_runs(name):
     assert records["round"].tolist() == [0, 1, 2] and (records.algorithm == name).all()
     assert (records.bits_d2d.diff().dropna() > 0).all() and (records.bits_up == 0).all()
     assert records.node_accuracy_worst.le(records.node_accuracy_mean).all()
+
+
+def test_a_node_whose_work_the_timeout_cut_keeps_its_start(scenario, x0):
+    """timeout_s far below one local step: no compute completes, nothing is sent, W_t = I, so
+    every node keeps its start (OledFL's z too: the next Ole term is 0)."""
+    states, world, _ = simulate(scenario, oledfl, "oledfl_sgd", 2, x0, beta=0.3, timeout_s=1e-9)
+    for s in states:
+        assert torch.equal(s.x, x0) and torch.equal(s.z, x0)
+    assert (world.ledger.frame().query("kind == 'compute'").outcome == "timeout").all()
