@@ -266,3 +266,31 @@ def wasted_energy_j(ledger: pd.DataFrame) -> dict[str, float]:
     wasted = rows[last.to_numpy() != "ok"]
     by = wasted.groupby(last[last != "ok"].to_numpy()).energy_j.sum()
     return {str(k): float(v) for k, v in by.items()}
+
+
+def device_costs(ledger: pd.DataFrame) -> pd.DataFrame:
+    """Per device (client id, the index; the server is left out), from a run's ledger: bits
+    sent (uploads, D2D transmissions) and received (downloads, D2D receptions), seconds
+    computing, transmitting and receiving, and joules. Sums over its rows, so a run's totals
+    are this frame's column sums."""
+    dev = ledger[ledger.node >= 0]
+    seconds = dev.end_s - dev.start_s
+    by_kind = {k: dev.kind == k for k in ("compute", "upload", "download", "d2d", "d2d_rx")}
+    d2d_in = ledger[(ledger.kind == "d2d") & (ledger.peer >= 0)]
+    nodes = pd.Index(sorted(set(dev.node) | set(d2d_in.peer)), name="node")
+
+    def per_node(values: pd.Series, where: pd.Series) -> pd.Series:
+        return values[where].groupby(dev.node[where]).sum().reindex(nodes, fill_value=0.0)
+
+    received = d2d_in.bits.groupby(d2d_in.peer).sum().reindex(nodes, fill_value=0.0)
+    return pd.DataFrame(
+        {
+            "bits_sent": per_node(dev.bits, by_kind["upload"] | by_kind["d2d"]),
+            "bits_received": per_node(dev.bits, by_kind["download"]) + received,
+            "compute_s": per_node(seconds, by_kind["compute"]),
+            "transmit_s": per_node(seconds, by_kind["upload"] | by_kind["d2d"]),
+            "receive_s": per_node(seconds, by_kind["download"] | by_kind["d2d_rx"]),
+            "energy_j": per_node(dev.energy_j, dev.kind.notna()),
+        },
+        index=nodes,
+    ).astype(float)

@@ -54,9 +54,15 @@ class Stream(IntEnum):
     SNAPSHOT = 1_000_032  # the snapshot step t' (DRFA, DRDM), by round
     DUAL_BATCH = 1_000_033  # a dual-step client's loss minibatch, by (round, client)
     VALIDATION = 1_000_040  # the rows held out of the training set as a validation set
-    D2D_LOSS = 1_000_045  # which D2D messages are lost, keyed by (iteration)
+    # which D2D messages are lost, keyed by (iteration, substep: the gossip step within a round
+    # of several, 0 otherwise; (it, 0) is the generator (it) was, SeedSequence drops a trailing 0)
+    D2D_LOSS = 1_000_045
     POSITIONS = 1_000_046  # every client's position (unkeyed: one draw of all columns)
     NEIGHBOURS = 1_000_047  # random_k topologies: each node's neighbours, keyed by (iteration)
+    # compression draws of a gossip step, keyed (round, gossip step, node) (flnet.learn.compress)
+    RAND_K = 1_000_050  # rand-k's coordinates
+    QSGD = 1_000_051  # QSGD's dither xi ~ U[0, 1]^d
+    RANDOM_GOSSIP = 1_000_052  # randomized gossip's coin
 
 
 def generator(seed: int, stream: Stream, *keys: int) -> np.random.Generator:

@@ -112,6 +112,8 @@ class Recorder:
         if t % self.scenario.run.eval_every and stopping in (None, INTERRUPTED):
             return None
         metrics = self.evaluator(progress.model)
+        if progress.nodes is not None:  # gossip: every node's own model too
+            metrics.update(self.evaluator.nodes(progress.nodes))
         if not all(map(math.isfinite, metrics.values())):
             self.diverged_round = t
             return "diverged"

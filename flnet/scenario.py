@@ -701,6 +701,18 @@ class Scenario(Strict):
                 "a capacity trace gives each link's measured rate (clients.capacity_trace); "
                 "fading would scale it, so the two do not go together",
             )
+        if self.algorithm.name == "cdfl" and self.radio.d2d.loss_probability > 0:
+            raise inconsistent(
+                "radio.d2d.loss_probability",
+                "must be 0 for cdfl: a lost compressed message would leave the public copies "
+                "of its sender apart (C-DFL has no way to resend it)",
+            )
+        if self.algorithm.name == "cdfl" and getattr(topology, "kind", None) == "random_k":
+            raise inconsistent(
+                "algorithm.topology.kind",
+                "cdfl needs a fixed graph: each node's public copy is held by its neighbours, "
+                "which random_k draws afresh every round",
+            )
         if getattr(topology, "kind", None) == "random_geometric" and self.clients.positions is None:
             raise inconsistent(
                 "algorithm.topology.kind",

@@ -188,3 +188,34 @@ def test_a_tie_on_one_seed_goes_to_the_smaller_tau_whatever_the_row_order():
     per_run = per_run_of([(0, 0, 5, 10.0), (0, 0, 1, 10.0), (0, 0, 2, 30.0)])
     per_seed, _ = best_tau(per_run, "joules")
     assert per_seed.best_tau.item() == 1
+
+
+def test_device_costs_sum_each_devices_rows():
+    from flnet.analysis import device_costs
+
+    cols = ["round", "pattern", "node", "peer", "kind", "start_s", "end_s", "energy_j", "bits"]
+    rows = [
+        (1, "exchange", 0, -2, "compute", 0.0, 1.0, 2.0, 0.0),
+        (1, "exchange", 0, 1, "d2d", 1.0, 3.0, 0.5, 100.0),  # 0 sends 100 bits to 1
+        (1, "exchange", 1, 0, "d2d_rx", 1.0, 3.0, 0.25, 0.0),
+        (1, "round_trip", 1, -1, "download", 0.0, 0.5, 0.0, 40.0),  # server -> 1
+        (1, "round_trip", 1, -1, "upload", 3.0, 4.0, 1.0, 30.0),
+        (1, "exchange", -1, -2, "evaluate", 4.0, 4.0, 0.0, 0.0),
+    ]
+    got = device_costs(pd.DataFrame(rows, columns=cols))
+    assert got.loc[0].to_dict() == {
+        "bits_sent": 100.0,
+        "bits_received": 0.0,
+        "compute_s": 1.0,
+        "transmit_s": 2.0,
+        "receive_s": 0.0,
+        "energy_j": 2.5,
+    }
+    assert got.loc[1].to_dict() == {
+        "bits_sent": 30.0,
+        "bits_received": 140.0,
+        "compute_s": 0.0,
+        "transmit_s": 1.0,
+        "receive_s": 2.5,
+        "energy_j": 1.25,
+    }

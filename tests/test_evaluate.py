@@ -89,3 +89,13 @@ def test_client_accuracy_std_of_a_run_is_numpys_std_over_the_clients(scenario):
         ]
         assert np.std(per_client) > 0
         assert row["client_accuracy_std"] == pytest.approx(np.std(per_client), rel=1e-9)
+
+
+def test_node_accuracy_is_each_nodes_own_model_on_the_test_set():
+    """Gossip runs: node 0 holds IDENTITY (2 of 3 test rows right), node 1 the swap (1 of 3)."""
+    swap = torch.tensor([0.0, 1.0, 1.0, 0.0])
+    m = Evaluator(linear_model(), data()).nodes(torch.stack([IDENTITY, swap]))
+    assert m == {
+        "node_accuracy_mean": pytest.approx(0.5),
+        "node_accuracy_worst": pytest.approx(1 / 3),
+    }

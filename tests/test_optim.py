@@ -67,6 +67,11 @@ TORCH_EQUIVALENTS = [
         optim.sgd(0.1, momentum=0.9, weight_decay=0.01),
         lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9, weight_decay=0.01),
     ),
+    (
+        "nesterov",  # DFedAvgM's local step
+        optim.sgd(0.1, momentum=0.9, weight_decay=0.01, use_nesterov=True),
+        lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9, weight_decay=0.01, nesterov=True),
+    ),
     ("adam", optim.adam(0.01), lambda p: torch.optim.Adam(p, lr=0.01)),
     (
         "adam+wd",

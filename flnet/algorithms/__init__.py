@@ -25,10 +25,22 @@ MODULES = {
     "moon": "flnet.algorithms.moon",
     "drfa": "flnet.algorithms.drfa",
     "drdm": "flnet.algorithms.drdm",
+    "dfedavg": "flnet.algorithms.dfedavg",
+    "dfedavgm": "flnet.algorithms.dfedavgm",
+    "dfedsam": "flnet.algorithms.dfedsam",
+    "oledfl_sgd": "flnet.algorithms.oledfl",
+    "oledfl_sam": "flnet.algorithms.oledfl_sam",
+    "dfl": "flnet.algorithms.dfl",
+    "cdfl": "flnet.algorithms.cdfl",
 }
 
 if TYPE_CHECKING:  # mypy checks each module above against the shape, with its Config and State
     from flnet.algorithms import (
+        cdfl,
+        dfedavg,
+        dfedavgm,
+        dfedsam,
+        dfl,
         dpsgd,
         drdm,
         drfa,
@@ -38,6 +50,8 @@ if TYPE_CHECKING:  # mypy checks each module above against the shape, with its C
         feddyn,
         fedprox,
         moon,
+        oledfl,
+        oledfl_sam,
         scaffold,
     )
     from flnet.algorithms.base import AlgorithmModule
@@ -52,6 +66,13 @@ if TYPE_CHECKING:  # mypy checks each module above against the shape, with its C
     _moon: AlgorithmModule[moon.Config, moon.State] = moon
     _drfa: AlgorithmModule[drfa.Config, drfa.State] = drfa
     _drdm: AlgorithmModule[drdm.Config, drdm.State] = drdm
+    _dfedavg: AlgorithmModule[dfedavg.Config, dfedavg.State] = dfedavg
+    _dfedavgm: AlgorithmModule[dfedavgm.Config, dfedavgm.State] = dfedavgm
+    _dfedsam: AlgorithmModule[dfedsam.Config, dfedsam.State] = dfedsam
+    _oledfl: AlgorithmModule[oledfl.Config, oledfl.State] = oledfl
+    _oledfl_sam: AlgorithmModule[oledfl_sam.Config, oledfl_sam.State] = oledfl_sam
+    _dfl: AlgorithmModule[dfl.Config, dfl.State] = dfl
+    _cdfl: AlgorithmModule[cdfl.Config, cdfl.State] = cdfl
 
 
 class _Lazy(Mapping):

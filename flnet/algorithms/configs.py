@@ -4,7 +4,7 @@ re-exports its own as `Config`; a new algorithm adds its class here and to `CONF
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 from pydantic_core import PydanticCustomError
@@ -230,6 +230,165 @@ class DrdmConfig(DrfaConfig):
     )
 
 
+# ------------------------------------------------------------ serverless: local steps, then gossip
+
+
+class _Decentralized(Strict):
+    """What every local-steps-then-gossip method shares: the graph and the local work."""
+
+    topology: TopologyConfig = GraphTopology()
+    local: LocalConfig = LocalConfig()
+
+
+class _Timeout(Strict):
+    timeout_s: float | None = Field(
+        None,
+        gt=0,
+        description="a node stops waiting for messages this long after a gossip step "
+        "starts; late ones count as lost",
+    )
+
+
+class DfedavgConfig(_Decentralized, _Timeout):
+    """DFedAvg (Sun et al. 2022): K local SGD steps, then one gossip mix of the results."""
+
+    name: Literal["dfedavg"] = "dfedavg"
+
+
+class DfedavgmConfig(_Decentralized, _Timeout):
+    """DFedAvgM (Sun et al. 2022): DFedAvg whose local steps carry momentum theta."""
+
+    name: Literal["dfedavgm"] = "dfedavgm"
+    momentum: float = Field(0.9, gt=0, lt=1, description="theta in x = y_k + theta (y_k - y_{k-1})")
+
+    @model_validator(mode="after")
+    def _plain_sgd(self) -> DfedavgmConfig:
+        opt = self.local.optimizer
+        if opt.name != "sgd" or opt.momentum:
+            raise PydanticCustomError(
+                "inconsistent",
+                "DFedAvgM's local steps are SGD with its own momentum (algorithm.momentum); "
+                "use optimizer sgd with momentum 0, got {opt}",
+                {"field": "algorithm.local.optimizer", "opt": f"{opt.name} {opt.model_dump()}"},
+            )
+        return self
+
+
+def _needs_sam(local: LocalConfig, method: str) -> None:
+    if local.sam_rho is None:
+        raise PydanticCustomError(
+            "inconsistent",
+            "{method} takes SAM local steps: give the radius (the OledFL paper uses 0.1), got null",
+            {"field": "algorithm.local.sam_rho", "method": method},
+        )
+
+
+class DfedsamConfig(_Decentralized, _Timeout):
+    """DFedSAM (Shi et al. 2023): DFedAvg with SAM local steps (radius local.sam_rho)."""
+
+    name: Literal["dfedsam"] = "dfedsam"
+    local: LocalConfig = LocalConfig(sam_rho=0.1)
+
+    @model_validator(mode="after")
+    def _sam(self) -> DfedsamConfig:
+        _needs_sam(self.local, "DFedSAM")
+        return self
+
+
+class _Ole(Strict):
+    beta: float = Field(
+        0.4,
+        ge=0,
+        lt=1,
+        description="Ole coefficient: x_0 = x + beta (x - x_K of the last round); stable "
+        "only if lambda_min(W) > (beta - 1) / (beta + 1)",
+    )
+
+
+class OledflSgdConfig(_Decentralized, _Timeout, _Ole):
+    """OledFL-SGD (Li et al.): DFedAvg started from the opposite lookahead point."""
+
+    name: Literal["oledfl_sgd"] = "oledfl_sgd"
+
+
+class OledflSamConfig(_Decentralized, _Timeout, _Ole):
+    """OledFL-SAM (Li et al.): DFedSAM started from the opposite lookahead point."""
+
+    name: Literal["oledfl_sam"] = "oledfl_sam"
+    local: LocalConfig = LocalConfig(sam_rho=0.1)
+
+    @model_validator(mode="after")
+    def _sam(self) -> OledflSamConfig:
+        _needs_sam(self.local, "OledFL-SAM")
+        return self
+
+
+class DflConfig(_Decentralized, _Timeout):
+    """DFL (Liu et al.): tau1 = local.steps local steps, then tau2 = gossip_steps mixes."""
+
+    name: Literal["dfl"] = "dfl"
+    local: LocalConfig = LocalConfig(steps=4)
+    gossip_steps: int = Field(4, ge=1, le=10_000, description="tau2: gossip steps per round")
+
+
+class IdentityCompression(Strict):
+    kind: Literal["identity"] = "identity"
+
+
+class TopKCompression(Strict):
+    kind: Literal["top_k"]
+    fraction: float = Field(
+        gt=0, le=1, description="delta = k / d: the share of coordinates kept (largest |x|)"
+    )
+
+
+class RandKCompression(Strict):
+    kind: Literal["rand_k"]
+    fraction: float = Field(
+        gt=0, le=1, description="delta = k / d: the share of coordinates kept (uniform draw)"
+    )
+
+
+class QsgdCompression(Strict):
+    kind: Literal["qsgd"]
+    levels: int = Field(ge=1, le=2**20, description="s: quantisation levels")
+
+
+class RandomGossipCompression(Strict):
+    kind: Literal["random_gossip"]
+    p: float = Field(gt=0, le=1, description="a node sends its message with probability p")
+
+
+CompressionConfig = Annotated[
+    IdentityCompression
+    | TopKCompression
+    | RandKCompression
+    | QsgdCompression
+    | RandomGossipCompression,
+    Field(discriminator="kind"),
+]
+
+
+class CdflConfig(_Decentralized):
+    """C-DFL (Liu et al., Algorithm 2): DFL whose gossip steps are CHOCO-Gossip steps on
+    compressed innovations. No timeout: a lost q would split the public copies."""
+
+    name: Literal["cdfl"] = "cdfl"
+    local: LocalConfig = LocalConfig(steps=4)
+    gossip_steps: int = Field(4, ge=1, le=10_000, description="tau2: gossip steps per round")
+    consensus_step: float = Field(1.0, gt=0, le=1, description="gamma (the paper runs 1)")
+    compression: CompressionConfig = IdentityCompression()
+    order: Literal["paper", "compress_first"] = Field(
+        "paper",
+        description="paper: mix with the public copies, then compress (Algorithm 2); "
+        "compress_first: compress, update the copies, then mix (CHOCO-SGD's order)",
+    )
+
+
+# The members of CONFIGS as one type, for annotations (scenario.AlgorithmConfig is built from
+# CONFIGS at run time, which mypy cannot follow): keep the two in step.
+
+
 # The members of CONFIGS as one type, for annotations (scenario.AlgorithmConfig is built from
 # CONFIGS at run time, which mypy cannot follow): keep the two in step.
 AnyAlgorithmConfig = (
@@ -243,6 +402,13 @@ AnyAlgorithmConfig = (
     | MoonConfig
     | DrfaConfig
     | DrdmConfig
+    | DfedavgConfig
+    | DfedavgmConfig
+    | DfedsamConfig
+    | OledflSgdConfig
+    | OledflSamConfig
+    | DflConfig
+    | CdflConfig
 )
 
 CONFIGS = {
@@ -256,4 +422,11 @@ CONFIGS = {
     "moon": MoonConfig,
     "drfa": DrfaConfig,
     "drdm": DrdmConfig,
+    "dfedavg": DfedavgConfig,
+    "dfedavgm": DfedavgmConfig,
+    "dfedsam": DfedsamConfig,
+    "oledfl_sgd": OledflSgdConfig,
+    "oledfl_sam": OledflSamConfig,
+    "dfl": DflConfig,
+    "cdfl": CdflConfig,
 }

@@ -8,6 +8,9 @@ every client up to ``data.eval_clients``, else a sample drawn once from the seed
 million registered clients cost no more to evaluate than a thousand; records say how many
 (``clients_evaluated``). With ``data.validation_fraction`` the records also hold
 ``validation_accuracy`` and ``validation_loss`` on the held-out training rows.
+
+Gossip runs have one model per node; `Evaluator.nodes` gives the test accuracy of each node's own
+model over the same sample (every client is a node there), as its mean and worst.
 """
 
 from __future__ import annotations
@@ -27,6 +30,9 @@ METRICS = (
     "client_accuracy_p10",
     "client_accuracy_std",
 )  # p10: the 10th percentile, interpolated as numpy does; std: population (numpy's ddof=0)
+
+
+NODE_METRICS = ("node_accuracy_mean", "node_accuracy_worst")
 
 
 class Evaluator:
@@ -105,3 +111,18 @@ class Evaluator:
             "validation_accuracy": float((logits.argmax(1) == y).double().mean()),
             "validation_loss": float(F.cross_entropy(logits, y)),
         }
+
+    def nodes(self, x: torch.Tensor) -> dict[str, float]:
+        """x [n, P] the nodes' models -> test accuracy of each sampled node's model (the
+        evaluation sample's clients), its mean and worst."""
+        sample = self.data.eval_clients
+        assert sample is not None  # set by FederatedData
+        acc = torch.stack(
+            [
+                (self._logits(x[int(i)], self.data.x_test).argmax(1) == self.data.y_test)
+                .double()
+                .mean()
+                for i in sample
+            ]
+        )
+        return dict(zip(NODE_METRICS, (float(acc.mean()), float(acc.min()))))

@@ -121,6 +121,29 @@ def trace(momentum: float) -> GradientTransformation:
     return GradientTransformation(init, update)
 
 
+def nesterov(momentum: float) -> GradientTransformation:
+    """Nesterov's momentum as `torch.optim.SGD(nesterov=True)`: b = momentum * b + g, step
+    along g + momentum * b (b starts at 0). With x -= lr * that, this is y_{k+1} = x_k - lr g_k,
+    x_{k+1} = y_{k+1} + momentum (y_{k+1} - y_k): DFedAvgM's local step (Sun et al.)."""
+
+    def init(params: torch.Tensor) -> TraceState:
+        return TraceState(torch.zeros_like(params))
+
+    def update(
+        grads: torch.Tensor,
+        state: TraceState,
+        params: torch.Tensor,
+        *,
+        grad_fn: GradFn | None = None,
+        loss: torch.Tensor | None = None,
+        aux: Any = None,
+    ) -> tuple[torch.Tensor, TraceState]:
+        buf = state.momentum.mul(momentum).add_(grads)
+        return grads.add_(buf, alpha=momentum), TraceState(buf)
+
+    return GradientTransformation(init, update)
+
+
 def scale_by_adam(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8) -> GradientTransformation:
     """m_hat / (sqrt(v_hat) + eps) with bias-corrected moments (Kingma & Ba 2015, Alg. 1)."""
 
@@ -346,10 +369,13 @@ def _with_weight_decay(
     return chain(*((add_decayed_weights(weight_decay),) if weight_decay else ()), *rest)
 
 
-def sgd(lr: float, momentum: float = 0.0, weight_decay: float = 0.0) -> GradientTransformation:
-    """`torch.optim.SGD(lr, momentum, weight_decay)` (no dampening, no Nesterov)."""
+def sgd(
+    lr: float, momentum: float = 0.0, weight_decay: float = 0.0, use_nesterov: bool = False
+) -> GradientTransformation:
+    """`torch.optim.SGD(lr, momentum, weight_decay, nesterov=use_nesterov)` (no dampening)."""
+    accelerate = nesterov if use_nesterov else trace
     return _with_weight_decay(
-        weight_decay, *((trace(momentum),) if momentum else ()), scale_by_learning_rate(lr)
+        weight_decay, *((accelerate(momentum),) if momentum else ()), scale_by_learning_rate(lr)
     )
 
 

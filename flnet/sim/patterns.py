@@ -272,6 +272,7 @@ def exchange(
     timeout_s: float | None = None,
     send_after_work: bool = False,
     client_state: ClientState | None = None,
+    substep: int = 0,
 ) -> Generator[simpy.Event, Any, Exchange]:
     """One iteration of gossip: every node computes its `work_flops` ([N]) and sends `packets`
     along each directed edge of `edges` ([M, 2] positions into `nodes`, [N] client ids); the
@@ -282,7 +283,7 @@ def exchange(
     the D2D radio's (`world.d2d`, `flnet.sim.d2d`): unicast, one transmission per edge; or
     broadcast, one transmission per sender to all its out-neighbours, of the largest of its
     edges' bits, at its weakest receiver's rate. Each message is lost with
-    `d2d.loss_probability` (drawn from (seed, D2D_LOSS, iteration), one uniform per edge in
+    `d2d.loss_probability` (drawn from (seed, D2D_LOSS, iteration, substep), one uniform per edge in
     `edges` order): its airtime is charged, and it counts as not arrived.
 
     Sends start with the compute (the message is the model before the local step, as in
@@ -302,7 +303,7 @@ def exchange(
     d2d = world.d2d
     lossy = d2d.loss_probability > 0
     lost = (
-        (world.generator(Stream.D2D_LOSS, tag).random(m) < d2d.loss_probability).tolist()
+        (world.generator(Stream.D2D_LOSS, tag, substep).random(m) < d2d.loss_probability).tolist()
         if lossy
         else []
     )

@@ -1,0 +1,432 @@
+"""The gossip study: serverless methods against each other and against FedAvg, in seconds and
+joules as well as rounds.
+
+1. **Ole** (OledFL digest, claims C1-C3): OledFL-SGD and OledFL-SAM against their bases DFedAvg
+   and DFedSAM, on a ring (Metropolis-Hastings, lambda_min = -1/3) and an Erdos-Renyi graph,
+   and the paper's time-varying topology (each node hears 3 fresh random others every round,
+   weights 1/4), MNIST-1D with Dirichlet(0.3) labels over 16 nodes. beta is 0.8 of the
+   largest stable beta of a static W ((1 + lambda_min) / (1 - lambda_min), capped at 0.9):
+   0.4 on the ring; 0.99 on the time-varying graph, as the paper and the digest's pilot. Final
+   accuracy of the averaged model, per-node accuracy, consensus distance, and rounds, seconds
+   and joules to a target. Then OledFL-SGD on the ring across beta, stable or not.
+2. **tau1 x tau2** (DFL digest, Section 3.4): DFL and C-DFL (rand-k, delta = 0.67, gamma = 1)
+   on a 10-node ring, digits with shards, charged as the paper's MNIST CNN (`costs_as:
+   cnn_dfl_mnist`), for every (tau1, tau2) of a grid, under four radios: fast or slow D2D links
+   times orthogonal links (`sharing: dedicated`) or one medium (`tdma`). Each radio gets one
+   simulated-time budget, what DFL(4, 4) spends in 25 rounds there; a run's figure is the test
+   accuracy of the averaged model when the budget runs out. The best (tau1, tau2) per radio
+   and seed, then the median over seeds.
+3. **GoLF** (gossip against FedAvg at equal bits): DFedAvg on a ring of 16 against FedAvg with
+   4 clients a round, MNIST-1D; accuracy at the bits the cheaper run spent in all, with the
+   seconds and joules each took to spend them, in all and on its busiest device.
+
+    python analysis/gossip_study.py             # a few minutes: 3 seeds, one process
+    python analysis/gossip_study.py --smoke     # seconds: what CI runs
+
+Tables are printed and written under --out (default runs/gossip_study): ole.csv (one row per
+run), ole_summary.csv, ole_beta.csv, dfl_grid.csv, dfl_best.csv, golf.csv, golf_summary.csv.
+"""
+
+from __future__ import annotations
+
+import argparse
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from flnet.algorithms.oledfl import OleWarning
+from flnet.analysis import device_costs, to_target
+from flnet.errors import TopologyWarning
+from flnet.runner import build, run
+from flnet.scenario import load_scenario, merge
+from flnet.sim import topology
+
+OLE_BASE: dict[str, Any] = {
+    "seed": 0,
+    "device": "cpu",
+    "data": {"dataset": "mnist1d", "partition": {"kind": "dirichlet", "alpha": 0.3}},
+    "model": {"kind": "mlp", "hidden": [128]},
+    "clients": {"count": 16},
+    "algorithm": {"local": {"steps": 10, "batch_size": 32, "lr": 0.1}},
+    "run": {"rounds": 80, "eval_every": 10, "checkpoint_interval_s": None},
+}
+OLE_TOPOLOGIES = {
+    "ring": {"kind": "ring"},
+    "erdos_renyi": {"kind": "erdos_renyi", "p": 0.3},
+    "random_k": {"kind": "random_k", "k": 3},  # the paper's default: fresh neighbours a round
+}
+OLE_FIXED_BETA = {"random_k": 0.99}  # the paper's (and the digest pilot's) beta there
+OLE_PAIRS = [("dfedavg", "oledfl_sgd"), ("dfedsam", "oledfl_sam")]
+SAM_RHO = 0.05  # the OledFL digest's radius for MLPs (the paper's 0.1 is ResNet-18's)
+OLE_BETAS = (0.0, 0.2, 0.4, 0.6, 0.9)
+OLE_TARGET = 0.4  # MNIST-1D: a level every method reaches within the rounds
+
+DFL_BASE: dict[str, Any] = {
+    "seed": 0,
+    "device": "cpu",
+    "data": {"dataset": "digits", "partition": {"kind": "shards", "classes_per_client": 2}},
+    "model": {"kind": "mlp", "hidden": [32], "costs_as": "cnn_dfl_mnist"},
+    "clients": {"count": 10},
+    "algorithm": {
+        "topology": {"kind": "ring"},
+        "local": {"steps": 4, "batch_size": 16, "lr": 0.05},
+    },
+    "run": {"rounds": 100_000, "eval_every": 100_000, "checkpoint_interval_s": None},
+}
+LINKS = {  # D2D band and SNR: about 133 and 3.5 Mbit/s
+    "fast": {"bandwidth_hz": 20e6, "snr_db": 20.0},
+    "slow": {"bandwidth_hz": 1e6, "snr_db": 10.0},
+}
+ACCESS = {"orthogonal": "dedicated", "tdma": "tdma"}
+TAU1S, TAU2S = (1, 4, 16), (1, 4, 16)
+CDFL = {"compression": {"kind": "rand_k", "fraction": 0.67}, "consensus_step": 1.0}
+BUDGET_ROUNDS = 25  # the budget: what DFL(4, 4) spends in this many rounds
+
+GOLF_ROUNDS = 60
+
+
+def scenario(base: dict, name: str, **sections: Any) -> Any:
+    return load_scenario(data=merge(merge(base, {"name": name}), sections))
+
+
+def records(sc: Any) -> pd.DataFrame:
+    return run(sc, write=False).records
+
+
+def stable_beta(sc: Any) -> float:
+    """0.8 of the largest beta whose (1 + beta) W - beta I contracts, at most 0.9."""
+    world, _ = build(sc)
+    from flnet.rng import Stream
+
+    w = topology.from_config(
+        sc.algorithm.topology, sc.clients.count, world.generator(Stream.TOPOLOGY)
+    )
+    lam = float(np.linalg.eigvals(w.dense()).real.min())
+    return round(min(0.9, 0.8 * (1 + lam) / (1 - lam)), 3)
+
+
+# ---------------------------------------------------------------------------- 1. Ole
+
+
+def ole(seeds: list[int], rounds: int, topologies: list[str]) -> pd.DataFrame:
+    rows = []
+    for topo_name in topologies:
+        for seed in seeds:
+            for base_name, ole_name in OLE_PAIRS:
+                for name in (base_name, ole_name):
+                    alg: dict[str, Any] = {"name": name, "topology": OLE_TOPOLOGIES[topo_name]}
+                    if "sam" in name:
+                        alg["local"] = {"sam_rho": SAM_RHO}
+                    sc = scenario(OLE_BASE, name, seed=seed, algorithm=alg, run={"rounds": rounds})
+                    if name.startswith("oledfl"):
+                        alg["beta"] = OLE_FIXED_BETA.get(topo_name) or stable_beta(sc)
+                        sc = scenario(
+                            OLE_BASE, name, seed=seed, algorithm=alg, run={"rounds": rounds}
+                        )
+                    with warnings.catch_warnings():  # random_k: not symmetric (reported)
+                        warnings.simplefilter("ignore", TopologyWarning)
+                        rec = records(sc)
+                    last = rec.iloc[-1]
+                    hit = to_target(rec, OLE_TARGET).iloc[0]
+                    rows.append(
+                        {
+                            "topology": topo_name,
+                            "seed": seed,
+                            "algorithm": name,
+                            "beta": alg.get("beta", 0.0),
+                            "test_accuracy": last.test_accuracy,
+                            "node_accuracy_mean": last.node_accuracy_mean,
+                            "node_accuracy_worst": last.node_accuracy_worst,
+                            "consensus_distance": last.consensus_distance,
+                            "rounds_to_target": hit.rounds_to_target,
+                            "seconds_to_target": hit.seconds_to_target,
+                            "joules_to_target": hit.joules_to_target,
+                            "sim_time_s": last.sim_time_s,
+                            "energy_j": last.energy_j,
+                            "bits_d2d": last.bits_d2d,
+                        }
+                    )
+    return pd.DataFrame(rows)
+
+
+def ole_beta(seeds: list[int], rounds: int, betas: tuple) -> pd.DataFrame:
+    """OledFL-SGD on the ring (lambda_min = -1/3: stable for beta < 1/2) across beta."""
+    rows = []
+    for beta in betas:
+        for seed in seeds:
+            alg = {"name": "oledfl_sgd", "topology": OLE_TOPOLOGIES["ring"], "beta": beta}
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", OleWarning)  # the point of the sweep
+                result = run(
+                    scenario(
+                        OLE_BASE, "ole_beta", seed=seed, algorithm=alg, run={"rounds": rounds}
+                    ),
+                    write=False,
+                )
+            last = result.records.iloc[-1]
+            rows.append(
+                {
+                    "beta": beta,
+                    "seed": seed,
+                    "stop_reason": result.summary["stop_reason"],
+                    "round": last["round"],
+                    "test_accuracy": last.test_accuracy,
+                    "consensus_distance": last.consensus_distance,
+                }
+            )
+    df = pd.DataFrame(rows)
+    return (
+        df.groupby("beta")
+        .agg(
+            test_accuracy=("test_accuracy", "mean"),
+            consensus_distance=("consensus_distance", "mean"),
+            stop_reasons=("stop_reason", lambda r: " ".join(sorted(set(r)))),
+        )
+        .reset_index()
+    )
+
+
+def ole_summary(df: pd.DataFrame) -> pd.DataFrame:
+    """Per topology and pair: means over seeds, and the Ole method's gain in every seed."""
+    rows = []
+    for topo_name, per_topo in df.groupby("topology", sort=False):
+        for base_name, ole_name in OLE_PAIRS:
+            a = per_topo[per_topo.algorithm == base_name].set_index("seed")
+            b = per_topo[per_topo.algorithm == ole_name].set_index("seed")
+            gain = b.test_accuracy - a.test_accuracy
+            rows.append(
+                {
+                    "topology": topo_name,
+                    "pair": f"{ole_name} vs {base_name}",
+                    "beta": b.beta.iloc[0],
+                    "acc_base": a.test_accuracy.mean(),
+                    "acc_ole": b.test_accuracy.mean(),
+                    "gain_mean": gain.mean(),
+                    "gain_min": gain.min(),
+                    "gain_max": gain.max(),
+                    "worst_node_base": a.node_accuracy_worst.mean(),
+                    "worst_node_ole": b.node_accuracy_worst.mean(),
+                    "consensus_base": a.consensus_distance.mean(),
+                    "consensus_ole": b.consensus_distance.mean(),
+                    "rounds_to_target_base": a.rounds_to_target.median(),
+                    "rounds_to_target_ole": b.rounds_to_target.median(),
+                    "joules_to_target_base": a.joules_to_target.median(),
+                    "joules_to_target_ole": b.joules_to_target.median(),
+                }
+            )
+    return pd.DataFrame(rows)
+
+
+# ---------------------------------------------------------------------------- 2. tau1 x tau2
+
+
+def radio(link: str, access: str) -> dict:
+    return {"d2d": {**LINKS[link], "sharing": ACCESS[access]}}
+
+
+def budget_s(link: str, access: str, rounds: int) -> float:
+    """What DFL(tau1 = 4, tau2 = 4) spends in `rounds` rounds on this radio (seed 0)."""
+    sc = scenario(
+        DFL_BASE,
+        "budget",
+        algorithm={"name": "dfl", "gossip_steps": 4},
+        radio=radio(link, access),
+        run={"rounds": rounds},
+    )
+    return float(records(sc).sim_time_s.iloc[-1])
+
+
+def dfl_grid(
+    seeds: list[int], regimes: list[tuple[str, str]], tau1s: tuple, tau2s: tuple, rounds: int
+) -> pd.DataFrame:
+    rows = []
+    for link, access in regimes:
+        budget = budget_s(link, access, rounds)
+        for name in ("dfl", "cdfl"):
+            for tau1 in tau1s:
+                for tau2 in tau2s:
+                    for seed in seeds:
+                        alg = {"name": name, "gossip_steps": tau2, "local": {"steps": tau1}}
+                        if name == "cdfl":
+                            alg.update(CDFL)
+                        sc = scenario(
+                            DFL_BASE,
+                            name,
+                            seed=seed,
+                            algorithm=alg,
+                            radio=radio(link, access),
+                            run={"time_budget_s": budget},
+                        )
+                        last = records(sc).iloc[-1]
+                        rows.append(
+                            {
+                                "link": link,
+                                "access": access,
+                                "budget_s": budget,
+                                "algorithm": name,
+                                "tau1": tau1,
+                                "tau2": tau2,
+                                "seed": seed,
+                                "rounds": last["round"],
+                                "test_accuracy": last.test_accuracy,
+                                "consensus_distance": last.consensus_distance,
+                                "energy_j": last.energy_j,
+                                "bits_d2d": last.bits_d2d,
+                            }
+                        )
+    return pd.DataFrame(rows)
+
+
+def dfl_best(grid: pd.DataFrame) -> pd.DataFrame:
+    """Per radio and algorithm: the (tau1, tau2) with the best accuracy at the budget in each
+    seed, and the cell with the best median accuracy over seeds (with its spread)."""
+    rows = []
+    for (link, access, name), g in grid.groupby(["link", "access", "algorithm"], sort=False):
+        per_seed = g.loc[g.groupby("seed").test_accuracy.idxmax()]
+        cells = g.groupby(["tau1", "tau2"]).test_accuracy.agg(["median", "min", "max"])
+        best = cells["median"].idxmax()
+        rows.append(
+            {
+                "link": link,
+                "access": access,
+                "algorithm": name,
+                "budget_s": g.budget_s.iloc[0],
+                "best_tau1": best[0],
+                "best_tau2": best[1],
+                "accuracy_median": cells.loc[best, "median"],
+                "accuracy_range": f"{cells.loc[best, 'min']:.3f}-{cells.loc[best, 'max']:.3f}",
+                "best_per_seed": " ".join(
+                    f"({a},{b})" for a, b in zip(per_seed.tau1, per_seed.tau2)
+                ),
+                "worst_cell_median": cells["median"].min(),
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+# ---------------------------------------------------------------------------- 3. GoLF
+
+
+def golf(seeds: list[int], rounds: int) -> pd.DataFrame:
+    """DFedAvg runs `rounds` rounds; FedAvg, whose round sends 8 models to the ring's 32, runs
+    4x as many, so both end near the same bits; compared at the last evaluation within the
+    bits the cheaper of the two spent."""
+    rows = []
+    runs = {
+        "dfedavg (ring of 16)": ({"name": "dfedavg", "topology": {"kind": "ring"}}, rounds),
+        "fedavg (4 of 16)": ({"name": "fedavg", "cohort": {"clients_per_round": 4}}, 4 * rounds),
+    }
+    for seed in seeds:
+        recs = {}
+        for label, (alg, n) in runs.items():
+            sc = scenario(
+                OLE_BASE, alg["name"], seed=seed, algorithm=alg, run={"rounds": n, "eval_every": 1}
+            )
+            result = run(sc, write=False)
+            rec = result.records
+            rec["bits"] = rec.bits_up + rec.bits_down + rec.bits_d2d
+            recs[label] = (rec, result.ledger)
+        equal_bits = min(r.bits.iloc[-1] for r, _ in recs.values())
+        for label, (rec, ledger) in recs.items():
+            at = rec[rec.bits <= equal_bits].iloc[-1]  # the last evaluation within the bits
+            per_device = device_costs(ledger[ledger["round"] <= at["round"]])
+            rows.append(
+                {
+                    "seed": seed,
+                    "method": label,
+                    "bits": at.bits,
+                    "round": at["round"],
+                    "test_accuracy": at.test_accuracy,
+                    "seconds": at.sim_time_s,
+                    "joules": at.energy_j,
+                    "joules_radio": at.energy_uplink_j + at.energy_downlink_j + at.energy_d2d_j,
+                    "joules_busiest_device": per_device.energy_j.max(),
+                    "bits_sent_busiest_device": per_device.bits_sent.max(),
+                }
+            )
+    return pd.DataFrame(rows)
+
+
+def golf_summary(df: pd.DataFrame) -> pd.DataFrame:
+    return (
+        df.groupby("method", sort=False)[
+            [
+                "bits",
+                "round",
+                "test_accuracy",
+                "seconds",
+                "joules",
+                "joules_radio",
+                "joules_busiest_device",
+                "bits_sent_busiest_device",
+            ]
+        ]
+        .mean()
+        .reset_index()
+    )
+
+
+# ---------------------------------------------------------------------------- main
+
+
+def show(title: str, df: pd.DataFrame) -> None:
+    print(f"\n## {title}\n")
+    print(df.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
+
+
+def main(argv: list[str] | None = None) -> dict[str, pd.DataFrame]:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--out", default="runs/gossip_study")
+    p.add_argument("--seeds", default="0,1,2")
+    p.add_argument("--smoke", action="store_true", help="one seed, a few rounds, a few cells")
+    p.add_argument("--only", choices=("ole", "ole_beta", "dfl", "golf"), action="append")
+    p.add_argument("--topologies", help="Ole topologies (default: all of OLE_TOPOLOGIES)")
+    args = p.parse_args(argv)
+    parts = args.only or ["ole", "ole_beta", "dfl", "golf"]
+    seeds = [0] if args.smoke else [int(s) for s in args.seeds.split(",")]
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    tables: dict[str, pd.DataFrame] = {}
+    if "ole" in parts:
+        rounds = 3 if args.smoke else OLE_BASE["run"]["rounds"]
+        topologies = (
+            ["ring"]
+            if args.smoke
+            else args.topologies.split(",")
+            if args.topologies
+            else list(OLE_TOPOLOGIES)
+        )
+        tables["ole"] = ole(seeds, rounds, topologies)
+        tables["ole_summary"] = ole_summary(tables["ole"])
+        show("Ole: OledFL against its base (accuracy of the averaged model)", tables["ole_summary"])
+    if "ole_beta" in parts:
+        rounds = 3 if args.smoke else OLE_BASE["run"]["rounds"]
+        betas = (0.4, 0.9) if args.smoke else OLE_BETAS
+        tables["ole_beta"] = ole_beta(seeds, rounds, betas)
+        show("OledFL-SGD on the ring (stable for beta < 1/2) across beta", tables["ole_beta"])
+    if "dfl" in parts:
+        regimes = (
+            [("fast", "orthogonal"), ("slow", "tdma")]
+            if args.smoke
+            else [(link, access) for link in LINKS for access in ACCESS]
+        )
+        tau1s, tau2s = ((1, 4), (1, 4)) if args.smoke else (TAU1S, TAU2S)
+        rounds = 2 if args.smoke else BUDGET_ROUNDS
+        tables["dfl_grid"] = dfl_grid(seeds, regimes, tau1s, tau2s, rounds)
+        tables["dfl_best"] = dfl_best(tables["dfl_grid"])
+        show("DFL and C-DFL: the best (tau1, tau2) at a fixed simulated time", tables["dfl_best"])
+    if "golf" in parts:
+        tables["golf"] = golf(seeds, 2 if args.smoke else GOLF_ROUNDS)
+        tables["golf_summary"] = golf_summary(tables["golf"])
+        show("Gossip against FedAvg at equal bits on the wire", tables["golf_summary"])
+    for name, df in tables.items():
+        df.to_csv(out / f"{name}.csv", index=False)
+    print(f"\ntables in {out}/")
+    return tables
+
+
+if __name__ == "__main__":
+    main()

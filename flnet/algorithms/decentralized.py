@@ -1,0 +1,202 @@
+"""Serverless rounds, local steps then gossip: the mechanics that DFedAvg, DFedAvgM, DFedSAM,
+OledFL, DFL and C-DFL share, written once.
+
+A round t: every node i starts its local work from a point its algorithm chooses (x_i for
+DFedAvg, the opposite lookahead point for OledFL), takes ``local`` steps on minibatches keyed
+(seed, t, i), and once its compute is done sends the result z_i to its out-neighbours
+(`exchange` with ``send_after_work``); then it mixes what arrived, x_i <- sum_j W_t[i, j] z_j
+(`flnet.learn.aggregate.mix`: a lost message's weight stays on the node's own model). DFL adds
+tau2 - 1 pure gossip steps, each one more exchange without compute; C-DFL sends compressed
+innovations instead of models. Every step's ledger rows carry the round t.
+
+The model judged is the nodes' average x_bar = (1/n) sum_i x_i of the post-mix models (OledFL's
+output, DFL's u_t); records add the consensus distance (1/n) sum_i ||x_i - x_bar||^2 and the
+per-node accuracy over the evaluation sample (`flnet.learn.evaluate`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
+
+import numpy as np
+import simpy
+import torch
+
+from flnet.learn.aggregate import mix
+from flnet.learn.cohort import LossFn
+from flnet.learn.optim import GradientTransformation
+from flnet.learn.wire import ModelMessage
+from flnet.sim import topology
+from flnet.sim.patterns import ClientState, Packet, exchange
+from flnet.sim.world import AbstractWorld, Progress
+
+if TYPE_CHECKING:
+    from flnet.config import LocalConfig, TopologyConfig
+    from flnet.learn.local import Learner
+
+
+class GossipConfig(Protocol):
+    """The fields these mechanics read from an algorithm's `Config`."""
+
+    @property
+    def topology(self) -> TopologyConfig: ...
+
+    @property
+    def local(self) -> LocalConfig: ...
+
+
+class TimedGossipConfig(GossipConfig, Protocol):
+    """With a timeout: a node stops waiting for messages this long after a step starts."""
+
+    @property
+    def timeout_s(self) -> float | None: ...
+
+
+# What these methods ask of W: row-stochastic to run as written (each mix a weighted average),
+# connected to reach consensus; their analyses (OledFL's Definition 1, the DFL paper's
+# Assumption 1.6, Sun et al.'s) assume it symmetric and doubly stochastic: a W without those
+# runs with a warning (`flnet.sim.topology.check_properties`).
+NEEDS = ("row_stochastic", "connected")
+ASSUMES = ("symmetric", "doubly_stochastic")
+
+
+class Graph(NamedTuple):
+    """One round's graph: the nodes (every client, in order), W kept sparse, its edges [M, 2]."""
+
+    nodes: np.ndarray
+    w: topology.Mixing
+    links: np.ndarray
+
+
+class Gossip:
+    """The W of every round: `topology.Schedule` (built once, or drawn afresh each round for a
+    time-varying topology, keyed by the round), or one W given directly (tests)."""
+
+    def __init__(
+        self,
+        world: AbstractWorld,
+        cfg: GossipConfig,
+        *,
+        algorithm: str,
+        mixing: topology.Mixing | None = None,
+    ) -> None:
+        n = world.num_clients
+        self.nodes = np.arange(n)
+        self.schedule = (
+            None
+            if mixing is not None
+            else topology.Schedule(
+                world, cfg.topology, n, algorithm=algorithm, needs=NEEDS, assumes=ASSUMES
+            )
+        )
+        self._last = Graph(self.nodes, mixing, mixing.links()) if mixing is not None else None
+
+    def at(self, t: int) -> Graph:
+        """Round t's graph (the same object round after round when W is static)."""
+        w = self.schedule.at(t) if self.schedule is not None else None
+        if self._last is None or (w is not None and w is not self._last.w):
+            assert w is not None
+            self._last = Graph(self.nodes, w, w.links())
+        return self._last
+
+    def figures(self, g: Graph) -> dict[str, float]:
+        """The round's W's spectral gap, for the records (`Schedule.figures`)."""
+        return self.schedule.figures(g.w) if self.schedule is not None else {}
+
+
+def same_start(learn: Learner) -> torch.Tensor:
+    """[n, P]: every node starts from the same x_0 (the papers' initialisation)."""
+    x0 = learn.model.init_params()
+    return x0.expand(learn.data.num_clients, -1).clone()
+
+
+class Sent(NamedTuple):
+    """How one gossip step ended."""
+
+    arrived: np.ndarray | None  # [M] bool per edge of the graph; None: every message arrived
+    computed: np.ndarray  # [n] bool per node: its compute completed (a timeout may cut it)
+
+
+def send(
+    world: AbstractWorld,
+    g: Graph,
+    payload: torch.Tensor,
+    bits: float | np.ndarray,
+    flops: np.ndarray | float,
+    t: int,
+    timeout_s: float | None,
+    *,
+    substep: int = 0,
+    client_state: ClientState | None = None,
+) -> Generator[simpy.Event, Any, Sent]:
+    """Gossip step `substep` of round t in time: each node computes `flops`, then sends its
+    row of `payload` (`bits`: one number or [n] per sender) along its out-edges;
+    `client_state` is committed for the nodes whose compute completed."""
+    per_edge = bits if np.ndim(bits) == 0 else np.asarray(bits, dtype=float)[g.links[:, 0]]
+    done = yield from exchange(
+        world,
+        g.nodes,
+        g.links,
+        Packet(payload, per_edge),
+        np.broadcast_to(np.asarray(flops, dtype=float), g.nodes.shape),
+        tag=t,
+        timeout_s=timeout_s,
+        send_after_work=True,
+        client_state=client_state,
+        substep=substep,
+    )
+    return Sent(None if done.arrived.all() else done.arrived, done.computed)
+
+
+def local_then_mix(
+    world: AbstractWorld,
+    learn: Learner,
+    local: LocalConfig,
+    g: Graph,
+    start: torch.Tensor,
+    t: int,
+    timeout_s: float | None,
+    *,
+    optimizer: GradientTransformation | None = None,
+    loss_fn: LossFn | None = None,
+) -> Generator[simpy.Event, Any, tuple[torch.Tensor, torch.Tensor]]:
+    """Local work from `start` [n, P], then one gossip mix of the results: (Z, W_t Z). A node
+    whose compute the timeout cut sends nothing and keeps its start as its z (no local step)."""
+    work = learn.local_train(g.nodes, start, local, t, optimizer=optimizer, loss_fn=loss_fn)
+    z = work.params
+    sent = yield from send(
+        world,
+        g,
+        z,
+        learn.bits(ModelMessage(z[0])),
+        work.flops,
+        t,
+        timeout_s,
+        client_state=work.keep,  # persisted optimizer states of the nodes that computed
+    )
+    if not sent.computed.all():
+        z = torch.where(torch.as_tensor(sent.computed, device=z.device).unsqueeze(1), z, start)
+    return z, mix(g.w, z, sent.arrived)
+
+
+def gossip(
+    world: AbstractWorld,
+    learn: Learner,
+    g: Graph,
+    x: torch.Tensor,
+    t: int,
+    timeout_s: float | None,
+    substep: int,
+) -> Generator[simpy.Event, Any, torch.Tensor]:
+    """Pure gossip step `substep` of round t (no compute): every node sends x_i, X <- W_t X."""
+    sent = yield from send(
+        world, g, x, learn.bits(ModelMessage(x[0])), 0.0, t, timeout_s, substep=substep
+    )
+    return mix(g.w, x, sent.arrived)
+
+
+def progress(t: int, x: torch.Tensor, state: Any, figures: dict | None = None) -> Progress:
+    """The model judged is the nodes' average; the nodes' models go along; `figures` the
+    round's W's spectral gap."""
+    return Progress(t, x.mean(dim=0), state, pattern="exchange", nodes=x, figures=figures)

@@ -1,0 +1,60 @@
+"""DFedAvg: Sun, Li and Wang, "Decentralized Federated Averaging", IEEE TPAMI 2022 (the
+baseline of OledFL, Li et al.; OledFL's Algorithm 1 with beta = 0 and lambda = 0).
+
+No server: every client is a node of the graph W. Round t, at every node i in parallel:
+  x_{i,0} = x_i^t;                                   start from the post-mix model
+  K local SGD steps x_{i,k+1} = x_{i,k} - eta g_i(x_{i,k}; eps_{i,k});
+  z_i = x_{i,K}, sent to the neighbours;
+  x_i^{t+1} = sum_j W_ij z_j.                        mix (`decentralized.local_then_mix`)
+In matrix form X^{t+1} = W Z^t. The model judged is the nodes' average.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, NamedTuple
+
+import torch
+
+from flnet.algorithms import decentralized
+from flnet.algorithms.base import Steps
+from flnet.algorithms.configs import DfedavgConfig as Config
+from flnet.learn.cohort import LossFn
+from flnet.sim import topology
+from flnet.sim.world import AbstractWorld, Progress
+
+if TYPE_CHECKING:
+    from flnet.learn.local import Learner
+
+__all__ = ["Config", "State", "init", "progress", "protocol"]
+
+
+class State(NamedTuple):
+    round: int  # rounds done
+    x: torch.Tensor  # [n, P] every node's post-mix model
+
+
+def init(learn: Learner, cfg: decentralized.TimedGossipConfig) -> State:
+    return State(0, decentralized.same_start(learn))
+
+
+def progress(state: State) -> Progress:
+    return decentralized.progress(state.round, state.x, state)
+
+
+def protocol(
+    world: AbstractWorld,
+    learn: Learner,
+    cfg: decentralized.TimedGossipConfig,
+    state: State,
+    loss_fn: LossFn | None = None,
+    mixing: topology.Mixing | None = None,
+) -> Steps:
+    """`loss_fn` and `mixing` (W given directly, any real weights) are for tests."""
+    gossip = decentralized.Gossip(world, cfg, algorithm="DFedAvg", mixing=mixing)
+    x = state.x
+    for t in world.steps(state.round):
+        g = gossip.at(t)
+        _, x = yield from decentralized.local_then_mix(
+            world, learn, cfg.local, g, x, t, cfg.timeout_s, loss_fn=loss_fn
+        )
+        world.publish(decentralized.progress(t, x, State(t, x), gossip.figures(g)))

@@ -1,0 +1,54 @@
+"""DFedAvgM: Sun, Li and Wang, "Decentralized Federated Averaging", IEEE TPAMI 2022, DFedAvg
+with local momentum (a baseline of OledFL, whose paper gives no update rule for it).
+
+Round t at every node i: y_0 = x_0 = x_i^t, then K local steps
+  y_{k+1} = x_k - eta g_i(x_k; eps_k),   x_{k+1} = y_{k+1} + theta (y_{k+1} - y_k),
+then the gossip mix of x_K as DFedAvg's. This is Nesterov's form, `torch.optim.SGD(nesterov=
+True)` step for step (`flnet.learn.optim.nesterov` shows it), not PyTorch's plain heavy ball;
+the momentum restarts every round (`local.optimizer_state: reset`; `persist` keeps it).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from flnet.algorithms import decentralized
+from flnet.algorithms.base import Steps
+from flnet.algorithms.configs import DfedavgmConfig as Config
+from flnet.algorithms.dfedavg import State, init, progress
+from flnet.learn import optim
+from flnet.learn.cohort import LossFn
+from flnet.sim import topology
+from flnet.sim.world import AbstractWorld
+
+if TYPE_CHECKING:
+    from flnet.learn.local import Learner
+
+__all__ = ["Config", "State", "init", "progress", "protocol", "local_optimizer"]
+
+
+def local_optimizer(cfg: Config) -> optim.GradientTransformation:
+    """SGD with Nesterov momentum theta (and the scenario's weight decay and SAM, if any)."""
+    local = cfg.local
+    lr = local.lr if local.lr is not None else local.optimizer.default_lr
+    assert lr is not None and local.optimizer.name == "sgd"  # the Config checks it
+    base = optim.sgd(lr, cfg.momentum, local.optimizer.weight_decay, use_nesterov=True)
+    return base if local.sam_rho is None else optim.sam(base, local.sam_rho)
+
+
+def protocol(
+    world: AbstractWorld,
+    learn: Learner,
+    cfg: Config,
+    state: State,
+    loss_fn: LossFn | None = None,
+    mixing: topology.Mixing | None = None,
+) -> Steps:
+    gossip = decentralized.Gossip(world, cfg, algorithm="DFedAvgM", mixing=mixing)
+    opt, x = local_optimizer(cfg), state.x
+    for t in world.steps(state.round):
+        g = gossip.at(t)
+        _, x = yield from decentralized.local_then_mix(
+            world, learn, cfg.local, g, x, t, cfg.timeout_s, optimizer=opt, loss_fn=loss_fn
+        )
+        world.publish(decentralized.progress(t, x, State(t, x), gossip.figures(g)))

@@ -1,0 +1,132 @@
+"""OledFL: Li, Zhang, Wang, Yin and Shen, "OledFL: Unleashing the Potential of Decentralized
+Federated Learning via Opposite Lookahead Enhancement", Algorithm 1.
+
+Round t, at every node i in parallel (x_{i,K}^{-1} = x_i^0, so round 0's Ole term is 0):
+  line 3:  x_{i,0}^t = x_i^t + beta (x_i^t - x_{i,K}^{t-1})   the opposite lookahead start
+  lines 4-9: K local steps (lambda = 0: SGD, OledFL-SGD; lambda > 0: SAM with radius lambda,
+           `local.sam_rho`, OledFL-SAM);
+  line 10: z_i^t = x_{i,K}^t, kept for line 3 of the next round and sent to the neighbours;
+  line 11: x_i^{t+1} = sum_j w_ij z_j^t.
+One extra model per node (z), no extra communication. With beta = 0 this is DFedAvg (DFedSAM).
+
+In matrix form the next start is X_0^{t+1} = (1 + beta) W Z^t - beta Z^t = W~ Z^t with
+W~ = (1 + beta) W - beta I (the paper's Chebyshev remark): OledFL is DFedAvg mixing with W~.
+An eigenvalue lambda of W becomes (1 + beta) lambda - beta, so disagreement contracts only if
+lambda_min(W) > (beta - 1) / (beta + 1): a ring with weights 1/3 (lambda_min = -1/3) needs
+beta < 1/2. `protocol` warns when beta breaks that for the W it builds (the first W of a
+time-varying topology; `OleWarning`).
+The paper's beta = 0.99 needs a W with an almost non-negative spectrum (a lazy W).
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import TYPE_CHECKING, NamedTuple, Protocol
+
+import numpy as np
+import torch
+
+from flnet.algorithms import decentralized
+from flnet.algorithms.base import Steps
+from flnet.algorithms.configs import OledflSgdConfig as Config
+from flnet.errors import TopologyWarning
+from flnet.learn.cohort import LossFn
+from flnet.sim import topology
+from flnet.sim.world import AbstractWorld, Progress
+
+if TYPE_CHECKING:
+    from flnet.learn.local import Learner
+
+__all__ = ["Config", "State", "init", "progress", "protocol", "ole_start", "stability_problem"]
+
+DENSE_EIGEN_NODES = 1000  # above this, Gershgorin's bound stands in for lambda_min(W)
+
+
+class OleWarning(TopologyWarning):
+    """beta makes (1 + beta) W - beta I unstable for this W (the CLI shows it as one line)."""
+
+
+class OleConfig(decentralized.TimedGossipConfig, Protocol):
+    @property
+    def beta(self) -> float: ...
+
+
+class State(NamedTuple):
+    round: int  # rounds done
+    x: torch.Tensor  # [n, P] every node's post-mix model x_i^t
+    z: torch.Tensor  # [n, P] every node's last local result x_{i,K}^{t-1}
+
+
+def init(learn: Learner, cfg: OleConfig) -> State:
+    x = decentralized.same_start(learn)
+    return State(0, x, x.clone())
+
+
+def progress(state: State) -> Progress:
+    return decentralized.progress(state.round, state.x, state)
+
+
+def ole_start(x: torch.Tensor, z: torch.Tensor, beta: float) -> torch.Tensor:
+    """Line 3: x + beta (x - z)."""
+    return x + beta * (x - z)
+
+
+def smallest_eigenvalue(w: topology.Mixing) -> tuple[float, bool]:
+    """(lambda_min of W, exact?). Exact (dense eigenvalues; real: W symmetric, or similar to a
+    symmetric matrix as uniform weights on an undirected graph are) up to DENSE_EIGEN_NODES
+    nodes; above, Gershgorin's bound min_i (2 W_ii - 1), never above lambda_min for a
+    non-negative row-stochastic W (an iterative eigensolver can take minutes on a large ring,
+    whose spectrum clusters), and exact for an even ring."""
+    if w.num_nodes <= DENSE_EIGEN_NODES:
+        d = w.dense()
+        sym = topology.is_symmetric(d, 1e-12)
+        return float((np.linalg.eigvalsh(d) if sym else np.linalg.eigvals(d).real).min()), True
+    return float((2.0 * w.self_weight - 1.0).min()), False
+
+
+def stability_problem(w: topology.Mixing, beta: float) -> str | None:
+    """Why (1 + beta) W - beta I does not contract disagreement, or None when it does."""
+    if beta == 0 or w.num_nodes < 2:
+        return None
+    lam, exact = smallest_eigenvalue(w)
+    if lam > (beta - 1) / (beta + 1):
+        return None
+    limit = (1 + lam) / (1 - lam)
+    what = (
+        f"is unstable for this W: lambda_min(W) = {lam:.4g}"
+        if exact
+        else f"may be unstable for this W: lambda_min(W) >= {lam:.4g} (Gershgorin's bound)"
+    )
+    return (
+        f"algorithm.beta = {beta:g} {what}, and (1 + beta) W - beta I "
+        f"contracts disagreement only if lambda_min > (beta - 1) / (beta + 1) = "
+        f"{(beta - 1) / (beta + 1):.4g}; use beta < {limit:.4g}, or a lazy W "
+        "(algorithm.topology.laziness: 0.5 puts its spectrum in [0, 1])"
+    )
+
+
+def protocol(
+    world: AbstractWorld,
+    learn: Learner,
+    cfg: OleConfig,
+    state: State,
+    loss_fn: LossFn | None = None,
+    mixing: topology.Mixing | None = None,
+) -> Steps:
+    """`loss_fn` and `mixing` (W given directly) are for tests."""
+    gossip = decentralized.Gossip(world, cfg, algorithm="OledFL", mixing=mixing)
+    if (problem := stability_problem(gossip.at(1).w, cfg.beta)) is not None:
+        if gossip.schedule is not None and gossip.schedule.varying:
+            problem += (
+                " (this is round 1's W of a time-varying graph: the product of the rounds' "
+                "W~ may still contract, as on the OledFL paper's random topology)"
+            )
+        warnings.warn(problem, OleWarning, stacklevel=1)
+    x, z = state.x, state.z
+    for t in world.steps(state.round):
+        g = gossip.at(t)
+        start = ole_start(x, z, cfg.beta)  # line 3
+        z, x = yield from decentralized.local_then_mix(  # lines 4-11
+            world, learn, cfg.local, g, start, t, cfg.timeout_s, loss_fn=loss_fn
+        )
+        world.publish(decentralized.progress(t, x, State(t, x, z), gossip.figures(g)))

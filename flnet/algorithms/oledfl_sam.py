@@ -1,0 +1,9 @@
+"""OledFL-SAM: OledFL's Algorithm 1 with lambda > 0, the opposite lookahead start on top of
+DFedSAM's local SAM steps (radius `local.sam_rho`; the paper uses 0.1). See `oledfl`."""
+
+from __future__ import annotations
+
+from flnet.algorithms.configs import OledflSamConfig as Config
+from flnet.algorithms.oledfl import State, init, progress, protocol
+
+__all__ = ["Config", "State", "init", "progress", "protocol"]
