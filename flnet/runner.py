@@ -664,14 +664,25 @@ def run(
 
 
 def absolute_paths(scenario: Scenario) -> Scenario:
-    """The scenario with its data paths (data.root, an npz features file) made absolute
-    against the current directory."""
+    """The scenario with its file paths (data.root, an npz features file, availability and
+    capacity traces) made absolute against the current directory."""
     data = scenario.data
     update: dict[str, Any] = {"root": os.path.abspath(data.root)}
     if data.features is not None and data.features.kind == "npz":
         path = os.path.abspath(data.features.path)
         update["features"] = data.features.model_copy(update={"path": path})
-    return scenario.model_copy(update={"data": data.model_copy(update=update)})
+    clients = scenario.clients
+    traced: dict[str, Any] = {}
+    for name in ("availability", "capacity_trace"):
+        section = getattr(clients, name)
+        if getattr(section, "path", None) is not None:
+            traced[name] = section.model_copy(update={"path": os.path.abspath(section.path)})
+    return scenario.model_copy(
+        update={
+            "data": data.model_copy(update=update),
+            "clients": clients.model_copy(update=traced),
+        }
+    )
 
 
 @contextlib.contextmanager

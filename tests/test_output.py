@@ -195,9 +195,9 @@ def test_the_lock_is_held_while_the_folder_is_open_and_released_after(tmp_path):
 
 
 def test_resume_from_another_directory_finds_the_run(tmp_path):
-    """scenario.yaml stores the folder and the data paths (an npz features file given relative
-    to the cwd) as absolute paths, so the copy in the results folder resumes the run from
-    anywhere."""
+    """scenario.yaml stores the folder and the data and trace paths (an npz features file and
+    the availability and capacity traces given relative to the cwd) as absolute paths, so the
+    copy in the results folder resumes the run from anywhere."""
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
     rng = np.random.default_rng(0)  # features for digits' 1437 train and 360 test rows
@@ -205,7 +205,17 @@ def test_resume_from_another_directory_finds_the_run(tmp_path):
         tmp_path / "a" / "feat.npz", x_train=rng.random((1437, 6)), x_test=rng.random((360, 6))
     )
     features = {"features": {"kind": "npz", "path": "feat.npz"}}
-    path = write_scenario(tmp_path / "a", data=features)
+    rows = "".join(f"{k},0,1e9\n" for k in range(10))  # every client online, from traces
+    (tmp_path / "a" / "on.csv").write_text("client,online_from_s,online_until_s\n" + rows)
+    rates = "".join(f"{k},0.001,1e6,1e7\n" for k in range(10))
+    header = "client,compute_s_per_sample,up_rate_bps,down_rate_bps\n"
+    (tmp_path / "a" / "speed.csv").write_text(header + rates)
+    clients = {
+        "count": 10,
+        "availability": {"kind": "trace", "path": "on.csv"},
+        "capacity_trace": {"path": "speed.csv", "compute_power_w": 2.0},
+    }
+    path = write_scenario(tmp_path / "a", data=features, clients=clients)
     first = flnet_cli("run", "s.yaml", "--quiet", "--out", "rel/out", cwd=tmp_path / "a")
     assert first.returncode == 0, first.stderr
     out = tmp_path / "a" / "rel" / "out"
@@ -213,6 +223,8 @@ def test_resume_from_another_directory_finds_the_run(tmp_path):
     assert stored["output"]["dir"] == str(out)
     assert stored["data"]["features"]["path"] == str(tmp_path / "a" / "feat.npz")
     assert stored["data"]["root"] == str(tmp_path / "a" / "data")
+    assert stored["clients"]["availability"]["path"] == str(tmp_path / "a" / "on.csv")
+    assert stored["clients"]["capacity_trace"]["path"] == str(tmp_path / "a" / "speed.csv")
     assert json.loads((out / "summary.json").read_text())["output_dir"] == str(out)
     again = flnet_cli(
         "run",
@@ -227,8 +239,12 @@ def test_resume_from_another_directory_finds_the_run(tmp_path):
     assert f"resuming {out} from round 3" in " ".join(again.stderr.split())
     assert json.loads((out / "summary.json").read_text())["rounds"] == 5
     assert listing(tmp_path / "b") == []
-    feat = f"data.features.path={tmp_path / 'a' / 'feat.npz'}"
-    whole = run(path, overrides=[f"output.dir={tmp_path / 'whole'}", "run.rounds=5", feat])
+    absolute = [
+        f"data.features.path={tmp_path / 'a' / 'feat.npz'}",
+        f"clients.availability.path={tmp_path / 'a' / 'on.csv'}",
+        f"clients.capacity_trace.path={tmp_path / 'a' / 'speed.csv'}",
+    ]
+    whole = run(path, overrides=[f"output.dir={tmp_path / 'whole'}", "run.rounds=5", *absolute])
     pd.testing.assert_frame_equal(
         pd.read_parquet(out / "records.parquet"), whole.records, check_exact=True
     )

@@ -13,7 +13,7 @@ from tolerance import assert_tensors_close
 from torch import nn
 
 from flnet import checkpoint
-from flnet.algorithms import fedavg, fedprox, scaffold
+from flnet.algorithms import fedavg, fedprox, moon, scaffold
 from flnet.errors import FlnetError, ScenarioError
 from flnet.learn import optim, server_optim
 from flnet.learn.data import FederatedData
@@ -372,3 +372,18 @@ def test_flower_fedadagrad_refuses_momentum():
                 },
             )
         )
+
+
+@pytest.mark.parametrize(("name", "variant"), [("fedadam", "reddi"), ("fedavgm", "flower")])
+def test_moon_steps_its_server_optimizer_as_fedavg_does(monkeypatch, name, variant):
+    """MOON's server is FedAvg's: with its clients' loss replaced by the quadratic, its path
+    under a server optimizer is the one computed by hand for FedAvg."""
+    monkeypatch.setattr(moon, "contrastive_loss", lambda mu, temperature, x: quadratic)
+    local = {"steps": 2, "batch_size": 4, "lr": 0.5}
+    cfg = moon.Config(
+        cohort={"clients_per_round": 2}, local=local, server_optimizer=config(name, variant)
+    )
+    x0 = torch.zeros(1)
+    state = moon.State(0, x0, server_optim.init(server_optim.from_config(cfg.server_optimizer), x0))
+    got = [float(s.x[0]) for s in quadratic_run(moon, cfg, state)]
+    assert got == pytest.approx(expected_path(name, variant), rel=1e-5)

@@ -5,15 +5,20 @@ hold anything but plain data."""
 import math
 import os
 import pickle
+import subprocess
+import sys
 
 import numpy as np
 import pytest
+import yaml
+from conftest import BASE
 
 from flnet import fedscale
 from flnet.cli import main
 from flnet.errors import ScenarioError
 from flnet.rng import Stream
 from flnet.runner import run
+from flnet.scenario import load_scenario, merge
 from flnet.sim.traces import (
     TraceError,
     TraceMap,
@@ -528,3 +533,47 @@ def test_a_compute_power_in_milliwatts_is_warned_about(scenario):
         UnitWarning, match=r"compute_power_w = 1.5e3 W .*did you mean 1.5e3 mW \(1.5 W\)"
     ):
         scenario(clients={"capacity_trace": {"path": "x.csv", "compute_power_w": 1500}})
+
+
+def test_rounds_with_nobody_online_let_the_clock_run_until_someone_is(tmp_path):
+    """Nobody is online before 150 s: each empty round lasts IDLE_RETRY_S (60 s) instead of
+    taking no time, so the run reaches the sessions instead of spending its rounds at t = 0."""
+    from flnet.sim.patterns import IDLE_RETRY_S
+
+    rows = "".join(f"{k},150,1e9\n" for k in range(10))
+    path = write(tmp_path, "client,online_from_s,online_until_s\n" + rows)
+    sc = merge(BASE, {"clients": {"availability": {"kind": "trace", "path": str(path)}}})
+    over = [f"output.dir={tmp_path / 'out'}", "run.rounds=5", "run.eval_every=1"]
+    res = run(load_scenario(data=sc, overrides=over))
+    rec = res.records.set_index("round")
+    assert rec.loc[1:3, "sim_time_s"].tolist() == [IDLE_RETRY_S, 2 * IDLE_RETRY_S, 3 * IDLE_RETRY_S]
+    work = res.ledger[res.ledger.kind == "download"]
+    assert len(work) and work.start_s.min() == 3 * IDLE_RETRY_S  # round 4 starts at 180 s
+    assert set(work["round"]) == {4, 5}
+
+
+def test_a_stream_whose_clients_never_come_online_again_fails_instead_of_hanging(tmp_path):
+    """A FedBuff stream on a trace that ends at 10 s: after a week of simulated time with
+    nobody online the run fails with a message naming clients.availability (a real process,
+    bounded in wall time, so a hang would fail the test rather than stall the suite)."""
+    rows = "".join(f"{k},0,10\n" for k in range(10))
+    path = write(tmp_path, "client,online_from_s,online_until_s\n" + rows)
+    sc = merge(
+        BASE,
+        {
+            "algorithm": {"name": "fedbuff", "concurrency": 2, "buffer_size": 100},
+            "clients": {"availability": {"kind": "trace", "path": str(path)}},
+            "run": {"rounds": 1000},
+            "output": {"dir": str(tmp_path / "out")},
+        },
+    )
+    (tmp_path / "s.yaml").write_text(yaml.safe_dump(sc))
+    done = subprocess.run(
+        [sys.executable, "-m", "flnet.cli", "run", str(tmp_path / "s.yaml"), "--quiet"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode != 0
+    assert "no client came online for 7 simulated days" in done.stderr
+    assert "clients.availability" in done.stderr

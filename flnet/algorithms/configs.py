@@ -181,6 +181,9 @@ class MoonConfig(Strict):
     )
     cohort: CohortConfig = CohortConfig()
     local: LocalConfig = LocalConfig()
+    server_optimizer: ServerOptimizerConfig = Field(
+        NoServerOptimizer(), description=SERVER_OPTIMIZER_DESCRIPTION
+    )
 
 
 Sampling = Literal["dedup_weighted", "with_replacement", "without_replacement"]

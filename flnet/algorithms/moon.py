@@ -6,7 +6,8 @@ client's own previous local model w_i^{t-1},
     l_con = -log( e(z_glob) / (e(z_glob) + e(z_prev)) ),  e(z') = exp(sim(z, z') / tau),
 sim the cosine similarity, and the local loss is l_sup + mu * l_con (mean over the minibatch).
 After local training the client keeps w_i^t as its next previous model; the server aggregates
-as FedAvg (sample-size weighted mean of the delivered models, the same server step).
+as FedAvg (sample-size weighted mean of the delivered models, the same server step, or a
+step of its `server_optimizer`, `flnet.learn.server_optim`).
 
 Choices (documented, tested):
 - z is the penultimate activation, the input of the model's last Linear layer, with no
@@ -34,6 +35,7 @@ from torch.nn import functional as F
 from flnet.algorithms import fedavg
 from flnet.algorithms.base import Steps
 from flnet.algorithms.configs import MoonConfig as Config
+from flnet.learn import server_optim
 from flnet.learn.aggregate import weighted_mean
 from flnet.learn.cohort import PAD
 from flnet.learn.models import Model
@@ -85,7 +87,8 @@ def protocol(
     cfg: Config,
     state: State,
 ) -> Steps:
-    x = state.x
+    x, server = state.x, state.server
+    opt = server_optim.from_config(cfg.server_optimizer)
     previous = learn.client_table(TABLE, torch.zeros_like(x))  # rows only once written
     k = cfg.cohort.k(world.num_clients)
     for t in world.steps(state.round):
@@ -116,7 +119,12 @@ def protocol(
             # FedAvg's server step, in cohort order (timing never changes the rounding)
             positions = np.sort(done.positions)
             delivered = torch.as_tensor(positions, device=x.device)
-            x = weighted_mean(
-                work.params.index_select(0, delivered), learn.num_samples[cohort[positions]]
+            models, n_k = (
+                work.params.index_select(0, delivered),
+                learn.num_samples[cohort[positions]],
             )
-        world.publish(progress(State(t, x)))
+            if opt is None:
+                x = weighted_mean(models, n_k)
+            else:
+                x, server = server_optim.step(opt, x, models - x, n_k, server)
+        world.publish(progress(State(t, x, server)))

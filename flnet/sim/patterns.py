@@ -102,10 +102,15 @@ def round_trip(
     The server stops waiting when `keep` members have delivered (over-selection: the rest are
     cancelled) or `deadline_s` after the start (the late are cut: outcome `deadline`); either
     way interrupted work is charged up to the moment it stopped. At the end of the round
-    `client_state` is committed for the members whose compute completed.
+    `client_state` is committed for the members whose compute completed. An empty cohort
+    (nobody online at selection) lasts IDLE_RETRY_S: the server waits that long before the next
+    round looks for clients again, so the clock moves on to when someone is online.
     """
     start = world.now
     n = len(cohort)
+    if n == 0:  # nobody online to take part: the server looks for clients again later
+        yield world.wait(IDLE_RETRY_S)
+        return Delivery(np.zeros(0, np.int64), [], np.zeros(0, bool), start, world.now)
     keep = n if keep is None else keep
     gather = _Gather(world, n, keep)
     down_bits, up_bits = _per_member(down.bits, n), _per_member(up.bits, n)
@@ -475,6 +480,7 @@ def stream(
     pool = np.asarray(clients).tolist()
     busy = {w.client for w in flight.under_way} | {a.client for a in flight.arrived}
     concurrency = min(concurrency, len(pool))
+    idle_since_s: float | None = None  # since when nobody has been online and nothing under way
     while world.stop_reason is None:
         starting: list[tuple[int, int, int]] = []  # (client, count, launch) starting now
         while len(busy) < concurrency:  # fill the free slots with idle online clients
@@ -492,8 +498,16 @@ def stream(
             for (client, count, launch), work in zip(starting, server.work(ids, nums)):
                 flight.launch(client, count, launch, work)
         if not flight.under_way and not flight.arrived:  # nobody online: wait, then try again
+            idle_since_s = world.now if idle_since_s is None else idle_since_s
+            if world.now - idle_since_s >= IDLE_GIVE_UP_S:
+                raise FlnetError(
+                    f"no client came online for {IDLE_GIVE_UP_S / 86400:g} simulated days "
+                    f"(from {idle_since_s:g} s): check clients.availability (a trace that has "
+                    "ended, clients that are never online)"
+                )
             yield world.wait(IDLE_RETRY_S)
             continue
+        idle_since_s = None
         arrival = yield from flight.next()
         busy.difference_update(flight.failed)
         flight.failed.clear()
@@ -511,7 +525,8 @@ def stream(
     return flight.under_way
 
 
-IDLE_RETRY_S = 60.0  # a stream with nobody online and nothing under way looks again after
+IDLE_RETRY_S = 60.0  # a round with nobody online, or an idle stream, looks again after this
+IDLE_GIVE_UP_S = 7 * 86400.0  # a stream idle this long fails (nobody will come online): no hang
 
 
 def _pick_idle(world: AbstractWorld, pool: list[int], busy: set[int], launches: int) -> int | None:

@@ -400,8 +400,8 @@ class World:
         O(m / online fraction) availability questions, never O(N). At most
         ``min(N, SELECTION_TRIES * m)`` distinct candidates are examined: when fewer than `m`
         of them are online the round goes ahead with those found (possibly none: a round
-        without clients, which takes no time). Nobody waits for clients to come online.
-        """
+        without clients, which `round_trip` makes last IDLE_RETRY_S, so the next round asks
+        again later)."""
         n, now = self.num_clients, self.env.now
         limit = min(n, SELECTION_TRIES * m)
         rng = generator(self.seed, stream, round)
