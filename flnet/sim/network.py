@@ -5,8 +5,9 @@ transfer on it needs: its channel, its ``snr_hz`` (received power over noise den
 battery power drawn while it is busy and the ledger kind. The star is a rule, not a graph:
 client k's uplink and downlink are made from row k of the `Population` when a transfer asks for
 them, so an idle client costs no link object. Device-to-device links are made by the World from
-`radio.d2d` for the pairs that gossip (`flnet.sim.world.World.link`, a bounded cache); links
-added by hand (`add_link`, tests) take precedence; `graph` shows those as a networkx graph.
+`radio.d2d` for the pairs that gossip (`flnet.sim.world.World.link`) and kept here in a bounded
+cache (`keep`: a made link is a function of its key, so dropping it loses nothing); links added
+by hand (`add_link`, tests) are kept for good; `graph` shows both as a networkx graph.
 """
 
 from __future__ import annotations
@@ -29,6 +30,9 @@ if TYPE_CHECKING:  # the scenario's sections, for annotations only
     from flnet.scenario import D2D, LogDistance, Radio
 
 
+D2D_LINKS_KEPT = 1_000_000  # device-to-device links made from the radio cached at most (~200 MB)
+
+
 @dataclass(frozen=True)
 class Link:
     channel: Channel
@@ -49,10 +53,18 @@ class Network:
         self.rx_power_w = population.rx_power_w  # [N] each client's receive power
         self._up_snr_hz, self._down_snr_hz = population.up_snr_hz, population.down_snr_hz
         self._n = n
-        self._links: dict[tuple[int, int], Link] = {}  # device-to-device only
+        self._links: dict[tuple[int, int], Link] = {}  # device-to-device, added by hand
+        self._made: dict[tuple[int, int], Link] = {}  # device-to-device, made from the radio
 
     def add_link(self, src: int, dst: int, link: Link) -> None:
         self._links[(src, dst)] = link
+
+    def keep(self, src: int, dst: int, link: Link) -> None:
+        """Cache a link made from the radio: at most D2D_LINKS_KEPT, emptied when full (a
+        time-varying graph meets new pairs every iteration)."""
+        if len(self._made) >= D2D_LINKS_KEPT:
+            self._made.clear()
+        self._made[(src, dst)] = link
 
     def link(self, src: int, dst: int) -> Link:
         """The star's links by rule from the client's row; others as added."""
@@ -67,17 +79,18 @@ class Network:
                 float(self.rx_power_w[dst]),
                 "download",
             )
-        try:
-            return self._links[(src, dst)]
-        except KeyError:
-            raise KeyError(f"no link from node {src} to node {dst}") from None
+        link = self._links.get((src, dst)) or self._made.get((src, dst))
+        if link is None:
+            raise KeyError(f"no link from node {src} to node {dst}")
+        return link
 
     @property
     def graph(self) -> nx.DiGraph:
         """The device-to-device links as a graph (the gossiping nodes only; the star is
         implicit)."""
         g: nx.DiGraph = nx.DiGraph()
-        g.add_edges_from((u, v, {"link": link}) for (u, v), link in self._links.items())
+        links = {**self._made, **self._links}
+        g.add_edges_from((u, v, {"link": link}) for (u, v), link in links.items())
         return g
 
     def alone_s(

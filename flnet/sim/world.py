@@ -36,7 +36,6 @@ if TYPE_CHECKING:  # the scenario's sections, for annotations only
     from flnet.scenario import D2D, ClientsConfig, Radio
 
 SELECTION_AHEAD = 16  # rounds of client selection drawn at once
-D2D_LINKS_KEPT = 1_000_000  # device-to-device links cached at most (about 200 MB)
 INTERRUPTED = "interrupted"  # the stop reason of `request_stop` from a signal
 
 
@@ -190,7 +189,6 @@ class World:
         self._fading_draws: dict[int, dict[tuple, int]] = {}  # step -> link -> draws so far
         self._selections: dict[tuple[int, int], np.ndarray] = {}  # (size, round) -> clients
         self._d2d_channel: Channel | None = None  # made when the first D2D link is
-        self._d2d_links: dict[tuple[int, int], Link] = {}  # made from radio.d2d, a cache
         self.airwaves = Airwaves(radio.d2d.sharing == "tdma", radio.d2d.half_duplex)
 
     @property
@@ -272,19 +270,12 @@ class World:
         """The link a transfer from `src` to `dst` uses (the one place links are looked up).
         A client-to-client link is made on first use from `radio.d2d`, its SNR (or shadowing)
         drawn from the pair's own key (seed, D2D, min(src, dst), max(src, dst)): reciprocal, and
-        never dependent on the order links are used in. Being a function of its key, a made
-        link is only cached: at most D2D_LINKS_KEPT of them (a time-varying graph meets new
-        pairs every iteration), the cache emptied when full."""
+        never dependent on the order links are used in; the network caches it (`keep`)."""
         try:
             return self.network.link(src, dst)
         except KeyError:
             if src < 0 or dst < 0 or src == dst or max(src, dst) >= self.num_clients:
                 raise
-        made = self._d2d_links.get((src, dst))
-        if made is not None:
-            return made
-        if len(self._d2d_links) >= D2D_LINKS_KEPT:
-            self._d2d_links.clear()
         if self._d2d_channel is None:
             d2d = self.radio.d2d
             self._d2d_channel = band(
@@ -298,7 +289,7 @@ class World:
             dst,
             generator(self.seed, Stream.D2D, min(src, dst), max(src, dst)),
         )
-        self._d2d_links[(src, dst)] = link
+        self.network.keep(src, dst, link)
         return link
 
     def fastest_round_trip_s(self, down_bits: float, flops: float, up_bits: float) -> float:
