@@ -63,6 +63,8 @@ class Stream(IntEnum):
     RAND_K = 1_000_050  # rand-k's coordinates
     QSGD = 1_000_051  # QSGD's dither xi ~ U[0, 1]^d
     RANDOM_GOSSIP = 1_000_052  # randomized gossip's coin
+    BLOCKS = 1_000_055  # block-cyclic data: rows of each block, local set sizes (sub-streams)
+    BLOCK_LOSS = 1_000_056  # MC-PSGD's loss query minibatch, keyed by (round, client)
 
 
 def generator(seed: int, stream: Stream, *keys: int) -> np.random.Generator:

@@ -35,6 +35,7 @@ from flnet.journal import TableJournal
 from flnet.learn import data as data_mod
 from flnet.learn import models, references
 from flnet.learn.aggregate import consensus_distance
+from flnet.learn.data.blocks import BlockClock
 from flnet.learn.evaluate import Evaluator
 from flnet.learn.local import Learner
 from flnet.learn.server_optim import labels as server_optim_labels
@@ -112,6 +113,8 @@ class Recorder:
         if t % self.scenario.run.eval_every and stopping in (None, INTERRUPTED):
             return None
         metrics = self.evaluator(progress.model)
+        # block-cyclic data: per-block figures of the predictors, if the state has them
+        metrics.update(self.evaluator.blocks(getattr(progress.state, "predictors", progress.model)))
         if progress.nodes is not None:  # gossip: every node's own model too
             metrics.update(self.evaluator.nodes(progress.nodes))
         if not all(map(math.isfinite, metrics.values())):
@@ -351,7 +354,15 @@ def build(scenario: Scenario, start_time_s: float = 0.0) -> tuple[World, Learner
     fed = data_mod.load(scenario.data, scenario.clients.count, scenario.seed, device)
     model = models.build(scenario.model, fed.input_shape, fed.num_classes, scenario.seed, device)
     costs_as = scenario.model.costs_as
-    learner = Learner(model, fed, scenario.seed, references.charged(costs_as) if costs_as else None)
+    blocks = scenario.data.blocks
+    clock = (
+        None
+        if blocks is None
+        else BlockClock(blocks.num_blocks, blocks.rounds_per_block, blocks.block_s)
+    )
+    learner = Learner(
+        model, fed, scenario.seed, references.charged(costs_as) if costs_as else None, clock
+    )
     world = World(
         scenario.clients,
         scenario.radio,

@@ -98,6 +98,32 @@ class Mnist1dConfig(Strict):
     )
 
 
+class BlockCyclicConfig(Strict):
+    """Block-cyclic data (Ding et al.): a cycle of M blocks; in block m client i trains on its
+    own block-m rows (label windows, flnet/learn/data/blocks.py)."""
+
+    num_blocks: int = Field(2, ge=1, le=100, description="blocks per cycle (M)")
+    rounds_per_block: int | None = Field(
+        None, ge=1, description="the block follows rounds: E rounds per block (the paper)"
+    )
+    block_s: float | None = Field(
+        None,
+        gt=0,
+        description="the block follows simulated time: seconds per block (a day "
+        "of M blocks is M * block_s)",
+    )
+
+    @model_validator(mode="after")
+    def _one_clock(self) -> BlockCyclicConfig:
+        if (self.rounds_per_block is None) == (self.block_s is None):
+            raise inconsistent(
+                "data.blocks.rounds_per_block",
+                "give exactly one of data.blocks.rounds_per_block (rounds) and "
+                "data.blocks.block_s (seconds)",
+            )
+        return self
+
+
 class RandomReluFeatures(Strict):
     kind: Literal["random_relu"]
     dim: int = Field(512, ge=1)
@@ -172,9 +198,26 @@ class DataConfig(Strict):
     )
     synthetic: SyntheticConfig = SyntheticConfig()
     mnist1d: Mnist1dConfig = Mnist1dConfig()
+    blocks: BlockCyclicConfig | None = Field(
+        None,
+        description="block-cyclic data: each client's rows change with the block of the "
+        "day; replaces data.partition (which must stay iid)",
+    )
 
     @model_validator(mode="after")
     def _consistent(self) -> DataConfig:
+        if self.blocks is not None and (
+            self.partition.kind != "iid"
+            or self.share_rows is not False
+            or self.local_test_fraction is not None
+            or self.dataset == "synthetic"
+        ):
+            raise inconsistent(
+                "data.blocks",
+                "block-cyclic data makes its own partition: leave data.partition iid, "
+                "data.share_rows false and data.local_test_fraction unset, on a data set "
+                "in memory (not synthetic)",
+            )
         if self.partition.kind == "natural" and self.dataset != "synthetic":
             raise inconsistent(
                 "data.partition.kind",

@@ -32,6 +32,8 @@ MODULES = {
     "oledfl_sam": "flnet.algorithms.oledfl_sam",
     "dfl": "flnet.algorithms.dfl",
     "cdfl": "flnet.algorithms.cdfl",
+    "mm_psgd": "flnet.algorithms.mm_psgd",
+    "mc_psgd": "flnet.algorithms.mc_psgd",
 }
 
 if TYPE_CHECKING:  # mypy checks each module above against the shape, with its Config and State
@@ -49,6 +51,8 @@ if TYPE_CHECKING:  # mypy checks each module above against the shape, with its C
         fedbuff,
         feddyn,
         fedprox,
+        mc_psgd,
+        mm_psgd,
         moon,
         oledfl,
         oledfl_sam,
@@ -73,6 +77,8 @@ if TYPE_CHECKING:  # mypy checks each module above against the shape, with its C
     _oledfl_sam: AlgorithmModule[oledfl_sam.Config, oledfl_sam.State] = oledfl_sam
     _dfl: AlgorithmModule[dfl.Config, dfl.State] = dfl
     _cdfl: AlgorithmModule[cdfl.Config, cdfl.State] = cdfl
+    _mm_psgd: AlgorithmModule[mm_psgd.Config, mm_psgd.State] = mm_psgd
+    _mc_psgd: AlgorithmModule[mc_psgd.Config, mc_psgd.State] = mc_psgd
 
 
 class _Lazy(Mapping):

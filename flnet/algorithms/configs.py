@@ -186,6 +186,49 @@ class MoonConfig(Strict):
     )
 
 
+AVERAGING_DESCRIPTION = (
+    "how a block's predictor averages its rounds' models: uniform (the paper's "
+    "eq. 7-8) or exponential (weights base^(r - j), the paper's experiments)"
+)
+AVERAGING_BASE = Field(
+    0.5, gt=0, lt=1, description="exponential averaging's base (the paper's experiments: 0.5)"
+)
+
+
+class MmPsgdConfig(Strict):
+    """MM-PSGD (Ding et al. 2020, Algorithm 1): FedAvg's chain, one predictor per data block."""
+
+    name: Literal["mm_psgd"] = "mm_psgd"
+    averaging: Literal["uniform", "exponential"] = Field(
+        "uniform", description=AVERAGING_DESCRIPTION
+    )
+    averaging_base: float = AVERAGING_BASE
+    cohort: CohortConfig = CohortConfig()
+    local: LocalConfig = LocalConfig()
+
+
+class McPsgdConfig(Strict):
+    """MC-PSGD (Ding et al. 2020, Algorithm 2): a block-mixed chain and one block-separate
+    chain per block; predictor m folds in whichever has the lower mean client loss."""
+
+    name: Literal["mc_psgd"] = "mc_psgd"
+    averaging: Literal["uniform", "exponential"] = Field(
+        "uniform", description=AVERAGING_DESCRIPTION
+    )
+    averaging_base: float = AVERAGING_BASE
+    separate_lr: float | None = Field(
+        None, gt=0, description="eta, the block-separate chains' step size (none: local.lr)"
+    )
+    loss_batch_size: int = Field(
+        32,
+        ge=1,
+        description="rows (drawn with replacement) on which each client reports the two "
+        "models' losses (the paper: its local data)",
+    )
+    cohort: CohortConfig = CohortConfig()
+    local: LocalConfig = LocalConfig()
+
+
 Sampling = Literal["dedup_weighted", "with_replacement", "without_replacement"]
 
 
@@ -412,6 +455,8 @@ AnyAlgorithmConfig = (
     | OledflSamConfig
     | DflConfig
     | CdflConfig
+    | MmPsgdConfig
+    | McPsgdConfig
 )
 
 CONFIGS = {
@@ -432,4 +477,6 @@ CONFIGS = {
     "oledfl_sam": OledflSamConfig,
     "dfl": DflConfig,
     "cdfl": CdflConfig,
+    "mm_psgd": MmPsgdConfig,
+    "mc_psgd": McPsgdConfig,
 }

@@ -68,6 +68,7 @@ def protocol(
     opt = server_optim.from_config(cfg.server_optimizer)
     k = cfg.cohort.k(world.num_clients)
     for t in world.steps(state.round):
+        block = learn.block(t, world.now)  # block-cyclic data: the block of this round
         cohort = world.sample_clients(k, t, cfg.cohort.over_selection)  # S_t
         x_bits = learn.bits(ModelMessage(x))
         steps = None
@@ -86,6 +87,7 @@ def protocol(
             t,  # ClientUpdate(k, x_t)
             loss_fn=local_loss(x) if local_loss else None,
             steps=steps,
+            block=block,
         )
         done = yield from round_trip(
             world,
@@ -105,7 +107,7 @@ def protocol(
             delivered = torch.as_tensor(positions, device=x.device)
             models, n_k = (
                 work.params.index_select(0, delivered),
-                learn.num_samples[cohort[positions]],
+                learn.samples_in(block)[cohort[positions]],
             )
             if opt is None:
                 x = weighted_mean(models, n_k)  # line 8

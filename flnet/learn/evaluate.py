@@ -112,6 +112,35 @@ class Evaluator:
             "validation_loss": float(F.cross_entropy(logits, y)),
         }
 
+    def blocks(self, models: torch.Tensor) -> dict[str, float]:
+        """Block-cyclic data (`data.blocks`): `models` is one model [P] (FedAvg: judged on every
+        block) or one predictor per block [M, P]. Predictor m's accuracy on block m's test rows
+        (block_m_accuracy), their mean, min and max (the paper's block-averaged accuracy), and
+        with predictors each one's accuracy on the whole test set (predictor_m_test_accuracy,
+        the digest's block-agnostic diagnostic). No figures for data without blocks."""
+        blocks = self.data.blocks
+        if blocks is None:
+            return {}
+        per_block = models.dim() == 2
+        out: dict[str, float] = {}
+        for m, rows in enumerate(blocks.test):
+            params = models[m] if per_block else models
+            ix = torch.as_tensor(rows, device=self.data.x_test.device)
+            hits = self._logits(params, self.data.x_test, ix).argmax(1) == self.data.y_test[ix]
+            out[f"block_{m}_accuracy"] = float(hits.double().mean())
+            if per_block:
+                logits = self._logits(params, self.data.x_test)
+                out[f"predictor_{m}_test_accuracy"] = float(
+                    (logits.argmax(1) == self.data.y_test).double().mean()
+                )
+        accs = [out[f"block_{m}_accuracy"] for m in range(len(blocks.test))]
+        out.update(
+            block_accuracy_mean=float(np.mean(accs)),
+            block_accuracy_min=min(accs),
+            block_accuracy_max=max(accs),
+        )
+        return out
+
     def nodes(self, x: torch.Tensor) -> dict[str, float]:
         """x [n, P] the nodes' models -> test accuracy of each sampled node's model (the
         evaluation sample's clients), its mean and worst."""

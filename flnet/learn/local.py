@@ -15,6 +15,7 @@ from torch.utils._pytree import tree_flatten, tree_unflatten
 from flnet.learn import cohort, optim, references
 from flnet.learn import data as data_mod
 from flnet.learn.data import FederatedData
+from flnet.learn.data.blocks import BlockClock
 from flnet.learn.models import Model
 from flnet.learn.references import Charged
 from flnet.learn.table import ClientTable, Keep
@@ -88,10 +89,17 @@ class Learner:
     model's: FLOPs per processed sample and parameters per model-shaped message."""
 
     def __init__(
-        self, model: Model, data: FederatedData, seed: int, charged: Charged | None = None
+        self,
+        model: Model,
+        data: FederatedData,
+        seed: int,
+        charged: Charged | None = None,
+        clock: BlockClock | None = None,
     ) -> None:
         self.model = model
         self.data = data
+        self.clock = clock  # block-cyclic data: which block is in force (data.blocks)
+        self._blocks: dict[int, FederatedData] = {}
         self.seed = seed
         self.charged = charged or references.own(model)
         self.flops_per_sample = self.charged.flops_per_sample  # charged per sample processed
@@ -103,6 +111,22 @@ class Learner:
         self._saved_tables: dict[str, dict] = {}  # a checkpoint's, until each table is made
         self.num_samples = data.num_samples
         self.last_steps = np.zeros(0, dtype=np.int64)  # [C] local steps of the last cohort
+
+    def block(self, round: int, now_s: float) -> int | None:
+        """The data block of round `round` starting at `now_s` (None: data without blocks)."""
+        return None if self.clock is None else self.clock.block(round, now_s)
+
+    def data_in(self, block: int | None) -> FederatedData:
+        """The data as block `block` has them (`FederatedData.in_block`), made once."""
+        if block is None:
+            return self.data
+        if block not in self._blocks:
+            self._blocks[block] = self.data.in_block(block)
+        return self._blocks[block]
+
+    def samples_in(self, block: int | None) -> np.ndarray:
+        """[N] training rows of each client in block `block` (None: `num_samples`)."""
+        return self.data_in(block).num_samples
 
     def bits(self, message: Any) -> int:
         """Bits charged for one message (`flnet.learn.wire.Wire`): what it holds, or as the
@@ -189,6 +213,7 @@ class Learner:
         snapshot_at: int | torch.Tensor | None = None,
         work_counts: np.ndarray | None = None,
         steps: np.ndarray | None = None,
+        block: int | None = None,
     ) -> LocalWork:
         """Every client in `clients` does its local work from `start` ([P] or [C, P]):
         `local.steps` steps, or `local.epochs` epochs over its own rows (ceil(n_k / B) * E
@@ -203,7 +228,9 @@ class Learner:
         `work_counts` ([C], stream pattern) keys each client's minibatches by (client, its work
         count), not the round. `steps` ([C], partial work) caps each client's local steps: it
         takes the first of the steps its full work would take (the same minibatches).
+        `block` (block-cyclic data, `block`): each client trains on its rows of that block.
         """
+        data = self.data_in(block)
         cap = None if steps is None else np.asarray(steps, dtype=np.int64)
         if len(clients) == 0:  # nobody trains (every client straggles, or none is online)
             self.last_steps = np.zeros(0, dtype=np.int64)
@@ -218,15 +245,15 @@ class Learner:
             steps = np.full(len(clients), local.steps)
             steps = steps if cap is None else np.minimum(steps, cap)
             batches = data_mod.minibatches(
-                self.data, clients, round, steps, local.batch_size, self.seed, work_counts
+                data, clients, round, steps, local.batch_size, self.seed, work_counts
             )
             sizes = None
         else:
             steps = data_mod.epoch_steps(
-                self.num_samples[clients], local.epochs, local.batch_size, local.drop_last
+                data.num_samples[clients], local.epochs, local.batch_size, local.drop_last
             )
             batches, sizes = data_mod.epoch_batches(
-                self.data,
+                data,
                 clients,
                 round,
                 local.epochs,
@@ -273,23 +300,29 @@ class Learner:
         return np.asarray(samples, dtype=float) * self.forward_flops_per_sample
 
     def query_losses(
-        self, clients: np.ndarray, params: torch.Tensor, batch_size: int, round: int
+        self,
+        clients: np.ndarray,
+        params: torch.Tensor,
+        batch_size: int,
+        round: int,
+        stream: Stream = Stream.DUAL_BATCH,
+        block: int | None = None,
     ) -> torch.Tensor:
         """[C] mean cross-entropy of the model `params` ([P]) on one minibatch of each client's
-        own rows, B drawn with replacement from the stream (seed, DUAL_BATCH, round, client),
-        forward only (DRFA's dual step asks this of its uniform clients; `forward_flops` of B
-        samples is its cost)."""
+        own rows (of `block`), B drawn with replacement from the stream (seed, `stream`, round,
+        client), forward only (DRFA's dual step asks this of its uniform clients; `forward_flops`
+        of B samples is its cost)."""
         if self.data.lazy is not None:  # as local_train: this cohort's rows, generated now
             self.trainer.x_data, self.trainer.y_data = self.data.x_train, self.data.y_train
             self.trainer.x_data, self.trainer.y_data = self.data.cohort_arrays(clients)
         rows = data_mod.minibatches(
-            self.data,
+            self.data_in(block),
             clients,
             round,
             np.ones(len(clients), dtype=np.int64),
             batch_size,
             self.seed,
-            stream=Stream.DUAL_BATCH,
+            stream=stream,
         )[:, 0]  # [C, B]
         x, y = self.trainer.x_data[rows], self.trainer.y_data[rows]
         with torch.no_grad():

@@ -24,6 +24,7 @@ Synthetic(alpha, beta), MNIST-1D); MNIST, Fashion-MNIST, KMNIST and CIFAR-10/100
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -35,6 +36,7 @@ import pandas as pd
 import torch
 
 from flnet.errors import ScenarioError
+from flnet.learn.data import blocks as blocks_mod
 from flnet.learn.data import embedded, features, files, partition
 from flnet.learn.data.embedded import Source
 from flnet.learn.data.lazy import LazyClients
@@ -74,6 +76,14 @@ class FederatedData:
     eval_label_counts: np.ndarray | None = None  # lazy: [E, C] training labels of the sample
     x_val: torch.Tensor | None = None  # [V, *input_shape] held out of the training set
     y_val: torch.Tensor | None = None  # [V]
+    blocks: blocks_mod.BlockData | None = None  # block-cyclic: each block's views (blocks.py)
+
+    def in_block(self, block: int | None) -> FederatedData:
+        """The data as block `block` has it: client k's rows are its block-`block` rows (None,
+        or data without blocks: these data)."""
+        if block is None or self.blocks is None:
+            return self
+        return dataclasses.replace(self, client_indices=self.blocks.train[block])
 
     def __post_init__(self) -> None:
         for name in ("client_indices", "client_test_indices"):
@@ -207,10 +217,17 @@ def load(config: DataConfig, num_clients: int, seed: int, device: torch.device) 
     if config.features is not None:
         src = features.apply(config.features, src, key)
     src, validation = held_out(config, src, seed)
-    parts = [
-        np.asarray(ix, dtype=np.int64)
-        for ix in split(config.partition, src, num_slots(config, num_clients, src), seed)
-    ]
+    block_data = None
+    if config.blocks is not None:
+        block_data = blocks_mod.split(
+            src.y_train, src.y_test, config.blocks.num_blocks, num_clients, seed
+        )
+        parts = list(block_data.train[0])  # block 0's rows: the data a run starts in
+    else:
+        parts = [
+            np.asarray(ix, dtype=np.int64)
+            for ix in split(config.partition, src, num_slots(config, num_clients, src), seed)
+        ]
     test_indices = None
     if config.local_test_fraction is not None:
         test_indices = ClientViews.from_lists(
@@ -236,6 +253,7 @@ def load(config: DataConfig, num_clients: int, seed: int, device: torch.device) 
         eval_clients=eval_clients,
         x_val=None if validation is None else as_t(validation.x_train, torch.float32),
         y_val=None if validation is None else as_t(validation.y_train, torch.int64),
+        blocks=block_data,
     )
 
 
