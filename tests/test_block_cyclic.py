@@ -221,3 +221,13 @@ def test_mc_psgd_with_blocks_by_time_resumes_exactly(tmp_path):
 def test_bad_block_settings_name_the_field(tmp_path, blocks_cfg, extra, field):
     with pytest.raises(ScenarioError, match=field.replace(".", r"\.")):
         small(tmp_path, "fedavg", blocks_cfg, data=extra)
+
+
+def test_mc_psgd_refuses_persisted_optimizer_states(tmp_path):
+    with pytest.raises(ScenarioError, match=r"algorithm\.local\.optimizer_state"):
+        small(
+            tmp_path,
+            "mc_psgd",
+            {"rounds_per_block": 2},
+            algorithm={"local": {"optimizer": {"name": "adam"}, "optimizer_state": "persist"}},
+        )

@@ -228,6 +228,17 @@ class McPsgdConfig(Strict):
     cohort: CohortConfig = CohortConfig()
     local: LocalConfig = LocalConfig()
 
+    @model_validator(mode="after")
+    def _fresh_optimizers(self) -> McPsgdConfig:
+        if self.local.optimizer_state == "persist":
+            raise PydanticCustomError(
+                "inconsistent",
+                "mc_psgd trains two chains per client: algorithm.local.optimizer_state must be "
+                "'reset' (one persisted state cannot serve both)",
+                {"field": "algorithm.local.optimizer_state"},
+            )
+        return self
+
 
 Sampling = Literal["dedup_weighted", "with_replacement", "without_replacement"]
 
