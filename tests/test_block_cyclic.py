@@ -231,3 +231,18 @@ def test_mc_psgd_refuses_persisted_optimizer_states(tmp_path):
             {"rounds_per_block": 2},
             algorithm={"local": {"optimizer": {"name": "adam"}, "optimizer_state": "persist"}},
         )
+
+
+def test_fedavgs_block_accuracies_recompose_its_test_accuracy(tmp_path):
+    """The blocks' test rows partition the test set: FedAvg's one model, judged per block,
+    weighted by block test sizes, gives back its whole-test accuracy."""
+    sc = small(tmp_path, "fedavg", {"rounds_per_block": 2}, rounds=4)
+    rec = run(sc, write=False).records
+    _, learn = build(sc)
+    sizes = np.array([len(r) for r in learn.data.blocks.test])
+    assert sizes.sum() == len(learn.data.y_test)
+    for _, row in rec.iterrows():
+        per_block = np.array([row.block_0_accuracy, row.block_1_accuracy])
+        assert (per_block * sizes).sum() / sizes.sum() == pytest.approx(row.test_accuracy)
+        assert row.block_accuracy_mean == pytest.approx(per_block.mean())
+        assert row.block_accuracy_max == per_block.max()
