@@ -738,6 +738,12 @@ class Scenario(Strict):
         problem = topology_problem(topology, n) if topology is not None else None
         if problem is not None:
             raise inconsistent(f"algorithm.topology.{problem[0]}", problem[1])
+        if self.data.blocks is not None and self.algorithm.name not in BLOCK_AWARE:
+            raise inconsistent(
+                "data.blocks",
+                f"block-cyclic data is followed by {', '.join(BLOCK_AWARE)} only; "
+                f"{self.algorithm.name} would train on block 0's rows throughout",
+            )
         if self.clients.capacity_trace is not None and self.radio.rayleigh_fading:
             raise inconsistent(
                 "radio.rayleigh_fading",
@@ -777,6 +783,9 @@ class Scenario(Strict):
 
     def output_dir(self) -> Path:
         return Path(self.output.dir or Path("runs") / self.name)
+
+
+BLOCK_AWARE = ("fedavg", "mm_psgd", "mc_psgd")  # the algorithms that pass the round's block
 
 
 def inconsistent(field: str, message: str) -> PydanticCustomError:

@@ -246,3 +246,11 @@ def test_fedavgs_block_accuracies_recompose_its_test_accuracy(tmp_path):
         assert (per_block * sizes).sum() / sizes.sum() == pytest.approx(row.test_accuracy)
         assert row.block_accuracy_mean == pytest.approx(per_block.mean())
         assert row.block_accuracy_max == per_block.max()
+
+
+@pytest.mark.parametrize("name", ["fedprox", "scaffold", "moon"])
+def test_algorithms_that_do_not_follow_the_blocks_are_refused(tmp_path, name):
+    """Only fedavg, mm_psgd and mc_psgd pass the round's block to local training: any other
+    would train on block 0's rows throughout, so the scenario is refused naming data.blocks."""
+    with pytest.raises(ScenarioError, match=r"data\.blocks.*fedavg, mm_psgd, mc_psgd only"):
+        small(tmp_path, name, {"rounds_per_block": 2})
