@@ -63,6 +63,10 @@ class Stream(IntEnum):
     RAND_K = 1_000_050  # rand-k's coordinates
     QSGD = 1_000_051  # QSGD's dither xi ~ U[0, 1]^d
     RANDOM_GOSSIP = 1_000_052  # randomized gossip's coin
+    BATTERY = (
+        1_000_060  # a client's battery columns (capacity, initial charge, threshold), by client
+    )
+    BATTERY_ZONES = 1_000_061  # a client's time zone for charging (clients.battery), by client
 
 
 def generator(seed: int, stream: Stream, *keys: int) -> np.random.Generator:
