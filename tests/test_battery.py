@@ -175,3 +175,13 @@ def test_bad_battery_is_refused_naming_the_field(scenario, battery, words):
 
     with pytest.raises(ScenarioError, match=words):
         scenario(clients={"count": 3, "battery": battery})
+
+
+def test_nothing_is_stored_for_clients_that_have_not_taken_part(scenario):
+    """100,000 registered clients with batteries, a selection asked about many of them and a
+    round of 10: the batteries hold entries for those 10 only."""
+    world = world_of(scenario, 100_000, battery={"capacity_j": 1e3})
+    cohort = world.sample_clients(10, round=1)
+    assert len(world.battery) == 0
+    one_round(world, cohort)
+    assert sorted(world.battery._levels) == cohort.tolist()
