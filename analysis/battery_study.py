@@ -1,23 +1,24 @@
 """Issue 26's study: local steps (tau) against battery-limited participation and accuracy over
 simulated days, for FedAvg and FedBuff.
 
-A diurnal population of 100 clients (one time zone, a quarter online on average, most at
-night, sessions of an hour) whose phones give FL a small energy budget per charge
-(`clients.battery`: 3 to 9 J, 30 to 100 % charged at midnight, opting out below 20 % until
-back at 50 %, recharged 22:00-07:00 at 1 mW: a full budget per night). The digits MLP is
-charged as McMahan et al.'s MNIST CNN (`model.costs_as`) on slow devices (0.1 GHz median,
-kappa 1e-27), so one local step costs about 0.03 J and each upload about 0.4 J: with tau
-local steps a task costs roughly 0.4 + 0.03 tau J. For tau in `TAUS`:
+A diurnal population of 100 clients (time zone +12 h, so the run starts at local noon; a
+quarter online on average, most at night, sessions of an hour) whose phones give FL a small
+energy budget per charge (`clients.battery`: 3 to 9 J, 30 to 100 % charged at the start,
+opting out below 20 % until back at 50 %, recharged 22:00-07:00 local at 1 mW: a full budget
+per night). The digits MLP is charged as McMahan et al.'s MNIST CNN (`model.costs_as`) on slow
+devices (0.1 GHz median, kappa 1e-27) with a narrow shared uplink (2 MHz), so a task's
+joules grow with tau while rounds stay in seconds to minutes. For tau in `TAUS`:
 
 - fedavg: K = 10 a round, a 300 s deadline;
 - fedbuff: 10 training at once, K = 5.
 
-Each runs for `--hours` of simulated time (default 24: a day and a night) with 3 seeds
-(`flnet.run`, one at a time). Per method and tau it prints the median [min-max] over seeds of
-the test accuracy at the end of each simulated day, the clients limited by their battery
-(taken below their threshold by their work, or stopped empty), opt-outs, work stopped empty,
-the participants' final mean state of charge, and the share of the joules spent on work stopped
-by an empty battery; and writes the tables as CSV under the folder given.
+Each runs for `--hours` of simulated time (default 24: afternoon, night and morning) with 3
+seeds (`flnet.run`, one at a time, a seed at a time). Per method and tau it prints the median
+[min-max] over seeds of the test accuracy at the end of each simulated day (the last: at the
+run's end), the clients limited by their battery (taken below their threshold by their work,
+or stopped empty), opt-outs, work stopped empty, the participants' final mean state of charge,
+the share of the joules spent on work stopped by an empty battery and the joules spent; and
+writes the tables as CSV under the folder given.
 
     python analysis/battery_study.py runs/battery_study
     python analysis/battery_study.py runs/battery_study --smoke   # seconds
@@ -52,7 +53,12 @@ def scenario(method: str, tau: int, seed: int, hours: float, smoke: bool) -> dic
             "count": 30 if smoke else 100,
             "cpu_hz": {"kind": "lognormal", "median": 1.0e8, "sigma": 0.5},
             "kappa": 1.0e-27,
-            "availability": {"kind": "diurnal", "mean_online": 0.25, "session_mean_s": 3600.0},
+            "availability": {  # zone +12 h: the run starts at local noon, batteries unplugged
+                "kind": "diurnal",
+                "mean_online": 0.25,
+                "session_mean_s": 3600.0,
+                "time_zones_h": [12.0],
+            },
             "battery": {
                 "capacity_j": {"kind": "uniform", "low": 3.0, "high": 9.0},
                 "initial_soc": {"kind": "uniform", "low": 0.3, "high": 1.0},
@@ -144,9 +150,9 @@ def main(argv: list[str] | None = None) -> dict[str, pd.DataFrame]:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     rows, curves = [], []
-    for method in METHODS:
-        for tau in taus:
-            for seed in range(seeds):
+    for seed in range(seeds):  # a seed at a time: an interrupted study has every method
+        for method in METHODS:
+            for tau in taus:
                 records = run_one(method, tau, seed, hours, args.smoke)
                 keep = ["method", "tau", "seed", "round", "sim_time_s", "energy_j"]
                 keep += ["test_accuracy", "battery_opted_out", "soc_mean", "soc_min"]
