@@ -17,7 +17,7 @@ seeds (`flnet.run`, one at a time, a seed at a time). Per method and tau it prin
 [min-max] over seeds of the test accuracy at the end of each simulated day (the last: at the
 run's end), the clients limited by their battery (taken below their threshold by their work,
 or stopped empty), opt-outs, work stopped empty, the participants' final mean state of charge,
-the share of the joules spent on work stopped by an empty battery and the joules spent; and
+the share of the joules spent on the rows an empty battery stopped and the joules spent; and
 writes the tables as CSV under the folder given.
 
     python analysis/battery_study.py runs/battery_study
