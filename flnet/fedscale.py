@@ -33,14 +33,19 @@ from __future__ import annotations
 
 import io
 import math
-import os
 import pickle
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from flnet.sim.traces import CapacityTrace, TraceError, write_availability, write_capacity
+from flnet.sim.traces import (
+    CapacityTrace,
+    TraceError,
+    check_size,
+    write_availability,
+    write_capacity,
+)
 
 MAX_PICKLE_BYTES = 1 << 30
 TRAINING_OVER_INFERENCE = 3.0  # FedScale's augmentation_factor: forward + backward
@@ -68,17 +73,7 @@ class _PlainDataUnpickler(pickle.Unpickler):
 def read_plain_pickle(path: str | Path) -> Any:
     """The plain data in a pickle file, or a TraceError naming the file and what it held."""
     path = Path(path)
-    try:
-        size = os.stat(path).st_size
-    except FileNotFoundError:
-        raise TraceError(f"trace file not found: {path}") from None
-    except OSError as e:
-        raise TraceError(f"cannot read {path}: {e.strerror}") from None
-    if size > MAX_PICKLE_BYTES:
-        raise TraceError(
-            f"{path} is {size / 2**20:.0f} MiB; a trace pickle may be at most "
-            f"{MAX_PICKLE_BYTES >> 20} MiB"
-        )
+    check_size(path, MAX_PICKLE_BYTES, "a trace pickle")
     with open(path, "rb") as f:
         try:
             return _PlainDataUnpickler(f, path).load()

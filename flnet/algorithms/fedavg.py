@@ -103,12 +103,25 @@ def protocol(
             # (so radio settings cannot change the model; flnet.reuse relies on it)
             positions = np.sort(done.positions)
             delivered = torch.as_tensor(positions, device=x.device)
-            models, n_k = (
+            x, server = server_step(
+                opt,
+                x,
                 work.params.index_select(0, delivered),
                 learn.num_samples[cohort[positions]],
+                server,
             )
-            if opt is None:
-                x = weighted_mean(models, n_k)  # line 8
-            else:
-                x, server = server_optim.step(opt, x, models - x, n_k, server)
         world.publish(progress(State(t, x, server)))
+
+
+def server_step(
+    opt: server_optim.ServerOptimizer | None,
+    x: torch.Tensor,
+    models: torch.Tensor,
+    n_k: np.ndarray,
+    server: Any,
+) -> tuple[torch.Tensor, Any]:
+    """The new x from the delivered models [D, P] (in cohort order) and their sample counts:
+    line 8's weighted mean, or a step of the server optimizer along their deltas."""
+    if opt is None:
+        return weighted_mean(models, n_k), server  # line 8
+    return server_optim.step(opt, x, models - x, n_k, server)

@@ -36,7 +36,6 @@ from flnet.algorithms import fedavg
 from flnet.algorithms.base import Steps
 from flnet.algorithms.configs import MoonConfig as Config
 from flnet.learn import server_optim
-from flnet.learn.aggregate import weighted_mean
 from flnet.learn.cohort import PAD
 from flnet.learn.models import Model
 from flnet.learn.table import Keep, Keeps
@@ -119,12 +118,11 @@ def protocol(
             # FedAvg's server step, in cohort order (timing never changes the rounding)
             positions = np.sort(done.positions)
             delivered = torch.as_tensor(positions, device=x.device)
-            models, n_k = (
+            x, server = fedavg.server_step(
+                opt,
+                x,
                 work.params.index_select(0, delivered),
                 learn.num_samples[cohort[positions]],
+                server,
             )
-            if opt is None:
-                x = weighted_mean(models, n_k)
-            else:
-                x, server = server_optim.step(opt, x, models - x, n_k, server)
         world.publish(progress(State(t, x, server)))

@@ -236,7 +236,7 @@ def _named(read: Callable[[str], _T], path: str, field: str) -> _T:
 
 def _lines(path: Path) -> Iterator[tuple[int, str]]:
     """(line number, text) of a bounded UTF-8 file, refused clearly when it is not one."""
-    _check_size(path)
+    check_size(path)
     try:
         with open(path, encoding="utf-8", newline="") as f:
             yield from enumerate(f, start=1)
@@ -244,17 +244,17 @@ def _lines(path: Path) -> Iterator[tuple[int, str]]:
         raise TraceError(f"{path} is not UTF-8 text ({e.reason})") from None
 
 
-def _check_size(path: Path) -> None:
+def check_size(path: Path, limit_bytes: int = MAX_TRACE_BYTES, what: str = "a trace file") -> None:
+    """Refuse a missing or unreadable file, or one over `limit_bytes`, before reading it."""
     try:
         size = os.stat(path).st_size
     except FileNotFoundError:
         raise TraceError(f"trace file not found: {path}") from None
     except OSError as e:
         raise TraceError(f"cannot read {path}: {e.strerror}") from None
-    if size > MAX_TRACE_BYTES:
+    if size > limit_bytes:
         raise TraceError(
-            f"{path} is {size / 2**20:.0f} MiB; a trace file may be at most "
-            f"{MAX_TRACE_BYTES >> 20} MiB"
+            f"{path} is {size / 2**20:.0f} MiB; {what} may be at most {limit_bytes >> 20} MiB"
         )
 
 
