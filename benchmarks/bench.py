@@ -429,6 +429,15 @@ def population_report(quick: bool) -> None:
         f"always-on's); peak RSS {r['peak_rss_mb']:5.0f} MB "
         f"({r['peak_rss_mb'] - big['peak_rss_mb']:+.0f} MB over always-on)"
     )
+    battery = (*diurnal, "clients.battery.idle_power_w=0.5")  # default batteries, 0.5 W use
+    b = population_case(*battery)
+    print(
+        f"  1,000,000 diurnal with batteries (defaults, 0.5 W idle drain): built in "
+        f"{b['build_s']:5.2f} s; a round {b['round_s'] * 1e3:5.0f} ms "
+        f"({b['round_cpu_s'] * 1e3:4.0f} CPU-ms, {b['round_cpu_s'] / r['round_cpu_s']:.2f}x "
+        f"diurnal's); peak RSS {b['peak_rss_mb']:5.0f} MB "
+        f"({b['peak_rss_mb'] - r['peak_rss_mb']:+.0f} MB over diurnal without batteries)"
+    )
     from flnet.algorithms import ALGORITHMS
 
     if "scaffold" not in ALGORITHMS:

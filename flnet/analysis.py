@@ -244,7 +244,7 @@ WORK_KINDS = ("download", "compute", "upload")  # one client's piece of work, in
 def wasted_energy_j(ledger: pd.DataFrame) -> dict[str, float]:
     """Joules spent on work that came to nothing, by how it ended: every row of a client's
     piece of work (its download, compute and upload) counts under the outcome of the work's
-    last row when that is not ``ok`` (dropped, interrupted, deadline, cancelled, lost, ...):
+    last row when that is not ``ok`` (dropped, interrupted, deadline, cancelled, lost, battery):
     the compute of a client whose upload was cut is wasted too. A piece of work is a node's
     rows of one pattern step, a new one starting at each download (a stream client may start
     twice at one server version). Evaluation and device-to-device rows are not client work."""

@@ -65,6 +65,10 @@ class Stream(IntEnum):
     RANDOM_GOSSIP = 1_000_052  # randomized gossip's coin
     BLOCKS = 1_000_055  # block-cyclic data: rows of each block, local set sizes (sub-streams)
     BLOCK_LOSS = 1_000_056  # MC-PSGD's loss query minibatch, keyed by (round, client)
+    BATTERY = (
+        1_000_060  # a client's battery columns (capacity, initial charge, threshold), by client
+    )
+    BATTERY_ZONES = 1_000_061  # a client's time zone for charging (clients.battery), by client
 
 
 def generator(seed: int, stream: Stream, *keys: int) -> np.random.Generator:

@@ -334,6 +334,7 @@ def record_row(scenario: Scenario, world: World, progress: Progress, metrics: di
             else {"consensus_distance": consensus_distance(progress.nodes)}
         ),
         **(progress.figures or {}),
+        **(world.battery.figures(world.now) if world.battery is not None else {}),
     }
 
 

@@ -417,6 +417,44 @@ class GivenPositions(Strict):
     )
 
 
+class BatteryConfig(Strict):
+    """Per-device batteries drained by the ledger's rows and charged in a nightly window
+    (flnet.sim.battery; defaults: ../shared/papers/digests/wireless_energy_models.md sections
+    5.1 and 5.3, hours assumed). A device below its threshold is offline until it has
+    recharged to threshold + resume_margin_soc; work that would run it empty stops (outcome
+    battery)."""
+
+    capacity_j: PositiveDist = Field(  # type: ignore[assignment]  # number -> Constant
+        50_000.0, description="battery capacity in joules (50 kJ: ~3,600 mAh at 3.85 V)"
+    )
+    initial_soc: NonNegativeDist = Field(
+        default_factory=lambda: Uniform(kind="uniform", low=0.3, high=1.0),
+        description="state of charge at time 0, a fraction of capacity (clipped to [0, 1])",
+    )
+    threshold_soc: NonNegativeDist = Field(  # type: ignore[assignment]
+        0.2, description="opt-out threshold: below this fraction the device stops taking part"
+    )
+    resume_margin_soc: float = Field(
+        0.1, ge=0, le=1, description="an opted-out device returns at threshold + this fraction"
+    )
+    idle_power_w: float = Field(0.0, ge=0, description="drain of an idle device, always on")
+    charging_power_w: float = Field(
+        10.0, ge=0, description="charging power inside the charging window"
+    )
+    charging_start_hour: float = Field(
+        22.0, ge=0, lt=24, description="local hour the daily charging window opens"
+    )
+    charging_end_hour: float = Field(
+        7.0, ge=0, lt=24, description="local hour it closes (before the start: past midnight)"
+    )
+    time_zones_h: list[Annotated[float, Field(ge=-12, le=14)]] | None = Field(
+        None,
+        min_length=1,
+        description="UTC offsets for the charging window, one drawn per client (stream "
+        "BATTERY_ZONES); none: the diurnal availability's zone of each client, else UTC",
+    )
+
+
 class ClientsConfig(Strict):
     """The client population: numbers or per-client distributions, availability and device
     behaviour (stragglers, dropout)."""
@@ -459,6 +497,11 @@ class ClientsConfig(Strict):
         description="where the clients stand (metres), for D2D path loss and random "
         "geometric graphs; none: no positions",
     )
+    battery: BatteryConfig | None = Field(
+        None,
+        description="per-device batteries drained by the ledger and charged nightly "
+        "(flnet.sim.battery); none: unlimited energy",
+    )
 
     @model_validator(mode="after")
     def _one_position_each(self) -> ClientsConfig:
@@ -467,6 +510,13 @@ class ClientsConfig(Strict):
                 "clients.positions.xy_m",
                 f"lists {len(self.positions.xy_m)} positions for clients.count = {self.count}",
             )
+        for name in ("capacity_j", "initial_soc", "threshold_soc"):
+            d = getattr(self.battery, name, None)
+            if isinstance(d, PerClient) and len(d.values) != self.count:
+                raise inconsistent(
+                    f"clients.battery.{name}",
+                    f"lists {len(d.values)} values for clients.count = {self.count}",
+                )
         return self
 
 

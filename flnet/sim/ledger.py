@@ -15,6 +15,7 @@ import errno
 import math
 import os
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -29,7 +30,16 @@ BROADCAST = -3  # peer of a D2D transmission to several receivers (each has its 
 
 PATTERNS = ("round_trip", "exchange", "stream")
 KINDS = ("download", "compute", "upload", "d2d", "d2d_rx", "evaluate")
-OUTCOMES = ("ok", "deadline", "cancelled", "dropped", "lost", "interrupted", "timeout")
+OUTCOMES = (
+    "ok",
+    "deadline",
+    "cancelled",
+    "dropped",
+    "lost",
+    "interrupted",
+    "timeout",
+    "battery",  # the device's battery ran empty (flnet.sim.battery)
+)
 COLUMNS = (
     "round",
     "pattern",
@@ -58,6 +68,9 @@ class Ledger:
         self._partials: dict[str, list[float]] = defaultdict(list)  # by kind, exact sums
         self.bits: dict[str, float] = defaultdict(float)  # by kind
         self._flushed = 0  # rows already in the journal
+        # (node, end_s, energy_j, outcome) of each client's row as it is added, replayed
+        # ones included: what a battery drains (flnet.sim.battery)
+        self.on_row: Callable[[int, float, float, str], None] | None = None
 
     def add(
         self,
@@ -76,6 +89,8 @@ class Ledger:
         if energy_j:
             _add_exact(self._partials[kind], energy_j)
         self.bits[kind] += bits
+        if self.on_row is not None and node >= 0:
+            self.on_row(node, end_s, energy_j, outcome)
 
     def __len__(self) -> int:
         return len(self._rows)

@@ -206,7 +206,7 @@ class _Trip:
         self.job: Job = world.start_transfer(
             SERVER, client, down_bits * share, tag, then=self._downloaded, ends_as=ends
         )
-        self.cut = world.end_at(fate.cut_s, self.stop, "interrupted")
+        self.cut = world.end_at(fate.cut_s, self.stop, fate.cut_outcome)
 
     def _downloaded(self, job: Job) -> None:
         if job.outcome != "ok":
@@ -622,7 +622,7 @@ class _Flight:
         jobs = self.world.thaw(frozen["jobs"], [w.then for w in self.under_way], ends)
         for w, job in zip(self.under_way, jobs):
             w.job = job
-            w.cut = self.world.end_at(w.fate.cut_s, w.stop, "interrupted")
+            w.cut = self.world.end_at(w.fate.cut_s, w.stop, w.fate.cut_outcome)
         self.arrived = [
             Arrival(int(c), int(n), int(v), int(s), p, t) for c, n, v, s, p, t in frozen["arrived"]
         ]
@@ -676,14 +676,16 @@ class _Work:
             key=(client, count),
             ends_as=ends,
         )
-        self.cut = world.end_at(self.fate.cut_s, self.stop, "interrupted")
+        self.cut = world.end_at(self.fate.cut_s, self.stop, self.fate.cut_outcome)
 
     def _fate(self, down_bits: float) -> Fate:
         """Its fate, keyed (client, count); the same when thawed (it started at `start_s`)."""
         world = self.flight.world
         work = (down_bits, float(self.work.flops), float(self.work.up.bits))
         keys = (self.client, self.count)
-        return world.fate(self.client, self.launch, Stream.BEHAVIOUR_KEYED, keys, work)
+        return world.fate(
+            self.client, self.launch, Stream.BEHAVIOUR_KEYED, keys, work, start_s=self.start_s
+        )
 
     @classmethod
     def thawed(cls, flight: _Flight, w: dict) -> _Work:

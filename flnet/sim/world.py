@@ -32,7 +32,8 @@ from flnet.errors import ScenarioError
 from flnet.rng import Stream, generator
 from flnet.sim import availability as availability_mod
 from flnet.sim import population as population_mod
-from flnet.sim.availability import Availability
+from flnet.sim.availability import Availability, Diurnal
+from flnet.sim.battery import Battery
 from flnet.sim.channel import Channel, SharedBand, Transmission, band, timeout_at
 from flnet.sim.cuts import Cuts
 from flnet.sim.d2d import Airing, Airwaves
@@ -76,6 +77,7 @@ class Fate(NamedTuple):
     drop_fraction: float = 1.0
     slowdown: float = 1.0
     judge: Callable[[], str] | None = None
+    cut_outcome: str = "interrupted"  # battery: the cut is where the battery runs empty
 
     def portion(self, phase: int) -> tuple[float, Ends]:
         """(share of the phase's work to run, its outcome if it runs to its end)."""
@@ -216,7 +218,13 @@ class AbstractWorld(Protocol):
     ) -> Job: ...
 
     def fate(
-        self, client: int, draw: int, stream: Stream, keys: tuple[int, int], work: tuple
+        self,
+        client: int,
+        draw: int,
+        stream: Stream,
+        keys: tuple[int, int],
+        work: tuple,
+        start_s: float | None = None,
     ) -> Fate: ...
 
     def end_at(self, t_s: float, stop: Callable[[str], None], outcome: str) -> int: ...
@@ -290,6 +298,10 @@ class World:
         self.network = Network(self.env, radio, pop, self.speeds)
         self.availability: Availability = availability_mod.build(clients.availability, seed)
         self._cuts = Cuts(self.env)  # work to end when its session does
+        self.battery: Battery | None = None
+        if clients.battery is not None:
+            self.battery = Battery(clients.battery, seed, self._zone_of(clients))
+            self.ledger.on_row = self._drain
         self.observers: list[Observer] = []
         self._stop_reason: str | None = None
         self._stop_requested: str | None = None
@@ -370,7 +382,7 @@ class World:
         from 10,000,000 clients allocates kilobytes (tests/test_population.py).
         """
         m = min(self.num_clients, math.ceil(k * over_selection - 1e-9))
-        if not isinstance(self.availability, availability_mod.Always):
+        if self.battery is not None or not isinstance(self.availability, availability_mod.Always):
             return self._sample_online(m, round, stream)
         if (stream, m, round) not in self._selections:
             kept = {key: v for key, v in self._selections.items() if key[0] != stream}
@@ -416,7 +428,7 @@ class World:
                     seen.add(c)
                     fresh.append(c)
             batch = np.asarray(fresh, dtype=np.int64)
-            online = batch[self.availability.online(batch, now, round)]
+            online = batch[self._online(batch, now, round)]
             chosen.extend(online[: m - len(chosen)].tolist())
             rate = max(len(chosen), 1) / len(seen)
         return np.sort(np.asarray(chosen, dtype=np.int64))
@@ -513,12 +525,45 @@ class World:
 
     def online_clients(self, clients: np.ndarray, draw: int) -> np.ndarray:
         """[k] bool: which of `clients` are online now (`draw`: round or launch count)."""
-        return self.availability.online(np.asarray(clients, dtype=np.int64), self.env.now, draw)
+        return self._online(np.asarray(clients, dtype=np.int64), self.env.now, draw)
+
+    def _online(self, clients: np.ndarray, t_s: float, draw: int) -> np.ndarray:
+        """Online AND (with batteries) not opted out by a low battery."""
+        online = self.availability.online(clients, t_s, draw)
+        if self.battery is not None and online.any():
+            online[online] = self.battery.ok(clients[online], t_s)
+        return online
+
+    def _zone_of(self, clients: ClientsConfig) -> Callable[[int], float]:
+        """Each client's UTC offset for charging: `battery.time_zones_h` drawn per client,
+        else the diurnal availability's zone, else UTC."""
+        zones = clients.battery.time_zones_h if clients.battery is not None else None
+        if zones is not None:
+            offsets = np.asarray(zones, dtype=float)
+            return lambda c: float(
+                offsets[generator(self.seed, Stream.BATTERY_ZONES, c).integers(len(offsets))]
+            )
+        if isinstance(self.availability, Diurnal):
+            return self.availability.zone_h
+        return lambda c: 0.0
+
+    def _drain(self, node: int, end_s: float, energy_j: float, outcome: str) -> None:
+        assert self.battery is not None
+        if node < self.num_clients:
+            self.battery.spend(node, end_s, energy_j, outcome)
 
     def fate(
-        self, client: int, draw: int, stream: Stream, keys: tuple[int, int], work: tuple
+        self,
+        client: int,
+        draw: int,
+        stream: Stream,
+        keys: tuple[int, int],
+        work: tuple,
+        start_s: float | None = None,
     ) -> Fate:
-        """How `client`'s work starting now goes: its session's end (check `during`), its
+        """How `client`'s work starting now (`start_s`: a thawed work's start) goes: its
+        session's end (check `during`) or, earlier, the instant its battery runs empty
+        (outcome battery; `_battery_cut_s`), its
         slowdown and its dropout point, drawn from `stream` at `keys` (round_trip: (round,
         client); stream: (client, count)) in that order: slowdown, dropout, point. `work` is
         (down_bits, flops, up_bits): the dropout point is uniform over the work's progress,
@@ -537,13 +582,20 @@ class World:
                     online = self.availability.online(ids, self.env.now, draw)[0]
                     return "ok" if online else "lost"
 
-        if cfg.dropout_probability == 0 and cfg.slowdown_probability == 0:
-            return Fate(cut_s, judge=judge)
-        rng = generator(self.seed, stream, *keys)
-        u_slow, u_drop, point = rng.random(3).tolist()
-        slowdown = cfg.slowdown_factor if u_slow < cfg.slowdown_probability else 1.0
+        slowdown, u_drop, point = 1.0, 1.0, 0.0
+        if cfg.dropout_probability > 0 or cfg.slowdown_probability > 0:
+            rng = generator(self.seed, stream, *keys)
+            u_slow, u_drop, point = rng.random(3).tolist()
+            slowdown = cfg.slowdown_factor if u_slow < cfg.slowdown_probability else 1.0
+        cut_outcome = "interrupted"
+        if self.battery is not None:
+            empty_s = self._battery_cut_s(
+                client, now if start_s is None else start_s, work, slowdown
+            )
+            if empty_s < cut_s:
+                cut_s, cut_outcome = empty_s, "battery"
         if u_drop >= cfg.dropout_probability:
-            return Fate(cut_s, slowdown=slowdown, judge=judge)
+            return Fate(cut_s, slowdown=slowdown, judge=judge, cut_outcome=cut_outcome)
         down_bits, flops, up_bits = work
         net = self.network
         times = np.array(
@@ -558,7 +610,29 @@ class World:
         phase = min(phase, 2)
         below = edges[phase - 1] if phase else 0.0
         share = (point - below) / (edges[phase] - below) if edges[phase] > below else 0.0
-        return Fate(cut_s, phase, float(share), slowdown, judge)
+        return Fate(cut_s, phase, float(share), slowdown, judge, cut_outcome)
+
+    def _battery_cut_s(self, client: int, start_s: float, work: tuple, slowdown: float) -> float:
+        """When `client`'s battery runs empty if its download, compute and upload run back to
+        back from `start_s`, each alone on its band without fading (what is known when the
+        work starts; on a shared band or under fading the cut is this estimate). inf: never."""
+        assert self.battery is not None
+        down_bits, flops, up_bits = work
+        ids = np.asarray([client], dtype=np.int64)
+        net = self.network
+        down, up = self.link(-1, client), self.link(client, -1)
+        compute_s = self._compute_time_s(client, flops)
+        phases = [
+            (float(net.alone_s(down_bits, ids, down=True)[0]), down.power_w),
+            (
+                compute_s * slowdown,
+                self._compute_energy_j(client, flops) / compute_s / slowdown
+                if compute_s > 0
+                else 0.0,
+            ),
+            (float(net.alone_s(up_bits, ids)[0]), up.power_w),
+        ]
+        return self.battery.empty_s(client, start_s, phases)
 
     def end_at(self, t_s: float, stop: Callable[[str], None], outcome: str) -> int:
         """Call `stop(outcome)` at `t_s` (if finite): the member's work ends there with that
@@ -755,18 +829,22 @@ class World:
         cycles, so the cycle model's kappa f^2 has nothing to act on)."""
         if stopped:
             flops *= min(1.0, (self.env.now - start_s) / duration_s) if duration_s > 0 else 0.0
+        energy_j = self._compute_energy_j(node, flops)
+        self.ledger.add(
+            tag, node, NOBODY, "compute", start_s, self.env.now, energy_j, 0.0, flops, outcome
+        )
+
+    def _compute_energy_j(self, node: int, flops: float) -> float:
         if self.speeds is not None:  # the work's own seconds: a slowdown costs no more joules
-            energy_j = self.speeds.compute_power_w * self._compute_time_s(node, flops)
-        else:
-            dev = self.devices
-            energy_j = compute_energy_j(
+            return self.speeds.compute_power_w * self._compute_time_s(node, flops)
+        dev = self.devices
+        return float(
+            compute_energy_j(
                 flops,
                 float(dev.cpu_hz[node]),
                 float(dev.flops_per_cycle[node]),
                 float(dev.kappa[node]),
             )
-        self.ledger.add(
-            tag, node, NOBODY, "compute", start_s, self.env.now, energy_j, 0.0, flops, outcome
         )
 
     def _compute_time_s(self, node: int, flops: float) -> float:
