@@ -8,7 +8,7 @@ a local test split per client in its own label mix, 3 seeds.
     python analysis/central_study.py --smoke --out runs/central_smoke  # seconds; what CI runs
 
 Data: the embedded digits (1437 training rows) with local_test_fraction 1.0, so client i has as
-many local test rows as training rows (the smallest client under Zipf 0.3 holds 29; the script
+many local test rows as training rows (the smallest client under Zipf 0.3 holds 35; the script
 checks >= 10). Model: an MLP (64 hidden), charged as the paper's KMNIST CNN
 (`model.costs_as: cnn_kmnist`) with the energy study's radio and compute model
 (scenarios/sweeps/energy_study.yaml; SNR 10 dB, 1 MHz dedicated uplink), so seconds and joules

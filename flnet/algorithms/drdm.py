@@ -98,7 +98,9 @@ def protocol(
             snapshot_at=t_snap,
         )  # line 9
         assert work.snapshot is not None  # asked for
-        updates = torch.as_tensor(d.state_updates, device=x.device)
+        # counts only where a client's state is updated more than once (with_replacement)
+        repeated = bool((np.asarray(d.state_updates) != 1).any())
+        updates = torch.as_tensor(d.state_updates, device=x.device) if repeated else None
         g_new = feddyn.client_gradient(g, mu, work.params, x, updates)  # line 10
         down = drfa.Down(x, torch.tensor(t_snap, dtype=torch.int32))
         done = yield from round_trip(
@@ -117,7 +119,7 @@ def protocol(
             arrived = torch.as_tensor(positions, device=x.device)
             last = work.params.index_select(0, arrived)
             snap = work.snapshot.index_select(0, arrived)
-            once = updates.index_select(0, arrived)
+            once = None if updates is None else updates.index_select(0, arrived)
             c_snap = feddyn.server_h(c, mu, n, snap, x, once)  # line 17
             c = feddyn.server_h(c, mu, n, last, x, once)  # line 18
             draws = d.draws[positions]

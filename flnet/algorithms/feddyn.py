@@ -88,10 +88,13 @@ def client_gradient(
 ) -> torch.Tensor:
     """grad L_k(theta_k^t) = g_k - alpha (theta_k^t - theta^{t-1}): g, theta [C, P], start [P];
     `weights` [C] applies the update that many times (DRDM's with_replacement draws)."""
-    delta = theta - start
-    if weights is not None:
-        delta = delta * weights.to(delta.dtype)[:, None]
+    delta = _times(theta - start, weights)
     return g - alpha * delta
+
+
+def _times(delta: torch.Tensor, weights: torch.Tensor | None) -> torch.Tensor:
+    """Each row of `delta` [C, P] times its count in `weights` [C] (None: once each)."""
+    return delta if weights is None else delta * weights.to(delta.dtype)[:, None]
 
 
 def server_h(
@@ -104,9 +107,7 @@ def server_h(
 ) -> torch.Tensor:
     """h - (alpha / m) sum_k w_k (theta_k - start), m all clients; theta [D, P], start [P];
     `weights` [D] counts each client (1 each when None; DRDM's draws with replacement)."""
-    delta = theta - start
-    if weights is not None:
-        delta = delta * weights.to(delta.dtype)[:, None]
+    delta = _times(theta - start, weights)
     return h - alpha / num_clients * delta.sum(0)
 
 

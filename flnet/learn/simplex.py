@@ -126,18 +126,21 @@ class Simplex(NamedTuple):
         clients without an entry."""
         k = len(self.clients)
         out = np.where(picks < k, self.clients[np.minimum(picks, max(k - 1, 0))] if k else 0, -1)
+        complement: np.ndarray | None = None  # built once a call, only when it is needed
         for pos in np.flatnonzero(picks == k).tolist():
-            out[pos] = self._other(rng)
+            if self.others * 2 >= self.n:
+                out[pos] = self._unlisted(rng)
+                continue
+            if complement is None:
+                complement = np.setdiff1d(np.arange(self.n), self.clients, assume_unique=True)
+            out[pos] = int(complement[int(rng.integers(self.others))])
         return out.astype(np.int64)
 
-    def _other(self, rng: np.random.Generator) -> int:
-        """A client without an entry, uniformly: rejection while most clients have none, else
-        the k-th of the complement."""
-        if self.others * 2 >= self.n:
-            while True:
-                c = int(rng.integers(self.n))
-                i = np.searchsorted(self.clients, c)
-                if i == len(self.clients) or self.clients[i] != c:
-                    return c
-        k = int(rng.integers(self.others))
-        return int(np.setdiff1d(np.arange(self.n), self.clients, assume_unique=True)[k])
+    def _unlisted(self, rng: np.random.Generator) -> int:
+        """A client without an entry, uniformly, by rejection (most clients have none); when
+        most have one, `_clients` takes the k-th of the complement instead."""
+        while True:
+            c = int(rng.integers(self.n))
+            i = np.searchsorted(self.clients, c)
+            if i == len(self.clients) or self.clients[i] != c:
+                return c

@@ -28,11 +28,10 @@ import numpy as np
 
 from flnet.dists import PerClient, sample
 from flnet.rng import Stream, generator
+from flnet.sim.availability import HOUR_S
 
 if TYPE_CHECKING:
     from flnet.scenario import BatteryConfig
-
-HOUR_S = 3_600.0
 
 
 class Cell(NamedTuple):
