@@ -526,6 +526,24 @@ def test_the_fastest_round_under_a_capacity_trace_is_the_traces(tmp_path, scenar
     assert world.fastest_round_trip_s(bits, samples * 100.0, bits) == pytest.approx(by_hand)
 
 
+def test_a_clients_own_times_alone_are_the_traces(tmp_path, scenario):
+    """What a client knows of its own speed (partial work plans its steps from it) comes from
+    the capacity trace: every client's compute time is one of the trace's, by hand."""
+    cap = tmp_path / "cap.pkl"
+    cap.write_bytes(pickle.dumps(CAPACITY))
+    fedscale.convert(None, cap, tmp_path)
+    trace = {"path": str(tmp_path / "capacity.csv"), "compute_power_w": 1.0}
+    s = scenario(
+        clients={"count": 4, "capacity_trace": trace},
+        algorithm={"name": "fedavg", "cohort": {"clients_per_round": 4}},
+    )
+    world = World(s.clients, s.radio, s.seed, flops_per_sample=100.0)
+    samples = 50
+    alone = world.alone_s(np.arange(4), 1e6, samples * 100.0, 1e6)
+    by_hand = {samples * 3 * c["computation"] / 1000 for c in CAPACITY.values()}
+    assert all(any(t == pytest.approx(h) for h in by_hand) for t in alone.compute_s)
+
+
 def test_a_compute_power_in_milliwatts_is_warned_about(scenario):
     from flnet.errors import UnitWarning
 

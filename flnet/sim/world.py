@@ -462,10 +462,10 @@ class World:
     def alone_s(self, clients: np.ndarray, down_bits: float, flops: float, up_bits: float) -> Alone:
         """`clients`' download, compute and upload times, each alone and without fading
         (O(C): only these clients' rows are read)."""
-        net, dev = self.network, self.devices
+        net = self.network
         return Alone(
             net.alone_s(down_bits, clients, down=True),
-            compute_time_s(flops, dev.cpu_hz[clients], dev.flops_per_cycle[clients]),
+            self._compute_times_s(flops, clients),  # a capacity trace's times when there is one
             net.alone_s(up_bits, clients),
         )
 
