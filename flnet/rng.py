@@ -69,6 +69,8 @@ class Stream(IntEnum):
         1_000_060  # a client's battery columns (capacity, initial charge, threshold), by client
     )
     BATTERY_ZONES = 1_000_061  # a client's time zone for charging (clients.battery), by client
+    DEVICE_CLASSES = 1_000_062  # every client's device class (unkeyed: one draw of the column)
+    CLASS_DEVICES = 1_000_063  # a device class's own cpu_hz, ..., keyed by (class index)
 
 
 def generator(seed: int, stream: Stream, *keys: int) -> np.random.Generator:

@@ -335,6 +335,7 @@ def record_row(scenario: Scenario, world: World, progress: Progress, metrics: di
         ),
         **(progress.figures or {}),
         **(world.battery.figures(world.now) if world.battery is not None else {}),
+        **(world.class_energy.figures() if world.class_energy is not None else {}),
     }
 
 
@@ -788,6 +789,7 @@ def summarize(
         "bits_up": world.ledger.bits["upload"],
         "bits_down": world.ledger.bits["download"],
         "bits_d2d": world.ledger.bits["d2d"],
+        **(world.class_energy.figures() if world.class_energy is not None else {}),
         # gossip: the spectral gap 1 - |lambda_2| of W (the last iteration's, time-varying)
         **({"spectral_gap": float(gap)} if pd.notna(gap := last.get("spectral_gap")) else {}),
         "model_params": learner.model.num_params,

@@ -438,8 +438,14 @@ class BatteryConfig(Strict):
         0.1, ge=0, le=1, description="an opted-out device returns at threshold + this fraction"
     )
     idle_power_w: float = Field(0.0, ge=0, description="drain of an idle device, always on")
+    charging: Literal["window", "trace"] = Field(
+        "window",
+        description="when a device charges: window: in the daily charging window of its "
+        "local time; trace: while its availability trace's charging column says 1 (needs "
+        "clients.availability kind trace with that column)",
+    )
     charging_power_w: float = Field(
-        10.0, ge=0, description="charging power inside the charging window"
+        10.0, ge=0, description="charging power while charging (window or trace)"
     )
     charging_start_hour: float = Field(
         22.0, ge=0, lt=24, description="local hour the daily charging window opens"
@@ -453,6 +459,44 @@ class BatteryConfig(Strict):
         description="UTC offsets for the charging window, one drawn per client (stream "
         "BATTERY_ZONES); none: the diurnal availability's zone of each client, else UTC",
     )
+
+
+DEVICE_CLASS_NAME = r"^[a-z][a-z0-9_]{0,31}$"  # a column-safe name: energy_j_<name>
+MAX_DEVICE_CLASSES = 100  # drawn into one int8 column
+
+
+class DeviceClass(Strict):
+    """A named share of the clients (phones, tablets, ...), with its own device distributions
+    where given; the records charge each class's energy (`energy_j_<name>`)."""
+
+    name: str = Field(
+        pattern=DEVICE_CLASS_NAME,
+        description="lower-case letters, digits and _, starting with a letter (a records "
+        "column: energy_j_<name>)",
+    )
+    share: float = Field(gt=0, le=1, description="fraction of the clients in this class")
+    cpu_hz: PositiveDist | None = Field(
+        None, description="this class's CPU frequency f (none: clients.cpu_hz)"
+    )
+    flops_per_cycle: PositiveDist | None = Field(
+        None, description="this class's training FLOPs per cycle (none: clients.flops_per_cycle)"
+    )
+    kappa: NonNegativeDist | None = Field(
+        None, description="this class's switched capacitance (none: clients.kappa)"
+    )
+    battery_capacity_j: PositiveDist | None = Field(
+        None, description="this class's battery capacity (none: clients.battery.capacity_j)"
+    )
+
+    @model_validator(mode="after")
+    def _no_per_client(self) -> DeviceClass:
+        for name in ("cpu_hz", "flops_per_cycle", "kappa", "battery_capacity_j"):
+            if isinstance(getattr(self, name), PerClient):
+                raise inconsistent(
+                    f"clients.device_classes.{name}",
+                    "a class's distribution cannot be per_client (give it in clients instead)",
+                )
+        return self
 
 
 class ClientsConfig(Strict):
@@ -502,6 +546,14 @@ class ClientsConfig(Strict):
         description="per-device batteries drained by the ledger and charged nightly "
         "(flnet.sim.battery); none: unlimited energy",
     )
+    device_classes: list[DeviceClass] | None = Field(
+        None,
+        min_length=1,
+        max_length=MAX_DEVICE_CLASSES,
+        description="named classes of devices with a share each (summing to 1), drawn per "
+        "client (stream DEVICE_CLASSES, one byte a client) and overriding the device "
+        "distributions they give; the records get energy_j_<name> per class; none: no classes",
+    )
 
     @model_validator(mode="after")
     def _one_position_each(self) -> ClientsConfig:
@@ -509,6 +561,30 @@ class ClientsConfig(Strict):
             raise inconsistent(
                 "clients.positions.xy_m",
                 f"lists {len(self.positions.xy_m)} positions for clients.count = {self.count}",
+            )
+        if (
+            self.battery is not None
+            and self.battery.charging == "trace"
+            and self.availability.kind != "trace"
+        ):
+            raise inconsistent(
+                "clients.battery.charging",
+                "trace needs clients.availability of kind trace (with a charging column), "
+                f"not {self.availability.kind}; or use window",
+            )
+        classes = self.device_classes or []
+        names = [c.name for c in classes]
+        if len(set(names)) != len(names):
+            raise inconsistent("clients.device_classes.name", f"names must be unique, got {names}")
+        if classes and abs(math.fsum(c.share for c in classes) - 1.0) > 1e-9:
+            raise inconsistent(
+                "clients.device_classes.share",
+                f"shares sum to {math.fsum(c.share for c in classes):g}, must sum to 1",
+            )
+        if self.battery is None and any(c.battery_capacity_j is not None for c in classes):
+            raise inconsistent(
+                "clients.device_classes.battery_capacity_j",
+                "needs clients.battery (there is no battery to size)",
             )
         for name in ("capacity_j", "initial_soc", "threshold_soc"):
             d = getattr(self.battery, name, None)

@@ -185,3 +185,61 @@ def test_nothing_is_stored_for_clients_that_have_not_taken_part(scenario):
     assert len(world.battery) == 0
     one_round(world, cohort)
     assert sorted(world.battery._levels) == cohort.tolist()
+
+
+CHARGING_TRACE = """client,online_from_s,online_until_s,period_s,charging
+0,0,3600,,1
+0,7200,10800,,0
+0,14400,18000,,1
+1,0,7200,10000,1
+"""
+
+
+def test_charging_follows_the_traces_flag(scenario, tmp_path):
+    """Charging at 0.05 W while the trace's charging flag is 1, idle drain 0.01 W always;
+    2000 J, 15 % (300 J) at t = 0. By hand, in J: client 0 charges on [0, 1 h) and [4 h, 5 h)
+    (its 2-3 h interval is online, not charging): at 20,000 s it has charged 7,200 s (+0.04 W,
+    +288) and idled 12,800 s (-128): 460. Client 1 charges on [0, 7200) of every 10,000 s
+    period: by 25,000 s it has charged 7200 + 7200 + 5000 s (+776) and idled 2 x 2800 s (-56):
+    1020."""
+    path = tmp_path / "trace.csv"
+    path.write_text(CHARGING_TRACE)
+    world = world_of(
+        scenario,
+        2,
+        availability={"kind": "trace", "path": str(path), "mapping": "in_order"},
+        battery={
+            "capacity_j": 2000.0,
+            "initial_soc": 0.15,
+            "threshold_soc": 0.0,
+            "idle_power_w": 0.01,
+            "charging_power_w": 0.05,
+            "charging": "trace",
+        },
+    )
+    assert world.battery.level(0, 20_000.0).charge_j == pytest.approx(460.0)
+    assert world.battery.level(1, 25_000.0).charge_j == pytest.approx(1020.0)
+    world.ledger.add(Tag("round_trip", 1), 0, -1, "upload", 3600.0, 3600.0, 100.0)
+    assert world.battery.level(0, 20_000.0).charge_j == pytest.approx(360.0)
+
+
+def test_charging_from_a_trace_needs_a_trace_with_the_flag(scenario, tmp_path):
+    from flnet.errors import ScenarioError
+    from flnet.sim.traces import TraceError
+
+    with pytest.raises(ScenarioError, match="clients.battery.charging"):
+        scenario(clients={"availability": {"kind": "diurnal"}, "battery": {"charging": "trace"}})
+    bare = tmp_path / "bare.csv"
+    bare.write_text("client,online_from_s,online_until_s\n0,0,10\n")
+    with pytest.raises(TraceError, match="no charging column") as e:
+        world_of(
+            scenario,
+            1,
+            availability={"kind": "trace", "path": str(bare)},
+            battery={"charging": "trace"},
+        )
+    assert e.value.field == "clients.battery.charging"
+    bad = tmp_path / "bad.csv"
+    bad.write_text("client,online_from_s,online_until_s,charging\n0,0,10,yes\n")
+    with pytest.raises(TraceError, match="line 2: charging must be 0 or 1"):
+        world_of(scenario, 1, availability={"kind": "trace", "path": str(bad)})

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
-from flnet.dists import PerClient, sample
+from flnet.dists import AnyDist, PerClient, sample
 from flnet.rng import Stream, generator
 from flnet.sim.availability import HOUR_S
 
@@ -54,8 +54,19 @@ class Level(NamedTuple):
 class Battery:
     """The batteries of every client (see the module docstring)."""
 
-    def __init__(self, cfg: BatteryConfig, seed: int, zone_h: Callable[[int], float]) -> None:
-        self.cfg, self.seed, self._zone_of = cfg, seed, zone_h
+    def __init__(
+        self,
+        cfg: BatteryConfig,
+        seed: int,
+        zone_h: Callable[[int], float],
+        capacity_j: Callable[[int], AnyDist] | None = None,
+        charging: Callable[[int, float], tuple[bool, float]] | None = None,
+    ) -> None:
+        """`capacity_j(client)`: the client's capacity distribution where it is not
+        `cfg.capacity_j` (a device class's own). `charging(client, t_s)`: (is it charging at
+        `t_s`, the instant that next changes), in place of the daily window (a trace's flag)."""
+        self.cfg, self.seed, self._zone_of, self._capacity_of = cfg, seed, zone_h, capacity_j
+        self._charging = charging
         self._levels: dict[int, Level] = {}  # only clients that have spent energy
         self.optouts_s: list[float] = []  # when a row took a device below its threshold
         self.limited: set[int] = set()  # clients ever opted out or stopped by their battery
@@ -70,8 +81,9 @@ class Battery:
         """Capacity, initial state of charge (clipped to [0, 1]) and threshold of `client`."""
         cfg = self.cfg
         rng = generator(self.seed, Stream.BATTERY, client)
+        capacity_d = cfg.capacity_j if self._capacity_of is None else self._capacity_of(client)
         capacity, initial, threshold = (
-            _one(d, rng, client) for d in (cfg.capacity_j, cfg.initial_soc, cfg.threshold_soc)
+            _one(d, rng, client) for d in (capacity_d, cfg.initial_soc, cfg.threshold_soc)
         )
         return Cell(capacity, min(max(initial, 0.0), 1.0), min(max(threshold, 0.0), 1.0))
 
@@ -88,19 +100,35 @@ class Battery:
         if start is None:
             initial = cell.initial_soc * cell.capacity_j
             start = Level(0.0, initial, cell.initial_soc < cell.threshold_soc)
-        return self._advance(cell, start, t_s, self.zone_h(client))
+        return self._advance(cell, start, t_s, client)
 
-    def _advance(self, cell: Cell, lv: Level, t_s: float, zone_h: float) -> Level:
+    def _charging_of(self, client: int) -> Callable[[float], tuple[bool, float]]:
+        """t_s -> (is `client` charging at t_s, the instant that next changes)."""
+        if self._charging is not None:
+            by_trace = self._charging
+            return lambda t: by_trace(client, t)
+        zone_h = self.zone_h(client)
+        start_h, end_h = self.cfg.charging_start_hour, self.cfg.charging_end_hour
+
+        def window(t: float) -> tuple[bool, float]:
+            charging, to_edge_h = _window((t / HOUR_S + zone_h) % 24.0, start_h, end_h)
+            return charging, t + to_edge_h * HOUR_S
+
+        return window
+
+    def _advance(self, cell: Cell, lv: Level, t_s: float, client: int) -> Level:
         cfg = self.cfg
         t, charge, locked = lv
         low_j = cell.threshold_soc * cell.capacity_j
         resume_j = min(cell.threshold_soc + cfg.resume_margin_soc, 1.0) * cell.capacity_j
         if cfg.charging_power_w == 0 and cfg.idle_power_w == 0:
             return Level(max(t, t_s), charge, locked)
+        charging_at = self._charging_of(client)
         while t < t_s:
-            hour = (t / HOUR_S + zone_h) % 24.0
-            charging, to_edge_h = _window(hour, cfg.charging_start_hour, cfg.charging_end_hour)
-            end = min(t_s, t + to_edge_h * HOUR_S)
+            charging, edge_s = charging_at(t)
+            end = min(t_s, edge_s)
+            if end <= t:  # an edge rounded onto t: step past it
+                end = min(t_s, math.nextafter(t, math.inf))
             rate_w = (cfg.charging_power_w if charging else 0.0) - cfg.idle_power_w
             charge = min(max(charge + rate_w * (end - t), 0.0), cell.capacity_j)
             if rate_w < 0 and charge < low_j:

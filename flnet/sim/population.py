@@ -1,14 +1,16 @@
 """The client population as columns: every per-client attribute is one [N] array.
 
 An idle registered client costs its entries in these arrays (7 float64, 56 bytes; 2 more with
-positions, 1 more with D2D path loss), never a Python object, graph node, SimPy process or
-tensor; a link's rate, time and energy are computed from its endpoints' rows when a transfer
-happens (`flnet.sim.network`). Each column is drawn once, for all clients at once, from its
-stream: compute from DEVICES (cpu_hz, flops_per_cycle, kappa, in that order), radio from RADIO
-(tx power, circuit power, rx power, then distance and shadowing, or the direct SNRs), so the
-numbers are those of one draw per client in order; positions from POSITIONS (every x, then
-every y).
-"""
+positions, 1 more with D2D path loss, 1 byte more with device classes), never a Python object,
+graph node, SimPy process or tensor; a link's rate, time and energy are computed from its
+endpoints' rows when a transfer happens (`flnet.sim.network`). Each column is drawn once, for
+all clients at once, from its stream: compute from DEVICES (cpu_hz, flops_per_cycle, kappa, in
+that order), radio from RADIO (tx power, circuit power, rx power, then distance and shadowing,
+or the direct SNRs), so the numbers are those of one draw per client in order; positions from
+POSITIONS (every x, then every y). With `clients.device_classes`, each client's class is drawn
+from DEVICE_CLASSES (one draw of the column, after the others, so they are unchanged), and a
+class that gives its own cpu_hz, flops_per_cycle or kappa redraws its members' entries from
+CLASS_DEVICES keyed by the class's index (in that order)."""
 
 from __future__ import annotations
 
@@ -26,7 +28,7 @@ if TYPE_CHECKING:  # the scenario's sections, for annotations only
 
 
 class Population(NamedTuple):
-    """[N] float64 columns, one entry per registered client."""
+    """[N] columns, one entry per registered client (float64; `device_class` int8)."""
 
     cpu_hz: np.ndarray  # CPU frequency f
     flops_per_cycle: np.ndarray
@@ -38,6 +40,8 @@ class Population(NamedTuple):
     x_m: np.ndarray = np.empty(0)  # position (clients.positions); empty without positions
     y_m: np.ndarray = np.empty(0)
     radiated_w: np.ndarray = np.empty(0)  # tx power alone (no circuit): D2D path loss only
+    # index into clients.device_classes; empty without classes
+    device_class: np.ndarray = np.empty(0, dtype=np.int8)
 
     @property
     def size(self) -> int:
@@ -55,6 +59,15 @@ def build(clients: ClientsConfig, radio: Radio, seed: int) -> Population:
     cpu_hz = sample(clients.cpu_hz, rng, n)
     flops_per_cycle = sample(clients.flops_per_cycle, rng, n)
     kappa = sample(clients.kappa, rng, n)
+    device_class = device_classes(clients, seed)
+    for k, cls in enumerate(clients.device_classes or []):
+        rows = np.flatnonzero(device_class == k)
+        rng = generator(seed, Stream.CLASS_DEVICES, k)
+        for column, d in ((cpu_hz, cls.cpu_hz), (flops_per_cycle, cls.flops_per_cycle)):
+            if d is not None:
+                column[rows] = sample(d, rng, len(rows))
+        if cls.kappa is not None:
+            kappa[rows] = sample(cls.kappa, rng, len(rows))
     rng = generator(seed, Stream.RADIO)
     tx_power_w = dbm_to_w(sample(radio.tx_power_dbm, rng, n))
     circuit_w = sample(radio.tx_circuit_power_w, rng, n)
@@ -80,7 +93,19 @@ def build(clients: ClientsConfig, radio: Radio, seed: int) -> Population:
         x_m,
         y_m,
         radiated_w,
+        device_class,
     )
+
+
+def device_classes(clients: ClientsConfig, seed: int) -> np.ndarray:
+    """[N] int8: each client's index into `clients.device_classes`, drawn with the classes'
+    shares (empty without classes)."""
+    classes = clients.device_classes
+    if not classes:
+        return np.empty(0, dtype=np.int8)
+    shares = np.asarray([c.share for c in classes], dtype=float)
+    rng = generator(seed, Stream.DEVICE_CLASSES)
+    return rng.choice(len(classes), size=clients.count, p=shares / shares.sum()).astype(np.int8)
 
 
 def positions_m(clients: ClientsConfig, seed: int) -> tuple[np.ndarray, np.ndarray]:

@@ -4,14 +4,17 @@ flnet's own trace formats are plain CSV with a header row; lines that start with
 comments, except a ``# period_s: P`` line before the header, which makes every client of the
 file periodic with period P seconds.
 
-Availability: ``client, online_from_s, online_until_s`` and optionally ``tz_offset_s`` and
-``period_s``. A row says the client is online on ``[online_from_s, online_until_s)`` of its
-local clock; a row with both times empty declares a client that is never online. A client's
-rows come in time order and never overlap (touching is fine: they are merged). ``period_s``
-(one value per client; a column overrides the header) repeats the client's intervals every P
-seconds, so each must lie in ``[0, P]``. ``tz_offset_s`` (one per client) is the client's
-local clock minus the simulated clock: the client is online at simulated time t when its
-local time ``t + tz_offset_s`` (modulo P if periodic) lies in one of its intervals.
+Availability: ``client, online_from_s, online_until_s`` and optionally ``tz_offset_s``,
+``period_s`` and ``charging``. A row says the client is online on ``[online_from_s,
+online_until_s)`` of its local clock; a row with both times empty declares a client that is
+never online. A client's rows come in time order and never overlap (touching is fine: they are
+merged). ``period_s`` (one value per client; a column overrides the header) repeats the
+client's intervals every P seconds, so each must lie in ``[0, P]``. ``tz_offset_s`` (one per
+client) is the client's local clock minus the simulated clock: the client is online at
+simulated time t when its local time ``t + tz_offset_s`` (modulo P if periodic) lies in one of
+its intervals. ``charging`` (0 or 1 per interval; empty: 0) says the device is plugged in
+throughout that online interval: with ``clients.battery.charging: trace`` it charges then (and
+only then).
 
 Capacity: ``client, compute_s_per_sample, up_rate_bps, down_rate_bps``: the seconds one
 training sample takes on the device and its link rates (see `flnet.sim.world` for how they
@@ -40,7 +43,7 @@ if TYPE_CHECKING:  # the scenario's sections, for annotations only
 
 MAX_TRACE_BYTES = 1 << 30  # a trace larger than this is refused before it is read
 AVAILABILITY_COLUMNS = ("client", "online_from_s", "online_until_s")
-AVAILABILITY_OPTIONAL = ("tz_offset_s", "period_s")
+AVAILABILITY_OPTIONAL = ("tz_offset_s", "period_s", "charging")
 CAPACITY_COLUMNS = ("client", "compute_s_per_sample", "up_rate_bps", "down_rate_bps")
 
 Mapping = Literal["permuted", "in_order", "by_id"]
@@ -61,10 +64,32 @@ class IntervalTrace(NamedTuple):
     until_s: np.ndarray  # [R] float64
     tz_offset_s: np.ndarray  # [M] float64: local clock minus simulated clock
     period_s: np.ndarray  # [M] float64: inf when the client's trace does not repeat
+    # the intervals flagged `charging`, as a trace of their own (None: no charging column)
+    charging: IntervalTrace | None = None
 
     @property
     def size(self) -> int:
         return len(self.ids)
+
+    def state_until(self, row: int, t_s: float) -> tuple[bool, float]:
+        """(is trace client `row` inside one of its intervals at simulated `t_s`, the next
+        simulated instant that changes: the interval's end, or the next one's start; inf:
+        never). One client; what a battery walks its charging timeline with."""
+        period = float(self.period_s[row])
+        local = t_s + float(self.tz_offset_s[row])
+        if math.isfinite(period):
+            local = local % period
+        lo, hi = int(self.offsets[row]), int(self.offsets[row + 1])
+        if lo == hi:
+            return False, math.inf
+        j = lo + int(np.searchsorted(self.from_s[lo:hi], local, side="right")) - 1
+        if j >= lo and local < self.until_s[j]:
+            return True, t_s + (float(self.until_s[j]) - local)
+        if j + 1 < hi:
+            return False, t_s + (float(self.from_s[j + 1]) - local)
+        if math.isfinite(period):  # the first interval of the next period
+            return False, t_s + (float(self.from_s[lo]) + period - local)
+        return False, math.inf
 
     def online_until(self, rows: np.ndarray, t_s: float) -> np.ndarray:
         """[k] for trace clients `rows`: the simulated time the session holding `t_s` ends
@@ -169,6 +194,13 @@ class TraceReplay:
         absent = rows < 0
         until = self.trace.online_until(np.where(absent, 0, rows), t_s)
         return np.where(absent, t_s, until)
+
+    def charging_until(self, client: int, t_s: float) -> tuple[bool, float]:
+        """(is `client` charging at `t_s` by its trace's `charging` flag, when that next
+        changes); a client without a trace client never charges."""
+        assert self.trace.charging is not None
+        row = int(self.mapping(np.asarray([client]))[0])
+        return (False, math.inf) if row < 0 else self.trace.charging.state_until(row, t_s)
 
 
 class TraceSpeeds(NamedTuple):
@@ -344,6 +376,7 @@ def read_availability(path: str | Path) -> IntervalTrace:
     ids: list[int] = []
     froms: list[float] = []
     untils: list[float] = []
+    plugged: list[bool] = []  # each interval's charging flag
     for line, cells in rows:
         client = _client(path, line, cells[at["client"]])
         tz = (
@@ -400,17 +433,27 @@ def read_availability(path: str | Path) -> IntervalTrace:
         ids.append(client)
         froms.append(a)
         untils.append(b)
+        plugged.append("charging" in at and _flag(path, line, cells[at["charging"]]))
     if not constants:
         raise TraceError(f"{path}: no clients (the file has a header but no rows)")
     clients = np.array(sorted(constants), dtype=np.int64)
-    return _as_columns(
-        clients,
-        np.array([constants[int(c)][0] for c in clients]),
-        np.array([constants[int(c)][1] for c in clients]),
-        np.array(ids, dtype=np.int64),
-        np.array(froms, dtype=np.float64),
-        np.array(untils, dtype=np.float64),
+    tz_col = np.array([constants[int(c)][0] for c in clients])
+    period_col = np.array([constants[int(c)][1] for c in clients])
+    rows_of = np.array(ids, dtype=np.int64)
+    from_col, until_col = np.array(froms, dtype=np.float64), np.array(untils, dtype=np.float64)
+    trace = _as_columns(clients, tz_col, period_col, rows_of, from_col, until_col)
+    if "charging" not in at:
+        return trace
+    on = np.array(plugged, dtype=bool)
+    return trace._replace(
+        charging=_as_columns(clients, tz_col, period_col, rows_of[on], from_col[on], until_col[on])
     )
+
+
+def _flag(path: Path, line: int, text: str) -> bool:
+    if text not in ("", "0", "1"):
+        raise TraceError(f"{path}, line {line}: charging must be 0 or 1 (got {text!r})")
+    return text == "1"
 
 
 def _as_columns(

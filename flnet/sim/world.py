@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, cast
 import numpy as np
 import simpy
 
+from flnet.dists import AnyDist
 from flnet.errors import ScenarioError
 from flnet.rng import Stream, generator
 from flnet.sim import availability as availability_mod
@@ -35,12 +36,13 @@ from flnet.sim import population as population_mod
 from flnet.sim.availability import Availability, Diurnal
 from flnet.sim.battery import Battery
 from flnet.sim.channel import Channel, SharedBand, Transmission, band, timeout_at
+from flnet.sim.classes import ClassEnergy
 from flnet.sim.cuts import Cuts
 from flnet.sim.d2d import Airing, Airwaves
 from flnet.sim.device import compute_energy_j, compute_time_s
 from flnet.sim.ledger import NOBODY, Ledger, Tag
 from flnet.sim.network import Link, Network, d2d_link
-from flnet.sim.traces import TraceSpeeds, speeds_from
+from flnet.sim.traces import TraceError, TraceReplay, TraceSpeeds, speeds_from
 
 if TYPE_CHECKING:  # the scenario's sections, for annotations only
     from flnet.scenario import D2D, ClientsConfig, Radio
@@ -300,8 +302,19 @@ class World:
         self._cuts = Cuts(self.env)  # work to end when its session does
         self.battery: Battery | None = None
         if clients.battery is not None:
-            self.battery = Battery(clients.battery, seed, self._zone_of(clients))
-            self.ledger.on_row = self._drain
+            self.battery = Battery(
+                clients.battery,
+                seed,
+                self._zone_of(clients),
+                self._capacity_of(clients),
+                self._charging_of(clients),
+            )
+        self.class_energy: ClassEnergy | None = None  # energy by clients.device_classes
+        if clients.device_classes:
+            names = [c.name for c in clients.device_classes]
+            self.class_energy = ClassEnergy(names, pop.device_class)
+        if self.battery is not None or self.class_energy is not None:
+            self.ledger.on_row = self._on_row
         self.observers: list[Observer] = []
         self._stop_reason: str | None = None
         self._stop_requested: str | None = None
@@ -547,10 +560,42 @@ class World:
             return self.availability.zone_h
         return lambda c: 0.0
 
-    def _drain(self, node: int, end_s: float, energy_j: float, outcome: str) -> None:
-        assert self.battery is not None
-        if node < self.num_clients:
+    def _capacity_of(self, clients: ClientsConfig) -> Callable[[int], AnyDist] | None:
+        """Each client's battery capacity distribution, where device classes give their own."""
+        classes = clients.device_classes or []
+        if clients.battery is None or all(c.battery_capacity_j is None for c in classes):
+            return None
+        default = clients.battery.capacity_j
+        by_class = [c.battery_capacity_j or default for c in classes]
+        column = self.population.device_class
+        return lambda c: by_class[int(column[c])]
+
+    def _charging_of(
+        self, clients: ClientsConfig
+    ) -> Callable[[int, float], tuple[bool, float]] | None:
+        """With `battery.charging: trace`, the availability trace's charging flag (None: the
+        daily window)."""
+        if clients.battery is None or clients.battery.charging != "trace":
+            return None
+        replay = self.availability
+        assert isinstance(replay, TraceReplay)  # the scenario checks the kind
+        if replay.trace.charging is None:
+            path = getattr(clients.availability, "path", "")
+            raise TraceError(
+                f"{path} has no charging column (0 or 1 per interval), which "
+                "clients.battery.charging: trace needs",
+                field="clients.battery.charging",
+            )
+        return replay.charging_until
+
+    def _on_row(self, node: int, end_s: float, energy_j: float, outcome: str) -> None:
+        """A client's ledger row: drain its battery, add to its class's energy."""
+        if node >= self.num_clients:
+            return
+        if self.battery is not None:
             self.battery.spend(node, end_s, energy_j, outcome)
+        if self.class_energy is not None:
+            self.class_energy.add(node, energy_j)
 
     def fate(
         self,
