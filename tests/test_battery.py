@@ -9,6 +9,7 @@ import pytest
 
 from flnet.runner import run
 from flnet.scenario import BatteryConfig
+from flnet.sim.availability import Diurnal
 from flnet.sim.battery import Battery
 from flnet.sim.ledger import Tag
 from tests.test_availability import (
@@ -154,6 +155,13 @@ def test_charge_is_identical_after_resume(scenario, tmp_path):
         observers=(resumed_obs,),
     )
     assert whole_obs.levels == resumed_obs.levels and len(whole_obs.levels) > 0
+    # the batteries' caches (drawn columns, zones, the availability's answers at an instant)
+    # change no number: a fresh Battery fed the ledger's rows holds the same levels
+    sc = scenario(**BATTERY_RUN)
+    fresh = Battery(sc.clients.battery, sc.seed, Diurnal(sc.clients.availability, sc.seed).zone_h)
+    for row in whole.ledger[whole.ledger.node >= 0].itertuples():
+        fresh.spend(row.node, row.end_s, row.energy_j, row.outcome)
+    assert fresh._levels == whole_obs.levels
     assert whole.records.equals(resumed.records)
     assert whole.ledger.equals(resumed.ledger)
     rec = whole.records.iloc[-1]

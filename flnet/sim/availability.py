@@ -112,6 +112,12 @@ class Diurnal:
             self.hourly = None
             self.mean, self.amplitude, self.peak_h = cfg.mean_online, cfg.amplitude, cfg.peak_hour
         self.rate_bound_hz = self._rate_bound_hz()
+        # (session end, zone) of the clients found online at one instant: selection asks,
+        # then each started client's fate asks again and a battery asks its zone. Kept until
+        # the clock moves, so never more than the online clients asked at one instant. A
+        # cache of pure functions: a resume needs nothing.
+        self._memo_s = math.nan
+        self._memo: dict[int, tuple[float, float]] = {}
 
     # the curve, in local hours ------------------------------------------------------------
 
@@ -153,6 +159,9 @@ class Diurnal:
     # one client's timeline ----------------------------------------------------------------
 
     def zone_h(self, client: int) -> float:
+        known = self._memo.get(client)
+        if known is not None:
+            return known[1]
         rng = generator(self.seed, Stream.ZONES, client)
         return float(self.zones_h[rng.choice(len(self.zones_h), p=self.zone_p)])
 
@@ -168,8 +177,7 @@ class Diurnal:
         lengths = np.minimum(rng.exponential(self.session_s, n), MAX_SESSION_S)
         return np.stack([starts, starts + lengths], axis=1)[keep]
 
-    def _until(self, client: int, t_s: float) -> float:
-        zone = self.zone_h(client)
+    def _until(self, client: int, t_s: float, zone: float) -> float:
         day = math.floor(t_s / DAY_S)
         seen = np.concatenate([self.sessions(client, d, zone) for d in (day - 1, day)])
         holding = seen[(seen[:, 0] <= t_s) & (t_s < seen[:, 1])]
@@ -189,7 +197,21 @@ class Diurnal:
         return self.online_until(clients, t_s, draw) > t_s
 
     def online_until(self, clients: np.ndarray, t_s: float, draw: int) -> np.ndarray:
-        return np.array([self._until(c, t_s) for c in np.asarray(clients).tolist()], dtype=float)
+        if t_s != self._memo_s:
+            self._memo_s, self._memo = t_s, {}
+        memo = self._memo
+        out = []
+        for c in np.asarray(clients).tolist():
+            known = memo.get(c)
+            if known is None:
+                zone = self.zone_h(c)
+                until = self._until(c, t_s, zone)
+                if until > t_s:
+                    memo[c] = (until, zone)
+            else:
+                until = known[0]
+            out.append(until)
+        return np.array(out, dtype=float)
 
 
 def build(cfg: AvailabilityConfig, seed: int) -> Availability:

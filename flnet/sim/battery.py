@@ -68,6 +68,9 @@ class Battery:
         self.cfg, self.seed, self._zone_of, self._capacity_of = cfg, seed, zone_h, capacity_j
         self._charging = charging
         self._levels: dict[int, Level] = {}  # only clients that have spent energy
+        # their drawn columns and zone (nan until asked), kept beside their level (a cache:
+        # pure functions of the seed, rebuilt by a resumed run's replayed rows)
+        self._drawn: dict[int, tuple[Cell, float]] = {}
         self.optouts_s: list[float] = []  # when a row took a device below its threshold
         self.limited: set[int] = set()  # clients ever opted out or stopped by their battery
         self.empty_stops = 0  # ledger rows that ended as `battery`
@@ -79,6 +82,10 @@ class Battery:
 
     def cell(self, client: int) -> Cell:
         """Capacity, initial state of charge (clipped to [0, 1]) and threshold of `client`."""
+        drawn = self._drawn.get(client)
+        return drawn[0] if drawn is not None else self._draw(client)
+
+    def _draw(self, client: int) -> Cell:
         cfg = self.cfg
         rng = generator(self.seed, Stream.BATTERY, client)
         capacity_d = cfg.capacity_j if self._capacity_of is None else self._capacity_of(client)
@@ -88,7 +95,12 @@ class Battery:
         return Cell(capacity, min(max(initial, 0.0), 1.0), min(max(threshold, 0.0), 1.0))
 
     def zone_h(self, client: int) -> float:
-        return self._zone_of(client)
+        drawn = self._drawn.get(client)
+        if drawn is None:
+            return self._zone_of(client)
+        if math.isnan(drawn[1]):  # drawn when first needed
+            drawn = self._drawn[client] = (drawn[0], self._zone_of(client))
+        return drawn[1]
 
     # the timeline -------------------------------------------------------------------------
 
@@ -140,6 +152,8 @@ class Battery:
 
     def spend(self, client: int, t_s: float, energy_j: float, outcome: str) -> None:
         """A ledger row of `energy_j` on `client` that ended at `t_s` (the ledger's hook)."""
+        if client not in self._drawn:
+            self._drawn[client] = (self._draw(client), math.nan)
         cell = self.cell(client)
         lv = self.level(client, t_s)
         charge = max(lv.charge_j - energy_j, 0.0)

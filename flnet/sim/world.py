@@ -633,23 +633,18 @@ class World:
             u_slow, u_drop, point = rng.random(3).tolist()
             slowdown = cfg.slowdown_factor if u_slow < cfg.slowdown_probability else 1.0
         cut_outcome = "interrupted"
+        alone = None  # (download, compute without slowdown, upload) seconds, once
         if self.battery is not None:
+            alone = self._alone_one(client, work)
             empty_s = self._battery_cut_s(
-                client, now if start_s is None else start_s, work, slowdown
+                client, now if start_s is None else start_s, work, slowdown, alone
             )
             if empty_s < cut_s:
                 cut_s, cut_outcome = empty_s, "battery"
         if u_drop >= cfg.dropout_probability:
             return Fate(cut_s, slowdown=slowdown, judge=judge, cut_outcome=cut_outcome)
-        down_bits, flops, up_bits = work
-        net = self.network
-        times = np.array(
-            [
-                float(net.alone_s(down_bits, ids, down=True)[0]),
-                self._compute_time_s(client, flops) * slowdown,
-                float(net.alone_s(up_bits, ids)[0]),
-            ]
-        )
+        down_s, compute_s, up_s = alone or self._alone_one(client, work)
+        times = np.array([down_s, compute_s * slowdown, up_s])
         edges = np.cumsum(times) / times.sum() if times.sum() > 0 else np.array([0.0, 1, 1])
         phase = int(np.searchsorted(edges, point, side="right"))
         phase = min(phase, 2)
@@ -657,25 +652,43 @@ class World:
         share = (point - below) / (edges[phase] - below) if edges[phase] > below else 0.0
         return Fate(cut_s, phase, float(share), slowdown, judge, cut_outcome)
 
-    def _battery_cut_s(self, client: int, start_s: float, work: tuple, slowdown: float) -> float:
-        """When `client`'s battery runs empty if its download, compute and upload run back to
-        back from `start_s`, each alone on its band without fading (what is known when the
-        work starts; on a shared band or under fading the cut is this estimate). inf: never."""
-        assert self.battery is not None
+    def _alone_one(self, client: int, work: tuple) -> tuple[float, float, float]:
+        """`client`'s download, compute (without slowdown) and upload seconds for `work`
+        ((down_bits, flops, up_bits)), each alone on its band without fading."""
         down_bits, flops, up_bits = work
         ids = np.asarray([client], dtype=np.int64)
         net = self.network
+        return (
+            float(net.alone_s(down_bits, ids, down=True)[0]),
+            self._compute_time_s(client, flops),
+            float(net.alone_s(up_bits, ids)[0]),
+        )
+
+    def _battery_cut_s(
+        self,
+        client: int,
+        start_s: float,
+        work: tuple,
+        slowdown: float,
+        alone: tuple[float, float, float],
+    ) -> float:
+        """When `client`'s battery runs empty if its download, compute and upload (`alone`:
+        `_alone_one`) run back to back from `start_s`, each alone on its band without fading
+        (what is known when the work starts; on a shared band or under fading the cut is this
+        estimate). inf: never."""
+        assert self.battery is not None
+        flops = work[1]
+        down_s, compute_s, up_s = alone
         down, up = self.link(-1, client), self.link(client, -1)
-        compute_s = self._compute_time_s(client, flops)
         phases = [
-            (float(net.alone_s(down_bits, ids, down=True)[0]), down.power_w),
+            (down_s, down.power_w),
             (
                 compute_s * slowdown,
                 self._compute_energy_j(client, flops) / compute_s / slowdown
                 if compute_s > 0
                 else 0.0,
             ),
-            (float(net.alone_s(up_bits, ids)[0]), up.power_w),
+            (up_s, up.power_w),
         ]
         return self.battery.empty_s(client, start_s, phases)
 
