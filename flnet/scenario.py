@@ -581,6 +581,15 @@ class ClientsConfig(Strict):
                 "clients.device_classes.share",
                 f"shares sum to {math.fsum(c.share for c in classes):g}, must sum to 1",
             )
+        for name in ("cpu_hz", "flops_per_cycle", "kappa"):
+            if self.capacity_trace is not None and any(
+                getattr(c, name) is not None for c in classes
+            ):
+                raise inconsistent(
+                    f"clients.device_classes.{name}",
+                    "a capacity trace replaces the device columns; drop the class's "
+                    f"{name} or clients.capacity_trace",
+                )
         if self.battery is None and any(c.battery_capacity_j is not None for c in classes):
             raise inconsistent(
                 "clients.device_classes.battery_capacity_j",

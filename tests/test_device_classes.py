@@ -118,3 +118,10 @@ def test_records_carry_energy_per_class_and_resume_identically(scenario, tmp_pat
 def test_bad_device_classes_are_refused_naming_the_field(scenario, classes, words):
     with pytest.raises(ScenarioError, match=words):
         scenario(clients={"count": 3, "device_classes": classes})
+
+
+def test_a_class_cannot_set_device_columns_a_capacity_trace_replaces(scenario):
+    trace = {"path": "speeds.csv", "compute_power_w": 1.0}
+    fast = [{"name": "a", "share": 1.0, "kappa": 1e-27}]
+    with pytest.raises(ScenarioError, match="device_classes.kappa.*capacity trace replaces"):
+        scenario(clients={"count": 3, "device_classes": fast, "capacity_trace": trace})
