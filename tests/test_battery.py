@@ -251,3 +251,32 @@ def test_charging_from_a_trace_needs_a_trace_with_the_flag(scenario, tmp_path):
     bad.write_text("client,online_from_s,online_until_s,charging\n0,0,10,yes\n")
     with pytest.raises(TraceError, match="line 2: charging must be 0 or 1"):
         world_of(scenario, 1, availability={"kind": "trace", "path": str(bad)})
+
+
+@pytest.mark.parametrize("window_h", [(22.0, 7.0), (1.0, 2.5), (3.0, 3.0)])
+def test_the_records_levels_for_all_clients_at_once_are_each_clients_level(window_h):
+    """`levels_at` walks every client's timeline at once; it gives, bit for bit, what `level`
+    gives one client at a time: random rows over three days, four zones, drain and charging
+    crossing the threshold both ways."""
+    start_h, end_h = window_h
+    cfg = BatteryConfig(
+        capacity_j={"kind": "uniform", "low": 500.0, "high": 2000.0},
+        idle_power_w=0.002,
+        charging_power_w=0.05,
+        charging_start_hour=start_h,
+        charging_end_hour=end_h,
+    )
+    b = Battery(cfg, seed=3, zone_h=lambda c: (-5.0, 1.0, 8.0, 5.5)[c % 4])
+    rng = np.random.default_rng(0)
+    times = np.sort(rng.uniform(0, 2 * 86_400.0, 400))
+    for t_s, client in zip(times.tolist(), rng.integers(60, size=400).tolist()):
+        b.spend(client, t_s, float(rng.exponential(100.0)), "ok")
+    out = []
+    for t_s in (times[-1], 2.5 * 86_400.0, 3 * 86_400.0 + 1234.5):
+        charge, capacity, locked = b.levels_at(t_s)
+        one = [b.level(c, t_s) for c in b._levels]
+        assert charge.tolist() == [lv.charge_j for lv in one]
+        assert locked.tolist() == [lv.locked for lv in one]
+        assert capacity.tolist() == [b.cell(c).capacity_j for c in b._levels]
+        out.append(int(locked.sum()))
+    assert 0 < max(out) and min(out) < len(locked)

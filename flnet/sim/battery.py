@@ -188,17 +188,53 @@ class Battery:
             t += seconds
         return math.inf
 
+    def levels_at(self, t_s: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(charge_j, capacity_j, locked) at `t_s` of every client with an entry, in entry
+        order: `level` of each, the daily window's timeline walked for all at once (the same
+        operations on arrays, so the same numbers: tests/test_battery.py)."""
+        clients = list(self._levels)
+        cells = [self.cell(c) for c in clients]
+        capacity = np.array([c.capacity_j for c in cells], dtype=float)
+        if self._charging is not None:  # a trace's flag: one client at a time
+            levels = [self.level(c, t_s) for c in clients]
+            charge = np.array([lv.charge_j for lv in levels], dtype=float)
+            return charge, capacity, np.array([lv.locked for lv in levels], dtype=bool)
+        cfg = self.cfg
+        start = list(self._levels.values())
+        t = np.array([lv.t_s for lv in start], dtype=float)
+        charge = np.array([lv.charge_j for lv in start], dtype=float)
+        locked = np.array([lv.locked for lv in start], dtype=bool)
+        if cfg.charging_power_w == 0 and cfg.idle_power_w == 0:
+            return charge, capacity, locked
+        threshold = np.array([c.threshold_soc for c in cells], dtype=float)
+        low_j = threshold * capacity
+        resume_j = np.minimum(threshold + cfg.resume_margin_soc, 1.0) * capacity
+        zone_h = np.array([self.zone_h(c) for c in clients], dtype=float)
+        active = t < t_s
+        while active.any():
+            charging, to_edge_h = _windows(
+                np.mod(t / HOUR_S + zone_h, 24.0), cfg.charging_start_hour, cfg.charging_end_hour
+            )
+            end = np.minimum(t_s, t + to_edge_h * HOUR_S)
+            end = np.where(end <= t, np.minimum(t_s, np.nextafter(t, math.inf)), end)
+            rate_w = np.where(charging, cfg.charging_power_w, 0.0) - cfg.idle_power_w
+            new = np.minimum(np.maximum(charge + rate_w * (end - t), 0.0), capacity)
+            charge = np.where(active, new, charge)
+            locked = np.where(active & (rate_w < 0) & (new < low_j), True, locked)
+            locked = np.where(active & (rate_w > 0) & (new >= resume_j), False, locked)
+            t = np.where(active, end, t)
+            active = t < t_s
+        return charge, capacity, locked
+
     def figures(self, t_s: float) -> dict[str, float]:
         """The records' battery columns at `t_s`: of the clients that have taken part, how
         many are opted out now; clients ever taken below their threshold by a row or stopped
         empty (`limited`); such opt-outs so far and in the last hour; work stopped empty; and
         the participants' mean and minimum state of charge (O(participants), never O(N))."""
-        levels = [self.level(c, t_s) for c in self._levels]
-        soc = np.asarray(
-            [lv.charge_j / self.cell(c).capacity_j for c, lv in zip(self._levels, levels)]
-        )
+        charge_j, capacity_j, locked = self.levels_at(t_s)
+        soc = charge_j / capacity_j
         return {
-            "battery_opted_out": float(sum(lv.locked for lv in levels)),
+            "battery_opted_out": float(locked.sum()),
             "battery_limited_clients": float(len(self.limited)),
             "battery_optouts": float(len(self.optouts_s)),
             "battery_optouts_last_h": float(
@@ -215,6 +251,18 @@ def _one(d: object, rng: np.random.Generator, client: int) -> float:
     if isinstance(d, PerClient):
         return float(d.values[client])
     return float(sample(d, rng, 1)[0])  # type: ignore[arg-type]
+
+
+def _windows(hour: np.ndarray, start_h: float, end_h: float) -> tuple[np.ndarray, np.ndarray]:
+    """`_window` for an array of local hours."""
+    if start_h == end_h:
+        return np.zeros(len(hour), dtype=bool), np.full(len(hour), 24.0)
+    if start_h < end_h:
+        inside = (start_h <= hour) & (hour < end_h)
+    else:
+        inside = (hour >= start_h) | (hour < end_h)
+    to_edge_h = np.mod(np.where(inside, end_h, start_h) - hour, 24.0)
+    return inside, np.where(to_edge_h == 0, 24.0, to_edge_h)
 
 
 def _window(hour: float, start_h: float, end_h: float) -> tuple[bool, float]:
