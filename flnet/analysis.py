@@ -372,6 +372,7 @@ def accuracy_at(
     if (t_s is None) == (round_ is None):
         raise FlnetError("accuracy_at takes one of t_s or round_")
     column, at = ("sim_time_s", t_s) if t_s is not None else ("round", round_)
+    assert at is not None
     if not _ok(run):
         first = run.iloc[0] if len(run) else None
         end = _end(run, column, first)
@@ -420,10 +421,8 @@ def median_range(
 
 def statuses(status: pd.Series, diverged_round: pd.Series | None = None) -> str:
     """The runs' statuses in one cell: ``3 completed``, ``2 completed, 1 diverged at round 40``."""
-    shown = [
-        ended_as(s, None if diverged_round is None else diverged_round.loc[i])
-        for i, s in status.items()
-    ]
+    rounds = [None] * len(status) if diverged_round is None else list(diverged_round)
+    shown = [ended_as(s, r) for s, r in zip(status, rounds)]
     counts = pd.Series(shown, dtype=object).value_counts(sort=False)
     return ", ".join(f"{n} {s}" for s, n in counts.items())
 
