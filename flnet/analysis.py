@@ -251,12 +251,18 @@ def pareto(df: pd.DataFrame, objectives: dict[str, str] | None = None) -> pd.Dat
 
 
 def read_records(path: str | Path) -> pd.DataFrame:
-    """A sweep folder's (or a run folder's) records, or a records file."""
+    """A sweep folder's (or a run folder's) records, or a records file; a sweep's records come
+    with each run's status from the points.csv beside them (`with_status`), so a diverged run
+    is read as one."""
     path = Path(path)
     candidates = [path] if path.is_file() else [path / "records.parquet", path / "records.csv"]
     for p in candidates:
         if p.exists():
-            return pd.read_parquet(p) if p.suffix == ".parquet" else pd.read_csv(p)
+            records = pd.read_parquet(p) if p.suffix == ".parquet" else pd.read_csv(p)
+            points = p.parent / "points.csv"
+            if "point" in records and points.exists():
+                records = with_status(records, pd.read_csv(points))
+            return records
     raise FlnetError(f"no records in {path} (expected records.parquet or records.csv)")
 
 
@@ -341,7 +347,7 @@ def with_status(
     status = ended[[*on, "status"]].assign(
         diverged_round=ended.get("diverged_round", math.nan),
         ended_s=ended.get("sim_time_s", math.nan),
-    )
+    ).drop_duplicates(subset=on)  # a sweep lists a point once per grid cell that names it
     return records.drop(columns=[c for c in STATUS if c in records]).merge(
         status, on=on, how="left", validate="many_to_one"
     )

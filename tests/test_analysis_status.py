@@ -139,3 +139,13 @@ def test_a_claim_is_decided_seed_by_seed():
         "holds in 2 of 3 seeds",
         "holds in 2 of 3 seeds, 1 undecided",
     )
+
+
+def test_a_sweeps_records_are_read_with_their_points_status(tmp_path):
+    from flnet.analysis import read_records
+
+    run("div", [0.6, 0.91]).to_csv(tmp_path / "records.csv", index=False)
+    POINTS.to_csv(tmp_path / "points.csv", index=False)
+    records = read_records(tmp_path)
+    assert (records.status == "diverged").all()
+    assert not to_target(records, 0.9).reached.iloc[0]  # `flnet analyze` refuses it too
