@@ -344,10 +344,14 @@ def with_status(
     missing = [c for c in (*on, "status") if c not in ended]
     if missing:
         raise FlnetError(f"the points table has no column {', '.join(missing)}")
-    status = ended[[*on, "status"]].assign(
-        diverged_round=ended.get("diverged_round", math.nan),
-        ended_s=ended.get("sim_time_s", math.nan),
-    ).drop_duplicates(subset=on)  # a sweep lists a point once per grid cell that names it
+    status = (
+        ended[[*on, "status"]]
+        .assign(
+            diverged_round=ended.get("diverged_round", math.nan),
+            ended_s=ended.get("sim_time_s", math.nan),
+        )
+        .drop_duplicates(subset=on)
+    )  # a sweep lists a point once per grid cell that names it
     return records.drop(columns=[c for c in STATUS if c in records]).merge(
         status, on=on, how="left", validate="many_to_one"
     )
@@ -405,10 +409,12 @@ def median_range(
     values: pd.Series, status: pd.Series | None = None, never: str = "never", digits: int = 4
 ) -> str:
     """``median [min-max]`` of the runs' `values` that are figures, then how many runs have
-    none and why: a run whose `status` is not completed by its status (``1 diverged``), a
+    none and why (`status`: the same runs in the same order): a run whose `status` is not completed by its status (``1 diverged``), a
     completed run with NaN as `never` (e.g. never reached the target). A run that ended badly
     but has a figure (its accuracy before it diverged) is in the median."""
     ok = values.notna()
+    if status is not None:  # the runs in `values`' order, whatever its index
+        status = pd.Series(status.to_numpy(), index=values.index)
     parts = []
     if ok.any():
         v = values[ok].astype(float)
