@@ -409,9 +409,10 @@ def median_range(
     values: pd.Series, status: pd.Series | None = None, never: str = "never", digits: int = 4
 ) -> str:
     """``median [min-max]`` of the runs' `values` that are figures, then how many runs have
-    none and why (`status`: the same runs in the same order): a run whose `status` is not completed by its status (``1 diverged``), a
-    completed run with NaN as `never` (e.g. never reached the target). A run that ended badly
-    but has a figure (its accuracy before it diverged) is in the median."""
+    none and why (`status`: the same runs in the same order): a run whose status is not
+    completed by its status (``1 diverged``), a completed run with NaN as `never` (e.g. never
+    reached the target). A run that ended badly but has a figure (its accuracy before it
+    diverged) is in the median."""
     ok = values.notna()
     if status is not None:  # the runs in `values`' order, whatever its index
         status = pd.Series(status.to_numpy(), index=values.index)
