@@ -20,7 +20,9 @@ machine is shared). Per method it prints the median [min-max] over seeds of the 
 at a quarter, half and all of the time, the seconds and joules to `--target` accuracy, the
 joules spent, and the joules wasted on work that came to nothing (`flnet.analysis.
 wasted_energy_j`: dropped, interrupted, cut at the deadline, cancelled by over-selection,
-lost), and writes the tables as CSV under the folder given.
+lost), and writes the tables as CSV under the folder given. A run that diverged has no
+accuracy from where it diverged and never reaches the target: it is counted by its status
+(`flnet.analysis.median_range`), never entered at its last finite accuracy.
 
     python analysis/availability_study.py runs/availability_study
     python analysis/availability_study.py runs/availability_study --smoke   # seconds
@@ -34,7 +36,15 @@ from pathlib import Path
 
 import pandas as pd
 
-from flnet.analysis import to_target, wasted_energy_j
+from flnet.analysis import (
+    accuracy_at,
+    ended_as,
+    median_range,
+    statuses,
+    to_target,
+    wasted_energy_j,
+    with_status,
+)
 
 LOCAL = {"steps": 10, "batch_size": 32, "lr": 0.05}
 DEADLINE_S = 30.0
@@ -86,19 +96,14 @@ def scenario(variant: str, seed: int, hours: float, smoke: bool) -> dict:
 
 
 def run_one(variant: str, seed: int, hours: float, smoke: bool) -> tuple[pd.DataFrame, dict]:
-    """(records with `variant`, the wasted joules by outcome) of one run."""
+    """(records with `variant` and how the run ended, the wasted joules by outcome) of one
+    run."""
     import flnet
 
     res = flnet.run(flnet.load_scenario(data=scenario(variant, seed, hours, smoke)), write=False)
     assert res.ledger is not None
-    records = res.records.assign(variant=variant)
+    records = with_status(res.records, res.summary).assign(variant=variant)
     return records, wasted_energy_j(res.ledger)
-
-
-def accuracy_at(records: pd.DataFrame, t_s: float) -> float:
-    """Test accuracy of the last evaluation at or before simulated time `t_s`."""
-    seen = records[records.sim_time_s <= t_s]
-    return float(seen.test_accuracy.iloc[-1]) if len(seen) else math.nan
 
 
 def per_run_row(records: pd.DataFrame, wasted: dict, hours: float, target: float) -> dict:
@@ -108,10 +113,12 @@ def per_run_row(records: pd.DataFrame, wasted: dict, hours: float, target: float
     row = {
         "variant": records.variant.iloc[0],
         "seed": int(records.seed.iloc[0]),
+        "status": records.status.iloc[0],
+        "ended": ended_as(records.status.iloc[0], records.diverged_round.iloc[0]),
         "steps": int(records["round"].iloc[-1]),
-        "acc_quarter": accuracy_at(records, horizon / 4),
-        "acc_half": accuracy_at(records, horizon / 2),
-        "acc_end": accuracy_at(records, horizon),
+        "acc_quarter": accuracy_at(records, t_s=horizon / 4),
+        "acc_half": accuracy_at(records, t_s=horizon / 2),
+        "acc_end": accuracy_at(records, t_s=horizon),
         "seconds_to_target": reached.seconds_to_target,
         "joules_to_target": reached.joules_to_target,
         "joules": spent,
@@ -121,14 +128,6 @@ def per_run_row(records: pd.DataFrame, wasted: dict, hours: float, target: float
     row["wasted_j"] = sum(wasted.values())
     row["wasted_share"] = row["wasted_j"] / spent if spent > 0 else math.nan
     return row
-
-
-def _median_range(values: pd.Series) -> str:
-    if values.isna().all():
-        return "never"
-    lo, mid, hi = values.min(), values.median(), values.max()
-    never = " (some never)" if values.isna().any() else ""
-    return f"{mid:.4g} [{lo:.4g}-{hi:.4g}]{never}"
 
 
 SHOWN = {
@@ -144,11 +143,12 @@ SHOWN = {
 
 
 def summary(per_run: pd.DataFrame) -> pd.DataFrame:
-    """One row per method: median [min-max] over seeds of each figure."""
+    """One row per method: how its runs ended, then median [min-max] over seeds of each figure,
+    runs without one counted by why (never reached, diverged, ...)."""
     rows = []
     for variant, runs in per_run.groupby("variant", sort=False):
-        row = {"method": variant, "seeds": len(runs)}
-        row.update({label: _median_range(runs[col]) for col, label in SHOWN.items()})
+        row = {"method": variant, "seeds": len(runs), "ended": statuses(runs.status)}
+        row.update({label: median_range(runs[col], runs.status) for col, label in SHOWN.items()})
         rows.append(row)
     return pd.DataFrame(rows)
 

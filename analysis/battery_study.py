@@ -13,12 +13,14 @@ joules grow with tau while rounds stay in seconds to minutes. For tau in `TAUS`:
 - fedbuff: 10 training at once, K = 5.
 
 Each runs for `--hours` of simulated time (default 24: afternoon, night and morning) with 3
-seeds (`flnet.run`, one at a time, a seed at a time). Per method and tau it prints the median
-[min-max] over seeds of the test accuracy at the end of each simulated day (the last: at the
-run's end), the clients limited by their battery (taken below their threshold by their work,
-or stopped empty), opt-outs, work stopped empty, the participants' final mean state of charge,
-the share of the joules spent on the rows an empty battery stopped and the joules spent; and
-writes the tables as CSV under the folder given.
+seeds (`flnet.run`, one at a time, a seed at a time). Per method and tau it prints how its runs
+ended (a run that diverged has no accuracy from where it diverged: it is counted by its status,
+never entered at its last finite accuracy) and the median [min-max] over seeds of the test
+accuracy at the end of each simulated day (the last: at the run's end), the clients limited
+by their battery (taken below their threshold by their work, or stopped empty), opt-outs,
+work stopped empty, the participants' final mean state of charge, the share of the joules
+spent on the rows an empty battery stopped and the joules spent; and writes the tables as CSV
+under the folder given.
 
     python analysis/battery_study.py runs/battery_study
     python analysis/battery_study.py runs/battery_study --smoke   # seconds
@@ -31,6 +33,8 @@ import math
 from pathlib import Path
 
 import pandas as pd
+
+from flnet.analysis import accuracy_at, ended_as, median_range, statuses, with_status
 
 TAUS = (1, 5, 20)
 METHODS: dict[str, dict] = {
@@ -78,7 +82,8 @@ def scenario(method: str, tau: int, seed: int, hours: float, smoke: bool) -> dic
 
 
 def run_one(method: str, tau: int, seed: int, hours: float, smoke: bool) -> pd.DataFrame:
-    """The records of one run, with `method`, `tau` and the joules of work stopped empty."""
+    """The records of one run, with `method`, `tau`, how it ended and the joules of work
+    stopped empty."""
     import flnet
 
     res = flnet.run(
@@ -87,13 +92,7 @@ def run_one(method: str, tau: int, seed: int, hours: float, smoke: bool) -> pd.D
     assert res.ledger is not None
     led = res.ledger
     empty_j = float(led.energy_j[led.outcome == "battery"].sum())
-    return res.records.assign(method=method, tau=tau, empty_j=empty_j)
-
-
-def accuracy_at(records: pd.DataFrame, t_s: float) -> float:
-    """Test accuracy of the last evaluation at or before simulated time `t_s`."""
-    seen = records[records.sim_time_s <= t_s]
-    return float(seen.test_accuracy.iloc[-1]) if len(seen) else math.nan
+    return with_status(res.records, res.summary).assign(method=method, tau=tau, empty_j=empty_j)
 
 
 def per_run_row(records: pd.DataFrame, hours: float) -> dict:
@@ -102,13 +101,14 @@ def per_run_row(records: pd.DataFrame, hours: float) -> dict:
         "method": last.method,
         "tau": int(last.tau),
         "seed": int(last.seed),
+        "status": last.status,
+        "ended": ended_as(last.status, last.diverged_round),
         "steps": int(last["round"]),
         "events": int(last.events),
     }
     days = max(1, math.ceil(hours * 3600.0 / DAY_S - 1e-9))
-    for d in range(1, days + 1):  # the last: the run's final evaluation (at its end)
-        end = d * DAY_S if d < days else math.inf
-        row[f"acc_day{d}"] = accuracy_at(records, end)
+    for d in range(1, days + 1):  # the last: the run's end
+        row[f"acc_day{d}"] = accuracy_at(records, t_s=d * DAY_S if d < days else math.inf)
     row.update(
         limited=float(last.battery_limited_clients),
         optouts=float(last.battery_optouts),
@@ -120,20 +120,14 @@ def per_run_row(records: pd.DataFrame, hours: float) -> dict:
     return row
 
 
-def _median_range(values: pd.Series) -> str:
-    if values.isna().all():
-        return "-"
-    lo, mid, hi = values.min(), values.median(), values.max()
-    return f"{mid:.3g} [{lo:.3g}-{hi:.3g}]"
-
-
 def summary(per_run: pd.DataFrame) -> pd.DataFrame:
-    """One row per (method, tau): median [min-max] over seeds of each figure."""
-    shown = [c for c in per_run.columns if c not in ("method", "tau", "seed")]
+    """One row per (method, tau): how its runs ended, then median [min-max] over seeds of each
+    figure (a run without one counted by why)."""
+    shown = [c for c in per_run.columns if c not in ("method", "tau", "seed", "status", "ended")]
     rows = []
     for (method, tau), runs in per_run.groupby(["method", "tau"], sort=False):
-        row = {"method": method, "tau": tau, "seeds": len(runs)}
-        row.update({c: _median_range(runs[c]) for c in shown})
+        row = {"method": method, "tau": tau, "seeds": len(runs), "ended": statuses(runs.status)}
+        row.update({c: median_range(runs[c], runs.status, digits=3) for c in shown})
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -161,7 +155,8 @@ def main(argv: list[str] | None = None) -> dict[str, pd.DataFrame]:
                 r = rows[-1]
                 print(
                     f"  {method} tau {tau} seed {seed}: {r['steps']} steps, {r['events']} "
-                    f"results, accuracy {records.test_accuracy.iloc[-1]:.3f}, "
+                    f"results, {r['ended']}, "
+                    f"accuracy {accuracy_at(records, t_s=math.inf):.3f}, "
                     f"{r['limited']:.0f} clients battery-limited, {r['optouts']:.0f} opt-outs",
                     flush=True,
                 )

@@ -9,6 +9,11 @@ Figures are block-averaged accuracies (predictor m, or FedAvg's model, on block 
 averaged over blocks), over the last cycle (mean, min, max): the paper's Fig. 2 measure. Each
 run's simulated seconds and joules stand beside its rounds (MC-PSGD moves twice the models).
 
+Every claim is decided in each seed on that seed's runs, then reported as "holds in k of n
+seeds" (`flnet.analysis.per_seed`; "holds" only when it holds in all); a seed where a run the
+claim needs did not complete (diverged) is undecided, never a pass, and a diverged run has no
+figures (never its last finite accuracy). The numbers are medians [min-max] over seeds.
+
 - C1: (a) FedAvg-cyclic's last-cycle band >= 5 points and its mean <= shuffled - 5 points;
   (b, must pass) MM and MC (exponential) last-cycle mean >= FedAvg-cyclic's last-cycle max;
   (c) MM, MC >= shuffled - 1 point; (d) MM, MC band <= 1/3 of FedAvg's.
@@ -36,6 +41,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from flnet.analysis import OK, ended_as, median_range, per_seed, with_status
 from flnet.runner import run
 from flnet.scenario import load_scenario, merge
 
@@ -94,23 +100,33 @@ def one_run(
             },
         )
     )
-    rec = run(sc, write=False).records
+    result = run(sc, write=False)
+    rec = with_status(result.records, result.summary)
     rec["block_avg"] = rec["block_accuracy_mean"] if cyclic else rec["test_accuracy"]
     return rec.assign(method=method, seed=seed, blocks=blocks, steps=steps, clients=clients)
 
 
-def last_cycle(rec: pd.DataFrame, cycle_rounds: int) -> dict[str, float]:
+def ok(rec: pd.DataFrame) -> bool:
+    return bool(rec.status.iloc[0] == OK)
+
+
+def last_cycle(rec: pd.DataFrame, cycle_rounds: int) -> dict[str, Any]:
+    """The last cycle's block-averaged accuracy (mean, min, max) and the run's costs; a run that
+    did not complete has no accuracy figures (NaN), never its last finite ones."""
     end = int(rec["round"].max())
     tail = rec[rec["round"] > end - cycle_rounds]["block_avg"]
     last = rec.iloc[-1]
     per_predictor = [c for c in rec.columns if c.startswith("predictor_")]
     # block-agnostic: each predictor (FedAvg: its model) on the whole test set, mean over them
     agnostic = last[per_predictor].mean() if per_predictor else last.test_accuracy
+    good = ok(rec)
     return {
-        "full_test_accuracy": float(agnostic),
-        "mean": float(tail.mean()),
-        "min": float(tail.min()),
-        "max": float(tail.max()),
+        "status": last.status,
+        "ended": ended_as(last.status, last.diverged_round),
+        "full_test_accuracy": float(agnostic) if good else np.nan,
+        "mean": float(tail.mean()) if good else np.nan,
+        "min": float(tail.min()) if good else np.nan,
+        "max": float(tail.max()) if good else np.nan,
         "rounds": end,
         "sim_time_s": float(last.sim_time_s),
         "energy_j": float(last.energy_j),
@@ -120,16 +136,29 @@ def last_cycle(rec: pd.DataFrame, cycle_rounds: int) -> dict[str, float]:
 
 def first_round_at(rec: pd.DataFrame, threshold: float) -> tuple[float, float, float]:
     """(round, seconds, joules) when the block-averaged accuracy first reaches `threshold`
-    (nan: never)."""
+    (nan: never, or the run did not complete: refused, as `flnet.analysis.to_target`)."""
     hit = rec[rec["block_avg"] >= threshold]
-    if hit.empty:
+    if hit.empty or not ok(rec):
         return (np.nan, np.nan, np.nan)
     row = hit.iloc[0]
     return (float(row["round"]), float(row.sim_time_s), float(row.energy_j))
 
 
-def claim(name: str, holds: bool, numbers: str) -> dict[str, Any]:
-    return {"claim": name, "holds": "holds" if holds else "does not hold", "numbers": numbers}
+def decided(needed: list[bool], holds: bool) -> bool | None:
+    """A seed's verdict, None (undecided) when a run the claim needs did not complete."""
+    return holds if all(needed) else None
+
+
+def claim(name: str, holds: pd.Series, numbers: str) -> dict[str, Any]:
+    """One claim decided per seed (`holds`: True, False or None per seed)."""
+    verdict, detail = per_seed(holds)
+    return {"claim": name, "holds": verdict, "seeds": detail, "numbers": numbers}
+
+
+def med(values: Any, status: Any = None, digits: int = 3) -> str:
+    """median [min-max] over seeds, runs without a figure counted by why."""
+    v = pd.Series(list(values), dtype=float)
+    return median_range(v, None if status is None else pd.Series(list(status)), digits=digits)
 
 
 def main(argv: list[str] | None = None) -> dict[str, pd.DataFrame]:
@@ -151,83 +180,107 @@ def main(argv: list[str] | None = None) -> dict[str, pd.DataFrame]:
     stats = {k: last_cycle(r, cycle_rounds) for k, r in c1.items()}
     rows += [{"study": "C1", "method": m, "seed": s, **v} for (m, s), v in stats.items()]
 
-    def avg(method: str, key: str) -> float:
-        return float(np.mean([stats[(method, s)][key] for s in seeds]))
+    def fig(method: str, key: str) -> list[float]:
+        return [stats[(method, s)][key] for s in seeds]
 
-    fa_band = avg("fedavg_cyclic", "max") - avg("fedavg_cyclic", "min")
-    shuf = avg("fedavg_shuffled", "mean")
-    a = fa_band >= 0.05 and avg("fedavg_cyclic", "mean") <= shuf - 0.05
-    b = min(avg("mm_ema", "mean"), avg("mc_ema", "mean")) >= avg("fedavg_cyclic", "max")
-    c = min(avg("mm_ema", "mean"), avg("mc_ema", "mean")) >= shuf - 0.01
-    bands = [avg(m, "max") - avg(m, "min") for m in ("mm_ema", "mc_ema")]
-    d = max(bands) <= fa_band / 3
+    def done(*methods: str) -> dict[int, bool]:
+        return {s: all(stats[(m, s)]["status"] == OK for m in methods) for s in seeds}
+
+    def band(method: str) -> list[float]:
+        return [hi - lo for hi, lo in zip(fig(method, "max"), fig(method, "min"))]
+
+    def shown(method: str, key: str = "mean") -> str:
+        return med(fig(method, key), fig(method, "status"))
+
+    fa_band, mm_band, mc_band = band("fedavg_cyclic"), band("mm_ema"), band("mc_ema")
+    one = done("fedavg_cyclic", "fedavg_shuffled", "mm_ema", "mc_ema")
+    a, b, c, d = [], [], [], []
+    for i, s in enumerate(seeds):
+        fa, sh = stats[("fedavg_cyclic", s)], stats[("fedavg_shuffled", s)]
+        mm, mc = stats[("mm_ema", s)], stats[("mc_ema", s)]
+        lowest = min(mm["mean"], mc["mean"])
+        a.append(decided([one[s]], fa_band[i] >= 0.05 and fa["mean"] <= sh["mean"] - 0.05))
+        b.append(decided([one[s]], lowest >= fa["max"]))
+        c.append(decided([one[s]], lowest >= sh["mean"] - 0.01))
+        d.append(decided([one[s]], max(mm_band[i], mc_band[i]) <= fa_band[i] / 3))
+    ratio = [x / y for x, y in zip(fig("mc_ema", "bits_up"), fig("mm_ema", "bits_up"))]
     nums = (
-        f"last-cycle mean [min, max]: FedAvg-cyclic {avg('fedavg_cyclic', 'mean'):.3f} "
-        f"[{avg('fedavg_cyclic', 'min'):.3f}, {avg('fedavg_cyclic', 'max'):.3f}], shuffled "
-        f"{shuf:.3f}, MM ema {avg('mm_ema', 'mean'):.3f} (band {bands[0]:.3f}), MC ema "
-        f"{avg('mc_ema', 'mean'):.3f} (band {bands[1]:.3f}), MM uniform "
-        f"{avg('mm_uniform', 'mean'):.3f}; on the whole test set MM "
-        f"{avg('mm_ema', 'full_test_accuracy'):.3f}, "
-        f"MC {avg('mc_ema', 'full_test_accuracy'):.3f}, "
-        f"FedAvg-cyclic {avg('fedavg_cyclic', 'full_test_accuracy'):.3f}; "
-        f"seconds MM {avg('mm_ema', 'sim_time_s'):.1f} vs MC "
-        f"{avg('mc_ema', 'sim_time_s'):.1f}, joules MM {avg('mm_ema', 'energy_j'):.2f} vs MC "
-        f"{avg('mc_ema', 'energy_j'):.2f}, uplink bits MC/MM "
-        f"{avg('mc_ema', 'bits_up') / avg('mm_ema', 'bits_up'):.3f}"
+        f"last-cycle mean: FedAvg-cyclic {shown('fedavg_cyclic')}, its min "
+        f"{shown('fedavg_cyclic', 'min')}, max {shown('fedavg_cyclic', 'max')}, band "
+        f"{med(fa_band)}; shuffled {shown('fedavg_shuffled')}; MM ema {shown('mm_ema')} (band "
+        f"{med(mm_band)}); MC ema {shown('mc_ema')} (band {med(mc_band)}); MM uniform "
+        f"{shown('mm_uniform')}; on the whole test set MM {shown('mm_ema', 'full_test_accuracy')}"
+        f", MC {shown('mc_ema', 'full_test_accuracy')}, FedAvg-cyclic "
+        f"{shown('fedavg_cyclic', 'full_test_accuracy')}; seconds MM "
+        f"{med(fig('mm_ema', 'sim_time_s'), digits=4)} vs MC "
+        f"{med(fig('mc_ema', 'sim_time_s'), digits=4)}, joules MM "
+        f"{med(fig('mm_ema', 'energy_j'))} vs MC {med(fig('mc_ema', 'energy_j'))}, uplink bits "
+        f"MC/MM {med(ratio, digits=4)}"
     )
     claims += [
-        claim("C1a FedAvg-cyclic oscillates, below shuffled", a, nums),
-        claim("C1b MM, MC mean >= FedAvg-cyclic max (must pass)", b, nums),
-        claim("C1c MM, MC >= shuffled - 1 point", c, nums),
-        claim("C1d MM, MC band <= FedAvg band / 3", d, nums),
+        claim("C1a FedAvg-cyclic oscillates, below shuffled", pd.Series(a), nums),
+        claim("C1b MM, MC mean >= FedAvg-cyclic max (must pass)", pd.Series(b), nums),
+        claim("C1c MM, MC >= shuffled - 1 point", pd.Series(c), nums),
+        claim("C1d MM, MC band <= FedAvg band / 3", pd.Series(d), nums),
     ]
-    at = {
-        r: float(np.mean([c1[("mm_ema", s)].set_index("round").block_avg[r] for s in seeds]))
-        for r in (e, e + 10 if not args.smoke else e + 5)
-    }
-    (r0, r1), (v0, v1) = at.keys(), at.values()
+    r0, r1 = e, e + 10 if not args.smoke else e + 5
+    jump = {}
+    for s in seeds:
+        by_round = c1[("mm_ema", s)].set_index("round").block_avg
+        jump[s] = (by_round.get(r0, np.nan), by_round.get(r1, np.nan))
+    mm_ok = done("mm_ema")
     claims.append(
         claim(
             "C5 MM jumps at block 2's first visit",
-            v1 >= v0 + 0.15,
-            f"{r0}: {v0:.3f}, {r1}: {v1:.3f}",
+            pd.Series([decided([mm_ok[s]], v1 >= v0 + 0.15) for s, (v0, v1) in jump.items()]),
+            f"{r0}: {med([v[0] for v in jump.values()])}, "
+            f"{r1}: {med([v[1] for v in jump.values()])}",
         )
     )
 
     # C2: M * E fixed
     m_values = [2, 5] if args.smoke else [2, 5, 10]
-    c2: dict[tuple[str, int], float] = {}
+    c2: dict[tuple[str, int, int], dict] = {}
     for m_blocks in m_values:
         for method in ("fedavg_cyclic", "mm_ema", "mc_ema"):
-            vals = []
             for s in seeds:
                 rec = one_run(
                     method, s, blocks=m_blocks, rounds_per_block=2 * e // m_blocks, cycles=cycles
                 )
                 st = last_cycle(rec, cycle_rounds)
                 rows.append({"study": "C2", "method": method, "seed": s, "blocks": m_blocks, **st})
-                vals.append(st["mean"])
-            c2[(method, m_blocks)] = float(np.mean(vals))
-    fa = [c2[("fedavg_cyclic", m)] for m in m_values]
-    ok = all(x > y for x, y in zip(fa, fa[1:])) and all(
-        c2[(meth, m)] >= c2[(meth, m_values[0])] - 0.01
-        for meth in ("mm_ema", "mc_ema")
-        for m in m_values
-    )
+                c2[(method, m_blocks, s)] = st
+    holds2 = []
+    for s in seeds:
+        fa = [c2[("fedavg_cyclic", m, s)]["mean"] for m in m_values]
+        steady = all(
+            c2[(meth, m, s)]["mean"] >= c2[(meth, m_values[0], s)]["mean"] - 0.01
+            for meth in ("mm_ema", "mc_ema")
+            for m in m_values
+        )
+        needed = [st["status"] == OK for (_, _, seed), st in c2.items() if seed == s]
+        holds2.append(decided(needed, all(x > y for x, y in zip(fa, fa[1:])) and steady))
     claims.append(
         claim(
             "C2 FedAvg-cyclic degrades with M, MM and MC do not",
-            ok,
-            ", ".join(f"{k[0]} M={k[1]}: {v:.3f}" for k, v in c2.items()),
+            pd.Series(holds2),
+            ", ".join(
+                f"{meth} M={m}: "
+                + med(
+                    [c2[(meth, m, s)]["mean"] for s in seeds],
+                    [c2[(meth, m, s)]["status"] for s in seeds],
+                )
+                for meth in ("fedavg_cyclic", "mm_ema", "mc_ema")
+                for m in m_values
+            ),
         )
     )
 
     # C3: rounds (seconds, joules) to a threshold at I = 5 and I = 20
     threshold = 0.96
-    c3: dict[tuple[str, int], list] = {}
+    c3: dict[tuple[str, int, int], tuple] = {}
     for steps in (5, 20):
         for method in ("fedavg_cyclic", "mm_ema", "mc_ema"):
-            hits = []
             for s in seeds:
                 rec = one_run(
                     method,
@@ -245,33 +298,50 @@ def main(argv: list[str] | None = None) -> dict[str, pd.DataFrame]:
                         "method": method,
                         "seed": s,
                         "steps": steps,
+                        "status": rec.status.iloc[0],
+                        "ended": ended_as(rec.status.iloc[0], rec.diverged_round.iloc[0]),
                         "rounds_to_threshold": hit[0],
                         "seconds_to_threshold": hit[1],
                         "joules_to_threshold": hit[2],
                     }
                 )
-                hits.append(hit)
-            c3[(method, steps)] = list(np.mean(np.array(hits), axis=0))
-    ok = all(c3[(m, 20)][0] < c3[(m, 5)][0] for m in ("mm_ema", "mc_ema")) and all(
-        np.isnan(c3[("fedavg_cyclic", i)][0]) for i in (5, 20)
-    )
+                c3[(method, steps, s)] = (*hit, rec.status.iloc[0])
+
+    def fewer(method: str, s: int) -> bool:
+        """Reaches the threshold at I = 20, in fewer rounds than at I = 5 (never = infinity)."""
+        r5, r20 = c3[(method, 5, s)][0], c3[(method, 20, s)][0]
+        return bool(np.isfinite(r20) and (np.isnan(r5) or r20 < r5))
+
+    holds3 = [
+        decided(
+            [c3[k][3] == OK for k in c3 if k[2] == s],
+            fewer("mm_ema", s)
+            and fewer("mc_ema", s)
+            and all(np.isnan(c3[("fedavg_cyclic", i, s)][0]) for i in (5, 20)),
+        )
+        for s in seeds
+    ]
+
+    def cost(method: str, steps: int, j: int, digits: int = 3) -> str:
+        values = [c3[(method, steps, s)][j] for s in seeds]
+        return med(values, [c3[(method, steps, s)][3] for s in seeds], digits=digits)
+
     claims.append(
         claim(
             f"C3 fewer rounds to {threshold} at I=20 than I=5; FedAvg-cyclic never",
-            ok,
+            pd.Series(holds3),
             ", ".join(
-                f"{k[0]} I={k[1]}: {v[0]:.0f} rounds / {v[1]:.2f} s / {v[2]:.3f} J"
-                for k, v in c3.items()
+                f"{m} I={i}: {cost(m, i, 0)} rounds / {cost(m, i, 1)} s / {cost(m, i, 2)} J"
+                for i in (5, 20)
+                for m in ("fedavg_cyclic", "mm_ema", "mc_ema")
             ),
         )
     )
 
     # C4: partial participation from a pool of 80
-    c4 = {}
+    c4: dict[tuple[str, float, int], dict] = {}
     for method in ("mm_ema", "mc_ema"):
-        full = avg(method, "mean")
         for frac in (0.25, 0.5):
-            vals = []
             for s in seeds:
                 rec = one_run(
                     method,
@@ -284,13 +354,32 @@ def main(argv: list[str] | None = None) -> dict[str, pd.DataFrame]:
                 )
                 st = last_cycle(rec, cycle_rounds)
                 rows.append({"study": "C4", "method": method, "seed": s, "fraction": frac, **st})
-                vals.append(st["mean"])
-            c4[(method, frac)] = (float(np.mean(vals)), full)
+                c4[(method, frac, s)] = st
+    holds4 = [
+        decided(
+            [st["status"] == OK for k, st in c4.items() if k[2] == s]
+            + [stats[(m, s)]["status"] == OK for m in ("mm_ema", "mc_ema")],
+            all(
+                abs(st["mean"] - stats[(k[0], s)]["mean"]) <= 0.015
+                for k, st in c4.items()
+                if k[2] == s
+            ),
+        )
+        for s in seeds
+    ]
     claims.append(
         claim(
             "C4 partial participation within 1.5 points",
-            all(abs(v - f) <= 0.015 for v, f in c4.values()),
-            ", ".join(f"{k[0]} {k[1]}: {v:.3f} (full {f:.3f})" for k, (v, f) in c4.items()),
+            pd.Series(holds4),
+            ", ".join(
+                f"{m} {f}: "
+                + med(
+                    [c4[(m, f, s)]["mean"] for s in seeds], [c4[(m, f, s)]["status"] for s in seeds]
+                )
+                + f" (full {shown(m)})"
+                for m in ("mm_ema", "mc_ema")
+                for f in (0.25, 0.5)
+            ),
         )
     )
 

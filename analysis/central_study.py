@@ -15,11 +15,15 @@ checks >= 10). Model: an MLP (64 hidden), charged as the paper's KMNIST CNN
 are Eq. 18's. Every algorithm runs plain SGD at lr 0.1 (the energy study's) and its own config
 defaults: nothing is tuned here, and nothing is ever chosen on test accuracy.
 
-It prints, per algorithm, the final worst-client and mean-client accuracy (mean and standard
-deviation over seeds; a diverged run counts as chance, 0.1; worst_last10: the worst-client
-accuracy averaged over the last 10 evaluations, less noisy than one round's) and the rounds,
-simulated seconds and joules to a worst-client target (median over seeds; a seed that never
-reaches it is censored: "> R" with what it spent), then each seed's numbers. An algorithm
+It prints, per algorithm, how its runs ended, the final worst-client and mean-client accuracy
+(median [min-max] over seeds; worst_last10: the worst-client accuracy averaged over the last 10
+evaluations, less noisy than one round's) and the rounds, simulated seconds and joules to a
+worst-client target (median over seeds; a seed that never reaches it is censored: "> R" with
+what it spent), then each seed's numbers. A run that diverged, failed or was killed has no
+final accuracy (it is counted by its status, never entered at its last finite figure or as
+chance) and never reaches the target, even if it passed it before it diverged
+(`flnet.analysis.to_target`); failed points stay in the tables (the points table is the list
+of runs, the records are joined to it). An algorithm
 not in this flnet (`flnet.algorithms.configs.CONFIGS`) is listed as not available. Each
 algorithm's runs go to --out/<algorithm>/ (a sweep: finished runs are reused when the script
 runs again), the tables to --out as CSV: summary.csv, per_seed.csv.
@@ -34,7 +38,7 @@ import numpy as np
 import pandas as pd
 
 from flnet.algorithms.configs import CONFIGS
-from flnet.analysis import to_target
+from flnet.analysis import OK, ended_as, median_range, statuses, to_target, with_status
 from flnet.learn.data import load
 from flnet.scenario import Scenario
 from flnet.sweeps import run_sweep, spec_from
@@ -42,7 +46,6 @@ from flnet.sweeps import run_sweep, spec_from
 ALGORITHMS = ("fedavg", "fedprox", "scaffold", "feddyn", "moon", "drfa", "drdm")
 METRIC = "client_accuracy_worst"
 MIN_LOCAL_TEST_ROWS = 10
-CHANCE = 0.1  # digits has 10 classes: a diverged run's accuracy
 
 
 def algorithm(name: str, per_round: int) -> dict:
@@ -96,18 +99,23 @@ def torch_cpu():
     return torch.device("cpu")
 
 
-def _spread(values: pd.Series) -> str:
-    return f"{values.mean():.3f} ± {values.std(ddof=0):.3f}"
-
-
 def _cost(run: pd.DataFrame, cost: str) -> str:
-    """Median over seeds of the cost to target; censored seeds count as infinite, and when
-    the median is censored it reads '> x' with the least any censored seed spent."""
+    """Median over seeds of the cost to target; censored seeds (and runs that did not complete)
+    count as infinite, and when the median is censored it reads '> x' with the least any
+    censored seed spent; runs that did not complete are named (``(1 diverged)``)."""
     values = run[f"{cost}_to_target"].fillna(np.inf)
-    med = float(np.median(values))
+    med = float(np.median(values)) if len(values) else np.inf
+    bad = run.status[run.status != OK] if "status" in run else pd.Series(dtype=object)
+    told = ", ".join(f"{n} {s}" for s, n in bad.value_counts(sort=False).items())
+    suffix = f" ({told})" if told else ""
     if np.isfinite(med):
-        return f"{med:.4g}"
-    return f"> {run[f'censored_at_{cost}'].min():.4g}"
+        return f"{med:.4g}{suffix}"
+    spent = run[f"censored_at_{cost}"].min()
+    return (f"> {spent:.4g}" if pd.notna(spent) else "-") + suffix
+
+
+def _shown(runs: pd.DataFrame, col: str) -> str:
+    return median_range(runs[col], runs.status, digits=3)
 
 
 def summary(per_run: pd.DataFrame, final: pd.DataFrame, available: list[str]) -> pd.DataFrame:
@@ -121,18 +129,53 @@ def summary(per_run: pd.DataFrame, final: pd.DataFrame, available: list[str]) ->
             {
                 "algorithm": name,
                 "available": True,
-                "worst_client_acc": _spread(f[METRIC]),
-                "worst_last10": _spread(f.worst_last10),
-                "mean_client_acc": _spread(f["client_accuracy_mean"]),
-                "test_acc": _spread(f["test_accuracy"]),
-                "worst_mean": f[METRIC].mean(),
-                "reached": f"{int(r.reached.sum())}/{len(r)}",
+                "ended": statuses(f.status, f.diverged_round),
+                "worst_client_acc": _shown(f, METRIC),
+                "worst_last10": _shown(f, "worst_last10"),
+                "mean_client_acc": _shown(f, "client_accuracy_mean"),
+                "test_acc": _shown(f, "test_accuracy"),
+                "worst_median": f[METRIC].median(),
+                "reached": f"{int(r.reached.sum())}/{len(f)}",
                 "rounds_to_target": _cost(r, "rounds"),
                 "seconds_to_target": _cost(r, "seconds"),
                 "joules_to_target": _cost(r, "joules"),
             }
         )
     return pd.DataFrame(rows)
+
+
+def outcomes(
+    points: pd.DataFrame, records: pd.DataFrame, target: float
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(per_run: each point's cost to the worst-client `target`, refused for runs that did not
+    complete; final: each point's final accuracies, NaN for those runs). Both hold every point of
+    the points table, with or without records (a failed point has none)."""
+    points = points[["algorithm", "seed", "point", "status", "diverged_round", "sim_time_s"]]
+    records = with_status(records, points.drop(columns=["algorithm", "seed"]))
+    per_run = to_target(records, target, METRIC, keys=["algorithm", "seed"])
+    last = records.sort_values("round").groupby(["algorithm", "seed"], sort=False).tail(1)
+    tail = records.sort_values("round").groupby(["algorithm", "seed"], sort=False).tail(10)
+    smooth = tail.groupby(["algorithm", "seed"])[METRIC].mean().rename("worst_last10")
+    final = (
+        points[["algorithm", "seed", "status", "diverged_round"]]
+        .merge(
+            last[["algorithm", "seed", "round", METRIC, "client_accuracy_mean", "test_accuracy"]],
+            on=["algorithm", "seed"],
+            how="left",
+        )
+        .merge(smooth.reset_index(), on=["algorithm", "seed"], how="left")
+    )
+    unfinished = final.status != OK  # its last finite figures are not its result
+    accuracies = [METRIC, "worst_last10", "client_accuracy_mean", "test_accuracy"]
+    final.loc[unfinished, accuracies] = np.nan
+    final.insert(3, "ended", [ended_as(s, r) for s, r in zip(final.status, final.diverged_round)])
+    per_run = final[["algorithm", "seed", "status"]].merge(
+        per_run.drop(columns=["status", "diverged_round", "ended_s"], errors="ignore"),
+        on=["algorithm", "seed"],
+        how="left",
+    )
+    per_run["reached"] = per_run.reached.astype("boolean").fillna(False).astype(bool)
+    return per_run, final
 
 
 def main(argv: list[str] | None = None) -> dict[str, pd.DataFrame]:
@@ -162,20 +205,9 @@ def main(argv: list[str] | None = None) -> dict[str, pd.DataFrame]:
         )
         for name in available
     ]
-    records = pd.concat([r.records for r in results], ignore_index=True)
     points = pd.concat([r.table.assign(algorithm=n) for n, r in zip(available, results)])
-    per_run = to_target(records, args.target, METRIC, keys=["algorithm", "seed"])
-    last = records.sort_values("round").groupby(["algorithm", "seed"], sort=False).tail(1)
-    tail = records.sort_values("round").groupby(["algorithm", "seed"], sort=False).tail(10)
-    smooth = tail.groupby(["algorithm", "seed"])[METRIC].mean().rename("worst_last10")
-    final = (
-        last[["algorithm", "seed", "round", METRIC, "client_accuracy_mean", "test_accuracy"]]
-        .merge(smooth.reset_index(), on=["algorithm", "seed"])
-        .merge(points[["algorithm", "seed", "status"]], on=["algorithm", "seed"])
-    )
-    diverged = final.status == "diverged"  # its last finite figures are not its result
-    accuracies = [METRIC, "worst_last10", "client_accuracy_mean", "test_accuracy"]
-    final.loc[diverged, accuracies] = CHANCE
+    records = pd.concat([r.records for r in results], ignore_index=True)
+    per_run, final = outcomes(points, records, args.target)
     table = summary(per_run, final, available)
     per_seed = final.merge(
         per_run[
@@ -184,16 +216,18 @@ def main(argv: list[str] | None = None) -> dict[str, pd.DataFrame]:
             + [f"censored_at_{c}" for c in ("rounds", "seconds", "joules")]
         ],
         on=["algorithm", "seed"],
+        how="left",
     ).sort_values(["algorithm", "seed"])
     table.to_csv(out / "summary.csv", index=False)
     per_seed.to_csv(out / "per_seed.csv", index=False)
 
     print(
         f"N = {clients}, m = {per_round}, {rounds} rounds, seeds {seeds}; digits, Zipf 0.3 + "
-        f"Dir 0.1; >= {fewest} local test rows per client. Final accuracy: mean ± sd over "
-        f"seeds. To worst-client >= {args.target:g}: median over seeds (censored: '> spent')."
+        f"Dir 0.1; >= {fewest} local test rows per client. Final accuracy: median [min-max] over "
+        f"seeds (runs that did not complete counted by status). To worst-client >= "
+        f"{args.target:g}: median over seeds (censored: '> spent')."
     )
-    shown = table.drop(columns=["worst_mean"], errors="ignore")
+    shown = table.drop(columns=["worst_median"], errors="ignore")
     print(shown.fillna("-").to_string(index=False))
     if missing:
         print(f"not available in this flnet: {', '.join(missing)}")

@@ -25,6 +25,10 @@ joules as well as rounds.
 
 Tables are printed and written under --out (default runs/gossip_study): ole.csv (one row per
 run), ole_summary.csv, ole_beta.csv, dfl_grid.csv, dfl_best.csv, golf.csv, golf_summary.csv.
+A run that diverged has no final accuracy (NaN, its `ended` column says "diverged at round
+r"), never reaches a target and is never the best cell; summaries are medians [min-max] over
+seeds with the runs that have no figure counted by why (`flnet.analysis.median_range`), and
+claims are decided seed by seed.
 """
 
 from __future__ import annotations
@@ -38,7 +42,17 @@ import numpy as np
 import pandas as pd
 
 from flnet.algorithms.oledfl import OleWarning
-from flnet.analysis import device_costs, to_target
+from flnet.analysis import (
+    OK,
+    accuracy_at,
+    device_costs,
+    ended_as,
+    median_range,
+    per_seed,
+    statuses,
+    to_target,
+    with_status,
+)
 from flnet.errors import TopologyWarning
 from flnet.runner import build, run
 from flnet.scenario import load_scenario, merge
@@ -93,7 +107,18 @@ def scenario(base: dict, name: str, **sections: Any) -> Any:
 
 
 def records(sc: Any) -> pd.DataFrame:
-    return run(sc, write=False).records
+    """One run's records with how it ended (`flnet.analysis.with_status`)."""
+    result = run(sc, write=False)
+    return with_status(result.records, result.summary)
+
+
+def final(rec: pd.DataFrame, metric: str = "test_accuracy") -> float:
+    """`metric` at the run's end: NaN for a run that diverged (never its last finite figure)."""
+    return accuracy_at(rec, round_=float(rec["round"].max()), metric=metric)
+
+
+def ended(rec: pd.DataFrame) -> str:
+    return ended_as(rec.status.iloc[0], rec.diverged_round.iloc[0])
 
 
 def stable_beta(sc: Any) -> float:
@@ -137,10 +162,12 @@ def ole(seeds: list[int], rounds: int, topologies: list[str]) -> pd.DataFrame:
                             "seed": seed,
                             "algorithm": name,
                             "beta": alg.get("beta", 0.0),
-                            "test_accuracy": last.test_accuracy,
-                            "node_accuracy_mean": last.node_accuracy_mean,
-                            "node_accuracy_worst": last.node_accuracy_worst,
-                            "consensus_distance": last.consensus_distance,
+                            "status": rec.status.iloc[0],
+                            "ended": ended(rec),
+                            "test_accuracy": final(rec),
+                            "node_accuracy_mean": final(rec, "node_accuracy_mean"),
+                            "node_accuracy_worst": final(rec, "node_accuracy_worst"),
+                            "consensus_distance": final(rec, "consensus_distance"),
                             "rounds_to_target": hit.rounds_to_target,
                             "seconds_to_target": hit.seconds_to_target,
                             "joules_to_target": hit.joules_to_target,
@@ -160,61 +187,75 @@ def ole_beta(seeds: list[int], rounds: int, betas: tuple) -> pd.DataFrame:
             alg = {"name": "oledfl_sgd", "topology": OLE_TOPOLOGIES["ring"], "beta": beta}
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", OleWarning)  # the point of the sweep
-                result = run(
-                    scenario(
-                        OLE_BASE, "ole_beta", seed=seed, algorithm=alg, run={"rounds": rounds}
-                    ),
-                    write=False,
+                rec = records(
+                    scenario(OLE_BASE, "ole_beta", seed=seed, algorithm=alg, run={"rounds": rounds})
                 )
-            last = result.records.iloc[-1]
             rows.append(
                 {
                     "beta": beta,
                     "seed": seed,
-                    "stop_reason": result.summary["stop_reason"],
-                    "round": last["round"],
-                    "test_accuracy": last.test_accuracy,
-                    "consensus_distance": last.consensus_distance,
+                    "status": rec.status.iloc[0],
+                    "diverged_round": rec.diverged_round.iloc[0],
+                    "test_accuracy": final(rec),
+                    "consensus_distance": final(rec, "consensus_distance"),
+                    # the last finite figure before it diverged: how far it had run away
+                    "last_consensus_distance": rec.consensus_distance.iloc[-1],
                 }
             )
     df = pd.DataFrame(rows)
-    return (
-        df.groupby("beta")
-        .agg(
-            test_accuracy=("test_accuracy", "mean"),
-            consensus_distance=("consensus_distance", "mean"),
-            stop_reasons=("stop_reason", lambda r: " ".join(sorted(set(r)))),
+    out = []
+    for beta, g in df.groupby("beta"):
+        out.append(
+            {
+                "beta": beta,
+                "seeds": len(g),
+                "ended": statuses(g.status, g.diverged_round),
+                "test_accuracy": median_range(g.test_accuracy, g.status, digits=3),
+                "consensus_distance": median_range(g.consensus_distance, g.status, digits=3),
+                "last_finite_consensus": g.last_consensus_distance.median(),
+            }
         )
-        .reset_index()
-    )
+    return pd.DataFrame(out)
 
 
 def ole_summary(df: pd.DataFrame) -> pd.DataFrame:
-    """Per topology and pair: means over seeds, and the Ole method's gain in every seed."""
+    """Per topology and pair: median [min-max] over seeds, and the claims decided seed by seed
+    (paired by seed; a seed where either run diverged is undecided): C1 the Ole method's
+    accuracy is higher, C3 its consensus distance lower."""
     rows = []
     for topo_name, per_topo in df.groupby("topology", sort=False):
         for base_name, ole_name in OLE_PAIRS:
             a = per_topo[per_topo.algorithm == base_name].set_index("seed")
             b = per_topo[per_topo.algorithm == ole_name].set_index("seed")
-            gain = b.test_accuracy - a.test_accuracy
+            both = (a.status == OK) & (b.status.reindex(a.index) == OK)
+            gain = 100 * (b.test_accuracy - a.test_accuracy)
+            c1 = (gain > 0).where(both, None)
+            c3 = (b.consensus_distance < a.consensus_distance).where(both, None)
+            bad = pd.Series("undecided", index=gain.index).where(~both, OK)
+
+            def shown(col: str, runs: pd.DataFrame, digits: int = 3, never: str = "never") -> str:
+                return median_range(runs[col], runs.status, never=never, digits=digits)
+
             rows.append(
                 {
                     "topology": topo_name,
                     "pair": f"{ole_name} vs {base_name}",
                     "beta": b.beta.iloc[0],
-                    "acc_base": a.test_accuracy.mean(),
-                    "acc_ole": b.test_accuracy.mean(),
-                    "gain_mean": gain.mean(),
-                    "gain_min": gain.min(),
-                    "gain_max": gain.max(),
-                    "worst_node_base": a.node_accuracy_worst.mean(),
-                    "worst_node_ole": b.node_accuracy_worst.mean(),
-                    "consensus_base": a.consensus_distance.mean(),
-                    "consensus_ole": b.consensus_distance.mean(),
-                    "rounds_to_target_base": a.rounds_to_target.median(),
-                    "rounds_to_target_ole": b.rounds_to_target.median(),
-                    "joules_to_target_base": a.joules_to_target.median(),
-                    "joules_to_target_ole": b.joules_to_target.median(),
+                    "ended_base": statuses(a.status),
+                    "ended_ole": statuses(b.status),
+                    "acc_base": shown("test_accuracy", a),
+                    "acc_ole": shown("test_accuracy", b),
+                    "gain_points": median_range(gain, bad, digits=2),
+                    "C1_higher_accuracy": per_seed(c1)[1],
+                    "worst_node_base": shown("node_accuracy_worst", a),
+                    "worst_node_ole": shown("node_accuracy_worst", b),
+                    "consensus_base": shown("consensus_distance", a),
+                    "consensus_ole": shown("consensus_distance", b),
+                    "C3_lower_consensus": per_seed(c3)[1],
+                    "rounds_to_target_base": shown("rounds_to_target", a),
+                    "rounds_to_target_ole": shown("rounds_to_target", b),
+                    "joules_to_target_base": shown("joules_to_target", a),
+                    "joules_to_target_ole": shown("joules_to_target", b),
                 }
             )
     return pd.DataFrame(rows)
@@ -260,7 +301,8 @@ def dfl_grid(
                             radio=radio(link, access),
                             run={"time_budget_s": budget},
                         )
-                        last = records(sc).iloc[-1]
+                        rec = records(sc)
+                        last = rec.iloc[-1]
                         rows.append(
                             {
                                 "link": link,
@@ -271,8 +313,10 @@ def dfl_grid(
                                 "tau2": tau2,
                                 "seed": seed,
                                 "rounds": last["round"],
-                                "test_accuracy": last.test_accuracy,
-                                "consensus_distance": last.consensus_distance,
+                                "status": rec.status.iloc[0],
+                                "ended": ended(rec),
+                                "test_accuracy": final(rec),
+                                "consensus_distance": final(rec, "consensus_distance"),
                                 "energy_j": last.energy_j,
                                 "bits_d2d": last.bits_d2d,
                             }
@@ -282,10 +326,13 @@ def dfl_grid(
 
 def dfl_best(grid: pd.DataFrame) -> pd.DataFrame:
     """Per radio and algorithm: the (tau1, tau2) with the best accuracy at the budget in each
-    seed, and the cell with the best median accuracy over seeds (with its spread)."""
+    seed, and the cell with the best median accuracy over seeds (with its spread). A run that
+    diverged counts as the worst accuracy, so it is never the best; its cell's spread shows
+    it."""
     rows = []
     for (link, access, name), g in grid.groupby(["link", "access", "algorithm"], sort=False):
-        per_seed = g.loc[g.groupby("seed").test_accuracy.idxmax()]
+        g = g.assign(test_accuracy=g.test_accuracy.fillna(-np.inf))
+        best_of_seed = g.loc[g.groupby("seed").test_accuracy.idxmax()]
         cells = g.groupby(["tau1", "tau2"]).test_accuracy.agg(["median", "min", "max"])
         best = cells["median"].idxmax()
         rows.append(
@@ -299,8 +346,9 @@ def dfl_best(grid: pd.DataFrame) -> pd.DataFrame:
                 "accuracy_median": cells.loc[best, "median"],
                 "accuracy_range": f"{cells.loc[best, 'min']:.3f}-{cells.loc[best, 'max']:.3f}",
                 "best_per_seed": " ".join(
-                    f"({a},{b})" for a, b in zip(per_seed.tau1, per_seed.tau2)
+                    f"({a},{b})" for a, b in zip(best_of_seed.tau1, best_of_seed.tau2)
                 ),
+                "diverged_runs": int((g.status == "diverged").sum()),
                 "worst_cell_median": cells["median"].min(),
             }
         )
@@ -326,7 +374,7 @@ def golf(seeds: list[int], rounds: int) -> pd.DataFrame:
                 OLE_BASE, alg["name"], seed=seed, algorithm=alg, run={"rounds": n, "eval_every": 1}
             )
             result = run(sc, write=False)
-            rec = result.records
+            rec = with_status(result.records, result.summary)
             rec["bits"] = rec.bits_up + rec.bits_down + rec.bits_d2d
             recs[label] = (rec, result.ledger)
         equal_bits = min(r.bits.iloc[-1] for r, _ in recs.values())
@@ -339,7 +387,8 @@ def golf(seeds: list[int], rounds: int) -> pd.DataFrame:
                     "method": label,
                     "bits": at.bits,
                     "round": at["round"],
-                    "test_accuracy": at.test_accuracy,
+                    "status": rec.status.iloc[0],
+                    "test_accuracy": accuracy_at(rec, round_=at["round"]),
                     "seconds": at.sim_time_s,
                     "joules": at.energy_j,
                     "joules_radio": at.energy_uplink_j + at.energy_downlink_j + at.energy_d2d_j,
@@ -350,23 +399,26 @@ def golf(seeds: list[int], rounds: int) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+GOLF_SHOWN = (
+    "bits",
+    "round",
+    "test_accuracy",
+    "seconds",
+    "joules",
+    "joules_radio",
+    "joules_busiest_device",
+    "bits_sent_busiest_device",
+)
+
+
 def golf_summary(df: pd.DataFrame) -> pd.DataFrame:
-    return (
-        df.groupby("method", sort=False)[
-            [
-                "bits",
-                "round",
-                "test_accuracy",
-                "seconds",
-                "joules",
-                "joules_radio",
-                "joules_busiest_device",
-                "bits_sent_busiest_device",
-            ]
-        ]
-        .mean()
-        .reset_index()
-    )
+    """Per method: median [min-max] over seeds of each figure."""
+    rows = []
+    for method, g in df.groupby("method", sort=False):
+        row = {"method": method, "ended": statuses(g.status)}
+        row.update({c: median_range(g[c], g.status, digits=3) for c in GOLF_SHOWN})
+        rows.append(row)
+    return pd.DataFrame(rows)
 
 
 # ---------------------------------------------------------------------------- main

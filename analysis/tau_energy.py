@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from flnet.analysis import TAU, best_tau, best_tau_shown, to_target
+from flnet.analysis import TAU, best_tau, best_tau_shown, to_target, with_status
 from flnet.sweeps import load_base, run_sweep, spec_from
 
 
@@ -88,7 +88,8 @@ def main(argv=None) -> dict[str, pd.DataFrame]:
     bad = result.table[~result.table.status.isin(("completed", "diverged"))]
     if len(bad):
         print(f"{len(bad)} points did not finish:\n{show(bad)}\n")
-    per_run = to_target(result.records, args.target, args.metric)
+    records = with_status(result.records, result.table)  # a diverged run never reaches it
+    per_run = to_target(records, args.target, args.metric)
     per_seed, per_cell = best_tau(per_run, args.cost)
     out = Path(args.out)
     per_run.to_csv(out / "to_target.csv", index=False)

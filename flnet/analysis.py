@@ -5,6 +5,12 @@ A run that never reached the target is kept as censored (``reached`` False, its 
 NaN, what it spent without reaching it in the ``censored_at_*`` columns); when choosing tau it
 counts as an infinite cost, never as a missing row. Seeds are never pooled before a choice is
 made: the best tau is chosen per seed, then summarised over seeds.
+
+How a run ended is part of its result. Records that carry a ``status`` column (`with_status`:
+a run's summary or a sweep's points table) are read with it: a run that diverged, failed or was
+killed has no accuracy at or after its end (`accuracy_at` gives NaN), never reached a target
+(`to_target`), and is counted by its status, not as a number, in `median_range`; `per_seed`
+decides a claim seed by seed ("holds in k of n seeds").
 """
 
 from __future__ import annotations
@@ -18,6 +24,8 @@ import pandas as pd
 
 from flnet.errors import FlnetError
 
+OK = "completed"  # the one status whose figures are a result (`flnet.runner.summarize`)
+STATUS = ("status", "diverged_round", "ended_s")  # what `with_status` adds to records
 COSTS = {"rounds": "round", "seconds": "sim_time_s", "joules": "energy_j", "bits": "bits"}
 TAU = "algorithm.local.steps"
 
@@ -46,7 +54,12 @@ def to_target(
     `metric` is any accuracy column of the records, e.g. ``client_accuracy_worst`` for the
     worst client. Runs that never reach it stay, with ``reached`` False and NaN costs; their
     ``censored_at_*`` columns give what they spent without reaching it (a lower bound).
-    Columns that are constant within a run (swept fields, seed) are carried along.
+    Columns that are constant within a run (swept fields, seed, its `STATUS`) are carried along.
+
+    A run whose ``status`` (`with_status`) is not completed is refused: ``reached`` False even
+    if an evaluation before it diverged (or failed) passed the target, since the method's result
+    is then no model at all; a cost to target would rank a diverging setting as a success. Its
+    ``censored_at_*`` give what it spent up to its last evaluation.
     """
     if metric not in records:
         raise FlnetError(
@@ -59,9 +72,13 @@ def to_target(
     rows = []
     for _, run in records.groupby(keys, sort=False, dropna=False):  # in the sweep's order
         run = run.sort_values("round", kind="stable")
-        carried = {c: run[c].iloc[0] for c in run.columns if c in keys or c == "seed" or "." in c}
+        carried = {
+            c: run[c].iloc[0]
+            for c in run.columns
+            if c in keys or c == "seed" or "." in c or c in STATUS
+        }
         hit = run[run[metric] >= target]
-        first = hit.iloc[0] if len(hit) else None
+        first = hit.iloc[0] if len(hit) and _ok(run) else None
         last = run.iloc[-1]
         row = {**carried, "reached": first is not None}
         for name, value in _costs(first).items():
@@ -72,6 +89,11 @@ def to_target(
         row[f"final_{metric}"] = last[metric]
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def _ok(run: pd.DataFrame) -> bool:
+    """Whether one run's records (without a status column: as given) ended completed."""
+    return "status" not in run or (len(run) > 0 and run["status"].iloc[0] == OK)
 
 
 def _costs(row: pd.Series | None) -> dict:
@@ -229,12 +251,18 @@ def pareto(df: pd.DataFrame, objectives: dict[str, str] | None = None) -> pd.Dat
 
 
 def read_records(path: str | Path) -> pd.DataFrame:
-    """A sweep folder's (or a run folder's) records, or a records file."""
+    """A sweep folder's (or a run folder's) records, or a records file; a sweep's records come
+    with each run's status from the points.csv beside them (`with_status`), so a diverged run
+    is read as one."""
     path = Path(path)
     candidates = [path] if path.is_file() else [path / "records.parquet", path / "records.csv"]
     for p in candidates:
         if p.exists():
-            return pd.read_parquet(p) if p.suffix == ".parquet" else pd.read_csv(p)
+            records = pd.read_parquet(p) if p.suffix == ".parquet" else pd.read_csv(p)
+            points = p.parent / "points.csv"
+            if "point" in records and points.exists():
+                records = with_status(records, pd.read_csv(points))
+            return records
     raise FlnetError(f"no records in {path} (expected records.parquet or records.csv)")
 
 
@@ -294,3 +322,138 @@ def device_costs(ledger: pd.DataFrame) -> pd.DataFrame:
         },
         index=nodes,
     ).astype(float)
+
+
+# ---------------------------------------------------------------- how a run ended
+
+
+def with_status(
+    records: pd.DataFrame, ended: dict | pd.DataFrame, on: str | list[str] = "point"
+) -> pd.DataFrame:
+    """`records` with each run's `STATUS` columns: ``status`` (completed, diverged, failed,
+    killed, ...), ``diverged_round`` and ``ended_s`` (simulated seconds at its end: a diverged
+    run's model stopped being finite then). `ended` is one run's summary (`flnet.run`'s
+    ``Result.summary``) or a sweep's points table, matched on `on`."""
+    if isinstance(ended, dict):
+        return records.assign(
+            status=ended.get("status"),
+            diverged_round=ended.get("diverged_round"),
+            ended_s=ended.get("sim_time_s", math.nan),
+        )
+    on = [on] if isinstance(on, str) else on
+    missing = [c for c in (*on, "status") if c not in ended]
+    if missing:
+        raise FlnetError(f"the points table has no column {', '.join(missing)}")
+    status = (
+        ended[[*on, "status"]]
+        .assign(
+            diverged_round=ended.get("diverged_round", math.nan),
+            ended_s=ended.get("sim_time_s", math.nan),
+        )
+        .drop_duplicates(subset=on)
+    )  # a sweep lists a point once per grid cell that names it
+    return records.drop(columns=[c for c in STATUS if c in records]).merge(
+        status, on=on, how="left", validate="many_to_one"
+    )
+
+
+def ended_as(status: str | None, diverged_round: Any = None) -> str:
+    """How a run ended, as a reader is shown it: ``completed``, ``diverged at round 37``,
+    ``failed``, ``killed``, ..."""
+    if status is None or _isnan(status):
+        return "unknown"
+    if status == "diverged" and diverged_round is not None and not _isnan(diverged_round):
+        return f"diverged at round {int(diverged_round)}"
+    return str(status)
+
+
+def accuracy_at(
+    run: pd.DataFrame,
+    *,
+    t_s: float | None = None,
+    round_: float | None = None,
+    metric: str = "test_accuracy",
+) -> float:
+    """`metric` at the last evaluation at or before simulated time `t_s` (or round `round_`)
+    of one run's records; NaN before its first evaluation, and NaN at or after the end of a run
+    that did not complete (`with_status`): a diverged run has no model from the step it
+    diverged, a failed or killed one none we know of after its last evaluation. The run's last
+    finite figure is never its result."""
+    if (t_s is None) == (round_ is None):
+        raise FlnetError("accuracy_at takes one of t_s or round_")
+    column, at = ("sim_time_s", t_s) if t_s is not None else ("round", round_)
+    assert at is not None
+    if not _ok(run):
+        first = run.iloc[0] if len(run) else None
+        end = _end(run, column, first)
+        if end is None or at >= end:
+            return math.nan
+    seen = run[run[column] <= at]
+    return float(seen[metric].iloc[-1]) if len(seen) else math.nan
+
+
+def _end(run: pd.DataFrame, column: str, first: pd.Series | None) -> float | None:
+    """Where a run that did not complete ended, in `column`'s unit: where it diverged, else
+    just after its last evaluation (None: it left no evaluation)."""
+    if first is None:
+        return None
+    if first.get("status") == "diverged":
+        key = "diverged_round" if column == "round" else "ended_s"
+        value = first.get(key)
+        if value is not None and not _isnan(value):
+            return float(value)
+    return math.nextafter(float(run[column].max()), math.inf)
+
+
+def median_range(
+    values: pd.Series, status: pd.Series | None = None, never: str = "never", digits: int = 4
+) -> str:
+    """``median [min-max]`` of the runs' `values` that are figures, then how many runs have
+    none and why (`status`: the same runs in the same order): a run whose status is not
+    completed by its status (``1 diverged``), a completed run with NaN as `never` (e.g. never
+    reached the target). A run that ended badly but has a figure (its accuracy before it
+    diverged) is in the median."""
+    ok = values.notna()
+    if status is not None:  # the runs in `values`' order, whatever its index
+        status = pd.Series(status.to_numpy(), index=values.index)
+    parts = []
+    if ok.any():
+        v = values[ok].astype(float)
+        parts.append(f"{v.median():.{digits}g} [{v.min():.{digits}g}-{v.max():.{digits}g}]")
+    why = (
+        status[~ok].where(status[~ok] != OK, never).fillna("unknown")
+        if status is not None
+        else pd.Series(never, index=values.index[~ok])
+    )
+    counts = why.value_counts(sort=False)
+    if len(counts):
+        told = ", ".join(f"{n} {reason}" for reason, n in counts.items())
+        parts.append(f"({told})" if ok.any() else f"none: {told}")
+    return " ".join(parts)
+
+
+def statuses(status: pd.Series, diverged_round: pd.Series | None = None) -> str:
+    """The runs' statuses in one cell: ``3 completed``, ``2 completed, 1 diverged at round 40``."""
+    rounds = [None] * len(status) if diverged_round is None else list(diverged_round)
+    shown = [ended_as(s, r) for s, r in zip(status, rounds)]
+    counts = pd.Series(shown, dtype=object).value_counts(sort=False)
+    return ", ".join(f"{n} {s}" for s, n in counts.items())
+
+
+def per_seed(holds: pd.Series) -> tuple[str, str]:
+    """A claim decided seed by seed: `holds` is True, False or NaN/None (undecided: a run it
+    needs did not complete) per seed. Returns (verdict, detail): ``holds`` when it holds in every
+    seed, ``does not hold`` in none, else ``holds in k of n seeds``; the detail adds the
+    undecided seeds."""
+    n = len(holds)
+    decided = holds.dropna().astype(bool)
+    k = int(decided.sum())
+    undecided = n - len(decided)
+    if n and k == n:
+        verdict = "holds"
+    elif k == 0 and undecided == 0:
+        verdict = "does not hold"
+    else:
+        verdict = f"holds in {k} of {n} seeds"
+    detail = f"holds in {k} of {n} seeds" + (f", {undecided} undecided" if undecided else "")
+    return verdict, detail

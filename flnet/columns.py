@@ -6,6 +6,7 @@ schema (pydantic), torch or SimPy."""
 SUMMARY_COLUMNS = (
     "status",
     "stop_reason",
+    "diverged_round",  # studies show "diverged at round r" (flnet.analysis.ended_as)
     "rounds",
     "final_test_accuracy",
     "sim_time_s",

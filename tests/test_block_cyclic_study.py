@@ -29,7 +29,8 @@ def test_the_smoke_study_reports_every_claim_with_seconds_and_joules(tmp_path):
         "C3",
         "C4",
     ]
-    assert set(claims.holds) <= {"holds", "does not hold"}
+    assert set(claims.holds) <= {"holds", "does not hold"}  # one seed: all or nothing
+    assert claims.seeds.str.fullmatch(r"holds in [01] of 1 seeds").all()
     runs = tables["runs"]
     c1 = runs[runs.study == "C1"].set_index("method")
     # MC-PSGD moves two models each way: twice MM-PSGD's uplink (plus two losses a round)
