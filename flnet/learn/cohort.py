@@ -32,6 +32,7 @@ from torch import nn
 from torch.nn import functional as F
 from torch.utils._pytree import tree_leaves, tree_map
 
+from flnet.learn.conv import ConvStack, conv_layers
 from flnet.learn.models import Model
 from flnet.learn.optim import GradientTransformation
 
@@ -244,8 +245,13 @@ class Trainer:
         self.memory_bytes = memory_bytes
         self._has_conv = any(isinstance(m, nn.modules.conv._ConvNd) for m in model.module.modules())
         layers = dense_layers(model)
+        conv = None if layers else conv_layers(model)
         self.default_value_and_grad: ValueAndGrad = (
-            DenseStack(layers) if layers else autograd_value_and_grad(model)
+            DenseStack(layers)
+            if layers
+            else ConvStack(conv)
+            if conv
+            else autograd_value_and_grad(model)
         )
 
     def clients_per_call(
