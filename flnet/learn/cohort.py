@@ -255,23 +255,38 @@ class Trainer:
         )
 
     def clients_per_call(
-        self, num_clients: int, batch_size: int, path: str, optimizer: GradientTransformation
+        self,
+        num_clients: int,
+        batch_size: int,
+        path: str,
+        optimizer: GradientTransformation,
+        engine: ValueAndGrad | None = None,
     ) -> int:
-        """How many clients one batched computation takes: all (batched), one (sequential),
-        or as many as fit in `memory_bytes` (auto): per client, parameters, gradients, updates
-        and optimizer state (about 3 + 2 * grads_per_step copies of P) and one minibatch's
-        forward and backward tensors. Except that auto trains models with convolutions one
-        client at a time on the CPU: vmap turns the cohort's convolutions into one grouped
-        convolution, which runs slower there than a loop (benchmarks/bench.py, workload b)."""
+        """How many clients one batched computation through `engine` (default: the model's
+        own) takes: all (batched), one (sequential), or as many as fit in `memory_bytes`
+        (auto): per client, parameters, gradients, updates and optimizer state (about
+        3 + 2 * grads_per_step copies of P) and one minibatch's forward and backward tensors
+        (for `ConvStack`, its im2col columns too, where those are larger).
+
+        Auto's rule, from benchmarks/bench.py workloads (b) and (c) (50 clients x 10 steps of
+        batch 32, one thread, 2-vCPU AMD EPYC): through `ConvStack`, batched and one client per
+        call run within noise of each other (paper CNN 1.36-1.41 CPU-s at 1, 5, 10, 25 or 50
+        clients a call), so auto stacks what fits; through autograd, a model with
+        convolutions trains one client at a time on the CPU: vmap turns the cohort's
+        convolutions into one grouped convolution, which runs slower there than a loop."""
         if path == "batched":
             return num_clients
-        if path == "sequential" or (self._has_conv and self.x_data.device.type == "cpu"):
+        engine = engine or self.default_value_and_grad
+        hand = engine if isinstance(engine, ConvStack) else None
+        if path == "sequential" or (
+            self._has_conv and hand is None and self.x_data.device.type == "cpu"
+        ):
             return 1
         m = self.model
-        floats = (
-            m.num_params * (3 + 2 * optimizer.grads_per_step)
-            + batch_size * m.training_cost_per_sample.floats
-        )
+        per_sample = m.training_cost_per_sample.floats
+        if hand is not None:
+            per_sample = max(per_sample, hand.floats_per_sample())
+        floats = m.num_params * (3 + 2 * optimizer.grads_per_step) + batch_size * per_sample
         per_client = floats * self.x_data.element_size()
         return max(1, min(num_clients, self.memory_bytes // max(1, math.ceil(per_client))))
 
@@ -316,7 +331,7 @@ class Trainer:
                 )
         if snapshot_at is not None:
             snapshot_at = torch.as_tensor(snapshot_at, device=steps.device).expand(c)
-        per_call = self.clients_per_call(c, batches.shape[2], path, optimizer)
+        per_call = self.clients_per_call(c, batches.shape[2], path, optimizer, value_and_grad)
         if per_call >= c:
             return self._train(
                 params, batches, steps, optimizer, opt_state, engines, sizes, aux, snapshot_at

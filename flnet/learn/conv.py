@@ -305,7 +305,12 @@ class ConvStack:
     @staticmethod
     def _im2col(arena: _Arena, layer: _Conv, a: torch.Tensor, c: int, b: int) -> torch.Tensor:
         """a [C, Cin, H, W, B] (any strides) -> cols [C, Cin*kh*kw, Ho*Wo*B]."""
-        (kh, kw), (ph, pw), (h, w), (ho, wo) = layer.kernel, layer.padding, layer.in_hw, layer.out_hw
+        (kh, kw), (ph, pw), (h, w), (ho, wo) = (
+            layer.kernel,
+            layer.padding,
+            layer.in_hw,
+            layer.out_hw,
+        )
         if ph or pw:
             padded = arena(c, layer.c_in, h + 2 * ph, w + 2 * pw, b, zeros=True)
             padded[:, :, ph : ph + h, pw : pw + w].copy_(a)
@@ -322,7 +327,12 @@ class ConvStack:
     def _col2im(arena: _Arena, layer: _Conv, dcols: torch.Tensor, c: int, b: int) -> torch.Tensor:
         """dcols [C, Cin*kh*kw, Ho*Wo*B] -> the input's gradient [C, Cin, H, W, B]: each kernel
         offset's columns add into the window they were copied from."""
-        (kh, kw), (ph, pw), (h, w), (ho, wo) = layer.kernel, layer.padding, layer.in_hw, layer.out_hw
+        (kh, kw), (ph, pw), (h, w), (ho, wo) = (
+            layer.kernel,
+            layer.padding,
+            layer.in_hw,
+            layer.out_hw,
+        )
         dpad = arena(c, layer.c_in, h + 2 * ph, w + 2 * pw, b)
         dpad.zero_()
         dv = dcols.view(c, layer.c_in, kh, kw, ho, wo, b)
