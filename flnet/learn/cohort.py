@@ -266,22 +266,21 @@ class Trainer:
         own) takes: all (batched), one (sequential), or as many as fit in `memory_bytes`
         (auto): per client, parameters, gradients, updates and optimizer state (about
         3 + 2 * grads_per_step copies of P) and one minibatch's forward and backward tensors
-        (for `ConvStack`, its im2col columns too, where those are larger).
+        (through `ConvStack`, its im2col columns where those are larger).
 
-        Auto's rule, from benchmarks/bench.py workloads (b) and (c) (50 clients x 10 steps of
-        batch 32, one thread, 2-vCPU AMD EPYC): through `ConvStack`, batched and one client per
-        call run within noise of each other (paper CNN 1.36-1.41 CPU-s at 1, 5, 10, 25 or 50
-        clients a call), so auto stacks what fits; through autograd, a model with
-        convolutions trains one client at a time on the CPU: vmap turns the cohort's
-        convolutions into one grouped convolution, which runs slower there than a loop."""
+        Except that auto trains models with convolutions one client at a time on the CPU.
+        Through autograd, vmap turns the cohort's convolutions into one grouped convolution,
+        which runs slower there than a loop. Through `ConvStack` (benchmarks/bench.py
+        workloads b and c, 50 clients x 10 steps of batch 32, one thread, 2-vCPU AMD EPYC,
+        CPU-s, best of 3): the paper CNN takes 1.07 at 1 client a call, 1.08 at 2, 1.24-1.31
+        at 5-25 and 1.40 at 50 (a client's columns, ~5 MB, stay in cache); the CIFAR tutorial
+        CNN 1.90-2.22 at 1 and 1.90-1.96 at 50, within the machine's noise."""
         if path == "batched":
             return num_clients
+        if path == "sequential" or (self._has_conv and self.x_data.device.type == "cpu"):
+            return 1
         engine = engine or self.default_value_and_grad
         hand = engine if isinstance(engine, ConvStack) else None
-        if path == "sequential" or (
-            self._has_conv and hand is None and self.x_data.device.type == "cpu"
-        ):
-            return 1
         m = self.model
         per_sample = m.training_cost_per_sample.floats
         if hand is not None:

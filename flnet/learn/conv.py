@@ -222,7 +222,8 @@ class ConvStack:
         bias = lambda layer: params[:, slice(*layer.bias)].unsqueeze(2)  # noqa: E731
 
         # ---- forward, batch last; saved[i] is what layer i's backward needs
-        a = x.view(c, b, *x.shape[2:]).permute(0, 2, 3, 4, 1)  # [C, Cin, H, W, B], a view
+        # [C, Cin, H, W, B]: one transposing copy, so that im2col reads runs of B floats
+        a = arena(c, *x.shape[2:], b).copy_(x.view(c, b, *x.shape[2:]).permute(0, 2, 3, 4, 1))
         saved: list[Any] = []
         for layer in self.layers:
             if isinstance(layer, _Conv):
