@@ -216,7 +216,12 @@ class ConvStack:
         the cross-entropy reads no aux."""
         c, b = y.shape
         key = (c, b, params.dtype, params.device)
-        arena = self._arenas.setdefault(key, _Arena(params))
+        # the two most recent shapes (a cohort's slices and its remainder), not one arena per
+        # cohort size a run ever sees
+        arena = self._arenas.pop(key, None) or _Arena(params)
+        self._arenas[key] = arena
+        while len(self._arenas) > 2:
+            del self._arenas[next(iter(self._arenas))]
         arena.next = 0
         weight = lambda layer, *shape: params[:, slice(*layer.weight)].view(c, *shape)  # noqa
         bias = lambda layer: params[:, slice(*layer.bias)].unsqueeze(2)  # noqa: E731
