@@ -6,24 +6,36 @@ maths as `cohort.autograd_value_and_grad` (tests/test_conv.py checks each paper 
 out without autograd or vmap. It takes stacks of Conv2d (stride 1, zero padding, groups 1,
 with or without bias), ReLU, MaxPool2d (no padding or dilation), one Flatten and Linear layers.
 
-Layout: an image activation is ``[C, channels, B, H, W]`` (clients, then channels outermost),
-so that a convolution is one bmm over the cohort with no transposes:
+Layout: batch last. An image activation is ``[C, channels, H, W, B]`` and a dense one
+``[C, features, B]``, so that every layer is one bmm over the cohort with no transposes, the
+weights are used in torch's own order, and Flatten is a view:
 
-- forward: im2col copies the (zero-padded) input into ``cols [C, Cin*kh*kw, B*Ho*Wo]`` through
-  an `as_strided` view, then ``out [C, Cout, B*Ho*Wo] = W [C, Cout, Cin*kh*kw] @ cols`` (+ bias),
-  which is already the next layer's layout;
-- backward: ``dW = dOut @ cols^T``, ``db = sum dOut``, ``dcols = W^T @ dOut`` and col2im adds
-  dcols back into the padded input gradient, one shifted slice per kernel offset. The first
-  layer's input gradient is never needed and never computed.
-- max-pool keeps its argmax indices; its backward scatters through them (torch's own
-  ``max_pool2d_with_indices_backward``); ReLU runs in place and its backward masks by its output.
-- Flatten copies to ``[C, B, features]`` in torch's (channel, row, column) order; the Linear
-  head follows `DenseStack` (logits ``[C, K, B]``, softmax over the middle dimension).
+- the input ``[C, B, Cin, H, W]`` is copied once to ``[C, Cin, H, W, B]``;
+- convolution forward: im2col copies the (zero-padded) input into ``cols [C, Cin*kh*kw,
+  Ho*Wo*B]`` through an `as_strided` view (runs of B contiguous floats), then ``out [C, Cout,
+  Ho*Wo*B] = W [C, Cout, Cin*kh*kw] @ cols`` (+ bias), already the next layer's layout;
+- convolution backward: ``dW = dOut @ cols^T``, ``db = sum dOut``, ``dcols = W^T @ dOut`` and
+  col2im adds dcols back into the padded input gradient, one shifted slice per kernel offset.
+  The first layer's input gradient is never needed and never computed;
+- max-pool: ``[C*ch, H, W, B]`` is a channels-last ``[N, B, H, W]`` image to torch, whose pool
+  then vectorises over B (the NCHW pool is several times slower here); its argmax indices
+  (the first maximum of a window, as autograd's) route the backward pass, through torch's
+  ``max_pool2d_with_indices_backward``;
+- ReLU runs in place and its backward masks by its output;
+- Linear: ``[C, out, B] = W @ a`` (+ bias); the logits ``[C, K, B]`` reduce their softmax over
+  the middle dimension, as in `DenseStack`.
+
+Measured choices (benchmarks/bench.py, workload b, CPU-s of 50 clients x 10 steps): a
+``[C, ch, B, H, W]`` layout spent 28% of its time in NCHW max-pooling; true channels-last
+``[C, B, H, W, ch]`` made the pool fast but the GEMMs (weights reordered each step) and the
+col2im adds (runs of ch floats) slower: 2.34 s against 1.82 s (one run each, batched), and
+batch last takes 1.07-1.40 s (1 to 50 clients a call).
 
 Every intermediate lives in buffers reused across calls of the same cohort and batch size
-(`_Arena`), since allocating megabytes a step costs page faults. Only float maths and ops that
-exist on every device are used, so the engine runs on CUDA as on the CPU. Short batches (PAD
-labels) are not handled here: `cohort.Trainer` routes those steps to autograd.
+(`_Arena`, for the two most recent shapes), since allocating megabytes a step costs page
+faults. Only float maths and ops that exist on every device are used, so the engine runs on
+CUDA as on the CPU (untested there: no GPU was lent). Short batches (PAD labels) are not
+handled here: `cohort.Trainer` routes those steps to autograd.
 """
 
 from __future__ import annotations
