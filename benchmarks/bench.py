@@ -7,7 +7,10 @@ simulation around it costs. One command; it prints throughput and ratios and ass
 - local training throughput, batched vs sequential path, in samples and GFLOP per CPU-second
   and % of that peak: (a) the W1 MLP on digits, 100 clients x 10 steps of batch 32 (also
   through the generic vmap + autograd engine); (b) a small CNN (the Delta-SGD paper's MNIST
-  CNN, without dropout) on 28x28 inputs, 50 clients x 10 steps of batch 32;
+  CNN, without dropout) on 28x28 inputs and (c) the CIFAR tutorial CNN on 3x32x32, 50 clients x
+  10 steps of batch 32 each, through `conv.ConvStack` and the generic engine, against a plain
+  per-client loop (nn.Module + torch.optim.SGD) and the "im2col ceiling" (the engine's GEMMs
+  alone, same shapes and layouts, on preallocated tensors);
 - a shared band's cost per transfer with 10, 100 and 1000 transfers under way at once, kept as
   Python floats and as numpy arrays (`flnet.sim.channel.band` picks floats up to 128 users);
 - scenarios, each in a fresh process (imports excluded, as in BENCHMARKS.md): W1 end to end;
@@ -68,7 +71,7 @@ def paper_cnn() -> nn.Module:
 
 
 def workloads():
-    """(name, trainer, start params [C, P], batches [C, T, B]) for (a) and (b)."""
+    """(name, trainer, start params [C, P], batches [C, T, B]) for (a), (b) and (c)."""
     from flnet.learn import cohort, models
     from flnet.learn import data as data_mod
     from flnet.scenario import DataConfig, MlpConfig
@@ -84,37 +87,114 @@ def workloads():
         mlp.init_params().expand(100, -1),
         rows,
     )
-    g = torch.Generator().manual_seed(0)
-    x, y = torch.randn(5000, 1, 28, 28, generator=g), torch.randint(0, 10, (5000,), generator=g)
-    torch.manual_seed(0)
-    cnn = models.Model(paper_cnn(), (1, 28, 28))
-    yield (
-        "(b) CNN 2 conv + 2 fc, 28x28, 50 clients x 10 steps, batch 32",
-        cohort.Trainer(cnn, x, y),
-        cnn.init_params().expand(50, -1),
-        torch.randint(0, 5000, (50, 10, 32), generator=g),
-    )
+    for name, module, shape in (
+        ("(b) CNN 2 conv + 2 fc, 28x28, 50 clients x 10 steps, batch 32", paper_cnn, (1, 28, 28)),
+        (
+            "(c) CIFAR CNN (cnn_tutorial), 3x32x32, 50 clients x 10 steps, batch 32",
+            lambda: models.cnn_tutorial((3, 32, 32), 10),
+            (3, 32, 32),
+        ),
+    ):
+        g = torch.Generator().manual_seed(0)
+        x, y = torch.randn(5000, *shape, generator=g), torch.randint(0, 10, (5000,), generator=g)
+        torch.manual_seed(0)
+        cnn = models.Model(module(), shape)
+        yield (
+            name,
+            cohort.Trainer(cnn, x, y),
+            cnn.init_params().expand(50, -1),
+            torch.randint(0, 5000, (50, 10, 32), generator=g),
+        )
+
+
+def cohort_run(trainer, params: torch.Tensor, rows: torch.Tensor, **kwargs):
+    """The cohort's local training (SGD, lr 0.05) with `Trainer.train`'s `kwargs`."""
+    from flnet.learn import optim
+
+    steps = torch.full((rows.shape[0],), rows.shape[1])
+    return lambda: trainer.train(params, rows, steps, optim.sgd(0.05), **kwargs)
+
+
+def plain_loop(trainer, params: torch.Tensor, rows: torch.Tensor, lr: float):
+    """What a researcher writes without flnet: each client in turn, an `nn.Module` and
+    `torch.optim.SGD`, the same minibatches (one thread, as everything here)."""
+    import copy
+
+    from torch.nn.utils import vector_to_parameters
+
+    module = copy.deepcopy(trainer.model.module)
+    x, y = trainer.x_data, trainer.y_data
+
+    def train() -> None:
+        for client in range(rows.shape[0]):
+            vector_to_parameters(params[client], module.parameters())
+            opt = torch.optim.SGD(module.parameters(), lr)
+            for step in range(rows.shape[1]):
+                batch = rows[client, step]
+                loss = nn.functional.cross_entropy(module(x[batch]), y[batch])
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+
+    return train
+
+
+def im2col_ceiling(trainer, c: int, t: int, b: int):
+    """The GEMMs of `ConvStack` alone, on preallocated tensors of its shapes and layouts: per
+    step and layer the forward product, the weight gradient and (past the first layer) the
+    input gradient."""
+    from flnet.learn import conv
+
+    products = []
+    for i, layer in enumerate(trainer.default_value_and_grad.layers):
+        if isinstance(layer, conv._Conv):
+            out, k = layer.c_out, layer.c_in * layer.kernel[0] * layer.kernel[1]
+            n = layer.out_hw[0] * layer.out_hw[1] * b
+        elif isinstance(layer, conv._Linear):
+            (out, k), n = layer.shape, b
+        else:
+            continue
+        w, a = torch.randn(c, out, k), torch.randn(c, k, n)
+        z, dw, da = torch.empty(c, out, n), torch.empty(c, out, k), torch.empty(c, k, n)
+        products += [(w, a, z), (z, a.transpose(1, 2), dw)]
+        if i:
+            products.append((w.transpose(1, 2), z, da))
+
+    def gemms() -> None:
+        for _ in range(t):
+            for left, right, out in products:
+                torch.bmm(left, right, out=out)
+
+    return gemms
 
 
 def training_table(peak_gflops: float, reps: int) -> None:
-    from flnet.learn import cohort, optim
+    from flnet.learn import cohort, conv, optim
 
     print(f"{'':64} {'samples/CPU-s':>14} {'GFLOP/CPU-s':>12} {'% of peak':>10}")
     for name, trainer, params, rows in workloads():
         c, t, b = rows.shape
-        steps = torch.full((c,), t)
         samples = c * t * b
         gflop = samples * trainer.model.training_flops_per_sample() / 1e9
-        variants = {"batched": {"path": "batched"}, "sequential": {"path": "sequential"}}
-        if isinstance(trainer.default_value_and_grad, cohort.DenseStack):
+        engine = trainer.default_value_and_grad
+        runs = {
+            "batched": cohort_run(trainer, params, rows, path="batched"),
+            "sequential": cohort_run(trainer, params, rows, path="sequential"),
+        }
+        if isinstance(engine, cohort.DenseStack | conv.ConvStack):
             # the same maths through the generic engine (vmap + autograd), for comparison
-            variants["batched, generic engine"] = {
-                "path": "batched",
-                "loss_fn": cohort.cross_entropy,
-            }
+            for path in ("batched", "sequential")[: 1 + isinstance(engine, conv.ConvStack)]:
+                runs[f"{path}, generic engine"] = cohort_run(
+                    trainer, params, rows, path=path, loss_fn=cohort.cross_entropy
+                )
+        if isinstance(engine, conv.ConvStack):
+            runs["path auto"] = cohort_run(trainer, params, rows)
+            runs["plain per-client loop (nn.Module + torch.optim.SGD)"] = plain_loop(
+                trainer, params, rows, 0.05
+            )
+            runs["im2col ceiling: the engine's GEMMs alone"] = im2col_ceiling(trainer, c, t, b)
         best = {}
-        for label, kwargs in variants.items():
-            train = lambda: trainer.train(params, rows, steps, optim.sgd(0.05), **kwargs)  # noqa
+        for label, train in runs.items():
             train()
             best[label] = min(cpu_seconds(train) for _ in range(reps))
             rate = gflop / best[label]
@@ -127,6 +207,16 @@ def training_table(peak_gflops: float, reps: int) -> None:
             f"{'':64} batched / sequential: {best['sequential'] / best['batched']:.1f}x; "
             f"path auto takes {auto} client{'s' * (auto > 1)} per call"
         )
+        if isinstance(engine, conv.ConvStack):
+            ceiling = best["im2col ceiling: the engine's GEMMs alone"]
+            plain = best["plain per-client loop (nn.Module + torch.optim.SGD)"]
+            auto_s = best["path auto"]
+            print(
+                f"{'':64} path auto vs plain loop: {plain / auto_s:.1f}x; path auto at "
+                f"{100 * gflop / auto_s / peak_gflops:.0f}% of peak and "
+                f"{100 * ceiling / auto_s:.0f}% of the im2col ceiling "
+                f"({100 * gflop / ceiling / peak_gflops:.0f}% of peak)"
+            )
 
 
 # ---------------------------------------------------------------- shared band

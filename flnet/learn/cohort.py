@@ -32,6 +32,7 @@ from torch import nn
 from torch.nn import functional as F
 from torch.utils._pytree import tree_leaves, tree_map
 
+from flnet.learn.conv import ConvStack, conv_layers
 from flnet.learn.models import Model
 from flnet.learn.optim import GradientTransformation
 
@@ -244,28 +245,47 @@ class Trainer:
         self.memory_bytes = memory_bytes
         self._has_conv = any(isinstance(m, nn.modules.conv._ConvNd) for m in model.module.modules())
         layers = dense_layers(model)
+        conv = None if layers else conv_layers(model)
         self.default_value_and_grad: ValueAndGrad = (
-            DenseStack(layers) if layers else autograd_value_and_grad(model)
+            DenseStack(layers)
+            if layers
+            else ConvStack(conv)
+            if conv
+            else autograd_value_and_grad(model)
         )
 
     def clients_per_call(
-        self, num_clients: int, batch_size: int, path: str, optimizer: GradientTransformation
+        self,
+        num_clients: int,
+        batch_size: int,
+        path: str,
+        optimizer: GradientTransformation,
+        engine: ValueAndGrad | None = None,
     ) -> int:
-        """How many clients one batched computation takes: all (batched), one (sequential),
-        or as many as fit in `memory_bytes` (auto): per client, parameters, gradients, updates
-        and optimizer state (about 3 + 2 * grads_per_step copies of P) and one minibatch's
-        forward and backward tensors. Except that auto trains models with convolutions one
-        client at a time on the CPU: vmap turns the cohort's convolutions into one grouped
-        convolution, which runs slower there than a loop (benchmarks/bench.py, workload b)."""
+        """How many clients one batched computation through `engine` (default: the model's
+        own) takes: all (batched), one (sequential), or as many as fit in `memory_bytes`
+        (auto): per client, parameters, gradients, updates and optimizer state (about
+        3 + 2 * grads_per_step copies of P) and one minibatch's forward and backward tensors
+        (through `ConvStack`, its im2col columns where those are larger).
+
+        Except that auto trains models with convolutions one client at a time on the CPU.
+        Through autograd, vmap turns the cohort's convolutions into one grouped convolution,
+        which runs slower there than a loop. Through `ConvStack` (benchmarks/bench.py
+        workloads b and c, 50 clients x 10 steps of batch 32, one thread, 2-vCPU AMD EPYC,
+        CPU-s, best of 3): the paper CNN takes 1.07 at 1 client a call, 1.08 at 2, 1.24-1.31
+        at 5-25 and 1.40 at 50 (a client's columns, ~5 MB, stay in cache); the CIFAR tutorial
+        CNN 1.90-2.22 at 1 and 1.90-1.96 at 50, within the machine's noise."""
         if path == "batched":
             return num_clients
         if path == "sequential" or (self._has_conv and self.x_data.device.type == "cpu"):
             return 1
+        engine = engine or self.default_value_and_grad
+        hand = engine if isinstance(engine, ConvStack) else None
         m = self.model
-        floats = (
-            m.num_params * (3 + 2 * optimizer.grads_per_step)
-            + batch_size * m.training_cost_per_sample.floats
-        )
+        per_sample = m.training_cost_per_sample.floats
+        if hand is not None:
+            per_sample = max(per_sample, hand.floats_per_sample())
+        floats = m.num_params * (3 + 2 * optimizer.grads_per_step) + batch_size * per_sample
         per_client = floats * self.x_data.element_size()
         return max(1, min(num_clients, self.memory_bytes // max(1, math.ceil(per_client))))
 
@@ -310,7 +330,7 @@ class Trainer:
                 )
         if snapshot_at is not None:
             snapshot_at = torch.as_tensor(snapshot_at, device=steps.device).expand(c)
-        per_call = self.clients_per_call(c, batches.shape[2], path, optimizer)
+        per_call = self.clients_per_call(c, batches.shape[2], path, optimizer, value_and_grad)
         if per_call >= c:
             return self._train(
                 params, batches, steps, optimizer, opt_state, engines, sizes, aux, snapshot_at

@@ -1,0 +1,363 @@
+"""A hand-derived engine for small CNNs: the cohort's losses and gradients as batched GEMMs.
+
+`ConvStack` is to convolutional ``nn.Sequential`` models what `cohort.DenseStack` is to MLPs:
+the mean cross-entropy ``[C]`` and its gradient ``[C, P]`` for every client of a cohort, the same
+maths as `cohort.autograd_value_and_grad` (tests/test_conv.py checks each paper CNN), written
+out without autograd or vmap. It takes stacks of Conv2d (stride 1, zero padding, groups 1,
+with or without bias), ReLU, MaxPool2d (no padding or dilation), one Flatten and Linear layers.
+
+Layout: batch last. An image activation is ``[C, channels, H, W, B]`` and a dense one
+``[C, features, B]``, so that every layer is one bmm over the cohort with no transposes, the
+weights are used in torch's own order, and Flatten is a view:
+
+- the input ``[C, B, Cin, H, W]`` is copied once to ``[C, Cin, H, W, B]``;
+- convolution forward: im2col copies the (zero-padded) input into ``cols [C, Cin*kh*kw,
+  Ho*Wo*B]`` through an `as_strided` view (runs of B contiguous floats), then ``out [C, Cout,
+  Ho*Wo*B] = W [C, Cout, Cin*kh*kw] @ cols`` (+ bias), already the next layer's layout;
+- convolution backward: ``dW = dOut @ cols^T``, ``db = sum dOut``, ``dcols = W^T @ dOut`` and
+  col2im adds dcols back into the padded input gradient, one shifted slice per kernel offset.
+  The first layer's input gradient is never needed and never computed;
+- max-pool: ``[C*ch, H, W, B]`` is a channels-last ``[N, B, H, W]`` image to torch, whose pool
+  then vectorises over B (the NCHW pool is several times slower here); its argmax indices
+  (the first maximum of a window, as autograd's) route the backward pass, through torch's
+  ``max_pool2d_with_indices_backward``;
+- ReLU runs in place and its backward masks by its output;
+- Linear: ``[C, out, B] = W @ a`` (+ bias); the logits ``[C, K, B]`` reduce their softmax over
+  the middle dimension, as in `DenseStack`.
+
+Measured choices (benchmarks/bench.py, workload b, CPU-s of 50 clients x 10 steps): a
+``[C, ch, B, H, W]`` layout spent 28% of its time in NCHW max-pooling; true channels-last
+``[C, B, H, W, ch]`` made the pool fast but the GEMMs (weights reordered each step) and the
+col2im adds (runs of ch floats) slower: 2.34 s against 1.82 s (one run each, batched), and
+batch last takes 1.07-1.40 s (1 to 50 clients a call).
+
+Every intermediate lives in buffers reused across calls of the same cohort and batch size
+(`_Arena`, for the two most recent shapes), since allocating megabytes a step costs page
+faults. Only float maths and ops that exist on every device are used, so the engine runs on
+CUDA as on the CPU (untested there: no GPU was lent). Short batches (PAD labels) are not
+handled here: `cohort.Trainer` routes those steps to autograd.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, NamedTuple
+
+import numpy as np
+import torch
+from torch import nn
+
+from flnet.learn.models import Model
+
+Span = tuple[int, int]  # [start, end) of a parameter tensor in the flat vector
+
+
+class _Conv(NamedTuple):
+    weight: Span
+    bias: Span | None
+    c_in: int
+    c_out: int
+    kernel: tuple[int, int]
+    padding: tuple[int, int]
+    in_hw: tuple[int, int]
+    out_hw: tuple[int, int]
+
+
+class _Pool(NamedTuple):
+    kernel: tuple[int, int]
+    stride: tuple[int, int]
+    channels: int
+    in_hw: tuple[int, int]
+    out_hw: tuple[int, int]
+
+
+class _ReLU(NamedTuple):
+    pass
+
+
+class _Flatten(NamedTuple):
+    channels: int
+    hw: tuple[int, int]
+
+
+class _Linear(NamedTuple):
+    weight: Span
+    bias: Span | None
+    shape: tuple[int, int]  # (out, in)
+
+
+Layer = _Conv | _Pool | _ReLU | _Flatten | _Linear
+
+
+def _pair(v: Any) -> tuple[int, int]:
+    return (v, v) if isinstance(v, int) else (int(v[0]), int(v[1]))
+
+
+def conv_layers(model: Model) -> list[Layer] | None:
+    """The layers of an ``nn.Sequential`` that `ConvStack` computes, else None: Conv2d, ReLU
+    and MaxPool2d on images, one Flatten, then Linear and ReLU, ending in a Linear layer; at
+    least one Conv2d, and no ReLU first (it would run in place on the caller's inputs)."""
+    module = model.module
+    if not isinstance(module, nn.Sequential) or len(model.input_shape) != 3:
+        return None
+    offsets = dict(zip(model.names, np.cumsum([0, *model.sizes]).tolist()))
+
+    def span(name: str) -> Span:
+        return offsets[name], offsets[name] + model.sizes[model.names.index(name)]
+
+    channels, h, w = model.input_shape
+    flat: int | None = None  # features after the Flatten
+    layers: list[Layer] = []
+    for name, child in module.named_children():
+        if isinstance(child, nn.Conv2d) and flat is None:
+            kh, kw = _pair(child.kernel_size)
+            if (
+                isinstance(child.padding, str)
+                or _pair(child.stride) != (1, 1)
+                or _pair(child.dilation) != (1, 1)
+                or child.groups != 1
+                or child.padding_mode != "zeros"
+                or child.in_channels != channels
+            ):
+                return None
+            ph, pw = _pair(child.padding)
+            out_hw = (h + 2 * ph - kh + 1, w + 2 * pw - kw + 1)
+            bias = span(f"{name}.bias") if child.bias is not None else None
+            layers.append(
+                _Conv(
+                    span(f"{name}.weight"),
+                    bias,
+                    channels,
+                    child.out_channels,
+                    (kh, kw),
+                    (ph, pw),
+                    (h, w),
+                    out_hw,
+                )
+            )
+            channels, (h, w) = child.out_channels, out_hw
+        elif isinstance(child, nn.MaxPool2d) and flat is None and layers:
+            k, s = _pair(child.kernel_size), _pair(child.stride or child.kernel_size)
+            if (
+                _pair(child.padding) != (0, 0)
+                or _pair(child.dilation) != (1, 1)
+                or child.ceil_mode
+                or child.return_indices
+            ):
+                return None
+            out_hw = ((h - k[0]) // s[0] + 1, (w - k[1]) // s[1] + 1)
+            layers.append(_Pool(k, s, channels, (h, w), out_hw))
+            h, w = out_hw
+        elif isinstance(child, nn.ReLU) and layers and not isinstance(layers[-1], _ReLU):
+            layers.append(_ReLU())
+        elif isinstance(child, nn.Flatten) and flat is None and layers:
+            if (child.start_dim, child.end_dim) != (1, -1):
+                return None
+            layers.append(_Flatten(channels, (h, w)))
+            flat = channels * h * w
+        elif isinstance(child, nn.Linear) and flat == child.in_features:
+            bias = span(f"{name}.bias") if child.bias is not None else None
+            layers.append(
+                _Linear(span(f"{name}.weight"), bias, (child.out_features, child.in_features))
+            )
+            flat = child.out_features
+        else:
+            return None
+    if not layers or not isinstance(layers[-1], _Linear):
+        return None
+    if not any(isinstance(layer, _Conv) for layer in layers):
+        return None
+    return layers
+
+
+class _Arena:
+    """Buffers handed out in call order: the n-th request of every call gets the same tensor
+    (the engine asks for the same shapes in the same order each call). `zeros` buffers are
+    zeroed once; callers write only their interior (a convolution's padded input)."""
+
+    def __init__(self, like: torch.Tensor) -> None:
+        self.dtype, self.device = like.dtype, like.device
+        self.buffers: list[torch.Tensor] = []
+        self.next = 0
+
+    def __call__(self, *shape: int, zeros: bool = False) -> torch.Tensor:
+        if self.next == len(self.buffers):
+            make = torch.zeros if zeros else torch.empty
+            self.buffers.append(make(shape, dtype=self.dtype, device=self.device))
+        buf = self.buffers[self.next]
+        self.next += 1
+        return buf
+
+
+class ConvStack:
+    """Mean cross-entropy and its gradient for a conv/pool/ReLU/Flatten/Linear stack, by hand
+    (see the module docstring for the layout and the maths)."""
+
+    def __init__(self, layers: list[Layer]) -> None:
+        self.layers = layers
+        self._arenas: dict[tuple, _Arena] = {}
+
+    def floats_per_sample(self) -> int:
+        """Elements this engine keeps per sample (activations, im2col columns, their
+        gradients): `cohort.Trainer.clients_per_call` sizes `path: auto` cohorts by it."""
+        total = 0
+        for layer in self.layers:
+            if isinstance(layer, _Conv):
+                ho, wo = layer.out_hw
+                h, w = layer.in_hw
+                cols = layer.c_in * math.prod(layer.kernel) * ho * wo
+                padded = layer.c_in * (h + 2 * layer.padding[0]) * (w + 2 * layer.padding[1])
+                total += 2 * cols + 2 * padded + 2 * layer.c_out * ho * wo
+            elif isinstance(layer, _Pool):
+                total += 3 * layer.channels * math.prod(layer.out_hw)
+            elif isinstance(layer, _Flatten):
+                total += 2 * layer.channels * math.prod(layer.hw)
+            elif isinstance(layer, _Linear):
+                total += 3 * layer.shape[0]
+        return total
+
+    def __call__(
+        self,
+        params: torch.Tensor,
+        x: torch.Tensor,
+        y: torch.Tensor,
+        out: torch.Tensor | None = None,
+        aux: Any = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """params [C, P], x [C, B, *input], y [C, B] -> loss [C], grads [C, P] (into `out`);
+        the cross-entropy reads no aux."""
+        c, b = y.shape
+        key = (c, b, params.dtype, params.device)
+        # the two most recent shapes (a cohort's slices and its remainder), not one arena per
+        # cohort size a run ever sees
+        arena = self._arenas.pop(key, None) or _Arena(params)
+        self._arenas[key] = arena
+        while len(self._arenas) > 2:
+            del self._arenas[next(iter(self._arenas))]
+        arena.next = 0
+        weight = lambda layer, *shape: params[:, slice(*layer.weight)].view(c, *shape)  # noqa
+        bias = lambda layer: params[:, slice(*layer.bias)].unsqueeze(2)  # noqa: E731
+
+        # ---- forward, batch last; saved[i] is what layer i's backward needs
+        # [C, Cin, H, W, B]: one transposing copy, so that im2col reads runs of B floats
+        a = arena(c, *x.shape[2:], b).copy_(x.view(c, b, *x.shape[2:]).permute(0, 2, 3, 4, 1))
+        saved: list[Any] = []
+        for layer in self.layers:
+            if isinstance(layer, _Conv):
+                cols = self._im2col(arena, layer, a, c, b)  # [C, Cin*kh*kw, Ho*Wo*B]
+                z = arena(c, layer.c_out, cols.shape[2])
+                w = weight(layer, layer.c_out, cols.shape[1])
+                if layer.bias is None:
+                    torch.bmm(w, cols, out=z)
+                else:
+                    torch.baddbmm(bias(layer), w, cols, out=z)
+                saved.append(cols)
+                a = z.view(c, layer.c_out, *layer.out_hw, b)
+            elif isinstance(layer, _Pool):
+                # [C*ch, H, W, B] is channels-last [N, B, H, W] to torch: B is the vector lane
+                planes = a.reshape(c * layer.channels, *layer.in_hw, b).permute(0, 3, 1, 2)
+                pooled, idx = torch.ops.aten.max_pool2d_with_indices(
+                    planes, layer.kernel, layer.stride, (0, 0), (1, 1), False
+                )
+                saved.append((planes, idx))
+                a = pooled.permute(0, 2, 3, 1).view(c, layer.channels, *layer.out_hw, b)
+            elif isinstance(layer, _ReLU):
+                a = a.clamp_min_(0)
+                saved.append(a)
+            elif isinstance(layer, _Flatten):  # torch's (channel, row, column) order
+                a = a.reshape(c, -1, b)
+                saved.append(None)
+            else:  # Linear: [C, in, B] -> [C, out, B]
+                z = arena(c, layer.shape[0], b)
+                w = weight(layer, *layer.shape)
+                if layer.bias is None:
+                    torch.bmm(w, a, out=z)
+                else:
+                    torch.baddbmm(bias(layer), w, a, out=z)
+                saved.append(a)
+                a = z
+
+        # ---- the loss and its gradient (softmax over the middle dimension, as DenseStack)
+        z = a  # [C, K, B]
+        top = z.amax(1, keepdim=True)  # [C, 1, B]
+        e = torch.sub(z, top, out=arena(*z.shape)).exp_()
+        total = e.sum(1, keepdim=True)
+        label = y.unsqueeze(1)  # [C, 1, B]
+        loss = (top + total.log() - z.gather(1, label)).mean((1, 2))  # [C]
+        minus = arena(c, 1, b)
+        minus.fill_(-1.0 / b)
+        d = e.div_(total.mul_(b)).scatter_add_(1, label, minus)  # [C, K, B]
+
+        # ---- backward
+        parts: list[torch.Tensor] = []
+        for i in range(len(self.layers) - 1, -1, -1):
+            layer, s = self.layers[i], saved[i]
+            if isinstance(layer, _Linear):
+                w = weight(layer, *layer.shape)
+                dw = torch.bmm(d, s.transpose(1, 2), out=arena(c, *layer.shape))
+                parts[:0] = [dw.view(c, -1)] + ([d.sum(2)] if layer.bias is not None else [])
+                d = torch.bmm(w.transpose(1, 2), d, out=arena(c, layer.shape[1], b))
+            elif isinstance(layer, _ReLU):
+                d = torch.ops.aten.threshold_backward.grad_input(d, s, 0, grad_input=d)
+            elif isinstance(layer, _Flatten):
+                d = d.view(c, layer.channels, *layer.hw, b)
+            elif isinstance(layer, _Pool):
+                planes, idx = s
+                grad_out = d.reshape(c * layer.channels, *layer.out_hw, b).permute(0, 3, 1, 2)
+                d_in = torch.ops.aten.max_pool2d_with_indices_backward(
+                    grad_out, planes, layer.kernel, layer.stride, (0, 0), (1, 1), False, idx
+                )
+                d = d_in.permute(0, 2, 3, 1).reshape(c, layer.channels, *layer.in_hw, b)
+            else:  # _Conv
+                dz = d.reshape(c, layer.c_out, -1)
+                k = s.shape[1]
+                dw = torch.bmm(dz, s.transpose(1, 2), out=arena(c, layer.c_out, k))
+                parts[:0] = [dw.view(c, -1)] + ([dz.sum(2)] if layer.bias is not None else [])
+                if i:  # the first layer's input gradient is never needed
+                    w = weight(layer, layer.c_out, k)
+                    dcols = torch.bmm(w.transpose(1, 2), dz, out=arena(c, k, dz.shape[2]))
+                    d = self._col2im(arena, layer, dcols, c, b)
+        grads = torch.cat(parts, 1, out=out) if out is not None else torch.cat(parts, 1)
+        return loss, grads
+
+    @staticmethod
+    def _im2col(arena: _Arena, layer: _Conv, a: torch.Tensor, c: int, b: int) -> torch.Tensor:
+        """a [C, Cin, H, W, B] (any strides) -> cols [C, Cin*kh*kw, Ho*Wo*B]."""
+        (kh, kw), (ph, pw), (h, w), (ho, wo) = (
+            layer.kernel,
+            layer.padding,
+            layer.in_hw,
+            layer.out_hw,
+        )
+        if ph or pw:
+            padded = arena(c, layer.c_in, h + 2 * ph, w + 2 * pw, b, zeros=True)
+            padded[:, :, ph : ph + h, pw : pw + w].copy_(a)
+            a = padded
+        sc, si, sh, sw, sb = a.stride()
+        windows = a.as_strided(
+            (c, layer.c_in, kh, kw, ho, wo, b), (sc, si, sh, sw, sh, sw, sb), a.storage_offset()
+        )
+        cols = arena(c, layer.c_in * kh * kw, ho * wo * b)
+        cols.view(c, layer.c_in, kh, kw, ho, wo, b).copy_(windows)
+        return cols
+
+    @staticmethod
+    def _col2im(arena: _Arena, layer: _Conv, dcols: torch.Tensor, c: int, b: int) -> torch.Tensor:
+        """dcols [C, Cin*kh*kw, Ho*Wo*B] -> the input's gradient [C, Cin, H, W, B]: each kernel
+        offset's columns add into the window they were copied from."""
+        (kh, kw), (ph, pw), (h, w), (ho, wo) = (
+            layer.kernel,
+            layer.padding,
+            layer.in_hw,
+            layer.out_hw,
+        )
+        dpad = arena(c, layer.c_in, h + 2 * ph, w + 2 * pw, b)
+        dpad.zero_()
+        dv = dcols.view(c, layer.c_in, kh, kw, ho, wo, b)
+        for i in range(kh):
+            for j in range(kw):
+                dpad[:, :, i : i + ho, j : j + wo] += dv[:, :, i, j]
+        if ph or pw:
+            d = arena(c, layer.c_in, h, w, b)
+            return d.copy_(dpad[:, :, ph : ph + h, pw : pw + w])
+        return dpad

@@ -1,0 +1,205 @@
+"""The hand-derived CNN engine: its losses and gradients are autograd's, for every paper CNN."""
+
+import numpy as np
+import pytest
+import torch
+from tolerance import assert_records_close, assert_tensors_close
+from torch import nn
+
+from flnet.learn import cohort, conv, models, optim
+from flnet.learn.models import Model
+from flnet.runner import run
+
+
+def paper_cnn() -> nn.Module:
+    """benchmarks/bench.py's Delta-SGD MNIST CNN (pool before ReLU)."""
+    return nn.Sequential(
+        nn.Conv2d(1, 10, 5),
+        nn.MaxPool2d(2),
+        nn.ReLU(),
+        nn.Conv2d(10, 20, 5),
+        nn.MaxPool2d(2),
+        nn.ReLU(),
+        nn.Flatten(),
+        nn.Linear(320, 50),
+        nn.ReLU(),
+        nn.Linear(50, 10),
+    )
+
+
+def odd_cnn() -> nn.Module:
+    """What the paper CNNs do not exercise: no biases, a non-square padded kernel, a 3/2 pool,
+    a conv with no pool after it, two hidden Linear layers."""
+    return nn.Sequential(
+        nn.Conv2d(2, 3, (3, 2), padding=(1, 2), bias=False),
+        nn.ReLU(),
+        nn.MaxPool2d(3, stride=2),
+        nn.Conv2d(3, 4, 2, padding=1),
+        nn.ReLU(),
+        nn.Flatten(),
+        nn.Linear(4 * 5 * 8, 6, bias=False),
+        nn.ReLU(),
+        nn.Linear(6, 5),
+        nn.ReLU(),
+        nn.Linear(5, 10),
+    )
+
+
+def image_shape(name: str) -> tuple[int, ...]:
+    return (3, 32, 32) if name in ("cnn_dfl_cifar", "cnn_tutorial") else (1, 28, 28)
+
+
+EVAL_ROWS = 360  # the digits test split (tests/test_fedavg.py)
+
+CASES = {
+    **{
+        name: (lambda name=name, make=make: make(image_shape(name), 10))
+        for name, make in models.CNNS.items()
+    },
+    "paper_cnn": paper_cnn,
+    "odd_cnn": odd_cnn,
+}
+SHAPES = {
+    **{name: image_shape(name) for name in models.CNNS},
+    "paper_cnn": (1, 28, 28),
+    "odd_cnn": (2, 9, 12),
+}
+
+
+def model_of(name: str) -> Model:
+    torch.manual_seed(0)
+    return Model(CASES[name](), SHAPES[name])
+
+
+def cohort_inputs(model: Model, c: int = 3, b: int = 4, dtype=torch.float32):
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(c, b, *model.input_shape, generator=g, dtype=dtype)
+    y = torch.randint(0, 10, (c, b), generator=g)
+    noise = torch.randn(c, model.num_params, generator=g, dtype=dtype)
+    return model.init_params().to(dtype) + 0.05 * noise, x, y
+
+
+@pytest.mark.parametrize(
+    "name,dtype",
+    [(name, torch.float64) for name in sorted(CASES)] + [("paper_cnn", torch.float32)],
+)
+def test_conv_engine_is_the_autograd_maths(name, dtype):
+    """In float64 for the paper CNNs: their float32 gradients sum thousands of products in
+    another order than autograd's kernels and a few entries near zero miss PARAM_ATOL."""
+    model = model_of(name)
+    model.module.to(dtype)
+    layers = conv.conv_layers(model)
+    assert layers is not None
+    params, x, y = cohort_inputs(model, dtype=dtype)
+    engine = conv.ConvStack(layers)
+    loss, grad = engine(params, x, y)
+    ref_loss, ref_grad = cohort.autograd_value_and_grad(model)(params, x, y)
+    assert_tensors_close(loss, ref_loss)
+    assert_tensors_close(grad, ref_grad)
+    # a second call reuses the buffers of the first and must not read stale values
+    out = torch.empty_like(grad)
+    loss2, grad2 = engine(params.flip(0), x.flip(0), y.flip(0), out=out)
+    assert grad2.data_ptr() == out.data_ptr()
+    assert_tensors_close(loss2, ref_loss.flip(0))
+    assert_tensors_close(grad2, ref_grad.flip(0))
+    for rows in (slice(0, 1), slice(1, 3), slice(0, 3)):  # other cohort sizes, fewer arenas
+        _, part_grad = engine(params[rows], x[rows], y[rows])
+        assert_tensors_close(part_grad, ref_grad[rows])
+    assert len(engine._arenas) == 2
+
+
+def test_max_pool_ties_take_autograds_first_maximum():
+    """Constant image regions (MNIST's background) give equal conv outputs in a pool window;
+    the gradient goes to one of them, the one autograd picks."""
+    model = model_of("paper_cnn")
+    params, x, y = cohort_inputs(model)
+    x[:, :, :, :14] = 0.5  # half of every image constant
+    loss, grad = conv.ConvStack(conv.conv_layers(model))(params, x, y)
+    ref_loss, ref_grad = cohort.autograd_value_and_grad(model)(params, x, y)
+    assert_tensors_close(loss, ref_loss)
+    assert_tensors_close(grad, ref_grad)
+
+
+def test_only_supported_stacks_take_the_conv_engine():
+    def accepts(*layers, shape=(1, 8, 8)):
+        return conv.conv_layers(Model(nn.Sequential(*layers), shape)) is not None
+
+    head = [nn.Flatten(), nn.Linear(2 * 6 * 6, 3)]
+    assert accepts(nn.Conv2d(1, 2, 3), nn.ReLU(), *head)
+    assert not accepts(nn.Conv2d(1, 2, 3, stride=2), nn.Flatten(), nn.Linear(2 * 3 * 3, 3))
+    same = [nn.Flatten(), nn.Linear(2 * 8 * 8, 3)]
+    assert accepts(nn.Conv2d(1, 2, 3, padding=1), *same)
+    assert not accepts(nn.Conv2d(1, 2, 3, padding="same"), *same)
+    assert not accepts(nn.Conv2d(1, 2, 3), nn.GroupNorm(1, 2), nn.ReLU(), *head)
+    assert not accepts(nn.Conv2d(1, 2, 3), nn.MaxPool2d(2, padding=1), *head)
+    assert not accepts(nn.Conv2d(1, 2, 3), *head, nn.ReLU())  # ReLU last
+    assert not accepts(nn.ReLU(), nn.Conv2d(1, 2, 3), *head)  # would run in place on x
+    assert not accepts(nn.Flatten(), nn.Linear(64, 3))  # no convolution: DenseStack's
+    assert not accepts(nn.Conv2d(2, 2, 3), *head)  # channels that do not match the input
+    assert not accepts(nn.Conv2d(1, 2, 3), nn.MaxPool2d(2, ceil_mode=True), *head)
+
+
+def test_trainer_takes_the_conv_engine_and_routes_short_batches_to_autograd():
+    model = model_of("cnn_dfl_mnist")
+    g = torch.Generator().manual_seed(5)
+    x, y = torch.randn(40, 1, 28, 28, generator=g), torch.randint(0, 10, (40,), generator=g)
+    trainer = cohort.Trainer(model, x, y)
+    assert isinstance(trainer.default_value_and_grad, conv.ConvStack)
+    c, t, b = 3, 3, 5
+    batches = torch.randint(0, 40, (c, t, b), generator=g)
+    steps = torch.tensor([3, 2, 3])
+    sizes = np.full((c, t), b)
+    sizes[0, 2], sizes[2, 1] = 2, 4  # short batches: PAD slots, through autograd
+    params = model.init_params().expand(c, -1)
+    opt = optim.sgd(0.1, momentum=0.9)
+    fast = trainer.train(params, batches, steps, opt, sizes=sizes)
+    generic = trainer.train(params, batches, steps, opt, sizes=sizes, loss_fn=cohort.cross_entropy)
+    assert_tensors_close(fast.params, generic.params)
+    assert_tensors_close(fast.loss, generic.loss)
+    assert torch.equal(fast.sample_grads, generic.sample_grads)
+
+
+def test_auto_path_counts_the_conv_engines_columns_against_its_memory():
+    """On the CPU auto trains CNNs one client a call (faster there, whatever the engine); on
+    other devices it stacks what fits, the im2col columns included (meta tensors stand in)."""
+    model = model_of("cnn_tutorial")
+    x, y = torch.zeros(4, 3, 32, 32), torch.zeros(4, dtype=torch.long)
+    assert cohort.Trainer(model, x, y).clients_per_call(10, 32, "auto", optim.sgd(1)) == 1
+    x, y = x.to("meta"), y.to("meta")
+    trainer = cohort.Trainer(model, x, y)
+    assert trainer.clients_per_call(10, 32, "auto", optim.sgd(1)) == 10
+    engine = trainer.default_value_and_grad
+    assert isinstance(engine, conv.ConvStack)
+    assert engine.floats_per_sample() > model.training_cost_per_sample.floats  # here
+    per_client = 32 * engine.floats_per_sample() * 4
+    small = cohort.Trainer(model, x, y, memory_bytes=20 * per_client)
+    assert small.clients_per_call(50, 32, "auto", optim.sgd(1)) < 20
+    assert (
+        cohort.Trainer(model, x, y, memory_bytes=1).clients_per_call(50, 32, "auto", optim.sgd(1))
+        == 1
+    )
+
+
+def test_a_cnn_run_learns_the_same_through_both_engines(scenario, monkeypatch):
+    def go():
+        return run(
+            scenario(model={"kind": "cnn_dfl_mnist"}, run={"rounds": 2, "eval_every": 1}),
+            write=False,
+        )
+
+    engines = []
+    monkeypatch.setattr(cohort.Trainer, "train", spy(cohort.Trainer.train, engines))
+    fast = go()
+    monkeypatch.setattr(cohort, "conv_layers", lambda model: None)  # autograd only
+    generic = go()
+    assert engines[0] is conv.ConvStack and engines[-1] is not conv.ConvStack
+    assert len(fast.records) == 3  # round 0's evaluation, then two rounds'
+    assert_records_close(fast.records, generic.records, eval_rows=EVAL_ROWS)
+
+
+def spy(train, engines):
+    def wrapped(self, *args, **kwargs):
+        engines.append(type(self.default_value_and_grad))
+        return train(self, *args, **kwargs)
+
+    return wrapped
