@@ -129,6 +129,7 @@ class SharedBand(Channel):
         self._remaining: list[float] = []  # [n] per active transfer, as `_active`
         self._snrs: list[float] = []
         self._rates: list[float] = []
+        self._done_below: list[float] = []  # remaining bits that count as done
 
     def transmit(self, bits: float, snr_hz: float) -> Transmission:
         if bits <= 0:
@@ -227,6 +228,7 @@ class SharedBand(Channel):
         self._remaining.append(tx.remaining_bits)
         self._snrs.append(tx.snr_hz)
         self._rates.append(tx.rate_bps)
+        self._done_below.append(1e-9 * tx.bits + 1e-6)
 
     def _leave(self, txs: list[Transmission]) -> list[Transmission]:
         """Drop `txs` (in arrival order) from the active set, their remaining bits settled."""
@@ -234,6 +236,7 @@ class SharedBand(Channel):
             i = self._active.index(tx)
             tx.remaining_bits = max(self._remaining[i], 0.0)
             del self._active[i], self._remaining[i], self._snrs[i], self._rates[i]
+            del self._done_below[i]
         return txs
 
     def _sync(self) -> None:
@@ -247,8 +250,8 @@ class SharedBand(Channel):
     def _finished(self, due: Transmission | None) -> list[Transmission]:
         return [
             tx
-            for tx, remaining in zip(self._active, self._remaining)
-            if tx is due or remaining <= 1e-9 * tx.bits + 1e-6
+            for tx, remaining, below in zip(self._active, self._remaining, self._done_below)
+            if remaining <= below or tx is due
         ]
 
     def _send_for(self, elapsed_s: float) -> None:
