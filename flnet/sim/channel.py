@@ -10,7 +10,6 @@ can share a band (cheaper below about a hundred) and numpy arrays when many can.
 from __future__ import annotations
 
 import math
-from operator import truediv
 from typing import cast
 
 import numpy as np
@@ -126,10 +125,6 @@ class SharedBand(Channel):
         self._settled_at = env.now
         self._version = 0  # bumped whenever the active set changes
         self._timer: tuple[float, Transmission | None] = (math.inf, None)  # when, who is due
-        self._remaining: list[float] = []  # [n] per active transfer, as `_active`
-        self._snrs: list[float] = []
-        self._rates: list[float] = []
-        self._done_below: list[float] = []  # remaining bits that count as done
 
     def transmit(self, bits: float, snr_hz: float) -> Transmission:
         if bits <= 0:
@@ -219,53 +214,36 @@ class SharedBand(Channel):
     def _resync(self) -> None:
         """And back."""
 
-    # the state, as Python floats in lists parallel to `_active` (a list comprehension per
-    # event: the same operations, in the same order, as a loop over the transfers' attributes
-    # at half its cost); `_sync` copies them onto the transfers for `freeze_band`
+    # the state, as floats on the transfers
 
     def _join(self, tx: Transmission) -> None:
         self._active.append(tx)
-        self._remaining.append(tx.remaining_bits)
-        self._snrs.append(tx.snr_hz)
-        self._rates.append(tx.rate_bps)
-        self._done_below.append(1e-9 * tx.bits + 1e-6)
 
     def _leave(self, txs: list[Transmission]) -> list[Transmission]:
         """Drop `txs` (in arrival order) from the active set, their remaining bits settled."""
-        for tx in reversed(txs):  # arrival order = ascending positions
-            i = self._active.index(tx)
-            tx.remaining_bits = max(self._remaining[i], 0.0)
-            del self._active[i], self._remaining[i], self._snrs[i], self._rates[i]
-            del self._done_below[i]
+        self._active = [tx for tx in self._active if tx not in txs]
+        for tx in txs:
+            tx.remaining_bits = max(tx.remaining_bits, 0.0)
         return txs
-
-    def _sync(self) -> None:
-        for tx, remaining, rate in zip(self._active, self._remaining, self._rates):
-            tx.remaining_bits, tx.rate_bps = remaining, rate
-
-    def _resync(self) -> None:
-        self._remaining = [tx.remaining_bits for tx in self._active]
-        self._rates = [tx.rate_bps for tx in self._active]
 
     def _finished(self, due: Transmission | None) -> list[Transmission]:
         return [
-            tx
-            for tx, remaining, below in zip(self._active, self._remaining, self._done_below)
-            if remaining <= below or tx is due
+            tx for tx in self._active if tx is due or tx.remaining_bits <= 1e-9 * tx.bits + 1e-6
         ]
 
     def _send_for(self, elapsed_s: float) -> None:
-        self._remaining = [r - rate * elapsed_s for r, rate in zip(self._remaining, self._rates)]
+        for tx in self._active:
+            tx.remaining_bits -= tx.rate_bps * elapsed_s
 
     def _rerate(self, share_hz: float) -> tuple[float, Transmission | None]:
         """Every active transfer's rate on `share_hz`; the delay to the first finish and who."""
         scale, log1p = share_hz / LN2, math.log1p  # shannon_rate_bps, inlined: the hot loop
-        self._rates = rates = [scale * log1p(snr / share_hz) for snr in self._snrs]
-        delays = list(map(truediv, self._remaining, rates))
-        delay = min(delays)  # the first of equal ones, as a loop keeping strict improvements
-        if not delay < math.inf:
-            return math.inf, None
-        return delay, self._active[delays.index(delay)]
+        due, delay = None, math.inf
+        for tx in self._active:
+            rate = tx.rate_bps = scale * log1p(tx.snr_hz / share_hz)
+            if tx.remaining_bits / rate < delay:
+                due, delay = tx, tx.remaining_bits / rate
+        return delay, due
 
 
 class SharedBandArrays(SharedBand):
@@ -275,7 +253,7 @@ class SharedBandArrays(SharedBand):
     def __init__(self, env: simpy.Environment, bandwidth_hz: float) -> None:
         super().__init__(env, bandwidth_hz)
         self._columns = np.empty((3, 16))  # remaining bits, snr_hz, bits; [3, capacity]
-        self._rates_v = np.empty(0)  # [n] rates of the current set
+        self._rates = np.empty(0)  # [n] rates of the current set
 
     def _join(self, tx: Transmission) -> None:
         n = len(self._active)
@@ -295,16 +273,14 @@ class SharedBandArrays(SharedBand):
     def _sync(self) -> None:
         n = len(self._active)
         for tx, remaining, rate in zip(
-            self._active,
-            self._columns[0, :n].tolist(),
-            np.broadcast_to(self._rates_v, (n,)).tolist(),
+            self._active, self._columns[0, :n].tolist(), np.broadcast_to(self._rates, (n,)).tolist()
         ):
             tx.remaining_bits, tx.rate_bps = remaining, rate
 
     def _resync(self) -> None:
         n = len(self._active)
         self._columns[0, :n] = [tx.remaining_bits for tx in self._active]
-        self._rates_v = np.array([tx.rate_bps for tx in self._active])
+        self._rates = np.array([tx.rate_bps for tx in self._active])
 
     def _finished(self, due: Transmission | None) -> list[Transmission]:
         n = len(self._active)
@@ -314,12 +290,12 @@ class SharedBandArrays(SharedBand):
         return [self._active[i] for i in np.flatnonzero(done)]
 
     def _send_for(self, elapsed_s: float) -> None:
-        self._columns[0, : len(self._active)] -= self._rates_v * elapsed_s
+        self._columns[0, : len(self._active)] -= self._rates * elapsed_s
 
     def _rerate(self, share_hz: float) -> tuple[float, Transmission | None]:
         n = len(self._active)
-        self._rates_v = shannon_rate_bps(share_hz, self._columns[1, :n])
-        delays = self._columns[0, :n] / self._rates_v
+        self._rates = shannon_rate_bps(share_hz, self._columns[1, :n])
+        delays = self._columns[0, :n] / self._rates
         first = int(delays.argmin())
         return float(delays[first]), self._active[first]
 
