@@ -490,7 +490,8 @@ class Run:
                 remove_journal(self.output_dir / checkpoint.JOURNAL)
                 journal.remove(self.output_dir)
             self.world.start()
-            self.world.publish(self.algorithm.progress(self.state))  # step 0: the initial model
+            with threads_for(self.learner):  # as the steps that follow are evaluated
+                self.world.publish(self.algorithm.progress(self.state))  # step 0: the initial model
         else:
             if say is not None:
                 say(f"resuming {self.output_dir} from round {ckpt.round}")
@@ -715,16 +716,23 @@ def collector_sees_only_the_run() -> Iterator[None]:
         gc.unfreeze()
 
 
-def _simulate(sim: Run, write: bool) -> Result:
+@contextlib.contextmanager
+def threads_for(learner: Learner) -> Iterator[None]:
+    """One torch thread for a small model on the CPU (a thread pool costs more than it gives
+    there; on a loaded machine its spinning threads cost the initial evaluation tens of
+    milliseconds), the caller's threads again afterwards."""
     threads = torch.get_num_threads()
-    learner = sim.learner
     if learner.model.num_params < SMALL_MODEL_PARAMS and learner.data.x_train.device.type == "cpu":
         torch.set_num_threads(1)
     try:
-        with collector_sees_only_the_run():
-            return _simulate_and_write(sim, write)
+        yield
     finally:
         torch.set_num_threads(threads)
+
+
+def _simulate(sim: Run, write: bool) -> Result:
+    with threads_for(sim.learner), collector_sees_only_the_run():
+        return _simulate_and_write(sim, write)
 
 
 def _simulate_and_write(sim: Run, write: bool) -> Result:

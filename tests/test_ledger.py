@@ -81,3 +81,26 @@ def test_each_record_energy_is_fsum_of_rows_ended_by_its_time(scenario):
     assert {"deadline", "cancelled"} <= set(led.outcome)
     for rec in res.records.itertuples():
         assert rec.energy_j == math.fsum(led.energy_j[led.end_s <= rec.sim_time_s])
+
+
+def test_columns_hold_each_row_in_order_and_an_empty_ledger_has_empty_columns():
+    from flnet.sim.ledger import COLUMNS, KINDS, OUTCOMES, PATTERNS
+
+    empty = Ledger().columns()
+    assert list(empty) == list(COLUMNS) and all(len(v) == 0 for v in empty.values())
+    ledger = Ledger()
+    rows = [
+        (Tag("round_trip", 3), 4, -1, "upload", 1.5, 2.25, 0.5, 800.0, 0.0, "ok"),
+        (Tag("exchange", 7), 2, 5, "d2d", 0.0, 1.0, 0.0, 64.0, 0.0, "lost"),
+        (Tag("stream", 9), 1, -2, "compute", 3.0, 4.0, 1e-9, 0.0, 1e6, "battery"),
+    ]
+    for row in rows:
+        ledger.add(*row)
+    cols = ledger.columns()
+    for i, (tag, node, peer, kind, start, end, joules, bits, flops, outcome) in enumerate(rows):
+        assert cols["round"][i] == tag.step and PATTERNS[cols["pattern"][i]] == tag.pattern
+        assert (cols["node"][i], cols["peer"][i]) == (node, peer)
+        assert KINDS[cols["kind"][i]] == kind and OUTCOMES[cols["outcome"][i]] == outcome
+        got = [cols[c][i] for c in ("start_s", "end_s", "energy_j", "bits", "flops")]
+        assert got == [start, end, joules, bits, flops]
+    assert cols["round"].dtype.kind == "i" and cols["energy_j"].dtype.kind == "f"

@@ -91,3 +91,32 @@ def test_the_collector_skips_what_was_alive_at_the_start_only_while_the_run_last
         assert frozen // 2 < gc.get_freeze_count() <= frozen  # kept frozen; some since died
     finally:
         gc.unfreeze()
+
+
+def test_every_step_is_evaluated_on_one_thread_and_the_callers_threads_come_back(
+    scenario, tmp_path
+):
+    """A small model on the CPU runs on one torch thread from the initial evaluation (step 0,
+    published while the run is built) to the end; the caller's setting is restored."""
+
+    class Threads:
+        def __init__(self):
+            self.seen = []
+
+        def on_start(self, world):
+            pass
+
+        def on_progress(self, world, progress, stopping):
+            self.seen.append(torch.get_num_threads())
+
+        def on_end(self, world, reason):
+            pass
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        threads = Threads()
+        run(_scenario(scenario, tmp_path, "t"), ["run.rounds=2"], write=False, observers=[threads])
+        assert threads.seen == [1, 1, 1] and torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)

@@ -256,3 +256,34 @@ def test_client_selection_is_each_rounds_own_draw_in_any_order(scenario):
         assert np.array_equal(got, expected)
         got[:] = -1  # the caller owns its array: the next ask is unaffected
         assert np.array_equal(world.sample_clients(k, t), expected)
+
+
+def test_a_sure_fate_is_what_the_drawn_path_gives(scenario):
+    """World.fate skips the draws when nothing can cut, slow or drop the work: the general
+    path agrees for every client, and once dropouts are on the general path is taken."""
+    from flnet.rng import Stream
+    from flnet.runner import build
+    from flnet.sim.world import SURE
+
+    world, _ = build(three_clients(scenario))
+    work = (BITS, 1e6, BITS)
+    for c in range(3):
+        assert world.fate(c, 1, Stream.BEHAVIOUR, (1, c), work) is SURE
+        assert world._drawn_fate(c, 1, Stream.BEHAVIOUR, (1, c), work) == SURE
+    dropping, _ = build(three_clients(scenario, clients={"dropout_probability": 0.999}))
+    fates = [dropping.fate(c, 1, Stream.BEHAVIOUR, (1, c), work) for c in range(3)]
+    assert all(f.drop_phase < 3 for f in fates)  # each drops (u < 0.999 for these keys)
+
+
+def test_star_links_are_made_from_the_clients_rows(scenario):
+    """Link is a NamedTuple now: the uplink and downlink carry the row's SNR and powers."""
+    from flnet.runner import build
+    from flnet.sim.ledger import SERVER
+
+    world, _ = build(three_clients(scenario))
+    up, down = world.link(1, SERVER), world.link(SERVER, 1)
+    assert (up.kind, down.kind) == ("upload", "download")
+    assert up.snr_hz == pytest.approx(10 ** (UP_DB[1] / 10) * UP_HZ)
+    assert down.snr_hz == pytest.approx(10 ** (DOWN_DB[1] / 10) * DOWN_HZ)
+    assert up.power_w == pytest.approx(10 ** (TX_DBM / 10) / 1000)
+    assert up.channel is world.network.uplink and down.channel is world.network.downlink

@@ -118,8 +118,9 @@ class Ledger:
         """Every column as an array: pattern, kind and outcome as their index in PATTERNS,
         KINDS and OUTCOMES."""
         out = {}
-        rows = [(t.step, t.pattern, *rest) for t, *rest in self._rows]
-        for c, v in zip(COLUMNS, zip(*rows) if rows else [()] * len(COLUMNS)):
+        tags, *rest = zip(*self._rows) if self._rows else [()] * (len(COLUMNS) - 1)
+        patterns, steps = zip(*tags) if tags else ((), ())  # a Tag is (pattern, step)
+        for c, v in zip(COLUMNS, (steps, patterns, *rest)):
             if c in _CODES:
                 out[c] = np.fromiter(map(_CODES[c].__getitem__, v), dtype=np.int8, count=len(v))
             else:

@@ -13,8 +13,7 @@ by hand (`add_link`, tests) are kept for good; `graph` shows both as a networkx 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import networkx as nx
 import numpy as np
@@ -34,8 +33,10 @@ if TYPE_CHECKING:  # the scenario's sections, for annotations only
 D2D_LINKS_KEPT = 1_000_000  # device-to-device links made from the radio cached at most (~200 MB)
 
 
-@dataclass(frozen=True)
-class Link:
+class Link(NamedTuple):
+    """A link's fixed facts (a NamedTuple: one is made per star transfer, and a frozen
+    dataclass costs three times as much to make)."""
+
     channel: Channel
     snr_hz: float  # P g / N0 without fading (on a TraceRateChannel: the rate in bit/s)
     power_w: float  # battery power drawn while busy (sender's tx + circuit, receiver's rx)

@@ -90,6 +90,9 @@ class Fate(NamedTuple):
         return 1.0, "ok"
 
 
+SURE = Fate()  # work that nothing cuts, slows or drops
+
+
 class Progress(NamedTuple):
     """One unit of the run done: what observers judge, record and checkpoint.
 
@@ -614,6 +617,28 @@ class World:
         (down_bits, flops, up_bits): the dropout point is uniform over the work's progress,
         each phase weighted by its time alone on its band without fading (compute: with the
         slowdown), so the point falls in a phase and after a share of its bits or FLOPs."""
+        cfg = self.clients
+        if (
+            cfg.availability.kind == "always"
+            and self.battery is None
+            and not cfg.dropout_probability > 0
+            and not cfg.slowdown_probability > 0
+        ):
+            # a fast path only where nothing can cut, slow or drop the work: no session end,
+            # no battery, no draw; what `_drawn_fate` gives then (tests/test_world.py)
+            return SURE
+        return self._drawn_fate(client, draw, stream, keys, work, start_s)
+
+    def _drawn_fate(
+        self,
+        client: int,
+        draw: int,
+        stream: Stream,
+        keys: tuple[int, int],
+        work: tuple,
+        start_s: float | None = None,
+    ) -> Fate:
+        """`fate`, the general path: the session's end, the battery and the draws."""
         cfg = self.clients
         avail = cfg.availability
         now, ids = self.env.now, np.asarray([client], dtype=np.int64)
