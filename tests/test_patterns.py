@@ -209,6 +209,28 @@ def test_stream_aggregates_at_the_hand_computed_times_to_the_hand_computed_model
     assert list(up.node) == [1, 0, 2, 1] and (up.peer == SERVER).all()
 
 
+def test_a_stream_over_every_registered_client_allocates_nothing_per_client(scenario):
+    """FedBuff and FedAsync stream over `range(N)`: the pool is the range itself, never an [N]
+    array or list (10,000,000 ids would be hundreds of MB), and the run is the same."""
+    import tracemalloc
+
+    runs = []
+    for clients in (np.arange(3), range(10_000_000)):
+        world = world_of(scenario, STREAM_CPU)
+        server, stop = Buffered(k=2), StopAt(2)
+        world.observers = [stop]
+        pick = fewest_launches_then_lowest_id([0, 0, 0])
+        tracemalloc.start()
+        world.env.run(
+            until=world.env.process(stream(world, server, clients, concurrency=2, pick=pick))
+        )
+        _, peak = tracemalloc.get_traced_memory()
+        tracemalloc.stop()
+        runs.append([(a.client, a.count, a.version) for a in server.arrivals])
+    assert runs[0] == runs[1]
+    assert peak < 2_000_000, peak
+
+
 # ---------------------------------------------------------------- stream: exact resume
 
 

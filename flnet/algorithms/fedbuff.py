@@ -142,7 +142,7 @@ def protocol(
     yield from stream(
         world,
         server,
-        np.arange(world.num_clients),
+        range(world.num_clients),
         concurrency=cfg.concurrency,
         resume=state.flight,
     )

@@ -445,13 +445,14 @@ class StreamServer(Protocol):
 def stream(
     world: AbstractWorld,
     server: StreamServer,
-    clients: np.ndarray,
+    clients: range | np.ndarray,
     *,
     concurrency: int,
     resume: dict | None = None,
     pick: Callable[[int, set[int]], int] | None = None,
 ) -> Generator[simpy.Event, Any, list[_Work]]:
-    """Clients in `clients` ([N] ids) work and upload continuously, at most `concurrency` at
+    """Clients in `clients` (ids: a `range` for every registered client, which costs nothing
+    per client, or an [n] array) work and upload continuously, at most `concurrency` at
     once, until the run stops: whenever a slot is free the pattern picks an idle client, asks
     `server.work` for its work and runs its download, compute and upload; each upload that
     arrives goes to `server.receive`, in arrival order; a server update is published at once.
@@ -477,7 +478,7 @@ def stream(
     launches = 0
     if resume is not None:
         counts, launches = flight.thaw(resume)
-    pool = np.asarray(clients).tolist()
+    pool = clients if isinstance(clients, range) else np.asarray(clients).tolist()
     busy = {w.client for w in flight.under_way} | {a.client for a in flight.arrived}
     concurrency = min(concurrency, len(pool))
     idle_since_s: float | None = None  # since when nobody has been online and nothing under way
@@ -529,7 +530,9 @@ IDLE_RETRY_S = 60.0  # a round with nobody online, or an idle stream, looks agai
 IDLE_GIVE_UP_S = 7 * 86400.0  # a stream idle this long fails (nobody will come online): no hang
 
 
-def _pick_idle(world: AbstractWorld, pool: list[int], busy: set[int], launches: int) -> int | None:
+def _pick_idle(
+    world: AbstractWorld, pool: range | list[int], busy: set[int], launches: int
+) -> int | None:
     """A uniform idle client online now (availability drawn with key `launches`), or None
     when none of SELECTION_TRIES candidates is."""
     rng = world.generator(Stream.ARRIVALS, launches)
