@@ -32,6 +32,7 @@ from torch import nn
 from torch.nn import functional as F
 from torch.utils._pytree import tree_leaves, tree_map
 
+from flnet.learn import optim
 from flnet.learn.models import Model
 from flnet.learn.optim import GradientTransformation
 
@@ -354,15 +355,17 @@ class Trainer:
         grads_buf = torch.empty_like(params)
         xb = self.x_data.new_empty((c, b, *self.x_data.shape[1:]))
         yb = self.y_data.new_empty((c, b))
+        rows_by_step = batches.transpose(0, 1).reshape(t_max, c * b)  # a step's rows, contiguous
         loss_sum = torch.zeros(c, dtype=params.dtype, device=params.device)
         grad_evals = torch.zeros(c, dtype=torch.int64, device=params.device)
         uniform = bool((steps == t_max).all())
+        evals = samples = 0  # uniform full steps' counts, every client's (added at the end)
         snapshot = None
         if snapshot_at is not None:  # after min(t', steps) steps; masked steps change nothing
             snapshot_at = snapshot_at.clamp(0, t_max)
             snapshot = params.clone()
         for s in range(t_max):
-            rows = batches[:, s].reshape(-1)
+            rows = rows_by_step[s]
             torch.index_select(self.x_data, 0, rows, out=xb.view(c * b, *xb.shape[2:]))
             torch.index_select(self.y_data, 0, rows, out=yb.view(-1))
             value_and_grad = engines[int(short[s])]
@@ -381,18 +384,21 @@ class Trainer:
                 calls += 1
                 return value_and_grad(p, xb, yb, aux=aux)[1]  # noqa: B023 (called within this step)
 
-            updates, new_state = optimizer.update(
-                grads, opt_state, params, grad_fn=grad_fn, loss=loss, aux=aux
+            before = None if uniform else params.clone()
+            new_state = optim.step(
+                optimizer, grads, opt_state, params, grad_fn=grad_fn, loss=loss, aux=aux
             )
-            if uniform:
-                params.add_(updates)
+            if before is None:
                 opt_state = new_state
                 loss_sum += loss
-                grad_evals += 1 + calls
-                sample_grads += (1 + calls) * size
-            else:
+                evals += 1 + calls
+                if isinstance(size, int):
+                    samples += (1 + calls) * size
+                else:
+                    sample_grads += (1 + calls) * size
+            else:  # clients past their own steps keep their parameters and state
                 active = steps > s  # [C]
-                params = torch.where(active[:, None], params + updates, params)
+                torch.where(active[:, None], params, before, out=params)
                 opt_state = tree_map(
                     lambda new, old: _where_rows(active, new, old),  # noqa: B023 (called now)
                     new_state,
@@ -404,6 +410,8 @@ class Trainer:
             if snapshot is not None:
                 assert snapshot_at is not None  # a snapshot is taken only where asked
                 snapshot = torch.where((snapshot_at == s + 1)[:, None], params, snapshot)
+        grad_evals += evals
+        sample_grads += samples
         return CohortResult(
             params,
             opt_state,
