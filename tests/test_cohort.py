@@ -384,3 +384,26 @@ def test_gossip_and_stream_keep_persisted_optimizer_states(scenario, algorithm):
     done = computes.node.value_counts()
     count = sim.learner.optimizer_states.table.rows(np.arange(10))[0]  # AdamState.count
     assert count.sum() > 0 and count.tolist() == [float(done.get(k, 0)) for k in range(10)]
+
+
+@pytest.mark.parametrize(
+    "make_opt",
+    [lambda: optim.sgd(0.1, momentum=0.9), lambda: optim.delta_sgd()],
+    ids=["sgdm", "delta_sgd"],
+)
+@pytest.mark.parametrize("steps", [[T] * C, [T, 2, T, 1]], ids=["uniform", "masked"])
+def test_in_place_steps_train_as_the_updates_added(make_opt, steps):
+    """The trainer steps through the optimizer's `apply` (params += -lr g, fused); without it,
+    through params += updates: the same clients within float rounding, on both the uniform and
+    the masked loop."""
+    model = mlp()
+    x, y = dataset(model)
+    trainer = cohort.Trainer(model, x, y)
+    p0, rows, steps = start(model), batches(), torch.tensor(steps)
+    fused = trainer.train(p0, rows, steps, make_opt())
+    assert make_opt().apply is not None
+    plain = trainer.train(p0, rows, steps, make_opt()._replace(apply=None))
+    assert not torch.equal(fused.params, p0)
+    for a, b in zip(torch.utils._pytree.tree_leaves(fused), torch.utils._pytree.tree_leaves(plain)):
+        if a is not None:
+            assert_tensors_close(a.double(), b.double())

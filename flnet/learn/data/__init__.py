@@ -37,7 +37,7 @@ import torch
 
 from flnet.errors import ScenarioError
 from flnet.learn.data import blocks as blocks_mod
-from flnet.learn.data import embedded, features, files, partition
+from flnet.learn.data import draws, embedded, features, files, partition
 from flnet.learn.data.embedded import Source
 from flnet.learn.data.lazy import LazyClients
 from flnet.learn.data.views import ClientViews
@@ -388,11 +388,15 @@ def minibatches(
     clients = np.asarray(clients, dtype=np.int64)
     t_max = int(np.max(steps))
     sizes = data.num_samples[clients]
-    local = np.empty((len(clients), t_max, batch_size), dtype=np.int64)
-    for row, (k, s, n) in enumerate(zip(clients.tolist(), steps, sizes.tolist())):
-        rng = work_rng(seed, round, k, row, work_counts, stream)
-        local[row, :s] = rng.integers(0, n, (int(s), batch_size))
-        local[row, s:] = local[row, s - 1]
+    keys = clients.tolist()
+    # every client draws t_max * B (its own s_k * B first, as integers(0, n_k, (s_k, B)) would)
+    local = draws.integers(
+        lambda row: work_rng(seed, round, keys[row], row, work_counts, stream),
+        sizes,
+        t_max * batch_size,
+    ).reshape(len(clients), t_max, batch_size)
+    for row in np.flatnonzero(np.asarray(steps) < t_max).tolist():
+        local[row, steps[row] :] = local[row, steps[row] - 1]
     if data.lazy is None:
         views = data.client_indices
         assert views is not None  # data in memory has its views
