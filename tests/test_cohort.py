@@ -69,6 +69,30 @@ def test_dense_fast_path_is_the_autograd_maths(bias):
     assert_tensors_close(fast_grad, grad)
 
 
+def test_dense_fast_path_follows_its_parameters_between_calls():
+    """The stack keeps its views of the last parameter tensor: they must see that tensor's
+    in-place steps, and another tensor of the same shape must get its own gradients."""
+    model = mlp()
+    x, y = dataset(model)
+    rows = batches()[:, 0]
+    dense = cohort.DenseStack(cohort.dense_layers(model))
+    reference = cohort.autograd_value_and_grad(model)
+    params = start(model)
+    other = params + 0.05
+
+    def check(p):
+        fast_loss, fast_grad = dense(p, x[rows], y[rows])
+        loss, grad = reference(p, x[rows], y[rows])
+        assert_tensors_close(fast_loss, loss)
+        assert_tensors_close(fast_grad, grad)
+
+    check(params)
+    params.add_(0.1)  # an in-place step, as the trainer takes
+    check(params)
+    check(other)
+    check(params)
+
+
 def test_only_dense_stacks_take_the_fast_path():
     assert cohort.dense_layers(cnn()) is None
     relu_last = Model(nn.Sequential(nn.Linear(4, 3), nn.ReLU()), (4,))
