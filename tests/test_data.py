@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 
+from flnet import rng
 from flnet.errors import DataError, ScenarioError
 from flnet.learn import data
 from flnet.learn.data import embedded, features, files
@@ -405,18 +406,26 @@ def test_cache_folder_follows_the_environment(monkeypatch, tmp_path):
 
 @pytest.mark.parametrize("count", [0, 1, 7, 320])
 def test_batched_draws_are_numpys_integers_bit_for_bit(count):
-    """draws.integers replays Lemire's multiply-shift on the raw words; it must equal numpy's own
-    `integers` for every bound, including n = 1 (no draw), n = 2**32 (the word itself) and
-    n = 3 * 2**30, where a quarter of the words are rejected and numpy redraws."""
+    """draws.integers hashes the keys together and replays Lemire's multiply-shift on the raw
+    words; it must equal numpy's own default_rng(key).integers for every bound, including
+    n = 1 (no draw), n = 2**32 (the word itself) and n = 3 * 2**30, where a quarter of the
+    words are rejected and numpy redraws; for keys of 3 to 6 words and one over 32 bits."""
     from flnet.learn.data import draws
 
     bounds = np.array([1, 2, 14, 1437, 2**31 + 1, 3 * 2**30, 2**32 - 1, 2**32])
     bounds = np.concatenate([bounds, np.random.default_rng(3).integers(1, 2**32, 20)])
-    make = lambda i: np.random.default_rng([0, 7, i])  # noqa: E731
-    want = np.stack([make(i).integers(0, n, count) for i, n in enumerate(bounds)])
-    assert np.array_equal(draws.integers(make, bounds, count), want)
+    for width in (3, 4, 6):
+        keys = np.random.default_rng(width).integers(0, 2**32, (len(bounds), width))
+        keys[:, 0] = 7  # a seed shared by the cohort, as the run's
+        want = np.stack(
+            [np.random.default_rng(k.tolist()).integers(0, n, count) for k, n in zip(keys, bounds)]
+        )
+        assert np.array_equal(draws.integers(keys, bounds, count), want)
+    big = np.array([[2**40, 3, k] for k in range(4)])  # a seed of two words: numpy's path
+    want = np.stack([np.random.default_rng(k.tolist()).integers(0, 50, count) for k in big])
+    assert np.array_equal(draws.integers(big, np.full(4, 50), count), want)
     with pytest.raises(ValueError, match="high"):  # a client without rows: numpy's error
-        draws.integers(make, np.array([5, 0]), 3)
+        draws.integers(np.array([[0, 1, 2], [0, 1, 3]]), np.array([5, 0]), 3)
 
 
 def test_minibatches_are_each_clients_own_generator_draws():
@@ -430,3 +439,8 @@ def test_minibatches_are_each_clients_own_generator_draws():
         own = fed.client_indices[k]
         assert np.array_equal(rows[pos, :s], own[local])
         assert (rows[pos, s:] == rows[pos, s - 1]).all()
+    counts = np.array([2, 0, 7])  # the stream pattern: keyed by each client's work count
+    rows = data.minibatches(fed, clients, 2, steps, 8, seed=1, work_counts=counts).numpy()
+    for pos, (k, s) in enumerate(zip(clients, steps)):
+        draw = rng.work_generator(1, k, counts[pos]).integers(0, fed.num_samples[k], (s, 8))
+        assert np.array_equal(rows[pos, :s], fed.client_indices[k][draw])
