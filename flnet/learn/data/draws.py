@@ -17,6 +17,8 @@ equality against ``default_rng(key).integers`` directly.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 from numpy.random.bit_generator import ISeedSequence
 
@@ -28,20 +30,17 @@ _INIT_A, _MULT_A, _INIT_B, _MULT_B = 0x43B0D7E5, 0x931E8875, 0x8B51F9DD, 0x58F38
 _MIX_MULT_L, _MIX_MULT_R, _XSHIFT, _POOL_SIZE = 0xCA01F9DD, 0x4973F715, np.uint64(16), 4
 
 
-class _SeedState:
-    """A SeedSequence whose state words are already computed (`seed_states`), for PCG64."""
+class _SeedState(ISeedSequence):
+    """A seed sequence whose state words are already computed (`seed_states`), for PCG64."""
 
     __slots__ = ("state",)
 
     def __init__(self, state: np.ndarray) -> None:
         self.state = state  # [4] uint64
 
-    def generate_state(self, n_words: int, dtype: type = np.uint64) -> np.ndarray:
-        assert n_words == 4 and dtype == np.uint64  # what PCG64 asks for
+    def generate_state(self, n_words: int, dtype: Any = np.uint64) -> np.ndarray:
+        assert n_words == 4 and np.dtype(dtype) == np.uint64  # what PCG64 asks for
         return self.state
-
-
-ISeedSequence.register(_SeedState)
 
 
 def seed_states(words: np.ndarray) -> np.ndarray:
@@ -95,7 +94,9 @@ def integers(keys: np.ndarray, highs: np.ndarray, count: int) -> np.ndarray:
     if len(rows):
         words = (count + 1) // 2
         states = seed_states(keys[rows])
-        raw = np.stack([np.random.PCG64(_SeedState(s)).random_raw(words) for s in states])
+        # numpy's stubs name SeedSequence; PCG64 takes any ISeedSequence
+        bits = [np.random.PCG64(_SeedState(s)) for s in states]  # type: ignore[arg-type]
+        raw = np.stack([b.random_raw(words) for b in bits])
         halves = np.stack([raw & _LOW32, raw >> np.uint64(32)], axis=-1).reshape(len(rows), -1)
         n = highs[rows].astype(np.uint64)[:, None]
         m = halves[:, :count] * n  # < 2**64: a 32-bit word times n <= 2**32
