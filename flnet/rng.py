@@ -73,13 +73,23 @@ class Stream(IntEnum):
     CLASS_DEVICES = 1_000_063  # a device class's own cpu_hz, ..., keyed by (class index)
 
 
+def stream_key(seed: int, stream: Stream, *keys: int) -> list[int]:
+    """The `default_rng` key of `generator` (for callers that hash many keys at once)."""
+    return [seed, int(stream), *map(int, keys)]
+
+
+def minibatch_key(seed: int, round: int, client: int) -> list[int]:
+    """The `default_rng` key of `minibatch_generator`."""
+    return [seed, round, client]
+
+
 def generator(seed: int, stream: Stream, *keys: int) -> np.random.Generator:
-    return np.random.default_rng([seed, int(stream), *map(int, keys)])
+    return np.random.default_rng(stream_key(seed, stream, *keys))
 
 
 def minibatch_generator(seed: int, round: int, client: int) -> np.random.Generator:
     """Client `client`'s minibatches in round (or iteration) `round`."""
-    return np.random.default_rng([seed, round, client])
+    return np.random.default_rng(minibatch_key(seed, round, client))
 
 
 def work_generator(seed: int, client: int, count: int) -> np.random.Generator:

@@ -69,6 +69,30 @@ def test_dense_fast_path_is_the_autograd_maths(bias):
     assert_tensors_close(fast_grad, grad)
 
 
+def test_dense_fast_path_follows_its_parameters_between_calls():
+    """The stack keeps its views of the last parameter tensor: they must see that tensor's
+    in-place steps, and another tensor of the same shape must get its own gradients."""
+    model = mlp()
+    x, y = dataset(model)
+    rows = batches()[:, 0]
+    dense = cohort.DenseStack(cohort.dense_layers(model))
+    reference = cohort.autograd_value_and_grad(model)
+    params = start(model)
+    other = params + 0.05
+
+    def check(p):
+        fast_loss, fast_grad = dense(p, x[rows], y[rows])
+        loss, grad = reference(p, x[rows], y[rows])
+        assert_tensors_close(fast_loss, loss)
+        assert_tensors_close(fast_grad, grad)
+
+    check(params)
+    params.add_(0.1)  # an in-place step, as the trainer takes
+    check(params)
+    check(other)
+    check(params)
+
+
 def test_only_dense_stacks_take_the_fast_path():
     assert cohort.dense_layers(cnn()) is None
     relu_last = Model(nn.Sequential(nn.Linear(4, 3), nn.ReLU()), (4,))
@@ -384,3 +408,26 @@ def test_gossip_and_stream_keep_persisted_optimizer_states(scenario, algorithm):
     done = computes.node.value_counts()
     count = sim.learner.optimizer_states.table.rows(np.arange(10))[0]  # AdamState.count
     assert count.sum() > 0 and count.tolist() == [float(done.get(k, 0)) for k in range(10)]
+
+
+@pytest.mark.parametrize(
+    "make_opt",
+    [lambda: optim.sgd(0.1, momentum=0.9), lambda: optim.delta_sgd()],
+    ids=["sgdm", "delta_sgd"],
+)
+@pytest.mark.parametrize("steps", [[T] * C, [T, 2, T, 1]], ids=["uniform", "masked"])
+def test_in_place_steps_train_as_the_updates_added(make_opt, steps):
+    """The trainer steps through the optimizer's `apply` (params += -lr g, fused); without it,
+    through params += updates: the same clients within float rounding, on both the uniform and
+    the masked loop."""
+    model = mlp()
+    x, y = dataset(model)
+    trainer = cohort.Trainer(model, x, y)
+    p0, rows, steps = start(model), batches(), torch.tensor(steps)
+    fused = trainer.train(p0, rows, steps, make_opt())
+    assert make_opt().apply is not None
+    plain = trainer.train(p0, rows, steps, make_opt()._replace(apply=None))
+    assert not torch.equal(fused.params, p0)
+    for a, b in zip(torch.utils._pytree.tree_leaves(fused), torch.utils._pytree.tree_leaves(plain)):
+        if a is not None:
+            assert_tensors_close(a.double(), b.double())

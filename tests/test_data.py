@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 
+from flnet import rng
 from flnet.errors import DataError, ScenarioError
 from flnet.learn import data
 from flnet.learn.data import embedded, features, files
@@ -398,3 +399,48 @@ def test_cache_folder_follows_the_environment(monkeypatch, tmp_path):
     monkeypatch.delenv("XDG_CACHE_HOME")
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     assert cache_dir() == tmp_path / "home" / ".cache" / "flnet"
+
+
+# ---------------------------------------------------------------- minibatch draws
+
+
+@pytest.mark.parametrize("count", [0, 1, 7, 320])
+def test_batched_draws_are_numpys_integers_bit_for_bit(count):
+    """draws.integers hashes the keys together and replays Lemire's multiply-shift on the raw
+    words; it must equal numpy's own default_rng(key).integers for every bound, including
+    n = 1 (no draw), n = 2**32 (the word itself) and n = 3 * 2**30, where a quarter of the
+    words are rejected and numpy redraws; for keys of 3 to 6 words and one over 32 bits."""
+    from flnet.learn.data import draws
+
+    bounds = np.array([1, 2, 14, 1437, 2**31 + 1, 3 * 2**30, 2**32 - 1, 2**32])
+    bounds = np.concatenate([bounds, np.random.default_rng(3).integers(1, 2**32, 20)])
+    for width in (3, 4, 6):
+        keys = np.random.default_rng(width).integers(0, 2**32, (len(bounds), width))
+        keys[:, 0] = 7  # a seed shared by the cohort, as the run's
+        want = np.stack(
+            [np.random.default_rng(k.tolist()).integers(0, n, count) for k, n in zip(keys, bounds)]
+        )
+        assert np.array_equal(draws.integers(keys, bounds, count), want)
+    big = np.array([[2**40, 3, k] for k in range(4)])  # a seed of two words: numpy's path
+    want = np.stack([np.random.default_rng(k.tolist()).integers(0, 50, count) for k in big])
+    assert np.array_equal(draws.integers(big, np.full(4, 50), count), want)
+    with pytest.raises(ValueError, match="high"):  # a client without rows: numpy's error
+        draws.integers(np.array([[0, 1, 2], [0, 1, 3]]), np.array([5, 0]), 3)
+
+
+def test_minibatches_are_each_clients_own_generator_draws():
+    """Client k's rows in round t are default_rng([seed, t, k]).integers(0, n_k, (s_k, B)) of
+    its own rows; steps past s_k repeat its last step."""
+    fed = load(n=6, dataset="digits", partition={"kind": "dirichlet", "alpha": 0.5})
+    clients, steps = np.array([4, 0, 5]), np.array([3, 5, 1])
+    rows = data.minibatches(fed, clients, 2, steps, 8, seed=1).numpy()
+    for pos, (k, s) in enumerate(zip(clients, steps)):
+        local = np.random.default_rng([1, 2, k]).integers(0, fed.num_samples[k], (s, 8))
+        own = fed.client_indices[k]
+        assert np.array_equal(rows[pos, :s], own[local])
+        assert (rows[pos, s:] == rows[pos, s - 1]).all()
+    counts = np.array([2, 0, 7])  # the stream pattern: keyed by each client's work count
+    rows = data.minibatches(fed, clients, 2, steps, 8, seed=1, work_counts=counts).numpy()
+    for pos, (k, s) in enumerate(zip(clients, steps)):
+        draw = rng.work_generator(1, k, counts[pos]).integers(0, fed.num_samples[k], (s, 8))
+        assert np.array_equal(rows[pos, :s], fed.client_indices[k][draw])

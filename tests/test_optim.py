@@ -280,3 +280,49 @@ def test_optimizer_defaults_are_the_papers():
     assert local({"momentum": 0.9}).optimizer.name == "sgd"  # no name: SGD, as before
     assert local({"name": "adam"}).optimizer.default_lr == 1e-3
     assert local({"name": "adagrad"}).optimizer.default_lr == 1e-2
+
+
+IN_PLACE = [
+    ("sgd", lambda: optim.sgd(0.1)),
+    ("momentum+wd", lambda: optim.sgd(0.1, momentum=0.9, weight_decay=0.01)),
+    ("adam", lambda: optim.adam(0.01)),
+    ("adagrad", lambda: optim.adagrad(0.1)),
+    ("sps", lambda: optim.sps()),
+    ("delta_sgd", lambda: optim.delta_sgd()),
+    ("sam_adam", lambda: optim.sam(optim.adam(0.01), 0.1)),
+]
+
+
+@pytest.mark.parametrize("make", [m for _, m in IN_PLACE], ids=[n for n, _ in IN_PLACE])
+def test_in_place_apply_is_the_update_added(make):
+    """`apply` (the trainer's path: params += -lr g fused) against params + update(...) on the
+    same quadratic, step for step, within float rounding; states agree too."""
+    a = torch.tensor(A)
+    grad_fn = lambda p: a * p  # noqa: E731
+    opt = make()
+    assert opt.apply is not None  # every named optimizer ends in the descent step
+    x_ref = torch.tensor(X0)
+    x = x_ref.clone()
+    s_ref, s = opt.init(x_ref), opt.init(x)
+    for _ in range(4):
+        loss = lambda p: 0.5 * (a * p * p).sum(1)  # noqa: E731
+        updates, s_ref = opt.update(grad_fn(x_ref), s_ref, x_ref, grad_fn=grad_fn, loss=loss(x_ref))
+        x_ref = x_ref + updates
+        s = optim.step(opt, grad_fn(x), s, x, grad_fn=grad_fn, loss=loss(x))
+        assert_tensors_close(x, x_ref)
+    for got, want in zip(
+        torch.utils._pytree.tree_leaves(s), torch.utils._pytree.tree_leaves(s_ref)
+    ):
+        assert_tensors_close(got.double(), want.double())
+    assert not torch.equal(x, torch.tensor(X0))
+
+
+def test_a_transform_without_apply_steps_by_its_updates():
+    """`optim.step` falls back to params += updates (bit for bit: the same arithmetic)."""
+    opt = optim.chain(optim.trace(0.9))  # ends in a transform with no in-place apply
+    assert opt.apply is None
+    g = torch.tensor(A)
+    x, x_ref = torch.tensor(X0), torch.tensor(X0)
+    optim.step(opt, g.clone(), opt.init(x), x)
+    updates, _ = opt.update(g.clone(), opt.init(x_ref), x_ref)
+    assert torch.equal(x, x_ref + updates)

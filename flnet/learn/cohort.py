@@ -32,6 +32,7 @@ from torch import nn
 from torch.nn import functional as F
 from torch.utils._pytree import tree_leaves, tree_map
 
+from flnet.learn import optim
 from flnet.learn.conv import ConvStack, conv_layers
 from flnet.learn.models import Model
 from flnet.learn.optim import GradientTransformation
@@ -128,14 +129,35 @@ class DenseStack:
 
     The same maths as `autograd_value_and_grad(model)` (a test checks it): forward
     ``a_{l+1} = relu(a_l W_l^T + b_l)`` as batched matmuls; the logits are kept as ``[C, K, B]``
-    so the softmax reduces over a middle dimension (torch's softmax over a last dimension of
-    10 is an order of magnitude slower); the loss gradient is ``(softmax - onehot) / B``; the
-    backward pass reuses the activations. Activations live in buffers reused across calls.
+    so the log-softmax reduces over a middle dimension (torch's softmax over a last dimension of
+    10 is an order of magnitude slower); one log-softmax kernel gives both the loss (minus its
+    mean at the labels) and the gradient ``(exp(log-softmax) - onehot) / B``, fewer passes than
+    max, exp, sum and log apart; the backward pass reuses the activations. Activations live in
+    buffers reused across calls, and the layers' views of the parameters while the same
+    parameter tensor comes back (the trainer's, updated in place).
     """
 
     def __init__(self, layers: list[_Dense]) -> None:
         self.layers = layers
         self._buffers: dict[tuple, dict[str, Any]] = {}
+        self._views: tuple[tuple, list] = ((), [])  # the last params' layer views, by identity
+
+    def _layer_views(self, params: torch.Tensor) -> list:
+        """Per layer (W [C, out, in], b [C, out] or None) viewing `params`, kept while the
+        same tensor comes back (the trainer's params, updated in place): the views hold its
+        storage, so no other tensor can show the same address, shape and strides meanwhile."""
+        key = (params.data_ptr(), params.device, params.dtype, params.shape, params.stride())
+        if self._views[0] != key:
+            c = params.shape[0]
+            views = [
+                (
+                    params[:, slice(*layer.weight)].view(c, *layer.shape),
+                    None if layer.bias is None else params[:, slice(*layer.bias)],
+                )
+                for layer in self.layers
+            ]
+            self._views = (key, views)
+        return self._views[1]
 
     def _buffers_for(self, c: int, b: int, like: torch.Tensor) -> dict[str, Any]:
         key = (c, b, like.dtype, like.device)
@@ -167,31 +189,27 @@ class DenseStack:
         the cross-entropy reads no aux."""
         c, b = y.shape
         buf = self._buffers_for(c, b, params)
-        weight = lambda layer: params[:, slice(*layer.weight)].view(c, *layer.shape)  # noqa
-        bias = lambda layer: params[:, slice(*layer.bias)]  # noqa: E731
+        views = self._layer_views(params)
         *hidden, last = self.layers
         acts = [x.reshape(c, b, -1)]
-        for layer, a in zip(hidden, buf["act"]):
-            if layer.bias is None:
-                torch.bmm(acts[-1], weight(layer).transpose(1, 2), out=a)
+        for layer, (w, bias), a in zip(hidden, views, buf["act"]):
+            if bias is None:
+                torch.bmm(acts[-1], w.transpose(1, 2), out=a)
             else:
-                torch.baddbmm(
-                    bias(layer).unsqueeze(1), acts[-1], weight(layer).transpose(1, 2), out=a
-                )
+                torch.baddbmm(bias.unsqueeze(1), acts[-1], w.transpose(1, 2), out=a)
             if layer.relu:
                 a.clamp_min_(0)
             acts.append(a)
         z = buf["logits"]  # [C, K, B]
-        if last.bias is None:
-            torch.bmm(weight(last), acts[-1].transpose(1, 2), out=z)
+        w, bias = views[-1]
+        if bias is None:
+            torch.bmm(w, acts[-1].transpose(1, 2), out=z)
         else:
-            torch.baddbmm(bias(last).unsqueeze(2), weight(last), acts[-1].transpose(1, 2), out=z)
-        top = z.amax(1, keepdim=True)  # [C, 1, B]
-        e = torch.sub(z, top, out=buf["exp"]).exp_()
-        total = e.sum(1, keepdim=True)
+            torch.baddbmm(bias.unsqueeze(2), w, acts[-1].transpose(1, 2), out=z)
         label = y.unsqueeze(1)  # [C, 1, B]
-        loss = (top + total.log() - z.gather(1, label)).mean((1, 2))  # [C]
-        dz = e.div_(total.mul_(b)).scatter_add_(1, label, buf["minus_1_over_b"])  # [C, K, B]
+        logp = torch.ops.aten._log_softmax.out(z, 1, False, out=buf["exp"])  # [C, K, B]
+        loss = logp.gather(1, label).mean((1, 2)).neg_()  # [C]
+        dz = logp.exp_().div_(b).scatter_add_(1, label, buf["minus_1_over_b"])  # [C, K, B]
         # backward: dz is [C, out, B] for the last layer, then d is [C, B, out]
         parts: list[torch.Tensor] = []
         d_t, d = dz, None
@@ -206,7 +224,7 @@ class DenseStack:
                 db = d.sum(1)
             parts[:0] = [dw.view(c, -1)] + ([db] if layer.bias is not None else [])
             if i:
-                w, d_in = weight(layer), buf["dact"][i - 1]
+                w, d_in = views[i][0], buf["dact"][i - 1]
                 torch.bmm(d_t.transpose(1, 2) if d is None else d, w, out=d_in)
                 if self.layers[i - 1].relu:
                     torch.ops.aten.threshold_backward.grad_input(d_in, a_in, 0, grad_input=d_in)
@@ -374,15 +392,17 @@ class Trainer:
         grads_buf = torch.empty_like(params)
         xb = self.x_data.new_empty((c, b, *self.x_data.shape[1:]))
         yb = self.y_data.new_empty((c, b))
+        rows_by_step = batches.transpose(0, 1).reshape(t_max, c * b)  # a step's rows, contiguous
         loss_sum = torch.zeros(c, dtype=params.dtype, device=params.device)
         grad_evals = torch.zeros(c, dtype=torch.int64, device=params.device)
         uniform = bool((steps == t_max).all())
+        evals = samples = 0  # uniform full steps' counts, every client's (added at the end)
         snapshot = None
         if snapshot_at is not None:  # after min(t', steps) steps; masked steps change nothing
             snapshot_at = snapshot_at.clamp(0, t_max)
             snapshot = params.clone()
         for s in range(t_max):
-            rows = batches[:, s].reshape(-1)
+            rows = rows_by_step[s]
             torch.index_select(self.x_data, 0, rows, out=xb.view(c * b, *xb.shape[2:]))
             torch.index_select(self.y_data, 0, rows, out=yb.view(-1))
             value_and_grad = engines[int(short[s])]
@@ -401,18 +421,21 @@ class Trainer:
                 calls += 1
                 return value_and_grad(p, xb, yb, aux=aux)[1]  # noqa: B023 (called within this step)
 
-            updates, new_state = optimizer.update(
-                grads, opt_state, params, grad_fn=grad_fn, loss=loss, aux=aux
+            before = None if uniform else params.clone()
+            new_state = optim.step(
+                optimizer, grads, opt_state, params, grad_fn=grad_fn, loss=loss, aux=aux
             )
-            if uniform:
-                params.add_(updates)
+            if before is None:
                 opt_state = new_state
                 loss_sum += loss
-                grad_evals += 1 + calls
-                sample_grads += (1 + calls) * size
-            else:
+                evals += 1 + calls
+                if isinstance(size, int):
+                    samples += (1 + calls) * size
+                else:
+                    sample_grads += (1 + calls) * size
+            else:  # clients past their own steps keep their parameters and state
                 active = steps > s  # [C]
-                params = torch.where(active[:, None], params + updates, params)
+                torch.where(active[:, None], params, before, out=params)
                 opt_state = tree_map(
                     lambda new, old: _where_rows(active, new, old),  # noqa: B023 (called now)
                     new_state,
@@ -424,6 +447,8 @@ class Trainer:
             if snapshot is not None:
                 assert snapshot_at is not None  # a snapshot is taken only where asked
                 snapshot = torch.where((snapshot_at == s + 1)[:, None], params, snapshot)
+        grad_evals += evals
+        sample_grads += samples
         return CohortResult(
             params,
             opt_state,

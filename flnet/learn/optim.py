@@ -24,6 +24,13 @@ place afterwards. So a transform never returns a tensor it keeps in its state, a
 `params` if it keeps them. (On small models a fresh ``[C, P]`` tensor per transform and step
 costs more than its arithmetic, in page faults and cache misses.)
 
+A transform may also offer ``apply(grads, state, params, *, grad_fn, loss, aux) -> state``: the
+same step with the updates added to `params` in place, without materialising them (the descent
+step ``params.add_(grads, alpha=-lr)`` is one pass over memory where update-then-add is two).
+`chain` offers it when its last transform does; callers use it where it exists (the trainer),
+else ``params += update(...)[0]``. The two agree within float rounding (the fused multiply-add
+rounds once), not bit for bit.
+
 The sign flip of descent happens only in `scale_by_learning_rate`. A gradient-only term
 (FedProx's mu (w - x_t), SCAFFOLD's c - c_i) is one more transform at the front of a `chain`;
 a term that `grad_fn` must also see (because Delta-SGD or SAM evaluate it elsewhere) belongs
@@ -47,6 +54,26 @@ class GradientTransformation(NamedTuple):
     init: Callable[[torch.Tensor], Any]
     update: Callable[..., tuple[torch.Tensor, Any]]
     grads_per_step: int = 1  # most gradient evaluations a step takes, the one given included
+    apply: Callable[..., Any] | None = None  # update and add to params in place (see above)
+
+
+def step(
+    transform: GradientTransformation,
+    grads: torch.Tensor,
+    state: Any,
+    params: torch.Tensor,
+    *,
+    grad_fn: GradFn | None = None,
+    loss: torch.Tensor | None = None,
+    aux: Any = None,
+) -> Any:
+    """One optimizer step on `params` in place; returns the new state. Through the transform's
+    `apply` where it has one, else ``params += updates``. May overwrite `grads`."""
+    if transform.apply is not None:
+        return transform.apply(grads, state, params, grad_fn=grad_fn, loss=loss, aux=aux)
+    updates, state = transform.update(grads, state, params, grad_fn=grad_fn, loss=loss, aux=aux)
+    params.add_(updates)
+    return state
 
 
 class EmptyState(NamedTuple):
@@ -301,8 +328,22 @@ def add_correction(get: Callable[[Any], torch.Tensor] = lambda aux: aux) -> Grad
 
 
 def scale_by_learning_rate(lr: float) -> GradientTransformation:
-    """The descent step: updates = -lr * g."""
-    return _stateless(lambda g, w: g.mul_(-lr))
+    """The descent step: updates = -lr * g; applied in place as params += -lr * g, one fused
+    multiply-add per entry."""
+
+    def apply(
+        grads: torch.Tensor,
+        state: Any,
+        params: torch.Tensor,
+        *,
+        grad_fn: GradFn | None = None,
+        loss: torch.Tensor | None = None,
+        aux: Any = None,
+    ) -> Any:
+        params.add_(grads, alpha=-lr)
+        return state
+
+    return _stateless(lambda g, w: g.mul_(-lr))._replace(apply=apply)
 
 
 def chain(*transforms: GradientTransformation) -> GradientTransformation:
@@ -326,7 +367,31 @@ def chain(*transforms: GradientTransformation) -> GradientTransformation:
             new_state.append(s)
         return grads, tuple(new_state)
 
-    return GradientTransformation(init, update, max(t.grads_per_step for t in transforms))
+    *first, last = transforms
+
+    def apply(
+        grads: torch.Tensor,
+        state: tuple[Any, ...],
+        params: torch.Tensor,
+        *,
+        grad_fn: GradFn | None = None,
+        loss: torch.Tensor | None = None,
+        aux: Any = None,
+    ) -> tuple[Any, ...]:
+        assert last.apply is not None  # offered only then
+        new_state = []
+        for t, s in zip(first, state):
+            grads, s = t.update(grads, s, params, grad_fn=grad_fn, loss=loss, aux=aux)
+            new_state.append(s)
+        s = last.apply(grads, state[-1], params, grad_fn=grad_fn, loss=loss, aux=aux)
+        return (*new_state, s)
+
+    return GradientTransformation(
+        init,
+        update,
+        max(t.grads_per_step for t in transforms),
+        apply if last.apply is not None else None,
+    )
 
 
 def sam(inner: GradientTransformation, rho: float) -> GradientTransformation:
@@ -357,7 +422,26 @@ def sam(inner: GradientTransformation, rho: float) -> GradientTransformation:
             ascent(params, grads, grad_fn), state, params, grad_fn=sam_grad_fn, loss=loss, aux=aux
         )
 
-    return GradientTransformation(inner.init, update, 2 * inner.grads_per_step)
+    def apply(
+        grads: torch.Tensor,
+        state: Any,
+        params: torch.Tensor,
+        *,
+        grad_fn: GradFn | None = None,
+        loss: torch.Tensor | None = None,
+        aux: Any = None,
+    ) -> Any:
+        if grad_fn is None:
+            raise ValueError("sam needs grad_fn (the gradient at the ascent point)")
+        assert inner.apply is not None  # offered only then
+        sam_grad_fn = lambda p: ascent(p, grad_fn(p), grad_fn)  # noqa: E731
+        return inner.apply(
+            ascent(params, grads, grad_fn), state, params, grad_fn=sam_grad_fn, loss=loss, aux=aux
+        )
+
+    return GradientTransformation(
+        inner.init, update, 2 * inner.grads_per_step, apply if inner.apply is not None else None
+    )
 
 
 # ---------------------------------------------------------------- named optimizers

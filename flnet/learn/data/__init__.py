@@ -37,11 +37,11 @@ import torch
 
 from flnet.errors import ScenarioError
 from flnet.learn.data import blocks as blocks_mod
-from flnet.learn.data import embedded, features, files, partition
+from flnet.learn.data import draws, embedded, features, files, partition
 from flnet.learn.data.embedded import Source
 from flnet.learn.data.lazy import LazyClients
 from flnet.learn.data.views import ClientViews
-from flnet.rng import Stream, generator, minibatch_generator, work_generator
+from flnet.rng import Stream, generator, minibatch_key, stream_key
 
 if TYPE_CHECKING:  # the scenario's sections, for annotations only
     from flnet.scenario import DataConfig, Partition
@@ -350,6 +350,22 @@ def load_lazy(
     )
 
 
+def work_key(
+    seed: int,
+    round: int,
+    client: int,
+    row: int,
+    work_counts: np.ndarray | None,
+    stream: Stream | None = None,
+) -> list[int]:
+    """The `default_rng` key of client `client`'s generator for this work (`work_rng`)."""
+    if stream is not None:
+        return stream_key(seed, stream, round, client)
+    if work_counts is None:
+        return minibatch_key(seed, round, client)
+    return stream_key(seed, Stream.WORK, client, int(work_counts[row]))
+
+
 def work_rng(
     seed: int,
     round: int,
@@ -361,11 +377,7 @@ def work_rng(
     """Client `client`'s generator for this work: keyed by (round, client) in round and
     gossip patterns, by (client, its work count) in a stream (`work_counts[row]`); with
     `stream`, by (seed, stream, round, client) (a second draw in a round: DRFA's loss query)."""
-    if stream is not None:
-        return generator(seed, stream, round, client)
-    if work_counts is None:
-        return minibatch_generator(seed, round, client)
-    return work_generator(seed, client, int(work_counts[row]))
+    return np.random.default_rng(work_key(seed, round, client, row, work_counts, stream))
 
 
 def minibatches(
@@ -388,11 +400,14 @@ def minibatches(
     clients = np.asarray(clients, dtype=np.int64)
     t_max = int(np.max(steps))
     sizes = data.num_samples[clients]
-    local = np.empty((len(clients), t_max, batch_size), dtype=np.int64)
-    for row, (k, s, n) in enumerate(zip(clients.tolist(), steps, sizes.tolist())):
-        rng = work_rng(seed, round, k, row, work_counts, stream)
-        local[row, :s] = rng.integers(0, n, (int(s), batch_size))
-        local[row, s:] = local[row, s - 1]
+    keys = [
+        work_key(seed, round, k, row, work_counts, stream) for row, k in enumerate(clients.tolist())
+    ]
+    # every client draws t_max * B (its own s_k * B first, as integers(0, n_k, (s_k, B)) would)
+    local = draws.integers(np.array(keys).reshape(len(clients), -1), sizes, t_max * batch_size)
+    local = local.reshape(len(clients), t_max, batch_size)
+    for row in np.flatnonzero(np.asarray(steps) < t_max).tolist():
+        local[row, steps[row] :] = local[row, steps[row] - 1]
     if data.lazy is None:
         views = data.client_indices
         assert views is not None  # data in memory has its views
