@@ -240,7 +240,7 @@ def scenario(path: Path, *overrides: str, write: bool = False, reps: int = 1) ->
 
 W1_CURVE = (0.7861, 0.8806, 0.9028, 0.9167, 0.9278)  # BENCHMARKS.md; tests/test_fedavg.py
 W1_TEST_ROWS = 360
-FLOWER_TIMEOUT_S = 600.0
+W1_RUN_TIMEOUT_S = 600.0
 FLOWER_MISSING = (
     "Flower W1: skipped, flwr[simulation] 1.41 is not installed ({why}); `make bench` or "
     "`pip install -e .[bench]` adds it"
@@ -276,11 +276,11 @@ def w1_run(label: str) -> dict:
         start_new_session=True,  # its own group: a timeout ends Ray's processes with it
     )
     try:
-        out, err = proc.communicate(timeout=FLOWER_TIMEOUT_S)
+        out, err = proc.communicate(timeout=W1_RUN_TIMEOUT_S)
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.communicate()
-        return {"error": f"no result within {FLOWER_TIMEOUT_S:.0f} s; stopped"}
+        return {"error": f"no result within {W1_RUN_TIMEOUT_S:.0f} s; stopped"}
     if proc.returncode:
         last = (err.strip().splitlines() or ["(no message)"])[-1]
         return {"error": f"exit status {proc.returncode}: {last}"}
@@ -314,18 +314,19 @@ def w1_side_by_side(reps: int) -> None:
     curves, the ratio of medians, and W1's time inside and outside cohort.Trainer.train."""
     missing = flower_missing()
     labels = [k for k in W1_VARIANTS if not (missing and k == FLOWER)]
-    load = os.getloadavg()[0]
+    print(
+        f"W1 side by side (shared/BENCHMARKS.md): wall s from data load to the final "
+        f"accuracy, imports excluded; median [range] of {reps} interleaved fresh runs each; "
+        f"load average {os.getloadavg()[0]:.1f} before",
+        flush=True,
+    )
+    if missing:
+        print("  " + FLOWER_MISSING.format(why=missing), flush=True)
     runs: dict[str, list[dict]] = {k: [] for k in labels}
     for _ in range(reps):
         for label in labels:
             runs[label].append(w1_run(label))
-    print(
-        f"W1 side by side (shared/BENCHMARKS.md): wall s from data load to the final "
-        f"accuracy, imports excluded; median [range] of {reps} interleaved fresh runs each; "
-        f"load average {load:.1f} before, {os.getloadavg()[0]:.1f} after"
-    )
-    if missing:
-        print("  " + FLOWER_MISSING.format(why=missing))
+    print(f"  load average {os.getloadavg()[0]:.1f} after the runs")
     medians = {}
     for label, rs in runs.items():
         failed = [r["error"] for r in rs if "error" in r]

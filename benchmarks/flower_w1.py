@@ -30,8 +30,8 @@ import time
 import warnings
 from functools import cache
 
-# before Flower and Ray are imported: no usage statistics, no telemetry, no log deduplication
-# messages, no warning about the object store's size
+# read when Flower and Ray are imported or start: no usage statistics or telemetry sent, no
+# log-deduplication notices, no `uv run` runtime environment
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")
 os.environ.setdefault("RAY_DEDUP_LOGS", "0")
