@@ -25,8 +25,13 @@ lint: $(VENV)/.installed
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
-bench: $(VENV)/.installed
+# the `bench` extra (Flower 1.41 with Ray, for W1 side by side) is installed here only
+bench: $(VENV)/.bench
 	$(BIN)/python benchmarks/bench.py
+
+$(VENV)/.bench: $(VENV)/.installed
+	$(BIN)/python -m pip install --quiet -e ".[test,bench]"
+	touch $@
 
 setup: $(VENV)/.installed
 

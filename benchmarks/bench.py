@@ -2,6 +2,7 @@
 simulation around it costs. One command; it prints throughput and ratios and asserts nothing.
 
     .venv/bin/python benchmarks/bench.py [--quick]        # or: make bench
+    .venv/bin/python benchmarks/bench.py --w1 [--reps N]  # only W1 side by side
 
 - the machine's single-thread float32 matmul peak (GFLOP/s);
 - local training throughput, batched vs sequential path, in samples and GFLOP per CPU-second
@@ -13,8 +14,14 @@ simulation around it costs. One command; it prints throughput and ratios and ass
   alone, same shapes and layouts, on preallocated tensors);
 - a shared band's cost per transfer with 10, 100 and 1000 transfers under way at once, kept as
   Python floats and as numpy arrays (`flnet.sim.channel.band` picks floats up to 128 users);
-- scenarios, each in a fresh process (imports excluded, as in BENCHMARKS.md): W1 end to end;
-  the quickstart's share of wall time spent outside local training (simulation, bookkeeping,
+- W1 side by side (BENCHMARKS.md), each run a fresh process, 5 interleaved runs of each
+  (imports excluded): flnet's scenario, Flower 1.41's simulation runtime (benchmarks/
+  flower_w1.py, from the `bench` extra; skipped with a line saying how to install it when
+  absent), a plain torch loop and a plain torch.func vmap (benchmarks/w1_reference.py); their
+  medians, ranges and accuracy curves, the ratio of medians, and W1's split inside and
+  outside cohort.Trainer.train;
+- scenarios, each in a fresh process (imports excluded, as in BENCHMARKS.md): the
+  quickstart's share of wall time spent outside local training (simulation, bookkeeping,
   evaluation, checkpoints, writing results; median and range of 7 runs), as `flnet run` runs
   it and with a checkpoint every 10 rounds; the peak memory of a 1000-client digits run.
 
@@ -26,7 +33,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
+import signal
 import statistics
 import subprocess
 import sys
@@ -38,7 +47,6 @@ import torch
 from torch import nn
 
 HERE = Path(__file__).resolve().parent
-FLOWER_W1_WALL_S = 60.3  # quoted from ../shared/BENCHMARKS.md, not measured here
 
 
 def cpu_seconds(fn) -> float:
@@ -318,15 +326,130 @@ def scenario(path: Path, *overrides: str, write: bool = False, reps: int = 1) ->
     return min(scenario_runs(path, *overrides, write=write, reps=reps), key=lambda r: r["wall_s"])
 
 
-def scenarios_report(reps: int, quick: bool) -> None:
-    w1 = scenario(HERE / "w1.yaml", reps=reps)
-    acc = {int(k): v for k, v in w1["accuracy"].items()}
-    curve = " ".join(f"{acc[k]:.4f}" for k in sorted(acc) if k)
-    print(
-        f"W1 scenario (benchmarks/w1.yaml): {w1['wall_s']:.2f} s wall ({w1['cpu_s']:.2f} CPU-s), "
-        f"local training {w1['train_wall_s']:.2f} s; accuracy {curve}"
+# ---------------------------------------------------------------- W1 side by side
+
+W1_CURVE = (0.7861, 0.8806, 0.9028, 0.9167, 0.9278)  # BENCHMARKS.md; tests/test_fedavg.py
+W1_TEST_ROWS = 360
+W1_RUN_TIMEOUT_S = 600.0
+FLOWER_MISSING = (
+    "Flower W1: skipped, flwr[simulation] 1.41 is not installed ({why}); `make bench` or "
+    "`pip install -e .[bench]` adds it"
+)
+W1_VARIANTS = {  # label -> the command of one fresh run; each prints JSON: wall_s, accuracy
+    "flnet W1 (benchmarks/w1.yaml)": None,  # scenario_runs' --child
+    "Flower 1.41 simulation (Ray, 2 actors x 1 CPU)": [str(HERE / "flower_w1.py")],
+    "plain torch loop (nn.Module + SGD, 1 thread)": [str(HERE / "w1_reference.py"), "loop"],
+    "plain torch.func vmap (1 thread)": [str(HERE / "w1_reference.py"), "vmap"],
+}
+FLNET, FLOWER = list(W1_VARIANTS)[:2]
+
+
+def flower_missing() -> str | None:
+    """Why Flower's side cannot run here (the `bench` extra is absent), or None."""
+    try:
+        import flwr  # noqa: F401
+        import ray  # noqa: F401
+    except ImportError as e:
+        return str(e)
+    return None
+
+
+def w1_run(label: str) -> dict:
+    """One fresh run of a W1 variant: its JSON, or {"error": why} when it failed."""
+    if W1_VARIANTS[label] is None:
+        return scenario_runs(HERE / "w1.yaml")[0]
+    proc = subprocess.Popen(
+        [sys.executable, *W1_VARIANTS[label]],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # its own group: a timeout ends Ray's processes with it
     )
-    print(f"  Flower's 60.3 s (BENCHMARKS.md) / this: {FLOWER_W1_WALL_S / w1['wall_s']:.0f}x")
+    try:
+        out, err = proc.communicate(timeout=W1_RUN_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        return {"error": f"no result within {W1_RUN_TIMEOUT_S:.0f} s; stopped"}
+    if proc.returncode:
+        last = (err.strip().splitlines() or ["(no message)"])[-1]
+        return {"error": f"exit status {proc.returncode}: {last}"}
+    return json.loads(out.splitlines()[-1])
+
+
+def curve_of(run: dict) -> tuple[float, ...]:
+    return tuple(v for k, v in sorted((int(k), v) for k, v in run["accuracy"].items()) if k)
+
+
+def curve_agreement(curves: list[tuple[float, ...]]) -> str:
+    """How the runs' accuracy curves compare with W1's: the same, within one test sample
+    (1/360) at every evaluation, or further off (the most test samples apart)."""
+    if any(len(c) != len(W1_CURVE) for c in curves):
+        return "DIFFERS: not evaluated after rounds 10..50"
+    apart = [max(round(abs(a - b) * W1_TEST_ROWS) for a, b in zip(c, W1_CURVE)) for c in curves]
+    off, n = sum(a > 0 for a in apart), len(curves)
+    if max(apart) == 0:
+        return "the same curve" + (f" in all {n} runs" if n > 1 else "")
+    if max(apart) == 1:
+        return (
+            f"within one test sample of {W1_TEST_ROWS} per evaluation ({off} of {n} runs "
+            f"not the same curve)"
+        )
+    return f"DIFFERS: up to {max(apart)} test samples apart at an evaluation"
+
+
+def w1_side_by_side(reps: int) -> None:
+    """W1 in flnet, Flower's simulation runtime and the plain torch references, `reps` fresh
+    runs of each interleaved (so all see the same machine load): medians, ranges, accuracy
+    curves, the ratio of medians, and W1's time inside and outside cohort.Trainer.train."""
+    missing = flower_missing()
+    labels = [k for k in W1_VARIANTS if not (missing and k == FLOWER)]
+    print(
+        f"W1 side by side (shared/BENCHMARKS.md): wall s from data load to the final "
+        f"accuracy, imports excluded; median [range] of {reps} interleaved fresh runs each; "
+        f"load average {os.getloadavg()[0]:.1f} before",
+        flush=True,
+    )
+    if missing:
+        print("  " + FLOWER_MISSING.format(why=missing), flush=True)
+    runs: dict[str, list[dict]] = {k: [] for k in labels}
+    for _ in range(reps):
+        for label in labels:
+            runs[label].append(w1_run(label))
+    print(f"  load average {os.getloadavg()[0]:.1f} after the runs")
+    medians = {}
+    for label, rs in runs.items():
+        failed = [r["error"] for r in rs if "error" in r]
+        good = [r for r in rs if "error" not in r]
+        if failed:
+            print(f"  {label}: {len(failed)} of {reps} runs failed: {failed[0]}")
+        if not good:
+            continue
+        wall = [r["wall_s"] for r in good]
+        medians[label] = statistics.median(wall)
+        curves = [curve_of(r) for r in good]
+        print(
+            f"  {label:50} {medians[label]:7.2f} s [{min(wall):.2f}-{max(wall):.2f}]  "
+            f"accuracy {' '.join(f'{a:.4f}' for a in curves[0])}: {curve_agreement(curves)}"
+        )
+    if FLNET in medians and FLOWER in medians:
+        print(
+            f"  Flower / flnet, ratio of medians: {medians[FLOWER] / medians[FLNET]:.1f}x "
+            f"(target >= 50x)"
+        )
+    good = [r for r in runs[FLNET] if "error" not in r]
+    if good:
+        inside = [r["trainer_wall_s"] for r in good]
+        outside = [100 * (1 - r["trainer_wall_s"] / r["wall_s"]) for r in good]
+        print(
+            f"  flnet W1's split: inside cohort.Trainer.train {statistics.median(inside):.2f} s "
+            f"(median), outside {statistics.median(outside):.0f}% of wall "
+            f"[{min(outside):.0f}-{max(outside):.0f}] (target <= 15%)"
+        )
+
+
+def scenarios_report(reps: int, quick: bool, w1_reps: int) -> None:
+    w1_side_by_side(w1_reps)
     quickstart = HERE.parent / "scenarios" / "quickstart.yaml"
     for label, overrides in (
         ("as `flnet run` runs it", ()),
@@ -570,6 +693,16 @@ def main(argv=None) -> None:
         action="store_true",
         help="only the population cases: FedAvg at 10k, 1M and 10M clients, SCAFFOLD at 1M",
     )
+    p.add_argument(
+        "--w1",
+        action="store_true",
+        help="only W1 side by side: flnet, Flower's simulation runtime, plain torch loop and vmap",
+    )
+    p.add_argument(
+        "--reps",
+        type=int,
+        help="fresh runs of each W1 variant, interleaved (default 5; 1 with --quick)",
+    )
     p.add_argument("--population-child", help=argparse.SUPPRESS)
     p.add_argument("--ckpt-child", help=argparse.SUPPRESS)
     p.add_argument("--child", help=argparse.SUPPRESS)
@@ -587,6 +720,9 @@ def main(argv=None) -> None:
         return population_report(args.quick)
     if args.compare_w1:
         return compare_w1(args.compare_w1)
+    w1_reps = args.reps or (1 if args.quick else 5)
+    if args.w1:
+        return w1_side_by_side(w1_reps)
     reps = 1 if args.quick else 3
     peak = matmul_peak_gflops(reps=max(reps, 3))
     print(f"torch {torch.__version__}, 1 thread; float32 matmul peak: {peak:.1f} GFLOP/s\n")
@@ -594,7 +730,7 @@ def main(argv=None) -> None:
     print()
     channel_report(reps)
     print()
-    scenarios_report(reps, args.quick)
+    scenarios_report(reps, args.quick, w1_reps)
 
 
 if __name__ == "__main__":

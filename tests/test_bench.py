@@ -1,0 +1,130 @@
+"""W1 side by side (benchmarks/bench.py --w1): the plain references reproduce W1, Flower's
+client trains as they do, and the report reads right with Flower present or absent. No timing is
+asserted; Flower itself is only needed by the tests that import it (the `bench` extra)."""
+
+import statistics
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from tolerance import accuracy_close
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+
+import bench
+import w1_reference as ref
+
+
+def test_plain_torch_loop_reproduces_w1_at_round_10():
+    """BENCHMARKS.md: plain PyTorch FedAvg gives 0.7861 after round 10 (exactly on the machine
+    that measured it; within one test sample of 360 across CPUs, as tests/test_fedavg.py)."""
+    _, curve = ref.torch_loop(rounds=10)
+    assert list(curve) == [10]
+    assert accuracy_close(curve[10], ref.W1_CURVE[0], eval_rows=360)
+
+
+def test_plain_vmap_reproduces_w1s_curve():
+    _, curve = ref.torch_vmap()
+    assert list(curve) == [10, 20, 30, 40, 50]
+    assert accuracy_close(list(curve.values()), ref.W1_CURVE, eval_rows=360)
+
+
+def test_references_train_on_flnets_w1_rows():
+    """The references' split, client parts and minibatch keys are flnet's W1: the same
+    training features and, in a round, every client's same [10, 32] training rows."""
+    from flnet.learn import data as data_mod
+    from flnet.scenario import DataConfig
+
+    flnet_data = data_mod.load(DataConfig(), ref.CLIENTS, seed=0, device=torch.device("cpu"))
+    rows = data_mod.minibatches(
+        flnet_data, np.arange(ref.CLIENTS), 3, np.full(ref.CLIENTS, ref.STEPS), ref.BATCH, seed=0
+    )
+    data = ref.load()
+    mine = np.stack([p[ref.minibatch_rows(3, k, len(p))] for k, p in enumerate(data.parts)])
+    assert np.array_equal(rows.numpy(), mine)
+    assert torch.equal(flnet_data.x_train.flatten(1), data.x_train)
+    assert torch.equal(flnet_data.y_train, data.y_train) and len(data.y_test) == 360
+
+
+def test_flower_client_trains_as_the_plain_loop(monkeypatch):
+    """Flower's ClientApp train function, called as the simulation calls it, replies with the
+    weights of the plain loop's local training and its sample count as the FedAvg weight."""
+    pytest.importorskip("flwr")
+    import flower_w1
+    from flwr.app import ArrayRecord, ConfigRecord, Context, Message, RecordDict
+    from flwr.clientapp import ClientApp
+    from flwr.serverapp import ServerApp
+    from flwr.supercore.task_identity import TaskIdentity
+
+    for key in ("_task_id", "_run_id", "_node_id"):  # what a simulation sets for its messages
+        monkeypatch.setattr(TaskIdentity, key, 1)
+
+    assert isinstance(flower_w1.client_app(), ClientApp)
+    assert isinstance(flower_w1.server_app(ref.ROUNDS, {}), ServerApp)
+    start = ref.init_model()
+    msg = Message(
+        RecordDict(
+            {"arrays": ArrayRecord(start.state_dict()), "config": ConfigRecord({"server-round": 4})}
+        ),
+        dst_node_id=1,
+        message_type="train",
+    )
+    context = Context(1, 1, {"partition-id": 42}, RecordDict(), {})
+    reply = flower_w1.train(msg, context)
+    expected = ref.init_model()
+    n = ref.train_client(expected, ref.load(), 4, 42)
+    assert reply.content["metrics"]["num-examples"] == n == 14
+    got = reply.content["arrays"].to_torch_state_dict()
+    for name, value in expected.state_dict().items():
+        assert torch.equal(got[name], value), name  # the same code on the same machine
+    assert not torch.equal(got["0.weight"], start.state_dict()["0.weight"])
+
+
+def fake_runs(walls: dict[str, list[float]], curves: dict[str, tuple]):
+    """A stand-in for bench.w1_run: the next canned result of each variant."""
+    made = {label: iter(ws) for label, ws in walls.items()}
+
+    def run(label):
+        wall_s = next(made[label])
+        acc = {"0": 0.1, **{str(10 * (i + 1)): a for i, a in enumerate(curves[label])}}
+        return {"wall_s": wall_s, "trainer_wall_s": 0.8 * wall_s, "accuracy": acc}
+
+    return run
+
+
+def test_w1_section_without_flower_says_how_to_install_it(monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "flwr", None)  # `import flwr` raises ImportError
+    walls = {label: [1.0, 2.0] for label in bench.W1_VARIANTS if label != bench.FLOWER}
+    monkeypatch.setattr(bench, "w1_run", fake_runs(walls, dict.fromkeys(walls, ref.W1_CURVE)))
+    bench.w1_side_by_side(2)  # a Flower run would find no canned result and raise
+    out = capsys.readouterr().out
+    skip = [line for line in out.splitlines() if "Flower W1: skipped" in line]
+    assert len(skip) == 1 and "make bench" in skip[0] and "pip install -e .[bench]" in skip[0]
+    assert "ratio of medians" not in out
+    assert "flnet W1 (benchmarks/w1.yaml)" in out and "outside 20% of wall" in out
+
+
+def test_w1_section_prints_the_ratio_of_medians_and_the_curves_agreement(monkeypatch, capsys):
+    monkeypatch.setattr(bench, "flower_missing", lambda: None)
+    one_off = (0.7861, 0.8806 + 1 / 360, 0.9028, 0.9167, 0.9278)
+    walls = {label: [1.0, 3.0, 2.0] for label in bench.W1_VARIANTS}
+    walls[bench.FLOWER] = [70.0, 40.0, 50.0]
+    curves = {**dict.fromkeys(walls, ref.W1_CURVE), bench.FLOWER: one_off}
+    monkeypatch.setattr(bench, "w1_run", fake_runs(walls, curves))
+    bench.w1_side_by_side(3)
+    out = capsys.readouterr().out
+    ratio = statistics.median(walls[bench.FLOWER]) / statistics.median(walls[bench.FLNET])
+    assert f"ratio of medians: {ratio:.1f}x" in out and ratio == 25
+    flower = next(line for line in out.splitlines() if bench.FLOWER in line)
+    assert "within one test sample of 360" in flower and "[40.00-70.00]" in flower
+    flnet = next(line for line in out.splitlines() if bench.FLNET in line)
+    assert "the same curve in all 3 runs" in flnet
+
+
+def test_curve_agreement_counts_test_samples():
+    same, two_off = ref.W1_CURVE, (0.7861 - 2 / 360, *ref.W1_CURVE[1:])
+    assert bench.curve_agreement([same, same]) == "the same curve in all 2 runs"
+    assert bench.curve_agreement([same, two_off]).startswith("DIFFERS: up to 2 test samples")
+    assert bench.curve_agreement([same[:4]]).startswith("DIFFERS: not evaluated")
