@@ -909,7 +909,11 @@ class World:
     ) -> None:
         """Work stopped before its end is charged pro rata. Timed by a capacity trace, it
         costs the configured compute power times its seconds (the trace measured time, not
-        cycles, so the cycle model's kappa f^2 has nothing to act on)."""
+        cycles, so the cycle model's kappa f^2 has nothing to act on). Work of no FLOPs (a
+        pure gossip step's: it only sends) is no compute and writes no row; it costs nothing
+        either way, and the ledger's compute rows are the computes that happened."""
+        if flops == 0:
+            return
         if stopped:
             flops *= min(1.0, (self.env.now - start_s) / duration_s) if duration_s > 0 else 0.0
         energy_j = self._compute_energy_j(node, flops)
