@@ -63,8 +63,16 @@ if TYPE_CHECKING:
 
 # Fields that only change what things cost, never what is computed (a conservative list: a
 # field not named here is learning-relevant). Dotted paths into the resolved scenario; a
-# section name covers all of it.
-COSTS_ONLY = ("radio", "clients.cpu_hz", "clients.flops_per_cycle", "clients.kappa")
+# section name covers all of it. A capacity trace's compute power prices its compute seconds
+# as kappa does the cycle model's (joules only); its path and mapping set who is online, so
+# they stay out.
+COSTS_ONLY = (
+    "radio",
+    "clients.cpu_hz",
+    "clients.flops_per_cycle",
+    "clients.kappa",
+    "clients.capacity_trace.compute_power_w",
+)
 
 # Algorithms on `round_trip` whose learning does not depend on timing (see the module doc),
 # with the size of each message in models: (download, upload).
@@ -210,7 +218,8 @@ class _LedgerWork:
         ):
             part = ledger[kinds == kind]
             for r, n, v in zip(part["round"].tolist(), part["node"].tolist(), part[col].tolist()):
-                self.work.setdefault((int(r), int(n)), [math.nan] * 3)[i] = float(v)
+                # no compute row: the client computed nothing (work of no FLOPs writes none)
+                self.work.setdefault((int(r), int(n)), [math.nan, 0.0, math.nan])[i] = float(v)
 
     def __call__(self, t: int, cohort: np.ndarray) -> tuple[list, list, list]:
         try:

@@ -395,8 +395,14 @@ def check_sampled(world: World) -> None:
 def check(scenario: Scenario) -> tuple[World, Learner]:
     """Every check `run` makes before it simulates, without training: `flnet validate` calls
     this, `Run` builds through the same `build`. It reads the data, partitions it, builds the
-    model and the World (sampling every per-client value) and checks the deadline."""
-    return build(scenario)
+    model and the World (sampling every per-client value) and checks the deadline; then the
+    algorithm's own `check`, what its protocol checks before its first step (a gossip W's
+    properties: the same errors and warnings)."""
+    world, learner = build(scenario)
+    before_first_step = getattr(ALGORITHMS[scenario.algorithm.name], "check", None)
+    if before_first_step is not None:
+        before_first_step(world, learner, scenario.algorithm)
+    return world, learner
 
 
 def check_deadline(scenario: Scenario, world: World, learner: Learner) -> None:

@@ -184,10 +184,45 @@ def test_mc_uplink_is_twice_mm_psgds_plus_two_losses(tmp_path):
         return run(sc).records.iloc[-1]
 
     mm, mc = bits("mm_psgd"), bits("mc_psgd")
-    assert mc.bits_up == 2 * mm.bits_up + 4 * 20 * 2 * 32  # 4 rounds x 20 clients x 2 fp32
+    # losses are asked from round 2 on: 3 rounds x 20 clients x 2 fp32
+    assert mc.bits_up == 2 * mm.bits_up + 3 * 20 * 2 * 32
     model_bits = mm.bits_down / (4 * 20)
-    assert mc.bits_down == 2 * mm.bits_down + 1 * 20 * model_bits  # one switch (round 3): W[1]
+    # models a round: 1 (round 1: x; y starts at x = x_0), 2, 3 (block switch: W[1]), 2
+    assert mc.bits_down == (1 + 2 + 3 + 2) * 20 * model_bits
     assert mc.energy_j > mm.energy_j
+
+
+def test_mc_sends_what_a_round_uses_and_judges_its_blocks_predictor(tmp_path, monkeypatch):
+    """Round 4 (block 1) delivers nothing: round 5 asks no losses and sends W[0], where its
+    chain starts; every round (the empty one too) is judged on its block's predictor, live and
+    by `progress` alike."""
+    downs = {}
+    real = mc_psgd.round_trip
+
+    def spy(world, cohort, down, flops, up, *, tag, **kw):
+        downs[tag] = down.payload
+        if tag == 4:
+            kw["deadline_s"] = 1e-12
+        return (yield from real(world, cohort, down, flops, up, tag=tag, **kw))
+
+    monkeypatch.setattr(mc_psgd, "round_trip", spy)
+    sc = small(tmp_path, "mc_psgd", {"rounds_per_block": 2})
+    world, learn = build(sc)
+    state = mc_psgd.init(learn, sc.algorithm)
+    seen = run_protocol(world, 6, mc_psgd.protocol(world, learn, sc.algorithm, state))
+    by_round = {p.step: p for p in seen}
+    assert torch.equal(by_round[4].state.x, by_round[3].state.x)  # round 4: nothing delivered
+    sizes = {t: (d[1].numel(), d[2].numel()) for t, d in downs.items()}  # (asked, start)
+    p = downs[1][0].numel()
+    assert sizes == {1: (0, 0), 2: (p, 0), 3: (p, p), 4: (p, 0), 5: (0, p), 6: (p, 0)}
+    assert torch.equal(downs[5][2], by_round[4].state.w[0])
+    for t, block in {1: 0, 2: 0, 3: 1, 4: 1, 5: 0, 6: 0}.items():
+        live = by_round[t]
+        assert torch.equal(live.model, live.state.predictors[block])
+        assert torch.equal(mc_psgd.progress(live.state).model, live.model)
+    # round 4's block-1 predictor is still x_0 (round 3's models were never folded), so judging
+    # block 0's predictor there would be a different model
+    assert not torch.equal(by_round[4].state.predictors[0], by_round[4].state.predictors[1])
 
 
 def test_mc_psgd_with_blocks_by_time_resumes_exactly(tmp_path):

@@ -1,8 +1,12 @@
 import json
 import subprocess
 import sys
+import warnings
 
+import pytest
 from harness import flnet_cli
+
+from flnet.errors import TopologyWarning
 
 
 def test_validate_bad_file_gives_one_clear_error_and_no_traceback(tmp_path):
@@ -147,3 +151,46 @@ def test_output_into_a_closed_pipe_ends_quietly():
     err = proc.stderr.read()
     assert proc.wait(timeout=60) == 141, err
     assert "Traceback" not in err and "Broken pipe" not in err
+
+
+@pytest.mark.parametrize(
+    "algorithm",
+    [
+        {"name": "dpsgd", "topology": {"kind": "random_k", "k": 2}},  # directed: not doubly st.
+        {"name": "oledfl_sgd", "beta": 0.9, "topology": {"kind": "ring"}},  # lambda_min -1/3
+    ],
+    ids=["dpsgd", "oledfl"],
+)
+def test_validate_gives_the_topology_warnings_a_run_gives(scenario, algorithm):
+    """The gossip protocols check W (and OledFL beta's stability) before their first step:
+    validate (`runner.check`) makes those checks too, with the same messages, and trains
+    nothing."""
+    from flnet.runner import check, run
+
+    sc = scenario(
+        algorithm={**algorithm, "local": {"steps": 1, "batch_size": 4, "lr": 0.05}},
+        clients={"count": 4 if algorithm["name"] == "oledfl_sgd" else 6},
+        run={"rounds": 1},
+    )
+
+    def warned(call):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            call()
+        return [str(w.message) for w in caught if issubclass(w.category, TopologyWarning)]
+
+    by_run = warned(lambda: run(sc, write=False))
+    assert by_run and warned(lambda: check(sc)) == by_run
+
+
+def test_validate_prints_a_topology_warning_and_passes(tmp_path):
+    path = tmp_path / "directed.yaml"
+    path.write_text(
+        "device: cpu\nclients: {count: 6}\n"
+        "algorithm: {name: dpsgd, topology: {kind: random_k, k: 2}}\n"
+    )
+    out = flnet_cli("validate", str(path))
+    assert out.returncode == 0 and "directed.yaml: ok" in out.stdout
+    assert "warning: algorithm.topology: D-PSGD's analysis assumes a doubly stochastic W" in (
+        out.stderr
+    )

@@ -277,3 +277,60 @@ def test_bad_settings_are_refused_by_field():
         )
     with pytest.raises(ScenarioError, match="algorithm.sampling"):
         load_scenario(data=merge(base, {"algorithm": {"name": "drfa", "sampling": "lottery"}}))
+
+
+def test_weighted_draws_pick_only_online_clients_by_lambda_restricted_to_them():
+    """Under an availability model the draws are lambda restricted to the clients online at
+    the round's start, renormalised (as `sample_clients` picks among online clients): no
+    offline client, and the counts within sampling error of that law (chi-square, df = 3,
+    below chi2.ppf(0.999, 3) = 16.27); without replacement, distinct online clients."""
+    sc = load_scenario(
+        data=merge(
+            BASE,
+            {
+                "clients": {"count": 4, "availability": {"kind": "bernoulli", "p": 0.6}},
+                "algorithm": {"cohort": {"clients_per_round": 1}},
+            },
+        )
+    )
+    world = World(sc.clients, sc.radio, sc.seed)
+    p = np.array([0.5, 0.3, 0.15, 0.05])
+    lam = simplex.Simplex.of(p)
+    counts, expected = np.zeros(4), np.zeros(4)
+    for r in range(1, 301):
+        online = world.online_clients(np.arange(4), r)
+        drawn = world.sample_weighted(20, r, lam)
+        assert online[drawn].all() and len(drawn) == (20 if online.any() else 0)
+        counts += np.bincount(drawn, minlength=4)
+        if online.any():
+            expected += 20 * np.where(online, p, 0) / p[online].sum()
+        distinct = world.sample_weighted(3, r, lam, replace=False)
+        assert online[distinct].all() and len(np.unique(distinct)) == len(distinct)
+        assert len(distinct) == min(3, online.sum())
+    assert (((counts - expected) ** 2) / expected).sum() < 16.27
+
+
+@pytest.mark.parametrize("name", ["drfa", "drdm"])
+def test_under_availability_only_online_clients_work_and_an_empty_draw_passes(name):
+    """Bernoulli p = 0.2 on 10 clients: every download (the training round's and the dual
+    step's) goes to a client online in that round (stream AVAILABILITY keyed by (round,
+    client)), and a round whose draw found nobody online leaves the run going."""
+    from flnet.rng import Stream, generator
+
+    p = 0.2
+    sc = load_scenario(
+        data=merge(
+            BASE,
+            {
+                "algorithm": {"name": name, "clients_per_round": 3},
+                "clients": {"count": 10, "availability": {"kind": "bernoulli", "p": p}},
+                "run": {"rounds": 6},
+            },
+        )
+    )
+    res = run(sc, write=False)
+    assert res.summary["status"] == "completed" and res.records["round"].iloc[-1] == 6
+    down = res.ledger[res.ledger.kind == "download"]
+    for r, c in zip(down["round"].tolist(), down["node"].tolist()):
+        assert generator(sc.seed, Stream.AVAILABILITY, r, c).random() < p, (r, c)
+    assert set(down["round"]) != set(range(1, 7))  # some round drew nobody online

@@ -3,6 +3,7 @@ runs: both must give what a full run of the point gives, bit for bit (same machi
 
 import json
 
+import numpy as np
 import pandas as pd
 import pytest
 from conftest import BASE
@@ -55,6 +56,51 @@ def test_replayed_ledger_and_costs_equal_a_full_run_bit_for_bit(tmp_path, algori
         on_disk = json.loads((tmp_path / f"replay{i}" / "summary.json").read_text())
         assert on_disk["reused_from"] == "t" and on_disk["energy_j"] == full.summary["energy_j"]
         assert on_disk["sim_time_s"] == full.summary["sim_time_s"]
+
+
+def test_a_capacity_traces_compute_power_is_costs_only_and_replays_bit_for_bit(tmp_path):
+    import pickle
+
+    from flnet import fedscale
+
+    cap = tmp_path / "cap.pkl"
+    cap.write_bytes(pickle.dumps({1: {"computation": 20.0, "communication": 800.0}}))
+    fedscale.convert(None, cap, tmp_path)
+
+    def trace(name, power_w, mapping="permuted"):
+        path = str(tmp_path / "capacity.csv")
+        part = {"path": path, "mapping": mapping, "compute_power_w": power_w}
+        return _scenario(tmp_path, name, {"clients": {"capacity_trace": part}})
+
+    def key(sc):
+        return reuse.group_key(sc.model_dump(mode="json"))
+
+    assert key(trace("a", 1.0)) == key(trace("b", 3.0))
+    assert key(trace("a", 1.0)) != key(trace("c", 1.0, "in_order"))  # who plays whom
+    run(trace("t", 1.0))
+    source = reuse.load_source(tmp_path / "t", "t")
+    full = run(trace("full", 3.0), write=False)
+    replayed = reuse.replay(trace("replay", 3.0), source)
+    pd.testing.assert_frame_equal(replayed.ledger, full.ledger, check_exact=True)
+    assert replayed.summary["energy_j"] != source.summary["energy_j"]
+
+
+def test_a_piece_of_work_without_a_compute_row_computed_nothing():
+    """Work of no FLOPs writes no compute row (World): a replay reads it as 0 FLOPs, not as
+    an incomplete round."""
+    ledger = pd.DataFrame(
+        {
+            "round": [1, 1, 1, 1, 1],
+            "node": [0, 0, 0, 1, 1],
+            "kind": ["download", "compute", "upload", "download", "upload"],
+            "bits": [8.0, 0.0, 16.0, 8.0, 16.0],
+            "flops": [0.0, 5.0, 0.0, 0.0, 0.0],
+        }
+    )
+    work = reuse._LedgerWork(ledger)
+    assert work(1, np.array([0, 1])) == ([8.0, 8.0], [5.0, 0.0], [16.0, 16.0])
+    with pytest.raises(reuse.NotReusable, match="client 2 of round 1 did no work"):
+        work(1, np.array([2]))
 
 
 def test_a_replay_a_deadline_would_cut_is_not_the_points_run(tmp_path):

@@ -170,6 +170,10 @@ def test_dfl_is_tau1_local_steps_then_tau2_gossip_steps(scenario, x0):
     ledger = world.ledger.frame()
     assert len(ledger[ledger.kind == "d2d"]) == 2 * 3 * 4  # rounds x tau2 x edges
     assert set(ledger[ledger.kind == "d2d"]["round"]) == {1, 2}
+    # only the tau1 local steps compute: one row per node and round, none for gossip steps 2-3
+    compute = ledger[ledger.kind == "compute"]
+    assert len(compute) == 2 * 3 and (compute.flops > 0).all()
+    assert compute.groupby("round").node.apply(sorted).tolist() == [[0, 1, 2]] * 2
 
 
 def choco_by_hand(x0, rounds, tau2, gamma, order):

@@ -7,7 +7,9 @@ against it: mypy, with that module's own `Config` and `State`; and at import, th
 are there.
 
 A module may take more than the runner passes (`loss_fn=` for tests); what it must accept is
-what `flnet.runner` calls it with, written here.
+what `flnet.runner` calls it with, written here. Optionally `check(world, learn, cfg)`: what
+its protocol checks before its first step (a gossip W's properties), run without the
+simulation by `flnet validate` (`runner.check`), so that validate says what a run would.
 """
 
 from __future__ import annotations

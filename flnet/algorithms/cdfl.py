@@ -43,7 +43,9 @@ from flnet.sim.world import AbstractWorld, Progress
 if TYPE_CHECKING:
     from flnet.learn.local import Learner
 
-__all__ = ["Config", "State", "init", "progress", "protocol", "consensus_step"]
+NAME = "C-DFL"  # as its messages name it
+
+__all__ = ["Config", "State", "init", "progress", "protocol", "check", "consensus_step"]
 
 
 class State(NamedTuple):
@@ -94,6 +96,11 @@ def gossip_step(
     return x, x_hat
 
 
+def check(world: AbstractWorld, learn: Learner, cfg: Config) -> None:
+    """Round 1's checks of W, without the run (`flnet validate`)."""
+    decentralized.check(world, cfg, NAME)
+
+
 def protocol(
     world: AbstractWorld,
     learn: Learner,
@@ -102,7 +109,7 @@ def protocol(
     loss_fn: LossFn | None = None,
     mixing: topology.Mixing | None = None,
 ) -> Steps:
-    gossip = decentralized.Gossip(world, cfg, algorithm="C-DFL", mixing=mixing)
+    gossip = decentralized.Gossip(world, cfg, algorithm=NAME, mixing=mixing)
     x, x_hat = state.x, state.x_hat
     for t in world.steps(state.round):
         g = gossip.at(t)

@@ -105,6 +105,12 @@ class Gossip:
         return self.schedule.figures(g.w) if self.schedule is not None else {}
 
 
+def check(world: AbstractWorld, cfg: GossipConfig, algorithm: str) -> None:
+    """What a gossip protocol checks before its first round, without running it (`flnet
+    validate`): round 1's W against NEEDS (an error) and ASSUMES (a warning), as `Gossip`."""
+    Gossip(world, cfg, algorithm=algorithm)
+
+
 def same_start(learn: Learner) -> torch.Tensor:
     """[n, P]: every node starts from the same x_0 (the papers' initialisation)."""
     x0 = learn.model.init_params()

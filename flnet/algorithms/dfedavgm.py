@@ -24,7 +24,9 @@ from flnet.sim.world import AbstractWorld
 if TYPE_CHECKING:
     from flnet.learn.local import Learner
 
-__all__ = ["Config", "State", "init", "progress", "protocol", "local_optimizer"]
+NAME = "DFedAvgM"  # as its messages name it
+
+__all__ = ["Config", "State", "init", "progress", "protocol", "check", "local_optimizer"]
 
 
 def local_optimizer(cfg: Config) -> optim.GradientTransformation:
@@ -36,6 +38,11 @@ def local_optimizer(cfg: Config) -> optim.GradientTransformation:
     return base if local.sam_rho is None else optim.sam(base, local.sam_rho)
 
 
+def check(world: AbstractWorld, learn: Learner, cfg: Config) -> None:
+    """Round 1's checks of W, without the run (`flnet validate`)."""
+    decentralized.check(world, cfg, NAME)
+
+
 def protocol(
     world: AbstractWorld,
     learn: Learner,
@@ -44,7 +51,7 @@ def protocol(
     loss_fn: LossFn | None = None,
     mixing: topology.Mixing | None = None,
 ) -> Steps:
-    gossip = decentralized.Gossip(world, cfg, algorithm="DFedAvgM", mixing=mixing)
+    gossip = decentralized.Gossip(world, cfg, algorithm=NAME, mixing=mixing)
     opt, x = local_optimizer(cfg), state.x
     for t in world.steps(state.round):
         g = gossip.at(t)

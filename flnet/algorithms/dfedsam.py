@@ -11,6 +11,6 @@ gossip mix as DFedAvg's. OledFL's Algorithm 1 with beta = 0 and lambda = rho.
 from __future__ import annotations
 
 from flnet.algorithms.configs import DfedsamConfig as Config
-from flnet.algorithms.dfedavg import State, init, progress, protocol
+from flnet.algorithms.dfedavg import State, check, init, progress, protocol
 
-__all__ = ["Config", "State", "init", "progress", "protocol"]
+__all__ = ["Config", "State", "init", "progress", "protocol", "check"]

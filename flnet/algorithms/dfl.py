@@ -26,7 +26,9 @@ from flnet.sim.world import AbstractWorld, Progress
 if TYPE_CHECKING:
     from flnet.learn.local import Learner
 
-__all__ = ["Config", "State", "init", "progress", "protocol"]
+NAME = "DFL"  # as its messages name it
+
+__all__ = ["Config", "State", "init", "progress", "protocol", "check"]
 
 
 class State(NamedTuple):
@@ -42,6 +44,11 @@ def progress(state: State) -> Progress:
     return decentralized.progress(state.round, state.x, state)
 
 
+def check(world: AbstractWorld, learn: Learner, cfg: Config) -> None:
+    """Round 1's checks of W, without the run (`flnet validate`)."""
+    decentralized.check(world, cfg, NAME)
+
+
 def protocol(
     world: AbstractWorld,
     learn: Learner,
@@ -50,7 +57,7 @@ def protocol(
     loss_fn: LossFn | None = None,
     mixing: topology.Mixing | None = None,
 ) -> Steps:
-    gossip = decentralized.Gossip(world, cfg, algorithm="DFL", mixing=mixing)
+    gossip = decentralized.Gossip(world, cfg, algorithm=NAME, mixing=mixing)
     x = state.x
     for t in world.steps(state.round):
         g = gossip.at(t)

@@ -79,6 +79,18 @@ def progress(state: State, figures: dict | None = None) -> Progress:
     )
 
 
+def schedule_of(world: AbstractWorld, cfg: Config) -> topology.Schedule:
+    """Every iteration's W; building it checks the first against NEEDS and ASSUMES."""
+    return topology.Schedule(
+        world, cfg.topology, world.num_clients, algorithm="D-PSGD", needs=NEEDS, assumes=ASSUMES
+    )
+
+
+def check(world: AbstractWorld, learn: Learner, cfg: Config) -> None:
+    """Iteration 1's checks of W, without the run (`flnet validate`)."""
+    schedule_of(world, cfg)
+
+
 def protocol(
     world: AbstractWorld,
     learn: Learner,
@@ -88,9 +100,7 @@ def protocol(
 ) -> Steps:
     """`loss_fn` replaces the nodes' cross-entropy (tests use one with zero gradients)."""
     n, x = world.num_clients, state.x
-    schedule = topology.Schedule(
-        world, cfg.topology, n, algorithm="D-PSGD", needs=NEEDS, assumes=ASSUMES
-    )
+    schedule = schedule_of(world, cfg)
     nodes = np.arange(n)
     for k in world.steps(state.round):
         w = schedule.at(k)  # sparse W (drawn afresh each iteration when time-varying)

@@ -97,7 +97,8 @@ def protocol(
             aux=g,
             snapshot_at=t_snap,
         )  # line 9
-        assert work.snapshot is not None  # asked for
+        # asked for; none when no client online was drawn (then work.params is [0, P] too)
+        snapshots = work.params if work.snapshot is None else work.snapshot
         # counts only where a client's state is updated more than once (with_replacement)
         repeated = bool((np.asarray(d.state_updates) != 1).any())
         updates = torch.as_tensor(d.state_updates, device=x.device) if repeated else None
@@ -108,7 +109,7 @@ def protocol(
             d.clients,
             Packet(down, learn.bits(down)),  # line 7
             work.flops,
-            Packet(drfa.Up(work.params, work.snapshot), learn.bits(drfa.Up(x, x))),  # line 11
+            Packet(drfa.Up(work.params, snapshots), learn.bits(drfa.Up(x, x))),  # line 11
             tag=s,
             deadline_s=cfg.deadline_s,
             client_state=Keeps(Keep(grads, d.clients, g_new), work.keep),
@@ -118,7 +119,7 @@ def protocol(
             positions = np.sort(done.positions)
             arrived = torch.as_tensor(positions, device=x.device)
             last = work.params.index_select(0, arrived)
-            snap = work.snapshot.index_select(0, arrived)
+            snap = snapshots.index_select(0, arrived)
             once = None if updates is None else updates.index_select(0, arrived)
             c_snap = feddyn.server_h(c, mu, n, snap, x, once)  # line 17
             c = feddyn.server_h(c, mu, n, last, x, once)  # line 18

@@ -27,6 +27,9 @@ Choices and fixes (documented, tested):
   when to keep its snapshot. Each participant uploads two models. The dual step is its own
   round trip: w(t') down to each client of U, a forward-only minibatch loss (charged as forward
   FLOPs), a 32-bit loss up.
+- Under an availability model the draws of line 5 are lambda restricted to the clients online
+  at the round's start (`World.sample_weighted`, as `sample_clients` picks only online ones:
+  an offline device cannot be trained); a draw that finds nobody online trains nobody.
 - Only delivered uploads count: the means run over the delivered clients (with their draws);
   a dual-step loss that is not delivered counts as v_i = 0; with no model delivered the round
   leaves w and lambda as they were.
@@ -181,14 +184,15 @@ def protocol(world: AbstractWorld, learn: Learner, cfg: Config, state: State) ->
         d = draw(world, lam, cfg.clients_per_round, s, cfg.sampling)  # line 5
         t_snap = snapshot_step(world, s, tau)  # line 6
         work = learn.local_train(d.clients, x, cfg.local, s, snapshot_at=t_snap)  # lines 8-10
-        assert work.snapshot is not None  # asked for
+        # asked for; none when no client online was drawn (then work.params is [0, P] too)
+        snapshots = work.params if work.snapshot is None else work.snapshot
         down = Down(x, torch.tensor(t_snap, dtype=torch.int32))
         done = yield from round_trip(
             world,
             d.clients,
             Packet(down, learn.bits(down)),  # line 7
             work.flops,
-            Packet(Up(work.params, work.snapshot), learn.bits(Up(x, x))),  # line 11
+            Packet(Up(work.params, snapshots), learn.bits(Up(x, x))),  # line 11
             tag=s,
             deadline_s=cfg.deadline_s,
             client_state=work.keep,
@@ -198,7 +202,7 @@ def protocol(world: AbstractWorld, learn: Learner, cfg: Config, state: State) ->
             positions = np.sort(done.positions)
             arrived = torch.as_tensor(positions, device=x.device)
             draws = d.draws[positions]
-            w_snap = weighted_mean(work.snapshot.index_select(0, arrived), draws)  # line 19
+            w_snap = weighted_mean(snapshots.index_select(0, arrived), draws)  # line 19
             x = weighted_mean(work.params.index_select(0, arrived), draws)  # line 20
             lam = yield from dual_step(world, learn, cfg, lam, w_snap, s)  # line 21
         world.publish(progress(State(s, x, *lam_fields(lam))))

@@ -18,6 +18,13 @@ Choices (documented, tested):
   models; 3 at a block switch, whose new chain starts from W[m1], lines 13-16) and its upload 2
   models and 2 losses: twice MM-PSGD's model traffic, plus the switch's model. The last
   round's models are never folded (no round follows to report their losses).
+- Only what a client uses travels. Round 1 asks no losses and every chain starts at x_0 (the
+  paper initialises X, Y and W alike), so its download is x alone and its upload carries no
+  losses. After a round with no deliveries nothing is asked either (x and W did not change);
+  the download is x and W[m], where the round's separate chain starts.
+- The model judged in round t (the live record and `progress`, the same) is predictor m of
+  round t's block: the paper serves and tests block m with predictor m. It holds the winners
+  folded so far, i.e. up to round t - 1's models (their losses come with round t's upload).
 - A loss is the mean cross-entropy on `loss_batch_size` of the client's rows of that block,
   drawn with replacement from stream BLOCK_LOSS keyed (round, client), forward only (the paper
   says "over its local data"; a minibatch keeps the cost bounded); the mean over the delivered
@@ -43,8 +50,6 @@ from flnet.sim.world import AbstractWorld, Progress
 if TYPE_CHECKING:  # the learning side's object, for annotations only
     from flnet.learn.local import Learner
 
-NO_BLOCK = -1  # before round 1: no models to fold yet
-
 
 class State(NamedTuple):
     round: int
@@ -52,23 +57,24 @@ class State(NamedTuple):
     w: torch.Tensor  # [M, P] W: the latest block-separate model of each block
     predictors: torch.Tensor  # [M, P] U = (u_1 .. u_M)
     weights: torch.Tensor  # [M] float64: each predictor's total weight
-    block: int = NO_BLOCK  # the block of round `round` (NO_BLOCK: it had no new models)
+    block: int = 0  # the block of round `round`: its predictor is the model judged
     separate_wins: int = 0  # rounds whose separate model had the lower loss (a diagnostic)
+    asking: bool = False  # round `round` delivered new x, W[block]: their losses are asked next
 
 
 class Down(NamedTuple):
-    """The broadcast: x and the separate model whose loss is asked (and, at a block switch,
-    the new block's W[m1])."""
+    """The broadcast: x, the separate model whose loss is asked (W[last block], line 8) and
+    W[m], where the round's separate chain starts, where the client has it from neither."""
 
     x: torch.Tensor
-    y: torch.Tensor
-    switch: torch.Tensor  # [P] at a block switch, else [0]
+    asked: torch.Tensor  # [P], or [0] when no losses are asked (round 1, after an empty round)
+    start: torch.Tensor  # [P] at a block switch or after an empty round, else [0]
 
 
 class Up(NamedTuple):
     x: torch.Tensor  # [P] x^i
     y: torch.Tensor  # [P] y^i
-    losses: torch.Tensor  # [2] the client's losses of the broadcast x and y
+    losses: torch.Tensor  # [2] the client's losses of the broadcast x and y, or [0]: none asked
 
 
 def init(learn: Learner, cfg: Config) -> State:
@@ -78,10 +84,11 @@ def init(learn: Learner, cfg: Config) -> State:
 
 
 def progress(state: State) -> Progress:
-    """Block m's rounds are judged on predictor m."""
+    """Block m's rounds are judged on predictor m, the model that serves block m (the live
+    record of every round is this)."""
     return Progress(
         state.round,
-        state.predictors[max(state.block, 0)],
+        state.predictors[state.block],
         state,
         figures={"separate_wins": float(state.separate_wins)},
     )
@@ -89,42 +96,49 @@ def progress(state: State) -> Progress:
 
 def protocol(world: AbstractWorld, learn: Learner, cfg: Config, state: State) -> Steps:
     x, w, models, weights = state.x, state.w, state.predictors, state.weights
-    last, wins = state.block, state.separate_wins
+    last, asking, wins = state.block, state.asking, state.separate_wins
     base = predictors.base_of(cfg.averaging, cfg.averaging_base)
     separate = cfg.local.model_copy(update={"lr": cfg.separate_lr or cfg.local.lr})
     k = cfg.cohort.k(world.num_clients)
+    none = x.new_zeros(0)
     for t in world.steps(state.round):
         m = learn.block(t, world.now) or 0
         cohort = world.sample_clients(k, t, cfg.cohort.over_selection)
-        asked = w[max(last, 0)]  # y broadcast after the last round (= W[last], line 7)
+        asked = w[last] if asking else none  # y broadcast after the last round (line 7-8)
         y = w[m]  # the separate chain of block m resumes from W[m] (lines 13-16)
-        switch = y if last not in (m, NO_BLOCK) else y.new_zeros(0)
-        losses = torch.stack(
-            [
-                learn.query_losses(cohort, model, cfg.loss_batch_size, t, Stream.BLOCK_LOSS, last)
-                if last != NO_BLOCK
-                else x.new_zeros(len(cohort))
-                for model in (x, asked)
-            ],
-            1,
-        )  # [C, 2] line 9 (none before round 1)
+        start = none if (asking and last == m) or t == 1 else y  # round 1: y = x = x_0
+        losses = (
+            torch.stack(
+                [
+                    learn.query_losses(
+                        cohort, model, cfg.loss_batch_size, t, Stream.BLOCK_LOSS, last
+                    )
+                    for model in (x, asked)
+                ],
+                1,
+            )
+            if asking
+            else x.new_zeros(len(cohort), 0)
+        )  # [C, 2] line 9, or [C, 0]: nothing asked
         mixed = learn.local_train(cohort, x, cfg.local, t, block=m)
         chain = learn.local_train(cohort, y, separate, t, block=m)  # same minibatches: same xi
-        queried = cfg.loss_batch_size * 2 if last != NO_BLOCK else 0
+        queried = cfg.loss_batch_size * 2 if asking else 0
         flops = mixed.flops + chain.flops + learn.forward_flops(queried)
+        down = Down(x, asked, start)
         done = yield from round_trip(
             world,
             cohort,
-            Packet(Down(x, asked, switch), learn.bits(Down(x, asked, switch))),
+            Packet(down, learn.bits(down)),
             flops,
             Packet((mixed.params, chain.params, losses), learn.bits(Up(x, y, losses[0]))),
             tag=t,
             deadline_s=cfg.cohort.deadline_s,
             keep=k,
         )
-        if len(done.positions):
+        asking = bool(len(done.positions))
+        if asking:
             delivered = torch.as_tensor(np.sort(done.positions), device=x.device)
-            if last != NO_BLOCK:  # lines 10-12 for the models broadcast after the last round
+            if losses.shape[1]:  # lines 10-12 for the models broadcast after the last round
                 mean_loss = losses.index_select(0, delivered.cpu()).mean(0)
                 better_separate = bool(mean_loss[1] < mean_loss[0])
                 wins += better_separate
@@ -133,8 +147,7 @@ def protocol(world: AbstractWorld, learn: Learner, cfg: Config, state: State) ->
             x = mean(mixed.params.index_select(0, delivered))  # line 6
             w = w.clone()
             w[m] = mean(chain.params.index_select(0, delivered))  # line 7
-            last = m  # round t's models await their losses
-        else:  # nothing new: the last models were folded already
-            last = NO_BLOCK
-        state = State(t, x, w, models, weights, last, wins)
-        world.publish(Progress(t, models[m], state, figures={"separate_wins": float(wins)}))
+        # else nothing new: the last models' losses were lost with the round
+        last = m
+        state = State(t, x, w, models, weights, m, wins, asking)
+        world.publish(progress(state))

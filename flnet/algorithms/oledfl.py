@@ -37,7 +37,16 @@ from flnet.sim.world import AbstractWorld, Progress
 if TYPE_CHECKING:
     from flnet.learn.local import Learner
 
-__all__ = ["Config", "State", "init", "progress", "protocol", "ole_start", "stability_problem"]
+__all__ = [
+    "Config",
+    "State",
+    "init",
+    "progress",
+    "protocol",
+    "check",
+    "ole_start",
+    "stability_problem",
+]
 
 DENSE_EIGEN_NODES = 1000  # above this, Gershgorin's bound stands in for lambda_min(W)
 
@@ -105,6 +114,27 @@ def stability_problem(w: topology.Mixing, beta: float) -> str | None:
     )
 
 
+def checked_gossip(
+    world: AbstractWorld, cfg: OleConfig, mixing: topology.Mixing | None = None
+) -> decentralized.Gossip:
+    """The rounds' W, round 1's checked as every gossip protocol's and for beta's stability
+    (a warning)."""
+    gossip = decentralized.Gossip(world, cfg, algorithm="OledFL", mixing=mixing)
+    if (problem := stability_problem(gossip.at(1).w, cfg.beta)) is not None:
+        if gossip.schedule is not None and gossip.schedule.varying:
+            problem += (
+                " (this is round 1's W of a time-varying graph: the product of the rounds' "
+                "W~ may still contract, as on the OledFL paper's random topology)"
+            )
+        warnings.warn(problem, OleWarning, stacklevel=1)
+    return gossip
+
+
+def check(world: AbstractWorld, learn: Learner, cfg: OleConfig) -> None:
+    """Round 1's checks of W and beta, without the run (`flnet validate`)."""
+    checked_gossip(world, cfg)
+
+
 def protocol(
     world: AbstractWorld,
     learn: Learner,
@@ -114,14 +144,7 @@ def protocol(
     mixing: topology.Mixing | None = None,
 ) -> Steps:
     """`loss_fn` and `mixing` (W given directly) are for tests."""
-    gossip = decentralized.Gossip(world, cfg, algorithm="OledFL", mixing=mixing)
-    if (problem := stability_problem(gossip.at(1).w, cfg.beta)) is not None:
-        if gossip.schedule is not None and gossip.schedule.varying:
-            problem += (
-                " (this is round 1's W of a time-varying graph: the product of the rounds' "
-                "W~ may still contract, as on the OledFL paper's random topology)"
-            )
-        warnings.warn(problem, OleWarning, stacklevel=1)
+    gossip = checked_gossip(world, cfg, mixing)
     x, z = state.x, state.z
     for t in world.steps(state.round):
         g = gossip.at(t)

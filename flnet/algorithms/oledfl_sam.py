@@ -4,6 +4,6 @@ DFedSAM's local SAM steps (radius `local.sam_rho`; the paper uses 0.1). See `ole
 from __future__ import annotations
 
 from flnet.algorithms.configs import OledflSamConfig as Config
-from flnet.algorithms.oledfl import State, init, progress, protocol
+from flnet.algorithms.oledfl import State, check, init, progress, protocol
 
-__all__ = ["Config", "State", "init", "progress", "protocol"]
+__all__ = ["Config", "State", "init", "progress", "protocol", "check"]

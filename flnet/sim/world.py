@@ -415,10 +415,43 @@ class World:
     ) -> np.ndarray:
         """m clients drawn with replacement from a distribution over all N clients (e.g. DRFA's
         lambda, `flnet.learn.simplex.Simplex`), in draw order, from the stream (seed,
-        WEIGHTED_SELECTION, round); without replacement, m distinct ones."""
+        WEIGHTED_SELECTION, round); without replacement, m distinct ones. Under an availability
+        model other than `always` (or with batteries), only clients online now, as
+        `sample_clients`: the weights restricted to them (`_sample_weighted_online`)."""
         if weights.n != self.num_clients:
             raise ValueError(f"weights over {weights.n} clients, the run has {self.num_clients}")
-        return weights.sample(generator(self.seed, Stream.WEIGHTED_SELECTION, round), m, replace)
+        rng = generator(self.seed, Stream.WEIGHTED_SELECTION, round)
+        if self.battery is not None or not isinstance(self.availability, availability_mod.Always):
+            return self._sample_weighted_online(rng, m, round, weights, replace)
+        return weights.sample(rng, m, replace)
+
+    def _sample_weighted_online(
+        self, rng: np.random.Generator, m: int, round: int, weights: Weights, replace: bool
+    ) -> np.ndarray:
+        """Draws from `weights` (with replacement), in order, the offline ones rejected: the
+        weights restricted to the online clients, renormalised; without replacement, repeats
+        skipped too. Each client's availability is asked once. At most SELECTION_TRIES * m
+        draws are examined: when the online clients carry too little weight to give m in
+        those, the round goes ahead with the draws found (possibly none), as in
+        `_sample_online`."""
+        now, limit = self.env.now, SELECTION_TRIES * m
+        online: dict[int, bool] = {}
+        chosen: list[int] = []
+        taken: set[int] = set()
+        tried, rate = 0, 1.0
+        while len(chosen) < m and tried < limit:
+            want = min(limit - tried, math.ceil((m - len(chosen)) / rate) + 4)
+            draws = weights.sample(rng, want, True).tolist()
+            tried += len(draws)
+            new = np.asarray(sorted({c for c in draws if c not in online}), dtype=np.int64)
+            if len(new):
+                online.update(zip(new.tolist(), self._online(new, now, round).tolist()))
+            for c in draws:
+                if online[c] and (replace or c not in taken) and len(chosen) < m:
+                    chosen.append(c)
+                    taken.add(c)
+            rate = max(len(chosen), 1) / tried
+        return np.asarray(chosen, dtype=np.int64)
 
     def _sample_online(self, m: int, round: int, stream: Stream) -> np.ndarray:
         """Up to `m` distinct clients online at the round's start (now), uniformly among them.
@@ -909,7 +942,11 @@ class World:
     ) -> None:
         """Work stopped before its end is charged pro rata. Timed by a capacity trace, it
         costs the configured compute power times its seconds (the trace measured time, not
-        cycles, so the cycle model's kappa f^2 has nothing to act on)."""
+        cycles, so the cycle model's kappa f^2 has nothing to act on). Work of no FLOPs (a
+        pure gossip step's: it only sends) is no compute and writes no row; it costs nothing
+        either way, and the ledger's compute rows are the computes that happened."""
+        if flops == 0:
+            return
         if stopped:
             flops *= min(1.0, (self.env.now - start_s) / duration_s) if duration_s > 0 else 0.0
         energy_j = self._compute_energy_j(node, flops)
