@@ -1,5 +1,8 @@
 """The hand-derived CNN engine: its losses and gradients are autograd's, for every paper CNN."""
 
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -10,21 +13,8 @@ from flnet.learn import cohort, conv, models, optim
 from flnet.learn.models import Model
 from flnet.runner import run
 
-
-def paper_cnn() -> nn.Module:
-    """benchmarks/bench.py's Delta-SGD MNIST CNN (pool before ReLU)."""
-    return nn.Sequential(
-        nn.Conv2d(1, 10, 5),
-        nn.MaxPool2d(2),
-        nn.ReLU(),
-        nn.Conv2d(10, 20, 5),
-        nn.MaxPool2d(2),
-        nn.ReLU(),
-        nn.Flatten(),
-        nn.Linear(320, 50),
-        nn.ReLU(),
-        nn.Linear(50, 10),
-    )
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+from bench import paper_cnn  # the benchmark's CNN, workload (b)
 
 
 def odd_cnn() -> nn.Module:
