@@ -311,8 +311,8 @@ def exchange(
     battery that runs empty, during the iteration does not cut it (the iteration is short
     next to a session; its joules still drain the battery). An iteration with nobody online
     lasts IDLE_RETRY_S, as a round without clients does, so a night passes in simulated time.
-    With everyone online (availability
-    `always`, no battery) nothing differs from a run without availability.
+    With everyone online (availability `always`, no battery) nothing differs from a run
+    without availability.
     """
     start = world.now
     step = Tag("exchange", tag)
