@@ -891,6 +891,20 @@ class Scenario(Strict):
                 "must be 0 for cdfl: a lost compressed message would leave the public copies "
                 "of its sender apart (C-DFL has no way to resend it)",
             )
+        if self.algorithm.name == "cdfl" and self.clients.availability.kind != "always":
+            raise inconsistent(
+                "clients.availability.kind",
+                f"must be 'always' for cdfl, got '{self.clients.availability.kind}': an offline "
+                "node would miss its neighbours' compressed messages and leave the public "
+                "copies apart (C-DFL has no way to resend them)",
+            )
+        if self.algorithm.name == "cdfl" and self.clients.battery is not None:
+            raise inconsistent(
+                "clients.battery",
+                "must be unset for cdfl: a node opted out by its battery would miss its "
+                "neighbours' compressed messages and leave the public copies apart (C-DFL "
+                "has no way to resend them)",
+            )
         if self.algorithm.name == "cdfl" and getattr(topology, "kind", None) == "random_k":
             raise inconsistent(
                 "algorithm.topology.kind",

@@ -17,7 +17,9 @@ saw this in its pilot; a test pins it). `order: compress_first` runs CHOCO-SGD's
 (lines 7-11, then line 6 with the new copies), which with identity and gamma = 1 is DFL exactly.
 
 Compression draws are keyed (round, gossip step, node). Every q must arrive: a lost one would
-leave the copies of w_hat_j at j's neighbours apart, so C-DFL has no timeout. The model judged
+leave the copies of w_hat_j at j's neighbours apart, so C-DFL has no timeout, and a node may
+not sit a step out: the scenario refuses message losses, availability other than `always` and
+batteries for it (`flnet.scenario`). The model judged
 is the nodes' average of w.
 """
 

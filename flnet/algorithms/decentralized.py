@@ -12,6 +12,11 @@ innovations instead of models. Every step's ledger rows carry the round t.
 The model judged is the nodes' average x_bar = (1/n) sum_i x_i of the post-mix models (OledFL's
 output, DFL's u_t); records add the consensus distance (1/n) sum_i ||x_i - x_bar||^2 and the
 per-node accuracy over the evaluation sample (`flnet.learn.evaluate`).
+
+Availability (`exchange`): a node offline at a step's start (or opted out by its battery) sits
+it out: it ends the step with exactly the models it had (`hold`; its optimizer state is not
+committed), and its neighbours mix without it (its edges count as not arrived). Records add
+`nodes_offline`, the nodes that sat out the round's local step.
 """
 
 from __future__ import annotations
@@ -122,6 +127,21 @@ class Sent(NamedTuple):
 
     arrived: np.ndarray | None  # [M] bool per edge of the graph; None: every message arrived
     computed: np.ndarray  # [n] bool per node: its compute completed (a timeout may cut it)
+    present: np.ndarray  # [n] bool per node: online at the step's start (False: sat it out)
+
+
+def hold(present: np.ndarray, new: torch.Tensor, old: torch.Tensor) -> torch.Tensor:
+    """[n, P]: `new`, except that a node that sat the step out (not `present`) keeps its row
+    of `old` exactly (a mix would give W_ii' x_i, whose weights need not sum to 1.0 to the bit).
+    """
+    if present.all():
+        return new
+    return torch.where(torch.as_tensor(present, device=new.device).unsqueeze(1), new, old)
+
+
+def offline(present: np.ndarray) -> dict[str, float]:
+    """The records' count of nodes that sat the step out."""
+    return {"nodes_offline": float(len(present) - int(present.sum()))}
 
 
 def send(
@@ -152,7 +172,7 @@ def send(
         client_state=client_state,
         substep=substep,
     )
-    return Sent(None if done.arrived.all() else done.arrived, done.computed)
+    return Sent(None if done.arrived.all() else done.arrived, done.computed, done.present)
 
 
 def local_then_mix(
@@ -160,15 +180,20 @@ def local_then_mix(
     learn: Learner,
     local: LocalConfig,
     g: Graph,
-    start: torch.Tensor,
+    x: torch.Tensor,
     t: int,
     timeout_s: float | None,
     *,
+    start: torch.Tensor | None = None,
+    last_z: torch.Tensor | None = None,
     optimizer: GradientTransformation | None = None,
     loss_fn: LossFn | None = None,
-) -> Generator[simpy.Event, Any, tuple[torch.Tensor, torch.Tensor]]:
-    """Local work from `start` [n, P], then one gossip mix of the results: (Z, W_t Z). A node
-    whose compute the timeout cut sends nothing and keeps its start as its z (no local step)."""
+) -> Generator[simpy.Event, Any, tuple[torch.Tensor, torch.Tensor, np.ndarray]]:
+    """Local work from `start` [n, P] (default: the models `x`), then one gossip mix of the
+    results: (Z, W_t Z, present). A node whose compute the timeout cut sends nothing and keeps
+    its start as its z (no local step). A node that sat the round out keeps its x and, as its
+    z, its `last_z` (default: its start) exactly."""
+    start = x if start is None else start
     work = learn.local_train(g.nodes, start, local, t, optimizer=optimizer, loss_fn=loss_fn)
     z = work.params
     sent = yield from send(
@@ -183,7 +208,8 @@ def local_then_mix(
     )
     if not sent.computed.all():
         z = torch.where(torch.as_tensor(sent.computed, device=z.device).unsqueeze(1), z, start)
-    return z, mix(g.w, z, sent.arrived)
+    mixed = hold(sent.present, mix(g.w, z, sent.arrived), x)
+    return hold(sent.present, z, start if last_z is None else last_z), mixed, sent.present
 
 
 def gossip(
@@ -195,11 +221,12 @@ def gossip(
     timeout_s: float | None,
     substep: int,
 ) -> Generator[simpy.Event, Any, torch.Tensor]:
-    """Pure gossip step `substep` of round t (no compute): every node sends x_i, X <- W_t X."""
+    """Pure gossip step `substep` of round t (no compute): every node online sends x_i,
+    X <- W_t X; a node offline keeps its x_i."""
     sent = yield from send(
         world, g, x, learn.bits(ModelMessage(x[0])), 0.0, t, timeout_s, substep=substep
     )
-    return mix(g.w, x, sent.arrived)
+    return hold(sent.present, mix(g.w, x, sent.arrived), x)
 
 
 def progress(t: int, x: torch.Tensor, state: Any, figures: dict | None = None) -> Progress:

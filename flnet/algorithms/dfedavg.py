@@ -61,7 +61,8 @@ def protocol(
     x = state.x
     for t in world.steps(state.round):
         g = gossip.at(t)
-        _, x = yield from decentralized.local_then_mix(
+        _, x, present = yield from decentralized.local_then_mix(
             world, learn, cfg.local, g, x, t, cfg.timeout_s, loss_fn=loss_fn
         )
-        world.publish(decentralized.progress(t, x, State(t, x), gossip.figures(g)))
+        figures = gossip.figures(g) | decentralized.offline(present)
+        world.publish(decentralized.progress(t, x, State(t, x), figures))

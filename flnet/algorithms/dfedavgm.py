@@ -55,7 +55,8 @@ def protocol(
     opt, x = local_optimizer(cfg), state.x
     for t in world.steps(state.round):
         g = gossip.at(t)
-        _, x = yield from decentralized.local_then_mix(
+        _, x, present = yield from decentralized.local_then_mix(
             world, learn, cfg.local, g, x, t, cfg.timeout_s, optimizer=opt, loss_fn=loss_fn
         )
-        world.publish(decentralized.progress(t, x, State(t, x), gossip.figures(g)))
+        figures = gossip.figures(g) | decentralized.offline(present)
+        world.publish(decentralized.progress(t, x, State(t, x), figures))

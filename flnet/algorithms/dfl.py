@@ -61,9 +61,10 @@ def protocol(
     x = state.x
     for t in world.steps(state.round):
         g = gossip.at(t)
-        _, x = yield from decentralized.local_then_mix(  # tau1 local steps, gossip step 1
+        _, x, present = yield from decentralized.local_then_mix(  # tau1 local steps, step 1
             world, learn, cfg.local, g, x, t, cfg.timeout_s, loss_fn=loss_fn
         )
         for s in range(1, cfg.gossip_steps):  # gossip steps 2..tau2
             x = yield from decentralized.gossip(world, learn, g, x, t, cfg.timeout_s, s)
-        world.publish(decentralized.progress(t, x, State(t, x), gossip.figures(g)))
+        figures = gossip.figures(g) | decentralized.offline(present)
+        world.publish(decentralized.progress(t, x, State(t, x), figures))

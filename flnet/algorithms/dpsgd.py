@@ -17,7 +17,10 @@ The optimizer's one step from x_k gives y = x_k - gamma g_i, so line 5 is W_t X_
 
 A message that did not arrive (late or lost) leaves its weight on the receiver's own model
 (W_t, `flnet.learn.aggregate`); a node whose gradient the timeout cut short takes no step that
-iteration (gamma g_i = 0: it only mixes). The model judged is the nodes' average
+iteration (gamma g_i = 0: it only mixes). A node offline at the iteration's start (or opted
+out by its battery; `exchange`) sits it out: it keeps x_k exactly (no gradient, no mix; its
+optimizer state untouched), and its neighbours mix without it (its messages count as not
+arrived); `nodes_offline` counts such nodes. The model judged is the nodes' average
 x_bar = (1/n) sum_i x_i (Lian et al.'s Theorem 1 bounds its gradient); records add
 `consensus_distance`, (1/n) sum_i ||x_i - x_bar||_2^2.
 """
@@ -31,6 +34,7 @@ import torch
 
 from flnet.algorithms.base import Steps
 from flnet.algorithms.configs import DpsgdConfig as Config
+from flnet.algorithms.decentralized import hold, offline
 from flnet.learn.aggregate import mix
 from flnet.learn.cohort import LossFn
 from flnet.learn.wire import ModelMessage
@@ -118,8 +122,8 @@ def protocol(
         )
         arrived = None if done.arrived.all() else done.arrived  # [M]: link e's x_j reached i
         y = work.params if done.computed.all() else _cut(x, work.params, done.computed)
-        x = step(w, x, y, arrived)  # lines 4-5
-        world.publish(progress(State(k, x), schedule.figures(w)))
+        x = hold(done.present, step(w, x, y, arrived), x)  # lines 4-5; absent nodes keep x
+        world.publish(progress(State(k, x), schedule.figures(w) | offline(done.present)))
 
 
 def _cut(x: torch.Tensor, y: torch.Tensor, computed: np.ndarray) -> torch.Tensor:

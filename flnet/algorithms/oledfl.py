@@ -149,7 +149,8 @@ def protocol(
     for t in world.steps(state.round):
         g = gossip.at(t)
         start = ole_start(x, z, cfg.beta)  # line 3
-        z, x = yield from decentralized.local_then_mix(  # lines 4-11
-            world, learn, cfg.local, g, start, t, cfg.timeout_s, loss_fn=loss_fn
+        z, x, present = yield from decentralized.local_then_mix(  # lines 4-11
+            world, learn, cfg.local, g, x, t, cfg.timeout_s, start=start, last_z=z, loss_fn=loss_fn
         )
-        world.publish(decentralized.progress(t, x, State(t, x, z), gossip.figures(g)))
+        figures = gossip.figures(g) | decentralized.offline(present)
+        world.publish(decentralized.progress(t, x, State(t, x, z), figures))

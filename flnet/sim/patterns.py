@@ -17,7 +17,9 @@ Availability and device behaviour (`World.fate`): `round_trip` and `stream` star
 online then; a member's work ends early, charged up to that instant, when its session ends
 (`interrupted`), when it drops out (`dropped`) or, with the `at_completion` check, when it is
 offline as its upload completes (`lost`). Such members count as arrived without an update.
-`exchange` (gossip) nodes are always available.
+`exchange` (gossip) starts only nodes online at the iteration's start (availability and battery
+opt-out, drawn with the iteration as key); the others sit the iteration out. A node's work is
+not cut by a session ending, or its battery running empty, during the iteration.
 
 Safe points, where a run may stop or checkpoint (each `World.publish`; `World.request_stop`
 stops at the next one): the end of a round for `round_trip` and the end of an iteration for
@@ -264,6 +266,7 @@ class Exchange(NamedTuple):
     start_s: float
     end_s: float
     computed: np.ndarray  # [N] bool per node: its compute completed (before the timeout)
+    present: np.ndarray  # [N] bool per node: online at the start (False: it sat the step out)
 
 
 def exchange(
@@ -298,6 +301,18 @@ def exchange(
     transmissions (charged up to then; their messages count as lost; a transmission not yet
     started, or never started because its sender's compute was cut, costs nothing). At the
     end `client_state` is committed for the nodes whose compute completed.
+
+    Availability: only nodes online at the start (`world.online_clients(nodes, tag)`: the
+    availability model, drawn with the iteration as key, and the battery opt-out) take part. A
+    node offline then sits the iteration out: no compute, no sends and no ledger row; every
+    edge into or out of it counts as not arrived (an online sender does not transmit to it:
+    its neighbours see it is absent, as a D2D peer that does not answer), `computed` and
+    `present` are False. Work started by an online node runs on: a session that ends, or a
+    battery that runs empty, during the iteration does not cut it (the iteration is short
+    next to a session; its joules still drain the battery). An iteration with nobody online
+    lasts IDLE_RETRY_S, as a round without clients does, so a night passes in simulated time.
+    With everyone online (availability `always`, no battery) nothing differs from a run
+    without availability.
     """
     start = world.now
     step = Tag("exchange", tag)
@@ -312,12 +327,17 @@ def exchange(
         if lossy
         else []
     )
-    groups = _transmissions(len(ids), pairs, d2d.transmission == "broadcast")
+    present = np.asarray(world.online_clients(nodes, tag), dtype=bool)
+    if not present.any():  # nobody online: the iteration waits, the next one asks again
+        yield world.wait(IDLE_RETRY_S)
+        return Exchange(np.zeros(m, bool), start, world.now, np.zeros(len(ids), bool), present)
+    usable = None if present.all() else (present[pairs[:, 0]] & present[pairs[:, 1]]).tolist()
+    groups = _transmissions(len(ids), pairs, d2d.transmission == "broadcast", usable)
     receivers = pairs[:, 1].tolist()
     arrived = np.zeros(m, dtype=bool)
     computed = np.zeros(len(ids), dtype=bool)
     airings: list[Job | None] = [None] * sum(len(g) for g in groups)
-    remaining = _Countdown(world, len(ids) + len(airings))
+    remaining = _Countdown(world, int(present.sum()) + len(airings))
     first = np.cumsum([0] + [len(g) for g in groups]).tolist()  # node -> its first airing
 
     def aired(group: list[int]) -> Callable[[Any], None]:
@@ -346,7 +366,7 @@ def exchange(
             send(pos)
 
     computes = []
-    for pos in range(len(ids)):
+    for pos in np.flatnonzero(present).tolist():
         computes.append(world.start_compute(ids[pos], flops[pos], step, then=_then(worked, pos)))
         if not send_after_work:
             send(pos)
@@ -362,7 +382,7 @@ def exchange(
     if client_state is not None:
         client_state.commit(np.flatnonzero(computed))
     world.events += int(arrived.sum())
-    return Exchange(arrived, start, world.now, computed)
+    return Exchange(arrived, start, world.now, computed, present)
 
 
 def _per_edge(bits: Any, m: int) -> list[float]:
@@ -372,12 +392,16 @@ def _per_edge(bits: Any, m: int) -> list[float]:
     return np.broadcast_to(b, (m,)).tolist()
 
 
-def _transmissions(n: int, pairs: np.ndarray, broadcast: bool) -> list[list[list[int]]]:
+def _transmissions(
+    n: int, pairs: np.ndarray, broadcast: bool, usable: list[bool] | None = None
+) -> list[list[list[int]]]:
     """Per sender position, its transmissions, each the list of edges it carries: one edge
-    each (unicast), or all the sender's edges at once (broadcast)."""
+    each (unicast), or all the sender's edges at once (broadcast); only the `usable` edges
+    ([M] bool, None: all), those whose two ends are online."""
     out: list[list[int]] = [[] for _ in range(n)]
     for e, src in enumerate(pairs[:, 0].tolist()):
-        out[src].append(e)
+        if usable is None or usable[e]:
+            out[src].append(e)
     if broadcast:
         return [[edges] if edges else [] for edges in out]
     return [[[e] for e in edges] for edges in out]
