@@ -84,8 +84,8 @@ class Server:
         return self.state.round
 
     def regularized(self, x_tau: torch.Tensor) -> LossFn | None:
-        """f + (rho / 2) ||x - x_tau||^2; with rho = 0 the plain loss (None), whose dense
-        models take the trainer's hand-written path."""
+        """f + (rho / 2) ||x - x_tau||^2 (on the model's hand-written engine where it has
+        one, `cohort.ProximalLoss`); with rho = 0 the plain loss (None)."""
         return proximal_loss(self.cfg.rho, x_tau) if self.cfg.rho > 0 else None
 
     def work(self, clients: np.ndarray, counts: np.ndarray) -> list[Work]:

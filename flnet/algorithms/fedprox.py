@@ -13,15 +13,14 @@ exactly as FedAvg (sample-size weighted mean of the delivered models).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import torch
 
 from flnet.algorithms import fedavg
 from flnet.algorithms.base import Steps
 from flnet.algorithms.configs import FedProxConfig as Config
-from flnet.learn.cohort import LossFn, cross_entropy
-from flnet.learn.models import Model
+from flnet.learn.cohort import ProximalLoss
 from flnet.sim.world import AbstractWorld
 
 if TYPE_CHECKING:  # the learning side's object, for annotations only
@@ -32,15 +31,10 @@ init = fedavg.init
 progress = fedavg.progress
 
 
-def proximal_loss(mu: float, anchor: torch.Tensor) -> LossFn:
-    """Per-client cross-entropy + (mu / 2) ||w - anchor||^2; anchor [P] is x_t."""
-
-    def loss_fn(
-        model: Model, params: torch.Tensor, x: torch.Tensor, y: torch.Tensor, aux: Any = None
-    ) -> torch.Tensor:
-        return cross_entropy(model, params, x, y) + 0.5 * mu * (params - anchor).square().sum(1)
-
-    return loss_fn
+def proximal_loss(mu: float, anchor: torch.Tensor) -> ProximalLoss:
+    """Per-client cross-entropy + (mu / 2) ||w - anchor||^2; anchor [P] is x_t. Through the
+    model's hand-derived engine where it has one (`cohort.ProximalLoss.over`), else autograd."""
+    return ProximalLoss(mu, anchor)
 
 
 def protocol(world: AbstractWorld, learn: Learner, cfg: Config, state: State) -> Steps:

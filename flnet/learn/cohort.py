@@ -68,6 +68,38 @@ def cross_entropy(
     return loss.view(y.shape).sum(1) / (y != PAD).sum(1)
 
 
+class ProximalLoss:
+    """The mean cross-entropy plus ``(mu / 2) ||w - anchor||^2`` per client, anchor [P] one
+    point for the whole cohort (FedProx's x_t, FedAsync's x_tau). A `LossFn` (for autograd),
+    and `over(engine)`: a hand-derived engine's losses and gradients plus the term's value
+    and its gradient ``mu (w - anchor)``, the same maths without autograd (`Trainer.train`
+    takes it where the model has such an engine)."""
+
+    def __init__(self, mu: float, anchor: torch.Tensor) -> None:
+        self.mu, self.anchor = mu, anchor
+
+    def __call__(
+        self, model: Model, params: torch.Tensor, x: torch.Tensor, y: torch.Tensor, aux: Any = None
+    ) -> torch.Tensor:
+        return cross_entropy(model, params, x, y) + self._term(params)
+
+    def _term(self, params: torch.Tensor) -> torch.Tensor:
+        return 0.5 * self.mu * (params - self.anchor).square().sum(1)
+
+    def over(self, engine: ValueAndGrad) -> ValueAndGrad:
+        def value_and_grad(
+            params: torch.Tensor,
+            x: torch.Tensor,
+            y: torch.Tensor,
+            out: torch.Tensor | None = None,
+            aux: Any = None,
+        ) -> tuple[torch.Tensor, torch.Tensor]:
+            loss, grads = engine(params, x, y, out=out, aux=aux)
+            return loss + self._term(params), grads.add_(params - self.anchor, alpha=self.mu)
+
+        return value_and_grad
+
+
 def autograd_value_and_grad(model: Model, loss_fn: LossFn = cross_entropy) -> ValueAndGrad:
     """Losses ``[C]`` and gradients ``[C, P]`` of `loss_fn` by autograd on their sum."""
 
@@ -264,13 +296,11 @@ class Trainer:
         self._has_conv = any(isinstance(m, nn.modules.conv._ConvNd) for m in model.module.modules())
         layers = dense_layers(model)
         conv = None if layers else conv_layers(model)
-        self.default_value_and_grad: ValueAndGrad = (
-            DenseStack(layers)
-            if layers
-            else ConvStack(conv)
-            if conv
-            else autograd_value_and_grad(model)
+        # the hand-derived engine of the model's mean cross-entropy, where it has one
+        self.hand: DenseStack | ConvStack | None = (
+            DenseStack(layers) if layers else ConvStack(conv) if conv else None
         )
+        self.default_value_and_grad: ValueAndGrad = self.hand or autograd_value_and_grad(model)
 
     def clients_per_call(
         self,
@@ -333,11 +363,13 @@ class Trainer:
         the optimizer's ``update(..., aux=)``; `snapshot_at` (an int or [C]) asks for each
         client's iterate after that many of its steps (its last, where it takes fewer).
         """
-        value_and_grad = (
-            self.default_value_and_grad
-            if loss_fn is None
-            else autograd_value_and_grad(self.model, loss_fn)
-        )
+        engine: ValueAndGrad  # the one clients_per_call sizes the cohort by
+        if loss_fn is None:
+            value_and_grad = engine = self.default_value_and_grad
+        elif self.hand is not None and isinstance(loss_fn, ProximalLoss):
+            value_and_grad, engine = loss_fn.over(self.hand), self.hand
+        else:
+            value_and_grad = engine = autograd_value_and_grad(self.model, loss_fn)
         engines = (value_and_grad, autograd_value_and_grad(self.model, loss_fn or cross_entropy))
         c = params.shape[0]
         for leaf in tree_leaves(aux) if aux is not None else ():
@@ -348,7 +380,7 @@ class Trainer:
                 )
         if snapshot_at is not None:
             snapshot_at = torch.as_tensor(snapshot_at, device=steps.device).expand(c)
-        per_call = self.clients_per_call(c, batches.shape[2], path, optimizer, value_and_grad)
+        per_call = self.clients_per_call(c, batches.shape[2], path, optimizer, engine)
         if per_call >= c:
             return self._train(
                 params, batches, steps, optimizer, opt_state, engines, sizes, aux, snapshot_at
