@@ -81,10 +81,10 @@ class ProximalLoss:
     def __call__(
         self, model: Model, params: torch.Tensor, x: torch.Tensor, y: torch.Tensor, aux: Any = None
     ) -> torch.Tensor:
-        return cross_entropy(model, params, x, y) + self._term(params)
+        return cross_entropy(model, params, x, y) + self._term(params - self.anchor)
 
-    def _term(self, params: torch.Tensor) -> torch.Tensor:
-        return 0.5 * self.mu * (params - self.anchor).square().sum(1)
+    def _term(self, diff: torch.Tensor) -> torch.Tensor:
+        return 0.5 * self.mu * diff.square().sum(1)
 
     def over(self, engine: ValueAndGrad) -> ValueAndGrad:
         def value_and_grad(
@@ -95,7 +95,8 @@ class ProximalLoss:
             aux: Any = None,
         ) -> tuple[torch.Tensor, torch.Tensor]:
             loss, grads = engine(params, x, y, out=out, aux=aux)
-            return loss + self._term(params), grads.add_(params - self.anchor, alpha=self.mu)
+            diff = params - self.anchor  # once for the term's value and its gradient
+            return loss + self._term(diff), grads.add_(diff, alpha=self.mu)
 
         return value_and_grad
 
