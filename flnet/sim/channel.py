@@ -10,7 +10,7 @@ can share a band (cheaper below about a hundred) and numpy arrays when many can.
 from __future__ import annotations
 
 import math
-from typing import cast
+from typing import NamedTuple, cast
 
 import numpy as np
 import simpy
@@ -25,6 +25,14 @@ def band(env: simpy.Environment, bandwidth_hz: float, shared: bool, users: int =
     if not shared:
         return Channel(env, bandwidth_hz)
     return (SharedBandArrays if users > ARRAYS_ABOVE_USERS else SharedBand)(env, bandwidth_hz)
+
+
+class Schedule(NamedTuple):
+    """Transfers on a shared band computed at once (`SharedBand.schedule_alone`)."""
+
+    groups: list[tuple[float, list[int]]]  # (end_s, the transfers done then, in band order)
+    settled_s: float  # the band's last event
+    schedules: int  # how often the band re-rated (its timer version moves on by this)
 
 
 class Transmission:
@@ -203,6 +211,56 @@ class SharedBand(Channel):
             self._set_timer(timeout_at(self.env, frozen["timer_at"]), due)
             self._timer = (frozen["timer_at"], due)
         return txs
+
+    def schedule_alone(
+        self, arrival_s: list[float], bits: list[float], snr_hz: list[float]
+    ) -> Schedule | None:
+        """When transfers arriving at `arrival_s` (non-decreasing, processed in this order;
+        bits > 0) would finish on this idle band if nothing else used it: the same arithmetic
+        as `transmit` and the timers, step by step, without SimPy events (a test checks they
+        agree bit for bit). None where an arrival falls on the instant of a finish: there
+        SimPy's event order would decide, so the caller simulates event by event."""
+        n, inf = len(arrival_s), math.inf
+        remaining, rates = list(bits), [0.0] * n
+        active: list[int] = []  # in band order
+        groups: list[tuple[float, list[int]]] = []
+        settled_s, timer_s, due, schedules, i = self._settled_at, inf, -1, 0, 0
+        bandwidth_hz, log1p = self.bandwidth_hz, math.log1p
+        while i < n or active:
+            arrives_s = arrival_s[i] if i < n else inf
+            if arrives_s == timer_s:
+                return None
+            now = min(arrives_s, timer_s)
+            elapsed, settled_s = now - settled_s, now  # _settle
+            if elapsed > 0 and active:
+                for k in active:
+                    remaining[k] -= rates[k] * elapsed
+            if arrives_s < timer_s:  # transmit: join
+                active.append(i)
+                i += 1
+            else:  # the timer: `due` and any others done at this instant leave (_finished)
+                done = [k for k in active if k == due or remaining[k] <= 1e-9 * bits[k] + 1e-6]
+                gone = set(done)
+                active = [k for k in active if k not in gone]
+                groups.append((now, done))
+            schedules += 1  # _schedule
+            timer_s = inf
+            if active:
+                share_hz = bandwidth_hz / len(active)
+                scale, delay, due = share_hz / LN2, inf, -1  # _rerate
+                for k in active:
+                    rate = rates[k] = scale * log1p(snr_hz[k] / share_hz)
+                    if remaining[k] / rate < delay:
+                        due, delay = k, remaining[k] / rate
+                timer_s = now + max(delay, 0.0)
+        return Schedule(groups, settled_s, schedules)
+
+    def settle_alone(self, schedule: Schedule) -> None:
+        """Leave the band as its transfers in `schedule` would have: idle, settled at the last
+        of them, its timers spent."""
+        self._settled_at = schedule.settled_s
+        self._version += schedule.schedules
+        self._timer = (math.inf, None)
 
     def position(self, tx: Transmission) -> int:
         """`tx`'s place among the transfers under way (as `freeze_band` lists them)."""

@@ -98,6 +98,17 @@ class Network:
             raise KeyError(f"no link from node {src} to node {dst}")
         return link
 
+    def star(self, clients: np.ndarray, down: bool) -> tuple[list[float], list[float]]:
+        """What `link` gives for each of `clients`' downlinks (or uplinks), at once: their
+        `snr_hz` (or trace rates) and `power_w`."""
+        if self.speeds is not None:
+            rates = self.speeds.down_rate_bps if down else self.speeds.up_rate_bps
+            quality = rates[self.speeds.mapping(clients)]
+        else:
+            quality = (self._down_snr_hz if down else self._up_snr_hz)[clients]
+        power_w = (self.rx_power_w if down else self.tx_power_w)[clients]
+        return quality.tolist(), power_w.tolist()
+
     def _quality(self, client: int, down: bool) -> float:
         """What the star link's channel needs: its SNR, or with a capacity trace its rate."""
         if self.speeds is not None:

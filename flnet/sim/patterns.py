@@ -114,9 +114,19 @@ def round_trip(
         yield world.wait(IDLE_RETRY_S)
         return Delivery(np.zeros(0, np.int64), [], np.zeros(0, bool), start, world.now)
     keep = n if keep is None else keep
-    gather = _Gather(world, n, keep)
     down_bits, up_bits = _per_member(down.bits, n), _per_member(up.bits, n)
     step = Tag("round_trip", tag)
+    plan = None
+    if keep >= n:  # nobody is cancelled: where nothing else can stop them, all at once
+        flops = np.broadcast_to(np.asarray(work_flops, dtype=float), (n,)).tolist()
+        plan = world.trips_at_once(cohort, down_bits, flops, up_bits, step, deadline_s)
+    if plan is not None:
+        yield world.wait_until(plan.end_s)
+        if client_state is not None:
+            client_state.commit(np.arange(n))
+        world.events += n
+        return Delivery(plan.positions, ["ok"] * n, np.ones(n, bool), start, world.now)
+    gather = _Gather(world, n, keep)
     trips = [
         _Trip(world, gather, pos, client, step, down_bits[pos], flops, up_bits[pos])
         for pos, (client, flops) in enumerate(zip(cohort.tolist(), np.asarray(work_flops).tolist()))

@@ -31,8 +31,10 @@ import simpy
 from flnet.dists import AnyDist
 from flnet.errors import ScenarioError
 from flnet.rng import Stream, generator
+from flnet.sim import at_once
 from flnet.sim import availability as availability_mod
 from flnet.sim import population as population_mod
+from flnet.sim.at_once import Plan
 from flnet.sim.availability import Availability, Diurnal
 from flnet.sim.battery import Battery
 from flnet.sim.channel import Channel, SharedBand, Transmission, band, timeout_at
@@ -255,6 +257,18 @@ class AbstractWorld(Protocol):
     def transfer(self, src: int, dst: int, packet: Any, tag: Tag) -> simpy.Process: ...
 
     def compute(self, node: int, flops: float, tag: Tag) -> simpy.Process: ...
+
+    def trips_at_once(
+        self,
+        cohort: np.ndarray,
+        down_bits: list[float],
+        flops: list[float],
+        up_bits: list[float],
+        tag: Tag,
+        deadline_s: float | None,
+    ) -> Plan | None: ...
+
+    def wait_until(self, t_s: float) -> simpy.Event: ...
 
     def wait(self, seconds: float) -> simpy.Event: ...
 
@@ -650,17 +664,35 @@ class World:
         (down_bits, flops, up_bits): the dropout point is uniform over the work's progress,
         each phase weighted by its time alone on its band without fading (compute: with the
         slowdown), so the point falls in a phase and after a share of its bits or FLOPs."""
+        if self.fates_sure:  # what `_drawn_fate` gives then (tests/test_world.py)
+            return SURE
+        return self._drawn_fate(client, draw, stream, keys, work, start_s)
+
+    @property
+    def fates_sure(self) -> bool:
+        """Whether nothing can cut, slow or drop any work: no session end, no battery, no
+        dropout or slowdown draw (every `fate` is SURE)."""
         cfg = self.clients
-        if (
+        return (
             cfg.availability.kind == "always"
             and self.battery is None
             and not cfg.dropout_probability > 0
             and not cfg.slowdown_probability > 0
-        ):
-            # a fast path only where nothing can cut, slow or drop the work: no session end,
-            # no battery, no draw; what `_drawn_fate` gives then (tests/test_world.py)
-            return SURE
-        return self._drawn_fate(client, draw, stream, keys, work, start_s)
+        )
+
+    def trips_at_once(
+        self,
+        cohort: np.ndarray,
+        down_bits: list[float],
+        flops: list[float],
+        up_bits: list[float],
+        tag: Tag,
+        deadline_s: float | None,
+    ) -> Plan | None:
+        """`cohort`'s round trips starting now computed at once where nothing can interrupt
+        them (`flnet.sim.at_once`): their ledger rows written, the order uploads complete in
+        and the last one's end; None (nothing done) where they go event by event."""
+        return at_once.plan(self, cohort, down_bits, flops, up_bits, tag, deadline_s)
 
     def _drawn_fate(
         self,
@@ -787,6 +819,10 @@ class World:
     def compute(self, node: int, flops: float, tag: Tag) -> simpy.Process:
         """A process that runs `flops` on `node` and ends with its outcome (as `transfer`)."""
         return self.env.process(_until_done(self.start_compute(node, flops, tag)))
+
+    def wait_until(self, t_s: float) -> simpy.Event:
+        """An event at exactly `t_s` (not now + a delay rounded to its neighbour)."""
+        return timeout_at(self.env, t_s)
 
     def wait(self, seconds: float) -> simpy.Event:
         """An event `seconds` from now (charges nothing)."""
