@@ -161,4 +161,3 @@ def _ties(*times: list[float]) -> bool:
             if seen.setdefault(t, kind) != kind:
                 return True
     return False
-

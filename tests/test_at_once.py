@@ -1,0 +1,142 @@
+"""Round trips computed at once (flnet.sim.at_once) against the event-by-event simulation: the
+same instants, ledger rows and row order, bit for bit (the same arithmetic on the same machine),
+and the event-by-event path wherever something could interrupt a round or SimPy's order of
+simultaneous events would decide."""
+
+import numpy as np
+import pytest
+import simpy
+
+import flnet
+from flnet.sim import at_once
+from flnet.sim.channel import SharedBand
+from flnet.sim.world import World
+
+
+def _band_event_by_event(arrival_s, bits, snr_hz, bandwidth_hz=1e6):
+    """Transfers started at `arrival_s` on a SharedBand under SimPy: [(end, who)] in the order
+    they complete, and the band's last settle."""
+    env = simpy.Environment()
+    band = SharedBand(env, bandwidth_hz)
+    done = []
+
+    def send(i):
+        yield env.timeout(arrival_s[i])
+        tx = band.transmit(bits[i], snr_hz[i])
+        yield tx.done
+        done.append((env.now, i))
+
+    for i in range(len(arrival_s)):
+        env.process(send(i))
+    env.run()
+    return done, band._settled_at
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_shared_band_at_once_replays_its_events_to_the_bit(seed):
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 40))
+    arrival_s = np.sort(rng.uniform(0, 0.5, n))
+    if seed % 2:  # simultaneous arrivals, processed in order
+        arrival_s = np.round(arrival_s, 1)
+    bits = rng.uniform(1e4, 1e6, n).tolist()
+    snr_hz = (1e6 * 10 ** rng.uniform(0, 3, n)).tolist()
+    expected, settled_s = _band_event_by_event(arrival_s.tolist(), bits, snr_hz)
+    band = SharedBand(simpy.Environment(), 1e6)
+    schedule = band.schedule_alone(arrival_s.tolist(), bits, snr_hz)
+    assert schedule is not None
+    got = [(end, i) for end, group in schedule.groups for i in group]
+    assert got == expected  # the same floats, in the same order
+    assert schedule.settled_s == settled_s
+
+
+def test_an_arrival_at_the_instant_of_a_finish_is_left_to_simpy():
+    band = SharedBand(simpy.Environment(), 1e6)
+    alone = band.schedule_alone([0.0], [1e5], [1e8])
+    assert alone is not None
+    finish_s = alone.groups[0][0]
+    assert band.schedule_alone([0.0, finish_s], [1e5, 1e5], [1e8, 1e8]) is None
+
+
+def test_ties_are_between_kinds_of_event_only():
+    assert not at_once._ties([1.0, 1.0], [2.0, 2.0], [3.0])  # within a kind: order known
+    assert at_once._ties([1.0], [2.0], [1.0])
+
+
+def _both_ways(monkeypatch, scenario_or_path, overrides=()):
+    """The run with round trips at once (counting the rounds planned) and event by event."""
+    planned = []
+    plan = at_once.plan
+
+    def counting(*args, **kwargs):
+        result = plan(*args, **kwargs)
+        planned.append(result is not None)
+        return result
+
+    monkeypatch.setattr(at_once, "plan", counting)
+    fast = flnet.run(scenario_or_path, list(overrides), write=False)
+    monkeypatch.setattr(World, "trips_at_once", lambda self, *a, **k: None)
+    slow = flnet.run(scenario_or_path, list(overrides), write=False)
+    return fast, slow, planned
+
+
+QUICK = ["run.rounds=4", "clients.count=20", "algorithm.cohort.clients_per_round=8"]
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        [],
+        ["radio.downlink.sharing=shared"],  # downloads share a band too
+        ["radio.uplink.sharing=dedicated"],
+        ["radio.rayleigh_fading=true"],
+        ["algorithm.cohort.deadline_s=1000"],  # a deadline nobody reaches
+        ["algorithm.name=scaffold"],
+    ],
+    ids=["default", "shared-down", "dedicated-up", "fading", "deadline", "scaffold"],
+)
+def test_round_trips_at_once_equal_event_by_event(monkeypatch, overrides):
+    fast, slow, planned = _both_ways(monkeypatch, "scenarios/quickstart.yaml", [*QUICK, *overrides])
+    assert planned and all(planned)
+    assert fast.ledger.equals(slow.ledger)  # rows, times, joules and their order
+    assert fast.records.equals(slow.records)
+
+
+def test_identical_clients_keep_simpys_order_of_simultaneous_events(monkeypatch, scenario):
+    """Every download, compute and upload ends at one instant with the others of its kind:
+    rows in the order SimPy completes them (downloads by position, the rest as their
+    predecessors completed)."""
+    sc = scenario(radio={"mode": "direct"})
+    fast, slow, planned = _both_ways(monkeypatch, sc)
+    assert all(planned)
+    ledger = fast.ledger[fast.ledger.kind != "evaluate"]
+    assert ledger.groupby(["round", "kind"], observed=True).end_s.nunique().eq(1).all()
+    assert fast.ledger.equals(slow.ledger)
+    assert fast.records.equals(slow.records)
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        ["clients.dropout_probability=0.2"],
+        ["clients.availability.kind=bernoulli", "clients.availability.p=0.8"],
+        ["algorithm.cohort.over_selection=1.5"],
+    ],
+    ids=["dropout", "availability", "over-selection"],
+)
+def test_what_can_stop_a_member_goes_event_by_event(monkeypatch, overrides):
+    fast, slow, planned = _both_ways(monkeypatch, "scenarios/quickstart.yaml", [*QUICK, *overrides])
+    assert not any(planned)
+    assert fast.ledger.equals(slow.ledger)
+
+
+def test_a_round_the_deadline_cuts_goes_event_by_event(monkeypatch):
+    fast, slow, planned = _both_ways(
+        monkeypatch, "scenarios/quickstart.yaml", [*QUICK, "algorithm.cohort.deadline_s=0.05"]
+    )
+    ledger = fast.ledger[fast.ledger.kind != "evaluate"]
+    cut = ledger.groupby("round").outcome.apply(lambda o: (o == "deadline").any())
+    assert cut.any() and not cut.all()  # the scenario has rounds of both kinds
+    assert planned == (~cut).tolist()
+    assert fast.ledger.equals(slow.ledger)
+    assert fast.records.equals(slow.records)
