@@ -541,8 +541,11 @@ class World:
         )
         return float(total.min())
 
-    def _compute_times_s(self, flops: float, clients: np.ndarray | None = None) -> np.ndarray:
-        """[C] seconds `flops` of local work take on each client (every client if None)."""
+    def _compute_times_s(
+        self, flops: float | np.ndarray, clients: np.ndarray | None = None
+    ) -> np.ndarray:
+        """[C] seconds `flops` (one number, or [C]) of local work take on each client (every
+        client if None)."""
         if self.speeds is not None:
             rows = self.speeds.mapping(np.arange(self.num_clients) if clients is None else clients)
             return flops * self.speeds.s_per_flop[rows]
