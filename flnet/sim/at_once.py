@@ -69,7 +69,12 @@ def plan(
     clients = cohort.tolist()
     down_q, down_w = net.star(cohort, down=True)
     up_q, up_w = net.star(cohort, down=False)
-    down_snr = [q * world._fading(SERVER, c, tag, None) for q, c in zip(down_q, clients)]
+    fading = world.radio.rayleigh_fading  # draws keyed as the transfers' own
+    down_snr = (
+        [q * world._fading(SERVER, c, tag, None) for q, c in zip(down_q, clients)]
+        if fading
+        else down_q
+    )
     everyone = list(range(n))
     down = _transfers(down_band, [t0] * n, everyone, down_bits, down_snr)
     if down is None:
@@ -78,9 +83,11 @@ def plan(
     computed_s = down.end_s + compute_s  # SimPy: the download's end plus the duration
     # computes are scheduled as downloads complete: at one instant, in that order
     compute_order = sorted(down.order, key=computed_s.__getitem__)
-    up_snr = [0.0] * n
-    for pos in compute_order:  # fading draws in the order the uploads start
-        up_snr[pos] = up_q[pos] * world._fading(clients[pos], SERVER, tag, None)
+    up_snr = up_q
+    if fading:
+        up_snr = [0.0] * n
+        for pos in compute_order:  # in the order the uploads start
+            up_snr[pos] = up_q[pos] * world._fading(clients[pos], SERVER, tag, None)
     up = _transfers(
         up_band,
         computed_s[compute_order].tolist(),
