@@ -2,18 +2,18 @@
 
 When no member's work can be cut, slowed or dropped (availability always, no battery, no
 dropout or slowdown: `World.fates_sure`), nothing stops the round early (no over-selection, a
-deadline that falls after the last upload) and every band is a dedicated one or the
-Python-float shared band idle at the start, a round trip is a closed system: each member's
-download ends at ``t0 + bits / rate``, its compute ``duration`` after that, and its upload
-on the uplink as `SharedBand.schedule_alone` replays it. This module computes those instants
-with the event-by-event path's own arithmetic (IEEE +, -, *, / on arrays, the scalar
-functions for the rest) and writes the ledger rows in the order SimPy would complete them: by
-time, and at one instant in the order the events were scheduled, which within one kind of
-event is known (downloads by position, computes and uploads in the order their predecessors
-completed). Where events of different kinds would fall on one instant, SimPy's queue order
-decides; such a round (rare: equal floats from different sums) is left to the event-by-event
-path (`plan` returns None). tests/test_at_once.py checks rows, times and order bit for bit
-against the event-by-event path.
+deadline that falls after the last upload) and every band is dedicated or a shared band idle
+at the start, a round trip is a closed system: each member's download ends at
+``t0 + bits / rate``, its compute ``duration`` after that, and its upload when the uplink lets
+it. Downloads and computes use the event-by-event path's own arithmetic (IEEE +, -, *, / on
+arrays, the scalar functions for the rest); a shared band is solved at once where every
+transfer starts before any finishes (`SharedBand.solve_alone`: times within 1e-12 relative of
+the steps') and replayed step by step otherwise (`schedule_alone`: to the bit). The ledger rows
+go in the order SimPy would complete them: by time, and at one instant in the order the events
+were scheduled, which within one kind of event is known (downloads by position, computes and
+uploads in the order their predecessors completed). Where events of different kinds would fall
+on one instant, SimPy's queue order decides: such a round (equal floats from different sums)
+goes event by event (`plan` returns None). tests/test_at_once.py compares both paths.
 """
 
 from __future__ import annotations
@@ -128,8 +128,8 @@ def plan(
 
 
 def _closed(band: Channel) -> bool:
-    """A band this module replays exactly: dedicated, or the float shared band when idle."""
-    return type(band) in DEDICATED or (type(band) is SharedBand and not band._active)
+    """A band this module computes: dedicated, or a shared band idle at the start."""
+    return type(band) in DEDICATED or (isinstance(band, SharedBand) and not band._active)
 
 
 def _transfers(
@@ -143,8 +143,10 @@ def _transfers(
     order (their bits and SNRs listed alike): when each ends, and the order they complete in.
     None where SimPy's event order would decide (`SharedBand.schedule_alone`)."""
     ends = np.empty(len(order))
-    if type(band) is SharedBand:
-        schedule = band.schedule_alone(start_s, bits, snr_hz)
+    if isinstance(band, SharedBand):
+        schedule = band.solve_alone(start_s, bits, snr_hz)
+        if schedule is None and type(band) is SharedBand:
+            schedule = band.schedule_alone(start_s, bits, snr_hz)
         if schedule is None:
             return None
         done = []
