@@ -43,7 +43,7 @@ def snr_hz_direct(snr_db: ArrayLike, bandwidth_hz: float) -> np.ndarray:
     return db_to_linear(snr_db) * bandwidth_hz
 
 
-def shannon_rate_bps(bandwidth_hz: float, snr_hz: Any) -> Any:
+def shannon_rate_bps(bandwidth_hz: Any, snr_hz: Any) -> Any:
     """``b log2(1 + snr_hz / b)`` bits per second on a band of `bandwidth_hz` (via log1p, so a
     very weak link has a tiny rate, not zero). A float SNR skips numpy (a microsecond a call,
     on the simulation's hot path)."""
