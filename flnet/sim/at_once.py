@@ -164,9 +164,5 @@ def _transfers(
 
 def _ties(*times: list[float]) -> bool:
     """Whether two kinds of event share an instant."""
-    seen: dict[float, int] = {}
-    for kind, values in enumerate(times):
-        for t in values:
-            if seen.setdefault(t, kind) != kind:
-                return True
-    return False
+    seen = [set(t) for t in times]
+    return any(a & b for i, a in enumerate(seen) for b in seen[i + 1 :])
