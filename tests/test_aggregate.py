@@ -142,3 +142,11 @@ def test_consensus_distance_by_hand():
     # mean (1, 1); squared distances 2, 2, 4 -> 8/3
     assert abs(consensus_distance(x) - 8 / 3) < 1e-12
     assert consensus_distance(torch.ones(4, 3)) == 0.0
+
+
+def test_delivered_rows_copies_only_when_someone_is_missing():
+    from flnet.learn.aggregate import delivered_rows
+
+    rows = torch.arange(12.0).view(4, 3)
+    assert delivered_rows(rows, np.arange(4)) is rows
+    torch.testing.assert_close(delivered_rows(rows, np.array([0, 2])), rows[[0, 2]])

@@ -26,7 +26,7 @@ from flnet.algorithms.base import Steps
 from flnet.algorithms.configs import FedAvgConfig as Config
 from flnet.algorithms.configs import FedProxConfig
 from flnet.learn import server_optim
-from flnet.learn.aggregate import weighted_mean
+from flnet.learn.aggregate import delivered_rows, weighted_mean
 from flnet.learn.cohort import LossFn
 from flnet.learn.wire import ModelMessage
 from flnet.sim.patterns import Packet, round_trip
@@ -104,11 +104,10 @@ def protocol(
             # in cohort order, not arrival order: the sum's rounding never depends on timing
             # (so radio settings cannot change the model; flnet.reuse relies on it)
             positions = np.sort(done.positions)
-            delivered = torch.as_tensor(positions, device=x.device)
             x, server = server_step(
                 opt,
                 x,
-                work.params.index_select(0, delivered),
+                delivered_rows(work.params, positions),
                 learn.samples_in(block)[cohort[positions]],
                 server,
             )

@@ -36,6 +36,7 @@ from flnet.algorithms import fedavg
 from flnet.algorithms.base import Steps
 from flnet.algorithms.configs import MoonConfig as Config
 from flnet.learn import server_optim
+from flnet.learn.aggregate import delivered_rows
 from flnet.learn.cohort import PAD
 from flnet.learn.models import Model
 from flnet.learn.table import Keep, Keeps
@@ -117,11 +118,10 @@ def protocol(
         if len(done.positions):
             # FedAvg's server step, in cohort order (timing never changes the rounding)
             positions = np.sort(done.positions)
-            delivered = torch.as_tensor(positions, device=x.device)
             x, server = fedavg.server_step(
                 opt,
                 x,
-                work.params.index_select(0, delivered),
+                delivered_rows(work.params, positions),
                 learn.num_samples[cohort[positions]],
                 server,
             )

@@ -33,6 +33,14 @@ if TYPE_CHECKING:  # the time side's sparse W, for annotations only
     from flnet.sim.topology import Mixing
 
 
+def delivered_rows(rows: torch.Tensor, positions: np.ndarray) -> torch.Tensor:
+    """rows[positions] for sorted cohort `positions`: `rows` itself (no copy) when every member
+    delivered."""
+    if len(positions) == rows.shape[0]:
+        return rows
+    return rows.index_select(0, torch.as_tensor(positions, device=rows.device))
+
+
 def weighted_mean(params: torch.Tensor, weights: np.ndarray) -> torch.Tensor:
     """sum_k w_k / sum(w) * params[k]: [C, P], [C] -> [P]."""
     w = torch.as_tensor(weights, dtype=params.dtype, device=params.device)
