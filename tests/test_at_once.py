@@ -7,12 +7,12 @@ events would decide."""
 import numpy as np
 import pytest
 import simpy
+from tolerance import COST_RTOL, assert_ledgers_close, assert_records_close
 
 import flnet
 from flnet.sim import at_once
 from flnet.sim.channel import SharedBand
 from flnet.sim.world import World
-from tests.tolerance import COST_RTOL, assert_ledgers_close, assert_records_close
 
 
 def _band_event_by_event(arrival_s, bits, snr_hz, bandwidth_hz=1e6):
