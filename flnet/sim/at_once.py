@@ -18,6 +18,7 @@ goes event by event (`plan` returns None). tests/test_at_once.py compares both p
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, NamedTuple, cast
 
 import numpy as np
@@ -32,10 +33,12 @@ DEDICATED = (Channel, TraceRateChannel)
 
 
 class Plan(NamedTuple):
-    """A round trip's outcome: every member delivered."""
+    """A round trip's outcome, as `patterns.Delivery` has it."""
 
-    positions: np.ndarray  # [C] cohort positions in the order their uploads completed
-    end_s: float  # the last upload's end
+    positions: np.ndarray  # [D] cohort positions delivered, in the order they arrived
+    outcomes: list[str]  # [C] ok, or how the member was stopped
+    completed: np.ndarray  # [C] bool: the member's local work completed
+    end_s: float  # when the server stopped waiting
 
 
 class _Ends(NamedTuple):
@@ -55,9 +58,11 @@ def plan(
     up_bits: list[float],
     tag: Tag,
     deadline_s: float | None,
+    keep: int,
 ) -> Plan | None:
     """The round trip of `cohort` starting now, its ledger rows written; None (nothing done)
-    where it must be simulated event by event."""
+    where it must be simulated event by event. The server stops waiting once `keep` members
+    have delivered (the rest: cancelled) or at `deadline_s` (the rest: deadline)."""
     net = world.network
     down_band, up_band = net.downlink, net.uplink
     if not (world.fates_sure and _closed(down_band) and _closed(up_band)):
@@ -66,6 +71,7 @@ def plan(
         return None  # zero-length jobs end at their start instant: ties by construction
     t0 = world.env.now
     n = len(cohort)
+    may_stop = keep < n or deadline_s is not None  # a stopped band needs its step-by-step state
     clients = cohort.tolist()
     down_q, down_w = net.star(cohort, down=True)
     up_q, up_w = net.star(cohort, down=False)
@@ -76,7 +82,7 @@ def plan(
         else down_q
     )
     everyone = list(range(n))
-    down = _transfers(down_band, [t0] * n, everyone, down_bits, down_snr)
+    down = _transfers(down_band, [t0] * n, everyone, down_bits, down_snr, may_stop)
     if down is None:
         return None
     compute_s = world._compute_times_s(np.asarray(flops), cohort)  # _Compute's durations
@@ -88,31 +94,34 @@ def plan(
         up_snr = [0.0] * n
         for pos in compute_order:  # in the order the uploads start
             up_snr[pos] = up_q[pos] * world._fading(clients[pos], SERVER, tag, None)
-    up = _transfers(
-        up_band,
-        computed_s[compute_order].tolist(),
-        compute_order,
-        [up_bits[p] for p in compute_order],
-        [up_snr[p] for p in compute_order],
-    )
+    up_start = computed_s[compute_order].tolist()
+    up_order_bits = [up_bits[p] for p in compute_order]
+    up_order_snr = [up_snr[p] for p in compute_order]
+    up = _transfers(up_band, up_start, compute_order, up_order_bits, up_order_snr, may_stop)
     if up is None:
         return None
-    end_s = float(up.end_s.max())
-    if deadline_s is not None and not end_s < t0 + deadline_s:
-        return None  # the deadline cuts someone (or ties with the last upload)
-    down_end, up_end = down.end_s.tolist(), up.end_s.tolist()
-    computed = computed_s.tolist()
+    down_end, computed, up_end = down.end_s.tolist(), computed_s.tolist(), up.end_s.tolist()
     if _ties(down_end, computed, up_end):
         return None
+    # the server stops waiting at the keep-th arrival (the last: everyone's in) or at the
+    # deadline, whichever is first; an event on the deadline's instant: SimPy's order decides
+    keep_s = up_end[up.order[min(keep, n) - 1]]
+    deadline_at_s = math.inf if deadline_s is None else t0 + deadline_s
+    cut_s = min(keep_s, deadline_at_s)
+    cause = "cancelled" if keep_s < deadline_at_s else "deadline"
+    if deadline_at_s <= keep_s and deadline_at_s in {*down_end, *computed, *up_end}:
+        return None
+    # the bands as the stop leaves them: replayed up to it where a transfer was still on
+    down_left = _settle(down_band, down, cut_s, [t0] * n, down_bits, down_snr)
+    up_left = _settle(up_band, up, cut_s, up_start, up_order_bits, up_order_snr)
+    up_left = None if up_left is None else {compute_order[i]: b for i, b in up_left.items()}
+    # what completes before the stop (at the keep-th arrival: its instant's arrivals too)
     energy_j = [world._compute_energy_j(c, f) for c, f in zip(clients, flops)]
     events = sorted(
-        [(down_end[p], 0, i, p) for i, p in enumerate(down.order)]
-        + [(computed[p], 1, i, p) for i, p in enumerate(compute_order)]
-        + [(up_end[p], 2, i, p) for i, p in enumerate(up.order)]
+        [(down_end[p], 0, i, p) for i, p in enumerate(down.order) if down_end[p] <= cut_s]
+        + [(computed[p], 1, i, p) for i, p in enumerate(compute_order) if computed[p] <= cut_s]
+        + [(up_end[p], 2, i, p) for i, p in enumerate(up.order) if up_end[p] <= cut_s]
     )
-    for band, ends in ((down_band, down), (up_band, up)):
-        if ends.schedule is not None:
-            cast(SharedBand, band).settle_alone(ends.schedule)
     add = world.ledger.add
     for end, kind, _, p in events:
         c = clients[p]
@@ -124,7 +133,68 @@ def plan(
         else:
             start = computed[p]
             add(tag, c, SERVER, "upload", start, end, up_w[p] * (end - start), up_bits[p])
-    return Plan(np.asarray(up.order, dtype=np.int64), end_s)
+    # the stop: each member still at work, in cohort order, its job charged up to now
+    outcomes = ["ok"] * n
+    for p in range(n):
+        if up_end[p] <= cut_s:
+            continue
+        outcomes[p] = cause
+        c = clients[p]
+        if down_end[p] > cut_s:
+            sent = _sent_bits(down_band, down_bits[p], down_snr[p], cut_s - t0, down_left, p)
+            add(tag, c, SERVER, "download", t0, cut_s, down_w[p] * (cut_s - t0), sent, 0.0, cause)
+        elif computed[p] > cut_s:
+            start, duration = down_end[p], float(compute_s[p])
+            done = flops[p] * (min(1.0, (cut_s - start) / duration) if duration > 0 else 0.0)
+            energy = world._compute_energy_j(c, done)
+            add(tag, c, NOBODY, "compute", start, cut_s, energy, 0.0, done, cause)
+        else:
+            start = computed[p]
+            sent = _sent_bits(up_band, up_bits[p], up_snr[p], cut_s - start, up_left, p)
+            add(tag, c, SERVER, "upload", start, cut_s, up_w[p] * (cut_s - start), sent, 0.0, cause)
+    delivered = [p for p in up.order if up_end[p] <= cut_s][:keep]
+    return Plan(
+        np.asarray(delivered, dtype=np.int64),
+        outcomes,
+        np.asarray(computed) <= cut_s,
+        cut_s,
+    )
+
+
+def _settle(
+    band: Channel,
+    ends: _Ends,
+    cut_s: float,
+    start_s: list[float],
+    bits: list[float],
+    snr_hz: list[float],
+) -> dict[int, float] | None:
+    """Leave a shared band as the round leaves it; the bits left of its transfers still under
+    way at `cut_s`, by their index in its order (None on a dedicated band)."""
+    schedule = ends.schedule
+    if schedule is None:
+        return None
+    shared = cast(SharedBand, band)
+    if cut_s < ends.end_s.max():
+        schedule = shared.schedule_alone(start_s, bits, snr_hz, until_s=cut_s)
+        assert schedule is not None  # the same steps as the full replay's, stopped earlier
+    shared.settle_alone(schedule)
+    return schedule.left
+
+
+def _sent_bits(
+    band: Channel,
+    bits: float,
+    snr_hz: float,
+    elapsed_s: float,
+    left: dict[int, float] | None,
+    pos: int,
+) -> float:
+    """The bits a transfer stopped after `elapsed_s` had sent (`Transmission.cancel`): on a
+    shared band, its replay's bits `left`; on a dedicated one, rate x time."""
+    if left is not None:
+        return bits - max(left[pos], 0.0)
+    return bits - max(bits - band.rate_bps(snr_hz) * elapsed_s, 0.0)
 
 
 def _closed(band: Channel) -> bool:
@@ -138,13 +208,16 @@ def _transfers(
     order: list[int],
     bits: list[float],
     snr_hz: list[float],
+    step_by_step: bool,
 ) -> _Ends | None:
     """Transfers started at `start_s` (non-decreasing) by the positions `order`, in that
     order (their bits and SNRs listed alike): when each ends, and the order they complete in.
-    None where SimPy's event order would decide (`SharedBand.schedule_alone`)."""
+    A shared band is solved at once unless `step_by_step` (a band that may be stopped early is
+    replayed, so its state at the stop is the steps'). None where SimPy's event order would
+    decide (`SharedBand.schedule_alone`)."""
     ends = np.empty(len(order))
     if isinstance(band, SharedBand):
-        schedule = band.solve_alone(start_s, bits, snr_hz)
+        schedule = None if step_by_step else band.solve_alone(start_s, bits, snr_hz)
         if schedule is None and type(band) is SharedBand:
             schedule = band.schedule_alone(start_s, bits, snr_hz)
         if schedule is None:

@@ -36,6 +36,7 @@ class Schedule(NamedTuple):
     groups: list[tuple[float, list[int]]]  # (end_s, the transfers done then, in band order)
     settled_s: float  # the band's last event
     schedules: int  # how often the band re-rated (its timer version moves on by this)
+    left: dict[int, float] = {}  # stopped early: each transfer still under way, its bits left
 
 
 class Transmission:
@@ -216,12 +217,18 @@ class SharedBand(Channel):
         return txs
 
     def schedule_alone(
-        self, arrival_s: list[float], bits: list[float], snr_hz: list[float]
+        self,
+        arrival_s: list[float],
+        bits: list[float],
+        snr_hz: list[float],
+        until_s: float = math.inf,
     ) -> Schedule | None:
         """When transfers arriving at `arrival_s` (non-decreasing, processed in this order;
         bits > 0) would finish on this idle band if nothing else used it: the same arithmetic
         as `transmit` and the timers, step by step, without SimPy events (a test checks they
-        agree bit for bit). None where an arrival falls on the instant of a finish: there
+        agree bit for bit). With `until_s`, what happens up to that instant (its finishes
+        included), and the bits each transfer still under way has left then, settled as the
+        first `cancel` would. None where an arrival falls on the instant of a finish: there
         SimPy's event order would decide, so the caller simulates event by event."""
         n, inf = len(arrival_s), math.inf
         remaining, rates = list(bits), [0.0] * n
@@ -234,6 +241,8 @@ class SharedBand(Channel):
             if arrives_s == timer_s:
                 return None
             now = min(arrives_s, timer_s)
+            if now > until_s:
+                break
             elapsed, settled_s = now - settled_s, now  # _settle
             if elapsed > 0 and active:
                 for k in active:
@@ -256,7 +265,14 @@ class SharedBand(Channel):
                     if remaining[k] / rate < delay:
                         due, delay = k, remaining[k] / rate
                 timer_s = now + max(delay, 0.0)
-        return Schedule(groups, settled_s, schedules)
+        left: dict[int, float] = {}
+        if active:  # stopped at until_s: the first cancel settles them all
+            elapsed, settled_s = until_s - settled_s, until_s
+            if elapsed > 0:
+                for k in active:
+                    remaining[k] -= rates[k] * elapsed
+            left = {k: remaining[k] for k in active}
+        return Schedule(groups, settled_s, schedules, left)
 
     def solve_alone(
         self, arrival_s: list[float], bits: list[float], snr_hz: list[float]

@@ -116,16 +116,14 @@ def round_trip(
     keep = n if keep is None else keep
     down_bits, up_bits = _per_member(down.bits, n), _per_member(up.bits, n)
     step = Tag("round_trip", tag)
-    plan = None
-    if keep >= n:  # nobody is cancelled: where nothing else can stop them, all at once
-        flops = np.broadcast_to(np.asarray(work_flops, dtype=float), (n,)).tolist()
-        plan = world.trips_at_once(cohort, down_bits, flops, up_bits, step, deadline_s)
-    if plan is not None:
+    flops = np.broadcast_to(np.asarray(work_flops, dtype=float), (n,)).tolist()
+    plan = world.trips_at_once(cohort, down_bits, flops, up_bits, step, deadline_s, keep)
+    if plan is not None:  # nothing but the server could stop anyone: computed at once
         yield world.wait_until(plan.end_s)
         if client_state is not None:
-            client_state.commit(np.arange(n))
-        world.events += n
-        return Delivery(plan.positions, ["ok"] * n, np.ones(n, bool), start, world.now)
+            client_state.commit(np.flatnonzero(plan.completed))
+        world.events += len(plan.positions)
+        return Delivery(plan.positions, plan.outcomes, plan.completed, start, world.now)
     gather = _Gather(world, n, keep)
     trips = [
         _Trip(world, gather, pos, client, step, down_bits[pos], flops, up_bits[pos])

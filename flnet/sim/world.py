@@ -266,6 +266,7 @@ class AbstractWorld(Protocol):
         up_bits: list[float],
         tag: Tag,
         deadline_s: float | None,
+        keep: int,
     ) -> Plan | None: ...
 
     def wait_until(self, t_s: float) -> simpy.Event: ...
@@ -691,11 +692,12 @@ class World:
         up_bits: list[float],
         tag: Tag,
         deadline_s: float | None,
+        keep: int,
     ) -> Plan | None:
-        """`cohort`'s round trips starting now computed at once where nothing can interrupt
-        them (`flnet.sim.at_once`): their ledger rows written, the order uploads complete in
-        and the last one's end; None (nothing done) where they go event by event."""
-        return at_once.plan(self, cohort, down_bits, flops, up_bits, tag, deadline_s)
+        """`cohort`'s round trips starting now computed at once where nothing but the server
+        (`keep` arrivals, `deadline_s`) can stop them (`flnet.sim.at_once`): their ledger rows
+        written; None (nothing done) where they go event by event."""
+        return at_once.plan(self, cohort, down_bits, flops, up_bits, tag, deadline_s, keep)
 
     def _drawn_fate(
         self,
