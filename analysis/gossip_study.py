@@ -353,30 +353,35 @@ def dfl_grid(
 
 def dfl_best(grid: pd.DataFrame) -> pd.DataFrame:
     """Per radio and algorithm: the (tau1, tau2) with the best accuracy at the budget in each
-    seed, and the cell with the best median accuracy over seeds (with its spread). A run that
-    diverged counts as the worst accuracy, so it is never the best; its cell's spread shows
-    it."""
+    seed, and the cell with the best median accuracy over seeds. To choose, a run without an
+    accuracy (diverged, or raised) counts as the worst, so it is never the best; to show, a
+    cell is median [min-max] over the seeds that have a figure, the others counted by how they
+    ended ("(1 diverged)", `flnet.analysis.median_range`), never -inf or NaN in a range."""
     rows = []
     for (link, access, name), g in grid.groupby(["link", "access", "algorithm"], sort=False):
-        g = g.assign(test_accuracy=g.test_accuracy.fillna(-np.inf))
-        best_of_seed = g.loc[g.groupby("seed").test_accuracy.idxmax()]
-        cells = g.groupby(["tau1", "tau2"]).test_accuracy.agg(["median", "min", "max"])
-        best = cells["median"].idxmax()
+        g = g.assign(rank=column(g, "test_accuracy").fillna(-np.inf))
+        best_of_seed = g.loc[g.groupby("seed")["rank"].idxmax()]
+        medians = g.groupby(["tau1", "tau2"])["rank"].median()
+        best, worst = medians.idxmax(), medians.idxmin()
+
+        def shown(cell: tuple, g: pd.DataFrame = g) -> str:
+            runs = g[(g.tau1 == cell[0]) & (g.tau2 == cell[1])]
+            return median_range(column(runs, "test_accuracy"), runs.status, digits=3)
+
         rows.append(
             {
                 "link": link,
                 "access": access,
                 "algorithm": name,
-                "budget_s": g.budget_s.iloc[0],
+                "budget_s": column(g, "budget_s").max(),
+                "ended": statuses(g.status),
                 "best_tau1": best[0],
                 "best_tau2": best[1],
-                "accuracy_median": cells.loc[best, "median"],
-                "accuracy_range": f"{cells.loc[best, 'min']:.3f}-{cells.loc[best, 'max']:.3f}",
+                "accuracy": shown(best),
                 "best_per_seed": " ".join(
                     f"({a},{b})" for a, b in zip(best_of_seed.tau1, best_of_seed.tau2)
                 ),
-                "diverged_runs": int((g.status == "diverged").sum()),
-                "worst_cell_median": cells["median"].min(),
+                "worst_cell": f"({worst[0]},{worst[1]}) {shown(worst)}",
             }
         )
     return pd.DataFrame(rows)
