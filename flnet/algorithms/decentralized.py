@@ -163,7 +163,9 @@ def train_online(
     """Local work from `start` [n, P] for the nodes online at round t's start (asked as
     `exchange` asks: `world.online_clients(nodes, t)`, availability and battery opt-out), the
     only ones whose work is used: a node's minibatches are keyed by (seed, t, node), so the
-    rows trained are those a run training every node computes, without the CPU of the rest."""
+    rows trained are those a run training every node computes, without the CPU of the rest
+    (to the bit on the sequential path; the batched kernels may round differently at another
+    cohort size, `tests/tolerance.py`)."""
     present = np.asarray(world.online_clients(nodes, t), dtype=bool)
     if present.all():
         work = learn.local_train(nodes, start, local, t, optimizer=optimizer, loss_fn=loss_fn)
