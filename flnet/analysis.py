@@ -420,8 +420,9 @@ def median_range(
     none and why (`status`: the same runs in the same order): a run whose status is not
     completed by its status (``1 diverged``), a completed run with NaN as `never` (e.g. never
     reached the target). A run that ended badly but has a figure (its accuracy before it
-    diverged) is in the median."""
-    ok = values.notna()
+    diverged) is in the median. An infinite value is no figure either (a -inf that ranked a
+    diverged run last is shown as the run's status), so a range is always finite."""
+    ok = pd.Series(np.isfinite(values.to_numpy(dtype=float)), index=values.index)
     if status is not None:  # the runs in `values`' order, whatever its index
         status = pd.Series(status.to_numpy(), index=values.index)
     parts = []

@@ -115,6 +115,9 @@ def test_median_range_counts_runs_without_a_figure_by_why():
     # a diverged run's figure from before it diverged is a figure
     assert median_range(pd.Series([0.5, 0.7, 0.6]), status[:3]) == "0.6 [0.5-0.7]"
     assert median_range(pd.Series([1.0, math.nan])) == "1 [1-1] (1 never)"
+    # -inf (a diverged run ranked last) or inf is no figure: never in a range
+    inf = pd.Series([0.8, -math.inf, math.inf])
+    assert median_range(inf, status[:3]) == "0.8 [0.8-0.8] (1 never, 1 diverged)"
 
 
 def test_statuses_and_ended_as():
