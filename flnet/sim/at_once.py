@@ -39,6 +39,7 @@ class Plan(NamedTuple):
     outcomes: list[str]  # [C] ok, or how the member was stopped
     completed: np.ndarray  # [C] bool: the member's local work completed
     end_s: float  # when the server stopped waiting
+    rows: list[tuple]  # its ledger rows (Ledger.add's arguments), to write at end_s
 
 
 class _Ends(NamedTuple):
@@ -60,8 +61,9 @@ def plan(
     deadline_s: float | None,
     keep: int,
 ) -> Plan | None:
-    """The round trip of `cohort` starting now, its ledger rows written; None (nothing done)
-    where it must be simulated event by event. The server stops waiting once `keep` members
+    """The round trip of `cohort` starting now, its ledger rows to write when the clock gets
+    to its end (an interrupted run keeps no row from beyond its clock); None where it must be
+    simulated event by event. The server stops waiting once `keep` members
     have delivered (the rest: cancelled) or at `deadline_s` (the rest: deadline)."""
     net = world.network
     down_band, up_band = net.downlink, net.uplink
@@ -122,17 +124,17 @@ def plan(
         + [(computed[p], 1, i, p) for i, p in enumerate(compute_order) if computed[p] <= cut_s]
         + [(up_end[p], 2, i, p) for i, p in enumerate(up.order) if up_end[p] <= cut_s]
     )
-    add = world.ledger.add
+    rows: list[tuple] = []  # Ledger.add's arguments, in the order SimPy would write them
     for end, kind, _, p in events:
         c = clients[p]
         if kind == 0:
-            add(tag, c, SERVER, "download", t0, end, down_w[p] * (end - t0), down_bits[p])
+            rows.append((tag, c, SERVER, "download", t0, end, down_w[p] * (end - t0), down_bits[p]))
         elif kind == 1:
             start = down_end[p]
-            add(tag, c, NOBODY, "compute", start, end, energy_j[p], 0.0, flops[p])
+            rows.append((tag, c, NOBODY, "compute", start, end, energy_j[p], 0.0, flops[p]))
         else:
             start = computed[p]
-            add(tag, c, SERVER, "upload", start, end, up_w[p] * (end - start), up_bits[p])
+            rows.append((tag, c, SERVER, "upload", start, end, up_w[p] * (end - start), up_bits[p]))
     # the stop: each member still at work, in cohort order, its job charged up to now
     outcomes = ["ok"] * n
     for p in range(n):
@@ -142,22 +144,38 @@ def plan(
         c = clients[p]
         if down_end[p] > cut_s:
             sent = _sent_bits(down_band, down_bits[p], down_snr[p], cut_s - t0, down_left, p)
-            add(tag, c, SERVER, "download", t0, cut_s, down_w[p] * (cut_s - t0), sent, 0.0, cause)
+            rows.append(
+                (tag, c, SERVER, "download", t0, cut_s, down_w[p] * (cut_s - t0), sent, 0.0, cause)
+            )
         elif computed[p] > cut_s:
             start, duration = down_end[p], float(compute_s[p])
             done = flops[p] * (min(1.0, (cut_s - start) / duration) if duration > 0 else 0.0)
             energy = world._compute_energy_j(c, done)
-            add(tag, c, NOBODY, "compute", start, cut_s, energy, 0.0, done, cause)
+            rows.append((tag, c, NOBODY, "compute", start, cut_s, energy, 0.0, done, cause))
         else:
             start = computed[p]
             sent = _sent_bits(up_band, up_bits[p], up_snr[p], cut_s - start, up_left, p)
-            add(tag, c, SERVER, "upload", start, cut_s, up_w[p] * (cut_s - start), sent, 0.0, cause)
+            rows.append(
+                (
+                    tag,
+                    c,
+                    SERVER,
+                    "upload",
+                    start,
+                    cut_s,
+                    up_w[p] * (cut_s - start),
+                    sent,
+                    0.0,
+                    cause,
+                )
+            )
     delivered = [p for p in up.order if up_end[p] <= cut_s][:keep]
     return Plan(
         np.asarray(delivered, dtype=np.int64),
         outcomes,
         np.asarray(computed) <= cut_s,
         cut_s,
+        rows,
     )
 
 

@@ -695,8 +695,8 @@ class World:
         keep: int,
     ) -> Plan | None:
         """`cohort`'s round trips starting now computed at once where nothing but the server
-        (`keep` arrivals, `deadline_s`) can stop them (`flnet.sim.at_once`): their ledger rows
-        written; None (nothing done) where they go event by event."""
+        (`keep` arrivals, `deadline_s`) can stop them (`flnet.sim.at_once`), with the ledger
+        rows to write at their end; None where they go event by event."""
         return at_once.plan(self, cohort, down_bits, flops, up_bits, tag, deadline_s, keep)
 
     def _drawn_fate(
