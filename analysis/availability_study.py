@@ -22,7 +22,9 @@ joules spent, and the joules wasted on work that came to nothing (`flnet.analysi
 wasted_energy_j`: dropped, interrupted, cut at the deadline, cancelled by over-selection,
 lost), and writes the tables as CSV under the folder given. A run that diverged has no
 accuracy from where it diverged and never reaches the target: it is counted by its status
-(`flnet.analysis.median_range`), never entered at its last finite accuracy.
+(`flnet.analysis.median_range`), never entered at its last finite accuracy. A run that raises
+(a bad point, a FlnetError) is a row with its status and error (`flnet.analysis.run_point`),
+counted by that status in the table and listed after it; the study goes on.
 
     python analysis/availability_study.py runs/availability_study
     python analysis/availability_study.py runs/availability_study --smoke   # seconds
@@ -37,13 +39,17 @@ from pathlib import Path
 import pandas as pd
 
 from flnet.analysis import (
+    Point,
     accuracy_at,
+    column,
     ended_as,
     median_range,
+    raised_points,
+    raised_row,
+    run_point,
     statuses,
     to_target,
     wasted_energy_j,
-    with_status,
 )
 
 LOCAL = {"steps": 10, "batch_size": 32, "lr": 0.05}
@@ -95,15 +101,13 @@ def scenario(variant: str, seed: int, hours: float, smoke: bool) -> dict:
     }
 
 
-def run_one(variant: str, seed: int, hours: float, smoke: bool) -> tuple[pd.DataFrame, dict]:
-    """(records with `variant` and how the run ended, the wasted joules by outcome) of one
-    run."""
-    import flnet
-
-    res = flnet.run(flnet.load_scenario(data=scenario(variant, seed, hours, smoke)), write=False)
-    assert res.ledger is not None
-    records = with_status(res.records, res.summary).assign(variant=variant)
-    return records, wasted_energy_j(res.ledger)
+def run_one(variant: str, seed: int, hours: float, smoke: bool) -> Point:
+    """One run: its records (with `variant` and how the run ended) and ledger, or how it
+    raised."""
+    point = run_point(scenario(variant, seed, hours, smoke))
+    if point.records is None:
+        return point
+    return point._replace(records=point.records.assign(variant=variant))
 
 
 def per_run_row(records: pd.DataFrame, wasted: dict, hours: float, target: float) -> dict:
@@ -148,7 +152,9 @@ def summary(per_run: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for variant, runs in per_run.groupby("variant", sort=False):
         row = {"method": variant, "seeds": len(runs), "ended": statuses(runs.status)}
-        row.update({label: median_range(runs[col], runs.status) for col, label in SHOWN.items()})
+        row.update(
+            {label: median_range(column(runs, col), runs.status) for col, label in SHOWN.items()}
+        )
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -156,6 +162,7 @@ def summary(per_run: pd.DataFrame) -> pd.DataFrame:
 def wasted_table(per_run: pd.DataFrame) -> pd.DataFrame:
     """Median joules wasted per method and outcome over seeds."""
     cols = [f"wasted_{o}_j" for o in OUTCOMES]
+    per_run = per_run.assign(**{c: column(per_run, c) for c in cols})
     table = per_run.groupby("variant", sort=False)[cols].median()
     return table.rename(columns=lambda c: c.removeprefix("wasted_").removesuffix("_j"))
 
@@ -175,18 +182,24 @@ def main(argv: list[str] | None = None) -> dict[str, pd.DataFrame]:
     rows, curves = [], []
     for variant in args.only or VARIANTS:
         for seed in range(seeds):
-            records, wasted = run_one(variant, seed, hours, args.smoke)
+            point = run_one(variant, seed, hours, args.smoke)
+            if point.records is None or point.ledger is None:
+                rows.append(raised_row(point, variant=variant, seed=seed))
+                print(f"  {variant} seed {seed}: {point.status}", flush=True)
+                continue
+            records = point.records
             curves.append(
                 records[["variant", "seed", "round", "sim_time_s", "energy_j", "test_accuracy"]]
             )
-            rows.append(per_run_row(records, wasted, hours, args.target))
+            rows.append(per_run_row(records, wasted_energy_j(point.ledger), hours, args.target))
             print(f"  {variant} seed {seed}: {rows[-1]['steps']} steps", flush=True)
     per_run = pd.DataFrame(rows)
     table, wasted = summary(per_run), wasted_table(per_run)
     per_run.to_csv(out / "per_run.csv", index=False)
     table.to_csv(out / "summary.csv", index=False)
     wasted.to_csv(out / "wasted.csv")
-    pd.concat(curves).to_csv(out / "curves.csv", index=False)
+    if curves:
+        pd.concat(curves).to_csv(out / "curves.csv", index=False)
     print(
         f"{hours:g} h of simulated time, {seeds} seed(s); median [min-max] over seeds; "
         f"target test accuracy {args.target:g}"
@@ -195,6 +208,9 @@ def main(argv: list[str] | None = None) -> dict[str, pd.DataFrame]:
         print(table.to_string(index=False))
         print("\nmedian joules wasted on work that came to nothing, by how it ended:")
         print(wasted.to_string(float_format=lambda v: f"{v:.4g}"))
+    failed = raised_points(per_run, ["variant", "seed"])
+    if failed:
+        print("\n" + failed)
     print(f"\nTables in {out}/")
     return {"per_run": per_run, "summary": table, "wasted": wasted}
 

@@ -20,7 +20,9 @@ accuracy at the end of each simulated day (the last: at the run's end), the clie
 by their battery (taken below their threshold by their work, or stopped empty), opt-outs,
 work stopped empty, the participants' final mean state of charge, the share of the joules
 spent on the rows an empty battery stopped and the joules spent; and writes the tables as CSV
-under the folder given.
+under the folder given. A run that raises (a bad point, a FlnetError) is a row with its status
+and error (`flnet.analysis.run_point`), counted by that status and listed after the table; the
+study goes on.
 
     python analysis/battery_study.py runs/battery_study
     python analysis/battery_study.py runs/battery_study --smoke   # seconds
@@ -34,7 +36,16 @@ from pathlib import Path
 
 import pandas as pd
 
-from flnet.analysis import accuracy_at, ended_as, median_range, statuses, with_status
+from flnet.analysis import (
+    Point,
+    accuracy_at,
+    ended_as,
+    median_range,
+    raised_points,
+    raised_row,
+    run_point,
+    statuses,
+)
 
 TAUS = (1, 5, 20)
 METHODS: dict[str, dict] = {
@@ -81,18 +92,15 @@ def scenario(method: str, tau: int, seed: int, hours: float, smoke: bool) -> dic
     }
 
 
-def run_one(method: str, tau: int, seed: int, hours: float, smoke: bool) -> pd.DataFrame:
-    """The records of one run, with `method`, `tau`, how it ended and the joules of work
-    stopped empty."""
-    import flnet
-
-    res = flnet.run(
-        flnet.load_scenario(data=scenario(method, tau, seed, hours, smoke)), write=False
-    )
-    assert res.ledger is not None
-    led = res.ledger
+def run_one(method: str, tau: int, seed: int, hours: float, smoke: bool) -> Point:
+    """One run: its records, with `method`, `tau`, how it ended and the joules of work stopped
+    empty, or how it raised."""
+    point = run_point(scenario(method, tau, seed, hours, smoke))
+    if point.records is None or point.ledger is None:
+        return point
+    led = point.ledger
     empty_j = float(led.energy_j[led.outcome == "battery"].sum())
-    return with_status(res.records, res.summary).assign(method=method, tau=tau, empty_j=empty_j)
+    return point._replace(records=point.records.assign(method=method, tau=tau, empty_j=empty_j))
 
 
 def per_run_row(records: pd.DataFrame, hours: float) -> dict:
@@ -123,7 +131,8 @@ def per_run_row(records: pd.DataFrame, hours: float) -> dict:
 def summary(per_run: pd.DataFrame) -> pd.DataFrame:
     """One row per (method, tau): how its runs ended, then median [min-max] over seeds of each
     figure (a run without one counted by why)."""
-    shown = [c for c in per_run.columns if c not in ("method", "tau", "seed", "status", "ended")]
+    keys = ("method", "tau", "seed", "status", "ended", "error")
+    shown = [c for c in per_run.columns if c not in keys]
     rows = []
     for (method, tau), runs in per_run.groupby(["method", "tau"], sort=False):
         row = {"method": method, "tau": tau, "seeds": len(runs), "ended": statuses(runs.status)}
@@ -147,7 +156,12 @@ def main(argv: list[str] | None = None) -> dict[str, pd.DataFrame]:
     for seed in range(seeds):  # a seed at a time: an interrupted study has every method
         for method in METHODS:
             for tau in taus:
-                records = run_one(method, tau, seed, hours, args.smoke)
+                point = run_one(method, tau, seed, hours, args.smoke)
+                if point.records is None:
+                    rows.append(raised_row(point, method=method, tau=tau, seed=seed))
+                    print(f"  {method} tau {tau} seed {seed}: {point.status}", flush=True)
+                    continue
+                records = point.records
                 keep = ["method", "tau", "seed", "round", "sim_time_s", "energy_j"]
                 keep += ["test_accuracy", "battery_opted_out", "soc_mean", "soc_min"]
                 curves.append(records[keep])
@@ -164,10 +178,14 @@ def main(argv: list[str] | None = None) -> dict[str, pd.DataFrame]:
     table = summary(per_run)
     per_run.to_csv(out / "per_run.csv", index=False)
     table.to_csv(out / "summary.csv", index=False)
-    pd.concat(curves).to_csv(out / "curves.csv", index=False)
+    if curves:
+        pd.concat(curves).to_csv(out / "curves.csv", index=False)
     print(f"{hours:g} h of simulated time, {seeds} seed(s); median [min-max] over seeds")
     with pd.option_context("display.width", 250, "display.max_columns", 30):
         print(table.to_string(index=False))
+    failed = raised_points(per_run, ["method", "tau", "seed"])
+    if failed:
+        print("\n" + failed)
     print(f"\nTables in {out}/")
     return {"per_run": per_run, "summary": table}
 

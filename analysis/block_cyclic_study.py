@@ -29,7 +29,10 @@ figures (never its last finite accuracy). The numbers are medians [min-max] over
     python analysis/block_cyclic_study.py --smoke    # seconds: what the test runs
 
 Tables are printed and written under --out (default runs/block_cyclic_study): runs.csv (one
-row per run), claims.csv (one row per claim: holds or not, with its numbers).
+row per run), claims.csv (one row per claim: holds or not, with its numbers). A run that raises
+(a bad point, a FlnetError) is a row with its status and error (`flnet.analysis.run_point`):
+it has no figures, the claims that need it are undecided for its seed, it is listed after the
+claims, and the study goes on.
 """
 
 from __future__ import annotations
@@ -41,9 +44,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from flnet.analysis import OK, ended_as, median_range, per_seed, with_status
-from flnet.runner import run
-from flnet.scenario import load_scenario, merge
+from flnet.analysis import OK, ended_as, median_range, per_seed, raised_points, run_point
+from flnet.scenario import merge
 
 BASE: dict[str, Any] = {
     "device": "cpu",
@@ -78,13 +80,14 @@ def one_run(
     per_round: int = 20,
     eval_every: int = 5,
 ) -> pd.DataFrame:
-    """Records of one run, with `block_avg` (the block-averaged accuracy) and labels."""
+    """Records of one run, with `block_avg` (the block-averaged accuracy) and labels; a run
+    that raised: one row with its status and `error`, every figure NaN."""
     algorithm, cyclic = METHODS[method]
     data: dict[str, Any] = {"partition": {"kind": "iid"}}
     if cyclic:
         data["blocks"] = {"num_blocks": blocks, "rounds_per_block": rounds_per_block}
-    sc = load_scenario(
-        data=merge(
+    point = run_point(
+        merge(
             BASE,
             {
                 "name": f"bc_{method}",
@@ -100,10 +103,18 @@ def one_run(
             },
         )
     )
-    result = run(sc, write=False)
-    rec = with_status(result.records, result.summary)
-    rec["block_avg"] = rec["block_accuracy_mean"] if cyclic else rec["test_accuracy"]
+    if point.records is None:
+        rec = pd.DataFrame([{"status": point.status, "error": point.error}])
+        rec = rec.assign(**dict.fromkeys(RAISED_NAN, np.nan))
+    else:
+        rec = point.records
+        rec["block_avg"] = rec["block_accuracy_mean"] if cyclic else rec["test_accuracy"]
     return rec.assign(method=method, seed=seed, blocks=blocks, steps=steps, clients=clients)
+
+
+# what the figures below read of a run's records: NaN for a run that raised
+RAISED_NAN = ("round", "block_avg", "diverged_round", "test_accuracy", "sim_time_s")
+RAISED_NAN += ("energy_j", "bits_up")
 
 
 def ok(rec: pd.DataFrame) -> bool:
@@ -113,7 +124,7 @@ def ok(rec: pd.DataFrame) -> bool:
 def last_cycle(rec: pd.DataFrame, cycle_rounds: int) -> dict[str, Any]:
     """The last cycle's block-averaged accuracy (mean, min, max) and the run's costs; a run that
     did not complete has no accuracy figures (NaN), never its last finite ones."""
-    end = int(rec["round"].max())
+    end = rec["round"].max()  # NaN: the run raised
     tail = rec[rec["round"] > end - cycle_rounds]["block_avg"]
     last = rec.iloc[-1]
     per_predictor = [c for c in rec.columns if c.startswith("predictor_")]
@@ -127,7 +138,8 @@ def last_cycle(rec: pd.DataFrame, cycle_rounds: int) -> dict[str, Any]:
         "mean": float(tail.mean()) if good else np.nan,
         "min": float(tail.min()) if good else np.nan,
         "max": float(tail.max()) if good else np.nan,
-        "rounds": end,
+        "rounds": int(end) if pd.notna(end) else end,
+        "error": last.get("error"),
         "sim_time_s": float(last.sim_time_s),
         "energy_j": float(last.energy_j),
         "bits_up": float(last.bits_up),
@@ -300,6 +312,7 @@ def main(argv: list[str] | None = None) -> dict[str, pd.DataFrame]:
                         "steps": steps,
                         "status": rec.status.iloc[0],
                         "ended": ended_as(rec.status.iloc[0], rec.diverged_round.iloc[0]),
+                        "error": rec.iloc[0].get("error"),
                         "rounds_to_threshold": hit[0],
                         "seconds_to_threshold": hit[1],
                         "joules_to_threshold": hit[2],
@@ -390,6 +403,9 @@ def main(argv: list[str] | None = None) -> dict[str, pd.DataFrame]:
         table.to_csv(out / f"{name}.csv", index=False)
     with pd.option_context("display.max_colwidth", None, "display.width", 200):
         print(tables["claims"].to_string(index=False))
+    failed = raised_points(tables["runs"], ["study", "method", "seed", "blocks", "steps"])
+    if failed:
+        print("\n" + failed)
     return tables
 
 

@@ -28,7 +28,9 @@ run), ole_summary.csv, ole_beta.csv, dfl_grid.csv, dfl_best.csv, golf.csv, golf_
 A run that diverged has no final accuracy (NaN, its `ended` column says "diverged at round
 r"), never reaches a target and is never the best cell; summaries are medians [min-max] over
 seeds with the runs that have no figure counted by why (`flnet.analysis.median_range`), and
-claims are decided seed by seed.
+claims are decided seed by seed. A run that raises (a bad point, a FlnetError) is a row with its
+status and error (`flnet.analysis.run_point`): no figures, counted by that status, never the
+best cell, listed at the end; the study goes on.
 """
 
 from __future__ import annotations
@@ -44,17 +46,21 @@ import pandas as pd
 from flnet.algorithms.oledfl import OleWarning
 from flnet.analysis import (
     OK,
+    Point,
     accuracy_at,
+    column,
     device_costs,
     ended_as,
     median_range,
     per_seed,
+    raised_points,
+    raised_row,
+    run_point,
     statuses,
     to_target,
-    with_status,
 )
-from flnet.errors import TopologyWarning
-from flnet.runner import build, run
+from flnet.errors import ScenarioError, TopologyWarning
+from flnet.runner import build
 from flnet.scenario import load_scenario, merge
 from flnet.sim import topology
 
@@ -102,14 +108,9 @@ BUDGET_ROUNDS = 25  # the budget: what DFL(4, 4) spends in this many rounds
 GOLF_ROUNDS = 60
 
 
-def scenario(base: dict, name: str, **sections: Any) -> Any:
-    return load_scenario(data=merge(merge(base, {"name": name}), sections))
-
-
-def records(sc: Any) -> pd.DataFrame:
-    """One run's records with how it ended (`flnet.analysis.with_status`)."""
-    result = run(sc, write=False)
-    return with_status(result.records, result.summary)
+def scenario(base: dict, name: str, **sections: Any) -> dict:
+    """A point's scenario, as data: validated when it runs (`flnet.analysis.run_point`)."""
+    return merge(merge(base, {"name": name}), sections)
 
 
 def final(rec: pd.DataFrame, metric: str = "test_accuracy") -> float:
@@ -121,8 +122,9 @@ def ended(rec: pd.DataFrame) -> str:
     return ended_as(rec.status.iloc[0], rec.diverged_round.iloc[0])
 
 
-def stable_beta(sc: Any) -> float:
+def stable_beta(data: dict) -> float:
     """0.8 of the largest beta whose (1 + beta) W - beta I contracts, at most 0.9."""
+    sc = load_scenario(data=data)
     world, _ = build(sc)
     from flnet.rng import Stream
 
@@ -146,21 +148,28 @@ def ole(seeds: list[int], rounds: int, topologies: list[str]) -> pd.DataFrame:
                     if "sam" in name:
                         alg["local"] = {"sam_rho": SAM_RHO}
                     sc = scenario(OLE_BASE, name, seed=seed, algorithm=alg, run={"rounds": rounds})
+                    point = None
                     if name.startswith("oledfl"):
-                        alg["beta"] = OLE_FIXED_BETA.get(topo_name) or stable_beta(sc)
+                        try:
+                            alg["beta"] = OLE_FIXED_BETA.get(topo_name) or stable_beta(sc)
+                        except ScenarioError as e:  # a bad point: no W to take beta from
+                            point = Point(None, None, "invalid", str(e))
                         sc = scenario(
                             OLE_BASE, name, seed=seed, algorithm=alg, run={"rounds": rounds}
                         )
                     with warnings.catch_warnings():  # random_k: not symmetric (reported)
                         warnings.simplefilter("ignore", TopologyWarning)
-                        rec = records(sc)
+                        point = point or run_point(sc)
+                    keys = {"topology": topo_name, "seed": seed, "algorithm": name}
+                    if point.records is None:
+                        rows.append(raised_row(point, **keys, beta=alg.get("beta", 0.0)))
+                        continue
+                    rec = point.records
                     last = rec.iloc[-1]
                     hit = to_target(rec, OLE_TARGET).iloc[0]
                     rows.append(
                         {
-                            "topology": topo_name,
-                            "seed": seed,
-                            "algorithm": name,
+                            **keys,
                             "beta": alg.get("beta", 0.0),
                             "status": rec.status.iloc[0],
                             "ended": ended(rec),
@@ -187,9 +196,13 @@ def ole_beta(seeds: list[int], rounds: int, betas: tuple) -> pd.DataFrame:
             alg = {"name": "oledfl_sgd", "topology": OLE_TOPOLOGIES["ring"], "beta": beta}
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", OleWarning)  # the point of the sweep
-                rec = records(
+                point = run_point(
                     scenario(OLE_BASE, "ole_beta", seed=seed, algorithm=alg, run={"rounds": rounds})
                 )
+            if point.records is None:
+                rows.append(raised_row(point, beta=beta, seed=seed))
+                continue
+            rec = point.records
             rows.append(
                 {
                     "beta": beta,
@@ -209,10 +222,13 @@ def ole_beta(seeds: list[int], rounds: int, betas: tuple) -> pd.DataFrame:
             {
                 "beta": beta,
                 "seeds": len(g),
-                "ended": statuses(g.status, g.diverged_round),
-                "test_accuracy": median_range(g.test_accuracy, g.status, digits=3),
-                "consensus_distance": median_range(g.consensus_distance, g.status, digits=3),
-                "last_finite_consensus": g.last_consensus_distance.median(),
+                "ended": statuses(g.status, column(g, "diverged_round")),
+                "test_accuracy": median_range(column(g, "test_accuracy"), g.status, digits=3),
+                "consensus_distance": median_range(
+                    column(g, "consensus_distance"), g.status, digits=3
+                ),
+                "last_finite_consensus": column(g, "last_consensus_distance").median(),
+                "errors": "; ".join(f"seed {r.seed}: {r.error}" for r in raised(g).itertuples()),
             }
         )
     return pd.DataFrame(out)
@@ -228,13 +244,15 @@ def ole_summary(df: pd.DataFrame) -> pd.DataFrame:
             a = per_topo[per_topo.algorithm == base_name].set_index("seed")
             b = per_topo[per_topo.algorithm == ole_name].set_index("seed")
             both = (a.status == OK) & (b.status.reindex(a.index) == OK)
-            gain = 100 * (b.test_accuracy - a.test_accuracy)
+            gain = 100 * (column(b, "test_accuracy") - column(a, "test_accuracy"))
             c1 = (gain > 0).where(both, None)
-            c3 = (b.consensus_distance < a.consensus_distance).where(both, None)
+            c3 = (column(b, "consensus_distance") < column(a, "consensus_distance")).where(
+                both, None
+            )
             bad = pd.Series("undecided", index=gain.index).where(~both, OK)
 
             def shown(col: str, runs: pd.DataFrame, digits: int = 3, never: str = "never") -> str:
-                return median_range(runs[col], runs.status, never=never, digits=digits)
+                return median_range(column(runs, col), runs.status, never=never, digits=digits)
 
             rows.append(
                 {
@@ -268,8 +286,9 @@ def radio(link: str, access: str) -> dict:
     return {"d2d": {**LINKS[link], "sharing": ACCESS[access]}}
 
 
-def budget_s(link: str, access: str, rounds: int) -> float:
-    """What DFL(tau1 = 4, tau2 = 4) spends in `rounds` rounds on this radio (seed 0)."""
+def budget_s(link: str, access: str, rounds: int) -> float | Point:
+    """What DFL(tau1 = 4, tau2 = 4) spends in `rounds` rounds on this radio (seed 0); the run
+    that raised, when it did (the regime then has no budget)."""
     sc = scenario(
         DFL_BASE,
         "budget",
@@ -277,7 +296,10 @@ def budget_s(link: str, access: str, rounds: int) -> float:
         radio=radio(link, access),
         run={"rounds": rounds},
     )
-    return float(records(sc).sim_time_s.iloc[-1])
+    point = run_point(sc)
+    if point.records is None:
+        return point._replace(error=f"its budget run raised: {point.error}")
+    return float(point.records.sim_time_s.iloc[-1])
 
 
 def dfl_grid(
@@ -293,25 +315,30 @@ def dfl_grid(
                         alg = {"name": name, "gossip_steps": tau2, "local": {"steps": tau1}}
                         if name == "cdfl":
                             alg.update(CDFL)
-                        sc = scenario(
-                            DFL_BASE,
-                            name,
-                            seed=seed,
-                            algorithm=alg,
-                            radio=radio(link, access),
-                            run={"time_budget_s": budget},
+                        keys = {"link": link, "access": access}
+                        keys |= {"algorithm": name, "tau1": tau1, "tau2": tau2, "seed": seed}
+                        if isinstance(budget, Point):
+                            rows.append(raised_row(budget, **keys))
+                            continue
+                        point = run_point(
+                            scenario(
+                                DFL_BASE,
+                                name,
+                                seed=seed,
+                                algorithm=alg,
+                                radio=radio(link, access),
+                                run={"time_budget_s": budget},
+                            )
                         )
-                        rec = records(sc)
+                        if point.records is None:
+                            rows.append(raised_row(point, **keys, budget_s=budget))
+                            continue
+                        rec = point.records
                         last = rec.iloc[-1]
                         rows.append(
                             {
-                                "link": link,
-                                "access": access,
+                                **keys,
                                 "budget_s": budget,
-                                "algorithm": name,
-                                "tau1": tau1,
-                                "tau2": tau2,
-                                "seed": seed,
                                 "rounds": last["round"],
                                 "status": rec.status.iloc[0],
                                 "ended": ended(rec),
@@ -326,30 +353,35 @@ def dfl_grid(
 
 def dfl_best(grid: pd.DataFrame) -> pd.DataFrame:
     """Per radio and algorithm: the (tau1, tau2) with the best accuracy at the budget in each
-    seed, and the cell with the best median accuracy over seeds (with its spread). A run that
-    diverged counts as the worst accuracy, so it is never the best; its cell's spread shows
-    it."""
+    seed, and the cell with the best median accuracy over seeds. To choose, a run without an
+    accuracy (diverged, or raised) counts as the worst, so it is never the best; to show, a
+    cell is median [min-max] over the seeds that have a figure, the others counted by how they
+    ended ("(1 diverged)", `flnet.analysis.median_range`), never -inf or NaN in a range."""
     rows = []
     for (link, access, name), g in grid.groupby(["link", "access", "algorithm"], sort=False):
-        g = g.assign(test_accuracy=g.test_accuracy.fillna(-np.inf))
-        best_of_seed = g.loc[g.groupby("seed").test_accuracy.idxmax()]
-        cells = g.groupby(["tau1", "tau2"]).test_accuracy.agg(["median", "min", "max"])
-        best = cells["median"].idxmax()
+        g = g.assign(rank=column(g, "test_accuracy").fillna(-np.inf))
+        best_of_seed = g.loc[g.groupby("seed")["rank"].idxmax()]
+        medians = g.groupby(["tau1", "tau2"])["rank"].median()
+        best, worst = medians.idxmax(), medians.idxmin()
+
+        def shown(cell: tuple, g: pd.DataFrame = g) -> str:
+            runs = g[(g.tau1 == cell[0]) & (g.tau2 == cell[1])]
+            return median_range(column(runs, "test_accuracy"), runs.status, digits=3)
+
         rows.append(
             {
                 "link": link,
                 "access": access,
                 "algorithm": name,
-                "budget_s": g.budget_s.iloc[0],
+                "budget_s": column(g, "budget_s").max(),
+                "ended": statuses(g.status),
                 "best_tau1": best[0],
                 "best_tau2": best[1],
-                "accuracy_median": cells.loc[best, "median"],
-                "accuracy_range": f"{cells.loc[best, 'min']:.3f}-{cells.loc[best, 'max']:.3f}",
+                "accuracy": shown(best),
                 "best_per_seed": " ".join(
                     f"({a},{b})" for a, b in zip(best_of_seed.tau1, best_of_seed.tau2)
                 ),
-                "diverged_runs": int((g.status == "diverged").sum()),
-                "worst_cell_median": cells["median"].min(),
+                "worst_cell": f"({worst[0]},{worst[1]}) {shown(worst)}",
             }
         )
     return pd.DataFrame(rows)
@@ -373,11 +405,15 @@ def golf(seeds: list[int], rounds: int) -> pd.DataFrame:
             sc = scenario(
                 OLE_BASE, alg["name"], seed=seed, algorithm=alg, run={"rounds": n, "eval_every": 1}
             )
-            result = run(sc, write=False)
-            rec = with_status(result.records, result.summary)
+            point = run_point(sc)
+            if point.records is None or point.ledger is None:
+                rows.append(raised_row(point, seed=seed, method=label))
+                continue
+            rec = point.records
             rec["bits"] = rec.bits_up + rec.bits_down + rec.bits_d2d
-            recs[label] = (rec, result.ledger)
-        equal_bits = min(r.bits.iloc[-1] for r, _ in recs.values())
+            recs[label] = (rec, point.ledger)
+        # the bits the cheaper run spent (of those that did not raise: alone, its own end)
+        equal_bits = min((r.bits.iloc[-1] for r, _ in recs.values()), default=0.0)
         for label, (rec, ledger) in recs.items():
             at = rec[rec.bits <= equal_bits].iloc[-1]  # the last evaluation within the bits
             per_device = device_costs(ledger[ledger["round"] <= at["round"]])
@@ -416,12 +452,17 @@ def golf_summary(df: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for method, g in df.groupby("method", sort=False):
         row = {"method": method, "ended": statuses(g.status)}
-        row.update({c: median_range(g[c], g.status, digits=3) for c in GOLF_SHOWN})
+        row.update({c: median_range(column(g, c), g.status, digits=3) for c in GOLF_SHOWN})
         rows.append(row)
     return pd.DataFrame(rows)
 
 
 # ---------------------------------------------------------------------------- main
+
+
+def raised(runs: pd.DataFrame) -> pd.DataFrame:
+    """The runs that raised (`flnet.analysis.raised_row`)."""
+    return runs[column(runs, "error").notna()]
 
 
 def show(title: str, df: pd.DataFrame) -> None:
@@ -476,6 +517,11 @@ def main(argv: list[str] | None = None) -> dict[str, pd.DataFrame]:
         show("Gossip against FedAvg at equal bits on the wire", tables["golf_summary"])
     for name, df in tables.items():
         df.to_csv(out / f"{name}.csv", index=False)
+    keys = ["topology", "link", "access", "algorithm", "method", "beta", "tau1", "tau2", "seed"]
+    for name in ("ole", "dfl_grid", "golf"):
+        failed = raised_points(tables[name], keys) if name in tables else ""
+        if failed:
+            print(f"\n{name}: {failed}")
     print(f"\ntables in {out}/")
     return tables
 

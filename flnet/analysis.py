@@ -6,6 +6,9 @@ NaN, what it spent without reaching it in the ``censored_at_*`` columns); when c
 counts as an infinite cost, never as a missing row. Seeds are never pooled before a choice is
 made: the best tau is chosen per seed, then summarised over seeds.
 
+A study that runs its points itself (`run_point`) records a point whose run raises as a
+status with its error, as a sweep does, and goes on.
+
 How a run ended is part of its result. Records that carry a ``status`` column (`with_status`:
 a run's summary or a sweep's points table) are read with it: a run that diverged, failed or was
 killed has no accuracy at or after its end (`accuracy_at` gives NaN), never reached a target
@@ -16,13 +19,18 @@ decides a claim seed by seed ("holds in k of n seeds").
 from __future__ import annotations
 
 import math
+import sys
+import traceback
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 import pandas as pd
 
-from flnet.errors import FlnetError
+from flnet.errors import FlnetError, ScenarioError
+
+if TYPE_CHECKING:
+    from flnet.scenario import Scenario
 
 OK = "completed"  # the one status whose figures are a result (`flnet.runner.summarize`)
 STATUS = ("status", "diverged_round", "ended_s")  # what `with_status` adds to records
@@ -412,8 +420,9 @@ def median_range(
     none and why (`status`: the same runs in the same order): a run whose status is not
     completed by its status (``1 diverged``), a completed run with NaN as `never` (e.g. never
     reached the target). A run that ended badly but has a figure (its accuracy before it
-    diverged) is in the median."""
-    ok = values.notna()
+    diverged) is in the median. An infinite value is no figure either (a -inf that ranked a
+    diverged run last is shown as the run's status), so a range is always finite."""
+    ok = pd.Series(np.isfinite(values.to_numpy(dtype=float)), index=values.index)
     if status is not None:  # the runs in `values`' order, whatever its index
         status = pd.Series(status.to_numpy(), index=values.index)
     parts = []
@@ -457,3 +466,70 @@ def per_seed(holds: pd.Series) -> tuple[str, str]:
         verdict = f"holds in {k} of {n} seeds"
     detail = f"holds in {k} of {n} seeds" + (f", {undecided} undecided" if undecided else "")
     return verdict, detail
+
+
+# ---------------------------------------------------------------- a study's points, run here
+
+
+class Point(NamedTuple):
+    """One point of a study, run in this process (`run_point`)."""
+
+    records: pd.DataFrame | None  # with `STATUS` (`with_status`); None: the run raised
+    ledger: pd.DataFrame | None
+    status: str  # the run's (completed, diverged, ...), or how it raised: invalid, error, failed
+    error: str | None  # why it raised; None: it did not
+
+
+def run_point(scenario: Scenario | dict) -> Point:
+    """Run one point of a study (a scenario, or its data to validate) here, nothing written,
+    and never let it stop the study: as a sweep records a point (`flnet.workers.run_point`), a
+    point that raises is a status with its error: ``invalid`` (a ScenarioError: a bad point),
+    ``error`` (any other FlnetError, e.g. data that cannot be read) or ``failed`` (any other
+    exception; its traceback goes to stderr). A run that diverged did not raise: its status
+    says so and its records are there."""
+    from flnet.runner import run
+    from flnet.scenario import load_scenario
+
+    try:
+        sc = load_scenario(data=scenario) if isinstance(scenario, dict) else scenario
+        result = run(sc, write=False)
+    except ScenarioError as e:
+        return Point(None, None, "invalid", str(e))
+    except FlnetError as e:
+        return Point(None, None, "error", str(e))
+    except Exception as e:
+        traceback.print_exc(file=sys.stderr)
+        return Point(None, None, "failed", f"{type(e).__name__}: {e}")
+    status = str(result.summary.get("status"))
+    return Point(with_status(result.records, result.summary), result.ledger, status, None)
+
+
+def column(runs: pd.DataFrame, name: str) -> pd.Series:
+    """A per-run table's column, NaN for every run when none has it (every run raised)."""
+    return runs[name] if name in runs else pd.Series(math.nan, index=runs.index, dtype=float)
+
+
+def raised_row(point: Point, **keys: Any) -> dict:
+    """A per-run table's row for a point that raised: its `keys`, how it ended and why; its
+    figures are missing (NaN in the table: `median_range` counts them by this status)."""
+    return {**keys, "status": point.status, "ended": point.status, "error": point.error}
+
+
+def raised_points(per_run: pd.DataFrame, keys: list[str]) -> str:
+    """What a study prints of the points of its per-run table that raised (`raised_row`): a
+    heading, then one line each with its `keys`, status and error ("" when none raised)."""
+    if "error" not in per_run or not per_run["error"].notna().any():
+        return ""
+    bad = per_run[per_run["error"].notna()]
+    lines = [
+        ", ".join(f"{k} {row[k]}" for k in keys if pd.notna(row.get(k)))
+        + f": {row.status}: {_one_line(str(row.error))}"
+        for _, row in bad.iterrows()
+    ]
+    return "points that raised (no figures; counted by status):\n  " + "\n  ".join(lines)
+
+
+def _one_line(error: str) -> str:
+    """A multi-line error (a scenario's list of problems) on one line."""
+    first, *rest = [line.strip() for line in error.splitlines() if line.strip()] or [""]
+    return " ".join([first, "; ".join(rest)]) if rest else first

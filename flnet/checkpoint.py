@@ -15,6 +15,7 @@ error, never an AttributeError or KeyError further on.
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import json
 import numbers
@@ -48,6 +49,9 @@ class Checkpoint(NamedTuple):
     records: list[dict]
     stop_reason: str | None
     scenario: dict  # the scenario's fields that define the trajectory
+    # sha256 of each input file's bytes (`input_digests`), by the scenario field naming it;
+    # None: a checkpoint written before digests were kept (it resumes unchecked, as it did)
+    inputs: dict[str, str | None] | None = None
 
 
 def trajectory_fields(scenario: Scenario) -> dict:
@@ -55,6 +59,23 @@ def trajectory_fields(scenario: Scenario) -> dict:
     where to write, which folder holds the data sets' files)."""
     exclude: dict[str, Any] = {"run": True, "output": True, "name": True, "data": {"root"}}
     return scenario.model_dump(mode="json", exclude=exclude)
+
+
+def input_digests(files: dict[str, str]) -> dict[str, str | None]:
+    """sha256 of each file's bytes ({field: path} -> {field: hex digest}; None: it cannot be
+    read): what a resumed run checks its inputs against, so that a trace or features file
+    edited between a checkpoint and its resumption is refused, not mixed into one run."""
+    out: dict[str, str | None] = {}
+    for field, path in files.items():
+        try:
+            sha = hashlib.sha256()
+            with open(path, "rb") as f:
+                for chunk in iter(lambda: f.read(1 << 20), b""):
+                    sha.update(chunk)
+            out[field] = sha.hexdigest()
+        except OSError:
+            out[field] = None
+    return out
 
 
 NAMEDTUPLE = "__namedtuple__"  # key naming a NamedTuple's class (a field cannot start with _)
@@ -165,8 +186,10 @@ def _problem(payload: Any) -> str | None:
     if payload.get("format") != FORMAT:
         return f"its format is {payload.get('format')!r}"
     expected = {"format", *Checkpoint._fields}
-    if set(payload) != expected:
-        missing, extra = sorted(expected - set(payload)), sorted(set(payload) - expected)
+    optional = {"inputs"}  # absent from checkpoints written before input digests
+    if not expected - optional <= set(payload) <= expected:
+        missing = sorted(expected - optional - set(payload))
+        extra = sorted(set(payload) - expected)
         return "; ".join(
             ([f"missing {', '.join(missing)}"] if missing else [])
             + ([f"unexpected {', '.join(map(str, extra))}"] if extra else [])
@@ -186,6 +209,12 @@ def _problem(payload: Any) -> str | None:
     for name, kind in types.items():
         if not isinstance(payload[name], kind) or isinstance(payload[name], bool):
             return f"{name} is a {type(payload[name]).__name__}"
+    inputs = payload.get("inputs")
+    if inputs is not None and not (
+        isinstance(inputs, dict)
+        and all(isinstance(k, str) and isinstance(v, (str, type(None))) for k, v in inputs.items())
+    ):
+        return "its input digests are not a mapping of field to digest"
     for name in ("round", "events", "ledger_rows", "ledger_bytes"):
         if payload[name] < 0:
             return f"{name} is {payload[name]}"

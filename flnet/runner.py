@@ -240,6 +240,7 @@ class Checkpointer:
             records=list(self.run.recorder.rows),
             stop_reason=stopping,
             scenario=checkpoint.trajectory_fields(self.run.scenario),
+            inputs=self.run.inputs,
         )
 
         def committed() -> None:  # the round noted is the round on disk, even under Ctrl-C
@@ -461,8 +462,10 @@ class Run:
         ckpt = checkpoint.load(self.output_dir, device) if resume else None
         if resume and ckpt is None:
             raise FlnetError(f"nothing to resume: {self.output_dir} has no {checkpoint.FILE}")
+        # the input files' digests, once: checked on resume and kept in each checkpoint
+        self.inputs = checkpoint.input_digests(input_files(scenario)) if write else {}
         if ckpt is not None:
-            check_resumable(ckpt, scenario, self.output_dir)
+            check_resumable(ckpt, scenario, self.output_dir, self.inputs)
         self.world, self.learner = build(scenario, start_time_s=ckpt.now_s if ckpt else 0.0)
         self.partition = self.learner.data.label_histogram()
         if write:
@@ -616,7 +619,15 @@ class Interrupted(KeyboardInterrupt):
         self.resumable = resumable
 
 
-def check_resumable(ckpt: checkpoint.Checkpoint, scenario: Scenario, out: Path) -> None:
+def check_resumable(
+    ckpt: checkpoint.Checkpoint,
+    scenario: Scenario,
+    out: Path,
+    inputs: dict[str, str | None] | None = None,
+) -> None:
+    """Refuse to resume from `ckpt` a run that would not continue its trajectory: another
+    scenario, fewer rounds, or an input file whose bytes changed since the checkpoint (its
+    digest, `inputs`: computed here when not given)."""
     changed = checkpoint.differences(ckpt.scenario, checkpoint.trajectory_fields(scenario))
     if changed:
         raise ScenarioError(
@@ -629,6 +640,17 @@ def check_resumable(ckpt: checkpoint.Checkpoint, scenario: Scenario, out: Path) 
             "resumed run cannot end before where it resumes",
             field="run.rounds",
         )
+    if ckpt.inputs is None:  # written before digests were kept: resumes unchecked, as it did
+        return
+    files = input_files(scenario)
+    now = checkpoint.input_digests(files) if inputs is None else inputs
+    for name, digest in sorted(ckpt.inputs.items()):
+        if now.get(name) != digest:
+            raise ScenarioError(
+                f"{files.get(name)} changed (or cannot be read) since the checkpoint in {out} "
+                "was written: a resumed run would mix two inputs; start afresh with --force",
+                field=name,
+            )
 
 
 def resume_problem(scenario: Scenario) -> str | None:
@@ -681,6 +703,20 @@ def run(
             folder.discard_if_unused()  # a run refused before it wrote leaves no folder
             raise
         return _simulate(sim, write=True)
+
+
+def input_files(scenario: Scenario) -> dict[str, str]:
+    """The files besides the data sets' own that a run reads (an npz features file,
+    availability and capacity traces), by the field naming each."""
+    files = {}
+    features = scenario.data.features
+    if features is not None and features.kind == "npz":
+        files["data.features.path"] = features.path
+    for name in ("availability", "capacity_trace"):
+        path = getattr(getattr(scenario.clients, name), "path", None)
+        if path is not None:
+            files[f"clients.{name}.path"] = path
+    return files
 
 
 def absolute_paths(scenario: Scenario) -> Scenario:

@@ -115,6 +115,9 @@ def test_median_range_counts_runs_without_a_figure_by_why():
     # a diverged run's figure from before it diverged is a figure
     assert median_range(pd.Series([0.5, 0.7, 0.6]), status[:3]) == "0.6 [0.5-0.7]"
     assert median_range(pd.Series([1.0, math.nan])) == "1 [1-1] (1 never)"
+    # -inf (a diverged run ranked last) or inf is no figure: never in a range
+    inf = pd.Series([0.8, -math.inf, math.inf])
+    assert median_range(inf, status[:3]) == "0.8 [0.8-0.8] (1 never, 1 diverged)"
 
 
 def test_statuses_and_ended_as():
@@ -149,3 +152,46 @@ def test_a_sweeps_records_are_read_with_their_points_status(tmp_path):
     records = read_records(tmp_path)
     assert (records.status == "diverged").all()
     assert not to_target(records, 0.9).reached.iloc[0]  # `flnet analyze` refuses it too
+
+
+def test_a_study_point_that_raises_is_a_status_with_its_error(monkeypatch, capsys):
+    """`run_point` never raises: a bad point is `invalid` naming its field, a FlnetError
+    `error`, any other exception `failed` (traceback on stderr), as a sweep records them; a
+    run that completes comes back with its records and status."""
+    import flnet.runner
+    from flnet.analysis import Point, raised_points, raised_row, run_point
+
+    bad = run_point({"name": "x", "clients": {"count": -3}})
+    assert (bad.records, bad.status) == (None, "invalid") and "clients.count" in bad.error
+
+    def raising(error):
+        def run(scenario, **kwargs):
+            raise error
+
+        return run
+
+    small = {
+        "name": "x",
+        "device": "cpu",
+        "algorithm": {"name": "fedavg", "cohort": {"clients_per_round": 2}},
+        "clients": {"count": 4},
+        "run": {"rounds": 1},
+    }
+    monkeypatch.setattr(flnet.runner, "run", raising(FlnetError("no data here")))
+    assert run_point(small) == Point(None, None, "error", "no data here")
+    monkeypatch.setattr(flnet.runner, "run", raising(RuntimeError("a bug")))
+    assert run_point(small) == Point(None, None, "failed", "RuntimeError: a bug")
+    assert "RuntimeError: a bug" in capsys.readouterr().err  # its traceback
+    monkeypatch.undo()
+    done = run_point(small)
+    assert done.status == "completed" and done.error is None
+    assert (done.records.status == "completed").all() and len(done.ledger)
+
+    per_run = pd.DataFrame(
+        [{"seed": 0, "status": "completed", "acc": 0.9}, raised_row(bad, seed=1)]
+    )
+    assert median_range(per_run.acc, per_run.status) == "0.9 [0.9-0.9] (1 invalid)"
+    assert statuses(per_run.status) == "1 completed, 1 invalid"
+    listed = raised_points(per_run, ["seed"]).splitlines()
+    assert len(listed) == 2 and listed[1].startswith("  seed 1: invalid: ")
+    assert raised_points(per_run[:1], ["seed"]) == ""

@@ -8,6 +8,7 @@ import pandas as pd
 import pytest
 
 from flnet.analysis import wasted_energy_j
+from flnet.errors import FlnetError
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -68,3 +69,44 @@ def test_the_smoke_study_runs_and_accounts_for_the_waste(tmp_path, capsys):
     assert "joules wasted" in printed and "fedasync" in printed
     for name in ("per_run.csv", "summary.csv", "wasted.csv", "curves.csv"):
         assert (tmp_path / name).exists()
+
+
+def raise_for(monkeypatch, algorithm, error):
+    """Runs of `algorithm` raise `error` (a point that raises); the others run."""
+    import flnet.runner
+
+    run = flnet.runner.run
+
+    def maybe(scenario, **kwargs):
+        if scenario.algorithm.name == algorithm:
+            raise error
+        return run(scenario, **kwargs)
+
+    monkeypatch.setattr(flnet.runner, "run", maybe)
+
+
+def test_a_point_that_raises_is_a_row_and_the_study_goes_on(tmp_path, monkeypatch, capsys):
+    """FedBuff's run raises a FlnetError: its row has the status and error and no figures, the
+    table counts it, it is listed after the tables, and every other method ran."""
+    raise_for(monkeypatch, "fedbuff", FlnetError("the trace cannot be read"))
+    result = study().main([str(tmp_path), "--smoke", "--only", "deadline", "fedbuff"])
+    per_run = result["per_run"].set_index("variant")
+    assert per_run.loc["fedbuff", "status"] == "error"
+    assert per_run.loc["fedbuff", "error"] == "the trace cannot be read"
+    assert per_run.loc["fedbuff", ["acc_end", "joules"]].isna().all()
+    assert (
+        per_run.loc["deadline", "status"] == "completed" and per_run.loc["deadline", "acc_end"] > 0
+    )
+    table = result["summary"].set_index("method")
+    assert (
+        table.loc["fedbuff", "ended"] == "1 error"
+        and table.loc["fedbuff", "acc@T"] == "none: 1 error"
+    )
+    assert "variant fedbuff, seed 0: error: the trace cannot be read" in capsys.readouterr().out
+
+
+def test_a_study_whose_every_point_raises_still_writes_its_tables(tmp_path, monkeypatch):
+    raise_for(monkeypatch, "fedavg", FlnetError("no"))
+    result = study().main([str(tmp_path), "--smoke", "--only", "deadline"])
+    assert result["summary"].ended.tolist() == ["1 error"]
+    assert (tmp_path / "summary.csv").exists()

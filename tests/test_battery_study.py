@@ -29,3 +29,20 @@ def test_the_smoke_study_runs_and_batteries_limit_participation(tmp_path, capsys
     assert "battery-limited" in printed and "fedbuff" in printed
     for name in ("per_run.csv", "summary.csv", "curves.csv"):
         assert (tmp_path / name).exists()
+
+
+def test_points_that_raise_are_rows_and_the_study_goes_on(tmp_path, monkeypatch, capsys):
+    """Every run raises (here at once: no simulation): each is a row with its status and
+    error, the table counts them by status, they are listed, and the tables are written."""
+    import flnet.runner
+    from flnet.errors import FlnetError
+
+    def raising(scenario, **kwargs):
+        raise FlnetError(f"cannot run {scenario.algorithm.name}")
+
+    monkeypatch.setattr(flnet.runner, "run", raising)
+    result = study().main([str(tmp_path), "--smoke"])
+    assert (result["per_run"].status == "error").all() and len(result["per_run"]) == 4
+    assert result["summary"].ended.tolist() == ["1 error"] * 4
+    assert "method fedbuff, tau 20, seed 0: error: cannot run fedbuff" in capsys.readouterr().out
+    assert (tmp_path / "summary.csv").exists()

@@ -37,3 +37,23 @@ def test_the_smoke_study_reports_every_claim_with_seconds_and_joules(tmp_path):
     assert 2.0 <= c1.bits_up["mc_ema"] / c1.bits_up["mm_ema"] < 2.01
     assert (c1.sim_time_s > 0).all() and (c1.energy_j > 0).all()
     assert set(runs.study) == {"C1", "C2", "C3", "C4"}
+
+
+def test_runs_that_raise_leave_every_claim_undecided_and_the_study_goes_on(
+    tmp_path, monkeypatch, capsys
+):
+    """Every run raises (a point that raises: no simulation): each is a row of runs.csv with
+    its status and error, every claim is undecided for the seed, the runs are listed."""
+    import flnet.runner
+    from flnet.errors import FlnetError
+
+    def raising(scenario, **kwargs):
+        raise FlnetError("cannot run")
+
+    monkeypatch.setattr(flnet.runner, "run", raising)
+    tables = study().main(["--smoke", "--out", str(tmp_path)])
+    runs = tables["runs"]
+    assert (runs.status == "error").all() and (runs.error == "cannot run").all()
+    assert runs["mean"].isna().all() and runs.rounds_to_threshold.isna().all()
+    assert (tables["claims"].seeds == "holds in 0 of 1 seeds, 1 undecided").all()
+    assert "study C1, method mm_ema, seed 0: error: cannot run" in capsys.readouterr().out

@@ -6,13 +6,15 @@ import signal
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 import torch
 import yaml
 from harness import RESUMABLE, assert_same_tables, checkpoint_round, signal_once_checkpointed
 
 from flnet.errors import FlnetError, ScenarioError
-from flnet.runner import run
+from flnet.runner import resume_problem, run
+from flnet.scenario import load_scenario
 
 SCENARIO = {
     "name": "resumable",
@@ -164,3 +166,67 @@ def test_a_checkpoint_of_another_model_is_one_clear_error(tmp_path):
     torch.save({**good, "state": {"round": 3, "nonsense": torch.zeros(2)}}, ckpt)
     with pytest.raises(FlnetError, match="does not fit this scenario's algorithm or model"):
         run(path, resume=True)
+
+
+def _run_with_input_files(tmp_path):
+    """A 3-round run reading all three kinds of input file: npz features, an availability
+    trace and a capacity trace (every client always online, at one speed)."""
+    rng = np.random.default_rng(0)  # features for digits' 1437 train and 360 test rows
+    np.savez(tmp_path / "feat.npz", x_train=rng.random((1437, 6)), x_test=rng.random((360, 6)))
+    rows = "".join(f"{k},0,1e9\n" for k in range(10))
+    (tmp_path / "on.csv").write_text("client,online_from_s,online_until_s\n" + rows)
+    rates = "".join(f"{k},0.001,1e6,1e7\n" for k in range(10))
+    header = "client,compute_s_per_sample,up_rate_bps,down_rate_bps\n"
+    (tmp_path / "speed.csv").write_text(header + rates)
+    clients = {
+        "count": 10,
+        "availability": {"kind": "trace", "path": str(tmp_path / "on.csv")},
+        "capacity_trace": {"path": str(tmp_path / "speed.csv"), "compute_power_w": 2.0},
+    }
+    data = {"features": {"kind": "npz", "path": str(tmp_path / "feat.npz")}}
+    sections = {"data": data, "clients": clients, "radio": {"rayleigh_fading": False}}
+    path = write_scenario(tmp_path, rounds=3, checkpoint_every=3)
+    return path, sections, run(path, overrides=sections)
+
+
+def one_feature_changed(path):
+    arrays = dict(np.load(path))
+    arrays["x_train"][0, 0] += 1.0
+    return arrays
+
+
+EDITS = {
+    "data.features.path": ("feat.npz", lambda p: np.savez(p, **one_feature_changed(p))),
+    "clients.availability.path": ("on.csv", lambda p: p.write_text(p.read_text() + "3,2e9,3e9\n")),
+    "clients.capacity_trace.path": ("speed.csv", lambda p: p.write_text(p.read_text() + "# x\n")),
+}
+
+
+@pytest.mark.parametrize("field", [None, *EDITS])
+def test_resume_refuses_an_input_file_edited_since_the_checkpoint(tmp_path, field):
+    """Each input file's sha256 is in the checkpoint: one edited on disk (even by a byte, even
+    a comment) is a ScenarioError naming its field and file, saying to start afresh; the files
+    as they were resume."""
+    path, sections, first = _run_with_input_files(tmp_path)
+    more = {**sections, "run": {"rounds": 5}}
+    if field is None:
+        longer = run(path, overrides=more, resume=True)
+        assert longer.records["round"].max() == 5 and len(longer.ledger) > len(first.ledger)
+        return
+    name, edit = EDITS[field]
+    edit(tmp_path / name)
+    with pytest.raises(ScenarioError, match=rf"^{field}: {tmp_path / name} changed .*--force"):
+        run(path, overrides=more, resume=True)
+    assert "changed" in resume_problem(load_scenario(path, more))
+
+
+def test_a_checkpoint_without_input_digests_resumes_as_before(tmp_path):
+    """Checkpoints written before digests were kept hold none: they resume unchecked."""
+    path, sections, _ = _run_with_input_files(tmp_path)
+    ckpt = tmp_path / "out" / "checkpoint.pt"
+    payload = torch.load(ckpt, weights_only=True)
+    assert set(payload.pop("inputs")) == set(EDITS)
+    torch.save(payload, ckpt)
+    (tmp_path / "on.csv").write_text((tmp_path / "on.csv").read_text() + "# edited\n")
+    longer = run(path, overrides={**sections, "run": {"rounds": 5}}, resume=True)
+    assert longer.records["round"].max() == 5

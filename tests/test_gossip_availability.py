@@ -4,11 +4,12 @@ models, and their neighbours mix without them (hand mixes on a 3-4 node graph); 
 availability and batteries; a diurnal gossip run resumes to the bit."""
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 from harness import StopAt, assert_resumes_exactly, run_protocol
 from test_patterns import CPU, FLOPS, Commits, gossip_world, run_exchange
-from tolerance import assert_tensors_close
+from tolerance import PARAM_RTOL, assert_records_close, assert_tensors_close
 
 from flnet.algorithms import decentralized, dfedavg, dfedavgm, dfl, dpsgd, oledfl
 from flnet.errors import ScenarioError
@@ -197,3 +198,80 @@ def test_a_diurnal_gossip_run_resumes_to_the_bit(scenario, tmp_path):
     whole, _ = assert_resumes_exactly(make, StopAt(3))
     offline = whole.records.nodes_offline
     assert (offline > 0).any() and (offline < 6).any()
+
+
+def train_everyone(world, learn, nodes, start, local, t, *, optimizer=None, loss_fn=None):
+    """The path before `train_online`: every node trains, `exchange` discards the absent."""
+    work = learn.local_train(nodes, start, local, t, optimizer=optimizer, loss_fn=loss_fn)
+    present = np.asarray(world.online_clients(nodes, t), dtype=bool)
+    return decentralized.Work(work.params, work.flops, work.keep, present)
+
+
+@pytest.mark.parametrize(
+    "alg",
+    [
+        {"name": "dpsgd", "topology": {"kind": "ring"}, "local": {"steps": 1}},
+        {"name": "dfedavg", "local": {"steps": 2}},
+        {"name": "dfedavg", "local": {"steps": 2, "path": "sequential"}},
+    ],
+)
+def test_only_online_nodes_train_and_the_run_is_unchanged(scenario, monkeypatch, tmp_path, alg):
+    """Training only the nodes online (`train_online`) gives the run of training every node and
+    discarding the absent (the path before): the same ledger to the bit, the same records,
+    with optimizer state persisted (the commits go to the right rows); the learner trains
+    exactly the nodes online, counted. The records' local steps describe the nodes that
+    trained (0 in a round with nobody online). The sequential path trains each node alone:
+    its records are the same to the bit; the batched kernels round differently at another
+    cohort size (4 nodes against 8), so there the models agree to rounding
+    (tests/tolerance.py)."""
+    from flnet.learn.local import Learner
+    from flnet.runner import run
+
+    trained = []
+    local_train = Learner.local_train
+
+    def counting(self, clients, *args, **kwargs):
+        trained.append(np.asarray(clients).copy())
+        return local_train(self, clients, *args, **kwargs)
+
+    monkeypatch.setattr(Learner, "local_train", counting)
+
+    def make(name):
+        return scenario(
+            algorithm={
+                **alg,
+                "local": {
+                    **alg["local"],
+                    "lr": 0.05,
+                    "batch_size": 8,
+                    "optimizer": {"name": "sgd", "momentum": 0.9},
+                    "optimizer_state": "persist",
+                },
+            },
+            clients={"count": 8, "availability": {"kind": "bernoulli", "p": 0.5}},
+            run={"rounds": 4, "eval_every": 1},
+            output={"dir": str(tmp_path / name)},
+        )
+
+    sc = make("online")
+    new = run(sc)
+    counted = trained[:]
+    with monkeypatch.context() as m:
+        m.setattr(decentralized, "train_online", train_everyone)
+        m.setattr(dpsgd, "train_online", train_everyone)
+        old = run(make("everyone"))
+    steps = [c for c in new.records.columns if c.startswith("local_steps")]
+    a, b = new.records.drop(columns=steps), old.records.drop(columns=steps)
+    if alg["local"].get("path") == "sequential":
+        pd.testing.assert_frame_equal(a, b, check_exact=True)
+    else:
+        np.testing.assert_allclose(a.consensus_distance, b.consensus_distance, rtol=PARAM_RTOL)
+        assert_records_close(
+            a.drop(columns="consensus_distance"), b.drop(columns="consensus_distance"), eval_rows=30
+        )
+    pd.testing.assert_frame_equal(new.ledger, old.ledger, check_exact=True)
+    online = [np.flatnonzero(online_by_hand(sc.seed, t, n=8)) for t in range(1, 5)]
+    assert [c.tolist() for c in counted] == [o.tolist() for o in online]
+    assert 0 < sum(map(len, online)) < 4 * 8  # some nodes sat rounds out
+    k = alg["local"]["steps"]
+    assert new.records.local_steps_max.tolist() == [0] + [k if len(o) else 0 for o in online]

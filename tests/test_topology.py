@@ -243,3 +243,22 @@ def test_building_a_100k_ring_takes_memory_in_its_edges_not_n_squared():
         tracemalloc.stop()
     assert len(m.sender) == 200_000 and m.num_nodes == 100_000
     assert peak_bytes < 32 * 2**20
+
+
+@pytest.mark.parametrize(
+    "n,k",
+    [(2, 1), (3, 2), (5, 4), (12, 3), (52, 1), (53, 1), (200, 3), (200, 16), (200, 17), (3000, 5)],
+)
+def test_random_k_draws_what_one_choice_per_node_draws(n, k):
+    """`random_k`'s picks drawn at once are those of numpy's ``choice(n - 1, k, replace=False)``
+    once per node in node order (its Floyd's algorithm and shuffle, or the loop itself past
+    FLOYD_MAX_K), and leave the stream where the loop does: the graph of a seed is unchanged."""
+    for seed in range(3):
+        loop = np.random.default_rng([seed, n, k])
+        by_node = np.stack([loop.choice(n - 1, size=k, replace=False) for _ in range(n)])
+        at_once = np.random.default_rng([seed, n, k])
+        assert np.array_equal(topo._choices(n - 1, k, n, at_once), by_node)
+        assert at_once.bit_generator.state == loop.bit_generator.state
+        picks = by_node + (by_node >= np.arange(n)[:, None])  # skip i itself
+        edges = topo.random_k(n, k, np.random.default_rng([seed, n, k]))
+        assert np.array_equal(edges[:, 0], picks.ravel())

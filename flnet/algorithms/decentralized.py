@@ -16,7 +16,8 @@ per-node accuracy over the evaluation sample (`flnet.learn.evaluate`).
 Availability (`exchange`): a node offline at a step's start (or opted out by its battery) sits
 it out: it ends the step with exactly the models it had (`hold`; its optimizer state is not
 committed), and its neighbours mix without it (its edges count as not arrived). Records add
-`nodes_offline`, the nodes that sat out the round's local step.
+`nodes_offline`, the nodes that sat out the round's local step. Who is online is asked before
+the local work (`train_online`), so only the nodes that take part train.
 """
 
 from __future__ import annotations
@@ -139,6 +140,62 @@ def hold(present: np.ndarray, new: torch.Tensor, old: torch.Tensor) -> torch.Ten
     return torch.where(torch.as_tensor(present, device=new.device).unsqueeze(1), new, old)
 
 
+class Work(NamedTuple):
+    """A round's local work, for every node in `nodes` order, computed for the online ones."""
+
+    params: torch.Tensor  # [n, P]: an absent node's row is its start
+    flops: np.ndarray  # [n]: 0.0 for an absent node (it computes nothing)
+    keep: ClientState | None  # persisted optimizer states, committed by node position
+    present: np.ndarray  # [n] bool: online at the step's start (what `exchange` is told)
+
+
+def train_online(
+    world: AbstractWorld,
+    learn: Learner,
+    nodes: np.ndarray,
+    start: torch.Tensor,
+    local: LocalConfig,
+    t: int,
+    *,
+    optimizer: GradientTransformation | None = None,
+    loss_fn: LossFn | None = None,
+) -> Work:
+    """Local work from `start` [n, P] for the nodes online at round t's start (asked as
+    `exchange` asks: `world.online_clients(nodes, t)`, availability and battery opt-out), the
+    only ones whose work is used: a node's minibatches are keyed by (seed, t, node), so the
+    rows trained are those a run training every node computes, without the CPU of the rest
+    (to the bit on the sequential path; the batched kernels may round differently at another
+    cohort size, `tests/tolerance.py`)."""
+    present = np.asarray(world.online_clients(nodes, t), dtype=bool)
+    if present.all():
+        work = learn.local_train(nodes, start, local, t, optimizer=optimizer, loss_fn=loss_fn)
+        return Work(work.params, work.flops, work.keep, present)
+    on = np.flatnonzero(present)
+    rows = torch.as_tensor(on, device=start.device)
+    work = learn.local_train(
+        nodes[on], start.index_select(0, rows), local, t, optimizer=optimizer, loss_fn=loss_fn
+    )
+    flops = np.zeros(len(nodes))
+    flops[on] = work.flops
+    keep = None if work.keep is None else Subset(work.keep, on, len(nodes))
+    return Work(start.index_copy(0, rows, work.params), flops, keep, present)
+
+
+class Subset:
+    """A `ClientState` computed for the nodes at positions `on` of n, committed by position
+    among the n (`exchange` commits the nodes whose compute completed, all of them online)."""
+
+    def __init__(self, state: ClientState, on: np.ndarray, n: int) -> None:
+        self.state = state
+        self.within = np.full(n, -1, dtype=np.int64)
+        self.within[on] = np.arange(len(on))
+
+    def commit(self, positions: np.ndarray) -> None:
+        inner = self.within[np.asarray(positions, dtype=np.int64)]
+        assert (inner >= 0).all(), "a node that sat the step out cannot commit its state"
+        self.state.commit(inner)
+
+
 def offline(present: np.ndarray) -> dict[str, float]:
     """The records' count of nodes that sat the step out."""
     return {"nodes_offline": float(len(present) - int(present.sum()))}
@@ -155,10 +212,12 @@ def send(
     *,
     substep: int = 0,
     client_state: ClientState | None = None,
+    present: np.ndarray | None = None,
 ) -> Generator[simpy.Event, Any, Sent]:
     """Gossip step `substep` of round t in time: each node computes `flops`, then sends its
     row of `payload` (`bits`: one number or [n] per sender) along its out-edges;
-    `client_state` is committed for the nodes whose compute completed."""
+    `client_state` is committed for the nodes whose compute completed. `present`: who is
+    online, when the caller asked already (`train_online`)."""
     per_edge = bits if np.ndim(bits) == 0 else np.asarray(bits, dtype=float)[g.links[:, 0]]
     done = yield from exchange(
         world,
@@ -171,6 +230,7 @@ def send(
         send_after_work=True,
         client_state=client_state,
         substep=substep,
+        present=present,
     )
     return Sent(None if done.arrived.all() else done.arrived, done.computed, done.present)
 
@@ -194,7 +254,9 @@ def local_then_mix(
     its start as its z (no local step). A node that sat the round out keeps its x and, as its
     z, its `last_z` (default: its start) exactly."""
     start = x if start is None else start
-    work = learn.local_train(g.nodes, start, local, t, optimizer=optimizer, loss_fn=loss_fn)
+    work = train_online(
+        world, learn, g.nodes, start, local, t, optimizer=optimizer, loss_fn=loss_fn
+    )
     z = work.params
     sent = yield from send(
         world,
@@ -205,6 +267,7 @@ def local_then_mix(
         t,
         timeout_s,
         client_state=work.keep,  # persisted optimizer states of the nodes that computed
+        present=work.present,
     )
     if not sent.computed.all():
         z = torch.where(torch.as_tensor(sent.computed, device=z.device).unsqueeze(1), z, start)

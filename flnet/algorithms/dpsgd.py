@@ -34,7 +34,7 @@ import torch
 
 from flnet.algorithms.base import Steps
 from flnet.algorithms.configs import DpsgdConfig as Config
-from flnet.algorithms.decentralized import hold, offline
+from flnet.algorithms.decentralized import hold, offline, train_online
 from flnet.learn.aggregate import mix
 from flnet.learn.cohort import LossFn
 from flnet.learn.wire import ModelMessage
@@ -109,7 +109,7 @@ def protocol(
     for k in world.steps(state.round):
         w = schedule.at(k)  # sparse W (drawn afresh each iteration when time-varying)
         links = w.links()  # [M, 2] (j, i): j sends x_j to i for every W_ij > 0
-        work = learn.local_train(nodes, x, cfg.local, k, loss_fn=loss_fn)  # lines 2-3
+        work = train_online(world, learn, nodes, x, cfg.local, k, loss_fn=loss_fn)  # lines 2-3
         done = yield from exchange(
             world,
             nodes,
@@ -119,6 +119,7 @@ def protocol(
             tag=k,
             timeout_s=cfg.timeout_s,
             client_state=work.keep,  # persisted optimizer states of the nodes that computed
+            present=work.present,  # asked before the local work: only they trained
         )
         arrived = None if done.arrived.all() else done.arrived  # [M]: link e's x_j reached i
         y = work.params if done.computed.all() else _cut(x, work.params, done.computed)

@@ -291,6 +291,7 @@ def exchange(
     send_after_work: bool = False,
     client_state: ClientState | None = None,
     substep: int = 0,
+    present: np.ndarray | None = None,
 ) -> Generator[simpy.Event, Any, Exchange]:
     """One iteration of gossip: every node computes its `work_flops` ([N]) and sends `packets`
     along each directed edge of `edges` ([M, 2] positions into `nodes`, [N] client ids); the
@@ -322,7 +323,8 @@ def exchange(
     next to a session; its joules still drain the battery). An iteration with nobody online
     lasts IDLE_RETRY_S, as a round without clients does, so a night passes in simulated time.
     With everyone online (availability `always`, no battery) nothing differs from a run
-    without availability.
+    without availability. `present` ([N] bool) is that answer when the caller asked it already
+    (to train only the nodes online: `flnet.algorithms.decentralized.train_online`).
     """
     start = world.now
     step = Tag("exchange", tag)
@@ -337,7 +339,8 @@ def exchange(
         if lossy
         else []
     )
-    present = np.asarray(world.online_clients(nodes, tag), dtype=bool)
+    if present is None:
+        present = np.asarray(world.online_clients(nodes, tag), dtype=bool)
     if not present.any():  # nobody online: the iteration waits, the next one asks again
         yield world.wait(IDLE_RETRY_S)
         return Exchange(np.zeros(m, bool), start, world.now, np.zeros(len(ids), bool), present)

@@ -379,17 +379,50 @@ def random_geometric(
 
 def random_k(n: int, k: int, rng: np.random.Generator, directed: bool = True) -> np.ndarray:
     """One iteration's draw: each node i picks k distinct other nodes uniformly (one `choice`
-    per node, in node order). Directed: [n k, 2] edges j -> i (i hears the k it picked);
-    undirected: the picks as undirected [E, 2] edges, each pair once. O(n k)."""
+    per node, in node order, drawn at once: `_choices`). Directed: [n k, 2] edges j -> i (i
+    hears the k it picked); undirected: the picks as undirected [E, 2] edges, each pair once.
+    O(n k^2) for k <= FLOYD_MAX_K, else O(n k)."""
     if not 1 <= k <= n - 1:
         raise ValueError(f"k = {k} must be in 1..{n - 1}")
-    picks = np.stack([rng.choice(n - 1, size=k, replace=False) for _ in range(n)])
+    picks = _choices(n - 1, k, n, rng)
     me = np.arange(n, dtype=np.int64)[:, None]
     picks = picks + (picks >= me)  # skip i itself
     if directed:
         return np.stack([picks.ravel(), np.repeat(me.ravel(), k)], axis=1).astype(np.int64)
     pairs = np.sort(np.stack([np.repeat(me.ravel(), k), picks.ravel()], axis=1), axis=1)
     return np.unique(pairs, axis=0).astype(np.int64)
+
+
+FLOYD_MAX_K = 16  # beyond this, Floyd's collision check over [n, k] costs more than the loop
+
+
+def _choices(pop: int, k: int, rows: int, rng: np.random.Generator) -> np.ndarray:
+    """[rows, k]: ``rng.choice(pop, k, replace=False)`` once per row in turn, the same numbers
+    and the same stream state after, drawn at once where numpy uses Floyd's algorithm (pop at
+    most 10,000 or k at most pop / 50; here also k <= FLOYD_MAX_K), else by that loop.
+
+    What numpy's ``Generator.choice`` does there (numpy/random/_generator.pyx): for j = pop - k
+    .. pop - 1 a draw v in [0, j], kept unless already taken, then j; then a Fisher-Yates
+    shuffle of the k, a draw in [0, i] for i = k - 1 .. 1. Each draw is one
+    ``random_bounded_uint64`` call, which ``integers`` with an array of bounds makes for each
+    element in order, so one `integers` call over every row's bounds consumes the stream
+    exactly as the loop does (tests/test_topology.py checks it draw for draw)."""
+    if k > FLOYD_MAX_K or (pop > 10_000 and k > pop // 50):
+        return np.stack([rng.choice(pop, size=k, replace=False) for _ in range(rows)])
+    picked = np.arange(pop - k, pop)
+    swaps = np.arange(k - 1, 0, -1)
+    bounds = np.concatenate([picked, swaps])
+    draws = rng.integers(0, np.tile(bounds, rows) + 1).reshape(rows, len(bounds))
+    out = np.empty((rows, k), dtype=np.int64)
+    for t, j in enumerate(picked.tolist()):  # Floyd: a draw already taken gives j
+        v = draws[:, t]
+        out[:, t] = np.where((out[:, :t] == v[:, None]).any(axis=1), j, v)
+    every = np.arange(rows)
+    for t, i in enumerate(swaps.tolist(), start=k):  # the shuffle: swap i with the draw
+        j = draws[:, t]
+        here, there = out[:, i].copy(), out[every, j]
+        out[:, i], out[every, j] = there, here
+    return out
 
 
 def from_directed(edges: np.ndarray, n: int) -> Mixing:
