@@ -290,3 +290,30 @@ def test_algorithms_that_do_not_follow_the_blocks_are_refused(tmp_path, name):
     would train on block 0's rows throughout, so the scenario is refused naming data.blocks."""
     with pytest.raises(ScenarioError, match=r"data\.blocks.*fedavg, mm_psgd, mc_psgd only"):
         small(tmp_path, name, {"rounds_per_block": 2})
+
+
+def test_stragglers_epochs_are_epochs_of_the_rounds_block(tmp_path):
+    """A straggler's `amount` epochs are epochs of its rows in the round's block (not block
+    0's). FedAvg drops its stragglers, but the plan is the one FedProx's would be."""
+    from flnet.algorithms import partial
+
+    sc = small(
+        tmp_path,
+        "fedavg",
+        {"rounds_per_block": 1},
+        rounds=2,
+        algorithm={
+            "local": {"steps": None, "epochs": 3, "batch_size": 8},
+            "partial_work": {"kind": "stragglers", "fraction": 1.0},
+        },
+    )
+    world, learn = build(sc)
+    cohort = np.arange(20)
+    epochs_of = [-(-learn.samples_in(block)[cohort] // 8) for block in (0, 1)]  # ceil(n_k / B)
+    assert (epochs_of[0] != epochs_of[1]).any()
+    for t, block in ((1, 0), (2, 1)):
+        cfg = sc.algorithm
+        p = partial.plan(world, learn, cfg.partial_work, cfg.local, cohort, t, 1.0, None, block)
+        amounts = p.steps // epochs_of[block]
+        assert (p.steps == amounts * epochs_of[block]).all()
+        assert ((1 <= amounts) & (amounts <= 3)).all()

@@ -74,7 +74,15 @@ def protocol(
         steps = None
         if cfg.partial_work is not None:
             p = partial.plan(
-                world, learn, cfg.partial_work, cfg.local, cohort, t, x_bits, cfg.cohort.deadline_s
+                world,
+                learn,
+                cfg.partial_work,
+                cfg.local,
+                cohort,
+                t,
+                x_bits,
+                cfg.cohort.deadline_s,
+                block,
             )
             if partial_updates:
                 steps = p.steps

@@ -75,9 +75,11 @@ def plan(
     t: int,
     model_bits: float,
     deadline_s: float | None,
+    block: int | None = None,
 ) -> Plan:
-    """How many local steps each member of `cohort` does in round `t`."""
-    full = learn.full_steps(cohort, local)
+    """How many local steps each member of `cohort` does in round `t` (on its rows of data
+    block `block`, with block-cyclic data)."""
+    full = learn.full_steps(cohort, local, block)
     if partial.kind == "deadline":
         assert deadline_s is not None  # the config checks it
         alone = world.alone_s(cohort, model_bits, learn.step_flops(local), model_bits)

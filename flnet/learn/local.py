@@ -133,12 +133,15 @@ class Learner:
         reference model's parameters with ``model.costs_as``."""
         return self.wire.bits(message)
 
-    def full_steps(self, clients: np.ndarray, local: LocalConfig) -> np.ndarray:
-        """[C] local steps each client's full work takes: `local.steps`, or its epochs' steps."""
+    def full_steps(
+        self, clients: np.ndarray, local: LocalConfig, block: int | None = None
+    ) -> np.ndarray:
+        """[C] local steps each client's full work takes: `local.steps`, or its epochs' steps
+        over its rows (in block `block`, with block-cyclic data)."""
         if local.epochs is None:
             return np.full(len(clients), local.steps, dtype=np.int64)
         return data_mod.epoch_steps(
-            self.num_samples[clients], local.epochs, local.batch_size, local.drop_last
+            self.samples_in(block)[clients], local.epochs, local.batch_size, local.drop_last
         )
 
     def step_flops(self, local: LocalConfig) -> float:
