@@ -173,17 +173,21 @@ def conv_layers(model: Model) -> list[Layer] | None:
 class _Arena:
     """Buffers handed out in call order: the n-th request of every call gets the same tensor
     (the engine asks for the same shapes in the same order each call). `zeros` buffers are
-    zeroed once; callers write only their interior (a convolution's padded input)."""
+    zeroed once; callers write only their interior (a convolution's padded input). `memo`
+    keeps what is derived from those buffers alone (col2im's views), for the same reason."""
 
     def __init__(self, like: torch.Tensor) -> None:
         self.dtype, self.device = like.dtype, like.device
         self.buffers: list[torch.Tensor] = []
         self.next = 0
+        self.memo: dict[int, Any] = {}
 
-    def __call__(self, *shape: int, zeros: bool = False) -> torch.Tensor:
+    def __call__(
+        self, *shape: int, zeros: bool = False, dtype: torch.dtype | None = None
+    ) -> torch.Tensor:
         if self.next == len(self.buffers):
             make = torch.zeros if zeros else torch.empty
-            self.buffers.append(make(shape, dtype=self.dtype, device=self.device))
+            self.buffers.append(make(shape, dtype=dtype or self.dtype, device=self.device))
         buf = self.buffers[self.next]
         self.next += 1
         return buf
@@ -255,12 +259,22 @@ class ConvStack:
                 a = z.view(c, layer.c_out, *layer.out_hw, b)
             elif isinstance(layer, _Pool):
                 # [C*ch, H, W, B] is channels-last [N, B, H, W] to torch: B is the vector lane
+                # (into reused buffers: fresh ones of this size cost page faults each step)
                 planes = a.reshape(c * layer.channels, *layer.in_hw, b).permute(0, 3, 1, 2)
-                pooled, idx = torch.ops.aten.max_pool2d_with_indices(
-                    planes, layer.kernel, layer.stride, (0, 0), (1, 1), False
+                pooled = arena(c, layer.channels, *layer.out_hw, b)
+                idx = arena(c * layer.channels, *layer.out_hw, b, dtype=torch.int64)
+                torch.ops.aten.max_pool2d_with_indices.out(
+                    planes,
+                    layer.kernel,
+                    layer.stride,
+                    (0, 0),
+                    (1, 1),
+                    False,
+                    out=pooled.view(c * layer.channels, *layer.out_hw, b).permute(0, 3, 1, 2),
+                    indices=idx.permute(0, 3, 1, 2),
                 )
-                saved.append((planes, idx))
-                a = pooled.permute(0, 2, 3, 1).view(c, layer.channels, *layer.out_hw, b)
+                saved.append((planes, idx.permute(0, 3, 1, 2)))
+                a = pooled
             elif isinstance(layer, _ReLU):
                 a = a.clamp_min_(0)
                 saved.append(a)
@@ -304,10 +318,18 @@ class ConvStack:
             elif isinstance(layer, _Pool):
                 planes, idx = s
                 grad_out = d.reshape(c * layer.channels, *layer.out_hw, b).permute(0, 3, 1, 2)
-                d_in = torch.ops.aten.max_pool2d_with_indices_backward(
-                    grad_out, planes, layer.kernel, layer.stride, (0, 0), (1, 1), False, idx
+                d = arena(c, layer.channels, *layer.in_hw, b)
+                torch.ops.aten.max_pool2d_with_indices_backward.grad_input(
+                    grad_out,
+                    planes,
+                    layer.kernel,
+                    layer.stride,
+                    (0, 0),
+                    (1, 1),
+                    False,
+                    idx,
+                    grad_input=d.view(c * layer.channels, *layer.in_hw, b).permute(0, 3, 1, 2),
                 )
-                d = d_in.permute(0, 2, 3, 1).reshape(c, layer.channels, *layer.in_hw, b)
             else:  # _Conv
                 dz = d.reshape(c, layer.c_out, -1)
                 k = s.shape[1]
@@ -352,11 +374,16 @@ class ConvStack:
             layer.out_hw,
         )
         dpad = arena(c, layer.c_in, h + 2 * ph, w + 2 * pw, b)
+        key = id(dpad)  # the same buffers every call of this arena: their views too
+        if key not in arena.memo:
+            dv = dcols.view(c, layer.c_in, kh, kw, ho, wo, b)
+            arena.memo[key] = (
+                [dpad[:, :, i : i + ho, j : j + wo] for i in range(kh) for j in range(kw)],
+                [dv[:, :, i, j] for i in range(kh) for j in range(kw)],
+            )
+        windows, offsets = arena.memo[key]
         dpad.zero_()
-        dv = dcols.view(c, layer.c_in, kh, kw, ho, wo, b)
-        for i in range(kh):
-            for j in range(kw):
-                dpad[:, :, i : i + ho, j : j + wo] += dv[:, :, i, j]
+        torch._foreach_add_(windows, offsets)  # one call; applied in order, so overlaps add
         if ph or pw:
             d = arena(c, layer.c_in, h, w, b)
             return d.copy_(dpad[:, :, ph : ph + h, pw : pw + w])
