@@ -200,6 +200,7 @@ class ConvStack:
     def __init__(self, layers: list[Layer]) -> None:
         self.layers = layers
         self._arenas: dict[tuple, _Arena] = {}
+        self._views: tuple[tuple, dict[int, Any]] = ((), {})  # the last params' layer views
 
     def floats_per_sample(self) -> int:
         """Elements this engine keeps per sample (activations, im2col columns, their
@@ -239,22 +240,21 @@ class ConvStack:
         while len(self._arenas) > 2:
             del self._arenas[next(iter(self._arenas))]
         arena.next = 0
-        weight = lambda layer, *shape: params[:, slice(*layer.weight)].view(c, *shape)  # noqa
-        bias = lambda layer: params[:, slice(*layer.bias)].unsqueeze(2)  # noqa: E731
+        views = self._param_views(params)
 
         # ---- forward, batch last; saved[i] is what layer i's backward needs
         # [C, Cin, H, W, B]: one transposing copy, so that im2col reads runs of B floats
         a = arena(c, *x.shape[2:], b).copy_(x.view(c, b, *x.shape[2:]).permute(0, 2, 3, 4, 1))
         saved: list[Any] = []
-        for layer in self.layers:
+        for i, layer in enumerate(self.layers):
             if isinstance(layer, _Conv):
                 cols = self._im2col(arena, layer, a, c, b)  # [C, Cin*kh*kw, Ho*Wo*B]
                 z = arena(c, layer.c_out, cols.shape[2])
-                w = weight(layer, layer.c_out, cols.shape[1])
-                if layer.bias is None:
+                w, bias = views[i]
+                if bias is None:
                     torch.bmm(w, cols, out=z)
                 else:
-                    torch.baddbmm(bias(layer), w, cols, out=z)
+                    torch.baddbmm(bias, w, cols, out=z)
                 saved.append(cols)
                 a = z.view(c, layer.c_out, *layer.out_hw, b)
             elif isinstance(layer, _Pool):
@@ -283,31 +283,29 @@ class ConvStack:
                 saved.append(None)
             else:  # Linear: [C, in, B] -> [C, out, B]
                 z = arena(c, layer.shape[0], b)
-                w = weight(layer, *layer.shape)
-                if layer.bias is None:
+                w, bias = views[i]
+                if bias is None:
                     torch.bmm(w, a, out=z)
                 else:
-                    torch.baddbmm(bias(layer), w, a, out=z)
+                    torch.baddbmm(bias, w, a, out=z)
                 saved.append(a)
                 a = z
 
-        # ---- the loss and its gradient (softmax over the middle dimension, as DenseStack)
-        z = a  # [C, K, B]
-        top = z.amax(1, keepdim=True)  # [C, 1, B]
-        e = torch.sub(z, top, out=arena(*z.shape)).exp_()
-        total = e.sum(1, keepdim=True)
+        # ---- the loss and its gradient (log-softmax over the middle dimension, as DenseStack)
         label = y.unsqueeze(1)  # [C, 1, B]
-        loss = (top + total.log() - z.gather(1, label)).mean((1, 2))  # [C]
+        logp = torch.ops.aten._log_softmax.out(a, 1, False, out=arena(*a.shape))  # [C, K, B]
+        loss = logp.gather(1, label).mean((1, 2)).neg_()  # [C]
         minus = arena(c, 1, b)
-        minus.fill_(-1.0 / b)
-        d = e.div_(total.mul_(b)).scatter_add_(1, label, minus)  # [C, K, B]
+        if id(minus) not in arena.memo:
+            arena.memo[id(minus)] = minus.fill_(-1.0 / b)
+        d = logp.exp_().div_(b).scatter_add_(1, label, minus)  # [C, K, B]
 
         # ---- backward
         parts: list[torch.Tensor] = []
         for i in range(len(self.layers) - 1, -1, -1):
             layer, s = self.layers[i], saved[i]
             if isinstance(layer, _Linear):
-                w = weight(layer, *layer.shape)
+                w = views[i][0]
                 dw = torch.bmm(d, s.transpose(1, 2), out=arena(c, *layer.shape))
                 parts[:0] = [dw.view(c, -1)] + ([d.sum(2)] if layer.bias is not None else [])
                 d = torch.bmm(w.transpose(1, 2), d, out=arena(c, layer.shape[1], b))
@@ -336,11 +334,32 @@ class ConvStack:
                 dw = torch.bmm(dz, s.transpose(1, 2), out=arena(c, layer.c_out, k))
                 parts[:0] = [dw.view(c, -1)] + ([dz.sum(2)] if layer.bias is not None else [])
                 if i:  # the first layer's input gradient is never needed
-                    w = weight(layer, layer.c_out, k)
+                    w = views[i][0]
                     dcols = torch.bmm(w.transpose(1, 2), dz, out=arena(c, k, dz.shape[2]))
                     d = self._col2im(arena, layer, dcols, c, b)
         grads = torch.cat(parts, 1, out=out) if out is not None else torch.cat(parts, 1)
         return loss, grads
+
+    def _param_views(self, params: torch.Tensor) -> dict[int, Any]:
+        """Per layer with parameters, (W [C, out, in], bias [C, out, 1] or None) viewing
+        `params`, kept while the same tensor comes back (the trainer's, updated in place;
+        the views hold its storage, so no other tensor can show the same address meanwhile)."""
+        key = (params.data_ptr(), params.device, params.dtype, params.shape, params.stride())
+        if self._views[0] != key:
+            c = params.shape[0]
+            views: dict[int, Any] = {}
+            for i, layer in enumerate(self.layers):
+                if isinstance(layer, _Conv | _Linear):
+                    shape = (
+                        (layer.c_out, layer.c_in * math.prod(layer.kernel))
+                        if isinstance(layer, _Conv)
+                        else layer.shape
+                    )
+                    w = params[:, slice(*layer.weight)].view(c, *shape)
+                    bias = None if layer.bias is None else params[:, slice(*layer.bias)]
+                    views[i] = (w, None if bias is None else bias.unsqueeze(2))
+            self._views = (key, views)
+        return self._views[1]
 
     @staticmethod
     def _im2col(arena: _Arena, layer: _Conv, a: torch.Tensor, c: int, b: int) -> torch.Tensor:
