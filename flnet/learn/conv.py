@@ -193,6 +193,50 @@ class _Arena:
         return buf
 
 
+class _Native(NamedTuple):
+    """A convolution through torch's own kernel (oneDNN on the CPU), on the batch-last layout
+    as it is: ``[C, Cin, H, W, B]`` is the image ``[1, C*Cin, H, W*B]``, a kernel column step
+    of one pixel is a step of B there (dilation (1, B)), a padding of pw pixels is pw*B zero
+    columns, and the cohort's clients are groups. Its output is ``[C, Cout, Ho, Wo, B]``."""
+
+    layer: _Conv
+    c: int
+    b: int
+
+    def _args(self) -> tuple:
+        (ph, pw), b = self.layer.padding, self.b
+        return [1, 1], [ph, pw * b], [1, b], False, [0, 0], self.c
+
+    def _image(self, a: torch.Tensor) -> torch.Tensor:
+        h, w = self.layer.in_hw
+        return a.view(1, self.c * self.layer.c_in, h, w * self.b)
+
+    def _kernels(self, w: torch.Tensor) -> torch.Tensor:
+        return w.reshape(self.c * self.layer.c_out, self.layer.c_in, *self.layer.kernel)
+
+    def forward(self, a: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+        """a [C, Cin, H, W, B], w [C, Cout, Cin*kh*kw], bias [C, Cout, 1] -> [C, Cout, Ho,
+        Wo, B]."""
+        c, layer = self.c, self.layer
+        flat_bias = None if bias is None else bias.reshape(c * layer.c_out)
+        z = torch.ops.aten.convolution(self._image(a), self._kernels(w), flat_bias, *self._args())
+        return z.view(c, layer.c_out, *layer.out_hw, self.b)
+
+    def weight_grads(self, a: torch.Tensor, dz: torch.Tensor, w: torch.Tensor) -> list:
+        """The weight's (and bias's) gradient [C, *] from the output's dz [C, Cout, Ho, Wo, B]."""
+        c, layer = self.c, self.layer
+        has_bias = layer.bias is not None
+        _, dw, db = torch.ops.aten.convolution_backward(
+            dz.reshape(1, c * layer.c_out, layer.out_hw[0], -1),
+            self._image(a),
+            self._kernels(w),
+            [c * layer.c_out] if has_bias else None,
+            *self._args(),
+            [False, True, has_bias],
+        )
+        return [dw.view(c, -1)] + ([db.view(c, -1)] if has_bias else [])
+
+
 class ConvStack:
     """Mean cross-entropy and its gradient for a conv/pool/ReLU/Flatten/Linear stack, by hand
     (see the module docstring for the layout and the maths)."""
@@ -248,15 +292,8 @@ class ConvStack:
         saved: list[Any] = []
         for i, layer in enumerate(self.layers):
             if isinstance(layer, _Conv):
-                cols = self._im2col(arena, layer, a, c, b)  # [C, Cin*kh*kw, Ho*Wo*B]
-                z = arena(c, layer.c_out, cols.shape[2])
-                w, bias = views[i]
-                if bias is None:
-                    torch.bmm(w, cols, out=z)
-                else:
-                    torch.baddbmm(bias, w, cols, out=z)
-                saved.append(cols)
-                a = z.view(c, layer.c_out, *layer.out_hw, b)
+                saved.append(a)  # its columns are built again in the backward pass
+                a = _Native(layer, c, b).forward(a, *views[i])
             elif isinstance(layer, _Pool):
                 # [C*ch, H, W, B] is channels-last [N, B, H, W] to torch: B is the vector lane
                 # (into reused buffers: fresh ones of this size cost page faults each step)
@@ -329,14 +366,17 @@ class ConvStack:
                     grad_input=d.view(c * layer.channels, *layer.in_hw, b).permute(0, 3, 1, 2),
                 )
             else:  # _Conv
+                if not i:  # the first layer's input gradient is never needed
+                    parts[:0] = _Native(layer, c, b).weight_grads(s, d, views[i][0])
+                    continue
                 dz = d.reshape(c, layer.c_out, -1)
-                k = s.shape[1]
-                dw = torch.bmm(dz, s.transpose(1, 2), out=arena(c, layer.c_out, k))
+                cols = self._im2col(arena, layer, s, c, b)  # [C, Cin*kh*kw, Ho*Wo*B]
+                k = cols.shape[1]
+                dw = torch.bmm(dz, cols.transpose(1, 2), out=arena(c, layer.c_out, k))
                 parts[:0] = [dw.view(c, -1)] + ([dz.sum(2)] if layer.bias is not None else [])
-                if i:  # the first layer's input gradient is never needed
-                    w = views[i][0]
-                    dcols = torch.bmm(w.transpose(1, 2), dz, out=arena(c, k, dz.shape[2]))
-                    d = self._col2im(arena, layer, dcols, c, b)
+                w = views[i][0]
+                dcols = torch.bmm(w.transpose(1, 2), dz, out=arena(c, k, dz.shape[2]))
+                d = self._col2im(arena, layer, dcols, c, b)
         grads = torch.cat(parts, 1, out=out) if out is not None else torch.cat(parts, 1)
         return loss, grads
 
