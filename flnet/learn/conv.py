@@ -285,6 +285,9 @@ class ConvStack:
             del self._arenas[next(iter(self._arenas))]
         arena.next = 0
         views = self._param_views(params)
+        # one client a call (path auto on the CPU): convolutions through torch's kernel;
+        # several: im2col GEMMs over the cohort (oneDNN's grouped convolution is slower)
+        native = c == 1 and params.device.type == "cpu"
 
         # ---- forward, batch last; saved[i] is what layer i's backward needs
         # [C, Cin, H, W, B]: one transposing copy, so that im2col reads runs of B floats
@@ -292,8 +295,19 @@ class ConvStack:
         saved: list[Any] = []
         for i, layer in enumerate(self.layers):
             if isinstance(layer, _Conv):
-                saved.append(a)  # its columns are built again in the backward pass
-                a = _Native(layer, c, b).forward(a, *views[i])
+                if native:  # its columns are built in the backward pass, where needed
+                    saved.append(a)
+                    a = _Native(layer, c, b).forward(a, *views[i])
+                    continue
+                cols = self._im2col(arena, layer, a, c, b)  # [C, Cin*kh*kw, Ho*Wo*B]
+                z = arena(c, layer.c_out, cols.shape[2])
+                w, bias = views[i]
+                if bias is None:
+                    torch.bmm(w, cols, out=z)
+                else:
+                    torch.baddbmm(bias, w, cols, out=z)
+                saved.append(cols)
+                a = z.view(c, layer.c_out, *layer.out_hw, b)
             elif isinstance(layer, _Pool):
                 # [C*ch, H, W, B] is channels-last [N, B, H, W] to torch: B is the vector lane
                 # (into reused buffers: fresh ones of this size cost page faults each step)
@@ -366,17 +380,18 @@ class ConvStack:
                     grad_input=d.view(c * layer.channels, *layer.in_hw, b).permute(0, 3, 1, 2),
                 )
             else:  # _Conv
-                if not i:  # the first layer's input gradient is never needed
+                if not i and native:  # the first layer's input gradient: never needed
                     parts[:0] = _Native(layer, c, b).weight_grads(s, d, views[i][0])
                     continue
                 dz = d.reshape(c, layer.c_out, -1)
-                cols = self._im2col(arena, layer, s, c, b)  # [C, Cin*kh*kw, Ho*Wo*B]
+                cols = self._im2col(arena, layer, s, c, b) if native else s
                 k = cols.shape[1]
                 dw = torch.bmm(dz, cols.transpose(1, 2), out=arena(c, layer.c_out, k))
                 parts[:0] = [dw.view(c, -1)] + ([dz.sum(2)] if layer.bias is not None else [])
-                w = views[i][0]
-                dcols = torch.bmm(w.transpose(1, 2), dz, out=arena(c, k, dz.shape[2]))
-                d = self._col2im(arena, layer, dcols, c, b)
+                if i:  # the first layer's input gradient is never needed
+                    w = views[i][0]
+                    dcols = torch.bmm(w.transpose(1, 2), dz, out=arena(c, k, dz.shape[2]))
+                    d = self._col2im(arena, layer, dcols, c, b)
         grads = torch.cat(parts, 1, out=out) if out is not None else torch.cat(parts, 1)
         return loss, grads
 
