@@ -1,4 +1,4 @@
-"""A hand-derived engine for small CNNs: the cohort's losses and gradients as batched GEMMs.
+"""A hand-derived engine for small CNNs: the cohort's losses and gradients without autograd.
 
 `ConvStack` is to convolutional ``nn.Sequential`` models what `cohort.DenseStack` is to MLPs:
 the mean cross-entropy ``[C]`` and its gradient ``[C, P]`` for every client of a cohort, the same
@@ -11,12 +11,20 @@ Layout: batch last. An image activation is ``[C, channels, H, W, B]`` and a dens
 weights are used in torch's own order, and Flatten is a view:
 
 - the input ``[C, B, Cin, H, W]`` is copied once to ``[C, Cin, H, W, B]``;
-- convolution forward: im2col copies the (zero-padded) input into ``cols [C, Cin*kh*kw,
-  Ho*Wo*B]`` through an `as_strided` view (runs of B contiguous floats), then ``out [C, Cout,
-  Ho*Wo*B] = W [C, Cout, Cin*kh*kw] @ cols`` (+ bias), already the next layer's layout;
-- convolution backward: ``dW = dOut @ cols^T``, ``db = sum dOut``, ``dcols = W^T @ dOut`` and
-  col2im adds dcols back into the padded input gradient, one shifted slice per kernel offset.
-  The first layer's input gradient is never needed and never computed;
+- convolution forward, several clients a call: im2col copies the (zero-padded) input into
+  ``cols [C, Cin*kh*kw, Ho*Wo*B]`` through an `as_strided` view (runs of B contiguous floats),
+  then ``out [C, Cout, Ho*Wo*B] = W [C, Cout, Cin*kh*kw] @ cols`` (+ bias), already the next
+  layer's layout;
+- convolution forward, one client a call (what `path: auto` takes on the CPU): torch's own
+  kernel (oneDNN) on the same layout, with no copy (`_Native`): ``[Cin, H, W, B]`` is the
+  image ``[1, Cin, H, W*B]`` and a kernel step of one pixel is a step of B columns there, a
+  convolution with dilation (1, B) and padding (ph, pw*B) whose output is ``[Cout, Ho, Wo,
+  B]``. The first layer's weight and bias gradients come from torch's kernel too;
+- convolution backward (past the first layer, and every layer of a cohort): im2col of the
+  layer's input as above (kept from the forward pass where it was built there), ``dW = dOut @
+  cols^T``, ``db = sum dOut``, ``dcols = W^T @ dOut``, and col2im adds dcols back into the
+  padded input gradient, one shifted window per kernel offset in one `_foreach_add_`. The
+  first layer's input gradient is never needed and never computed;
 - max-pool: ``[C*ch, H, W, B]`` is a channels-last ``[N, B, H, W]`` image to torch, whose pool
   then vectorises over B (the NCHW pool is several times slower here); its argmax indices
   (the first maximum of a window, as autograd's) route the backward pass, through torch's
@@ -29,13 +37,19 @@ Measured choices (benchmarks/bench.py, workload b, CPU-s of 50 clients x 10 step
 ``[C, ch, B, H, W]`` layout spent 28% of its time in NCHW max-pooling; true channels-last
 ``[C, B, H, W, ch]`` made the pool fast but the GEMMs (weights reordered each step) and the
 col2im adds (runs of ch floats) slower: 2.34 s against 1.82 s (one run each, batched), and
-batch last takes 1.07-1.40 s (1 to 50 clients a call).
+batch last takes 1.07-1.40 s (1 to 50 clients a call). torch's kernel against im2col GEMMs,
+one client a call, interleaved runs on a loaded 2-vCPU AMD EPYC (best of 5): the Delta-SGD
+MNIST CNN 0.86 s either way, the CIFAR tutorial CNN 1.10 s against 1.48 s (its first layer,
+3 -> 6 channels on 32x32, is a GEMM of 6 rows over 25,088 columns, which oneDNN runs without
+the columns); 50 clients a call through oneDNN's grouped convolution: 1.56 s against 1.17 s
+(MNIST CNN), hence im2col there. oneDNN costs about 40 us a call whatever the size.
 
 Every intermediate lives in buffers reused across calls of the same cohort and batch size
 (`_Arena`, for the two most recent shapes), since allocating megabytes a step costs page
 faults. Only float maths and ops that exist on every device are used, so the engine runs on
-CUDA as on the CPU (untested there: no GPU was lent). Short batches (PAD labels) are not
-handled here: `cohort.Trainer` routes those steps to autograd.
+CUDA as on the CPU (untested there: no GPU was lent; torch's kernel is taken on the CPU only).
+Short batches (PAD labels) are not handled here: `cohort.Trainer` routes those steps to
+autograd.
 """
 
 from __future__ import annotations
@@ -194,47 +208,46 @@ class _Arena:
 
 
 class _Native(NamedTuple):
-    """A convolution through torch's own kernel (oneDNN on the CPU), on the batch-last layout
-    as it is: ``[C, Cin, H, W, B]`` is the image ``[1, C*Cin, H, W*B]``, a kernel column step
-    of one pixel is a step of B there (dilation (1, B)), a padding of pw pixels is pw*B zero
-    columns, and the cohort's clients are groups. Its output is ``[C, Cout, Ho, Wo, B]``."""
+    """A convolution of one client through torch's own kernel (oneDNN on the CPU), on the
+    batch-last layout as it is: ``[1, Cin, H, W, B]`` is the image ``[1, Cin, H, W*B]``, a
+    kernel column step of one pixel is a step of B there (dilation (1, B)), a padding of pw
+    pixels is pw*B zero columns, and the output is ``[1, Cout, Ho, Wo, B]``."""
 
     layer: _Conv
-    c: int
     b: int
 
     def _args(self) -> tuple:
         (ph, pw), b = self.layer.padding, self.b
-        return [1, 1], [ph, pw * b], [1, b], False, [0, 0], self.c
+        return [1, 1], [ph, pw * b], [1, b], False, [0, 0], 1
 
     def _image(self, a: torch.Tensor) -> torch.Tensor:
         h, w = self.layer.in_hw
-        return a.view(1, self.c * self.layer.c_in, h, w * self.b)
+        return a.view(1, self.layer.c_in, h, w * self.b)
 
     def _kernels(self, w: torch.Tensor) -> torch.Tensor:
-        return w.reshape(self.c * self.layer.c_out, self.layer.c_in, *self.layer.kernel)
+        return w.view(self.layer.c_out, self.layer.c_in, *self.layer.kernel)
 
     def forward(self, a: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-        """a [C, Cin, H, W, B], w [C, Cout, Cin*kh*kw], bias [C, Cout, 1] -> [C, Cout, Ho,
+        """a [1, Cin, H, W, B], w [1, Cout, Cin*kh*kw], bias [1, Cout, 1] -> [1, Cout, Ho,
         Wo, B]."""
-        c, layer = self.c, self.layer
-        flat_bias = None if bias is None else bias.reshape(c * layer.c_out)
+        layer = self.layer
+        flat_bias = None if bias is None else bias.view(layer.c_out)
         z = torch.ops.aten.convolution(self._image(a), self._kernels(w), flat_bias, *self._args())
-        return z.view(c, layer.c_out, *layer.out_hw, self.b)
+        return z.view(1, layer.c_out, *layer.out_hw, self.b)
 
     def weight_grads(self, a: torch.Tensor, dz: torch.Tensor, w: torch.Tensor) -> list:
-        """The weight's (and bias's) gradient [C, *] from the output's dz [C, Cout, Ho, Wo, B]."""
-        c, layer = self.c, self.layer
+        """The weight's (and bias's) gradient [1, *] from the output's dz [1, Cout, Ho, Wo, B]."""
+        layer = self.layer
         has_bias = layer.bias is not None
         _, dw, db = torch.ops.aten.convolution_backward(
-            dz.reshape(1, c * layer.c_out, layer.out_hw[0], -1),
+            dz.view(1, layer.c_out, layer.out_hw[0], -1),
             self._image(a),
             self._kernels(w),
-            [c * layer.c_out] if has_bias else None,
+            [layer.c_out] if has_bias else None,
             *self._args(),
             [False, True, has_bias],
         )
-        return [dw.view(c, -1)] + ([db.view(c, -1)] if has_bias else [])
+        return [dw.view(1, -1)] + ([db.view(1, -1)] if has_bias else [])
 
 
 class ConvStack:
@@ -297,7 +310,7 @@ class ConvStack:
             if isinstance(layer, _Conv):
                 if native:  # its columns are built in the backward pass, where needed
                     saved.append(a)
-                    a = _Native(layer, c, b).forward(a, *views[i])
+                    a = _Native(layer, b).forward(a, *views[i])
                     continue
                 cols = self._im2col(arena, layer, a, c, b)  # [C, Cin*kh*kw, Ho*Wo*B]
                 z = arena(c, layer.c_out, cols.shape[2])
@@ -381,7 +394,7 @@ class ConvStack:
                 )
             else:  # _Conv
                 if not i and native:  # the first layer's input gradient: never needed
-                    parts[:0] = _Native(layer, c, b).weight_grads(s, d, views[i][0])
+                    parts[:0] = _Native(layer, b).weight_grads(s, d, views[i][0])
                     continue
                 dz = d.reshape(c, layer.c_out, -1)
                 cols = self._im2col(arena, layer, s, c, b) if native else s
