@@ -202,7 +202,7 @@ def training_table(peak_gflops: float, reps: int) -> None:
             runs["plain per-client loop (nn.Module + torch.optim.SGD)"] = plain_loop(
                 trainer, params, rows, 0.05
             )
-            runs["im2col ceiling: the engine's GEMMs alone"] = im2col_ceiling(trainer, c, t, b)
+            runs["im2col ceiling: the im2col path's GEMMs alone"] = im2col_ceiling(trainer, c, t, b)
         for train in runs.values():
             train()
         # repeats interleaved, so that the machine's load weighs on every row alike
@@ -223,7 +223,7 @@ def training_table(peak_gflops: float, reps: int) -> None:
             f"path auto takes {auto} client{'s' * (auto > 1)} per call"
         )
         if isinstance(engine, conv.ConvStack):
-            ceiling = best["im2col ceiling: the engine's GEMMs alone"]
+            ceiling = best["im2col ceiling: the im2col path's GEMMs alone"]
             plain = best["plain per-client loop (nn.Module + torch.optim.SGD)"]
             auto_s = best["path auto"]
             print(
