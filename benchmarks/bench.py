@@ -10,8 +10,9 @@ simulation around it costs. One command; it prints throughput and ratios and ass
   through the generic vmap + autograd engine); (b) a small CNN (the Delta-SGD paper's MNIST
   CNN, without dropout) on 28x28 inputs and (c) the CIFAR tutorial CNN on 3x32x32, 50 clients x
   10 steps of batch 32 each, through `conv.ConvStack` and the generic engine, against a plain
-  per-client loop (nn.Module + torch.optim.SGD) and the "im2col ceiling" (the engine's GEMMs
-  alone, same shapes and layouts, on preallocated tensors);
+  per-client loop (nn.Module + torch.optim.SGD) and the "im2col ceiling" (the GEMMs of the
+  engine's im2col path alone, same shapes and layouts, on preallocated tensors), repeats of
+  the rows interleaved;
 - a shared band's cost per transfer with 10, 100 and 1000 transfers under way at once, kept as
   Python floats and as numpy arrays (`flnet.sim.channel.band` picks floats up to 128 users);
 - W1 side by side (BENCHMARKS.md), each run a fresh process, 5 interleaved runs of each
@@ -148,9 +149,10 @@ def plain_loop(trainer, params: torch.Tensor, rows: torch.Tensor, lr: float):
 
 
 def im2col_ceiling(trainer, c: int, t: int, b: int):
-    """The GEMMs of `ConvStack` alone, on preallocated tensors of its shapes and layouts: per
-    step and layer the forward product, the weight gradient and (past the first layer) the
-    input gradient."""
+    """The GEMMs of `ConvStack`'s im2col path alone, on preallocated tensors of its shapes and
+    layouts: per step and layer the forward product, the weight gradient and (past the first
+    layer) the input gradient. (One client a call, the engine runs its forward convolutions
+    and the first layer's weight gradient through torch's kernel instead.)"""
     from flnet.learn import conv
 
     products = []
@@ -200,11 +202,16 @@ def training_table(peak_gflops: float, reps: int) -> None:
             runs["plain per-client loop (nn.Module + torch.optim.SGD)"] = plain_loop(
                 trainer, params, rows, 0.05
             )
-            runs["im2col ceiling: the engine's GEMMs alone"] = im2col_ceiling(trainer, c, t, b)
-        best = {}
-        for label, train in runs.items():
+            runs["im2col ceiling: the im2col path's GEMMs alone"] = im2col_ceiling(trainer, c, t, b)
+        for train in runs.values():
             train()
-            best[label] = min(cpu_seconds(train) for _ in range(reps))
+        # repeats interleaved, so that the machine's load weighs on every row alike
+        times: dict[str, list[float]] = {label: [] for label in runs}
+        for _ in range(reps):
+            for label, train in runs.items():
+                times[label].append(cpu_seconds(train))
+        best = {label: min(t) for label, t in times.items()}
+        for label in runs:
             rate = gflop / best[label]
             print(
                 f"{name if label == 'batched' else '':64.64} {samples / best[label]:14,.0f} "
@@ -216,7 +223,7 @@ def training_table(peak_gflops: float, reps: int) -> None:
             f"path auto takes {auto} client{'s' * (auto > 1)} per call"
         )
         if isinstance(engine, conv.ConvStack):
-            ceiling = best["im2col ceiling: the engine's GEMMs alone"]
+            ceiling = best["im2col ceiling: the im2col path's GEMMs alone"]
             plain = best["plain per-client loop (nn.Module + torch.optim.SGD)"]
             auto_s = best["path auto"]
             print(

@@ -92,10 +92,28 @@ def test_conv_engine_is_the_autograd_maths(name, dtype):
     assert grad2.data_ptr() == out.data_ptr()
     assert_tensors_close(loss2, ref_loss.flip(0))
     assert_tensors_close(grad2, ref_grad.flip(0))
-    for rows in (slice(0, 1), slice(1, 3), slice(0, 3)):  # other cohort sizes, fewer arenas
-        _, part_grad = engine(params[rows], x[rows], y[rows])
+    # other cohort sizes, fewer arenas; one client takes torch's convolution kernel (dilated
+    # over the batch-last layout), several the im2col GEMMs
+    for rows in (slice(0, 1), slice(1, 3), slice(0, 3), slice(2, 3)):
+        part_loss, part_grad = engine(params[rows], x[rows], y[rows])
+        assert_tensors_close(part_loss, ref_loss[rows])
         assert_tensors_close(part_grad, ref_grad[rows])
     assert len(engine._arenas) == 2
+
+
+def test_one_client_takes_torchs_convolution_kernel_and_a_cohort_im2col(monkeypatch):
+    calls = []
+    forward = conv._Native.forward
+    monkeypatch.setattr(
+        conv._Native, "forward", lambda self, *a: calls.append(1) or forward(self, *a)
+    )
+    model = model_of("cnn_tutorial")
+    params, x, y = cohort_inputs(model)
+    engine = conv.ConvStack(conv.conv_layers(model))
+    engine(params, x, y)
+    assert not calls
+    engine(params[:1], x[:1], y[:1])
+    assert len(calls) == 2  # both convolutions
 
 
 def test_max_pool_ties_take_autograds_first_maximum():

@@ -319,11 +319,11 @@ class Trainer:
 
         Except that auto trains models with convolutions one client at a time on the CPU.
         Through autograd, vmap turns the cohort's convolutions into one grouped convolution,
-        which runs slower there than a loop. Through `ConvStack` (benchmarks/bench.py
-        workloads b and c, 50 clients x 10 steps of batch 32, one thread, 2-vCPU AMD EPYC,
-        CPU-s, best of 3): the paper CNN takes 1.07 at 1 client a call, 1.08 at 2, 1.24-1.31
-        at 5-25 and 1.40 at 50 (a client's columns, ~5 MB, stay in cache); the CIFAR tutorial
-        CNN 1.90-2.22 at 1 and 1.90-1.96 at 50, within the machine's noise."""
+        which runs slower there than a loop. Through `ConvStack`, which takes torch's own
+        convolution kernel for one client a call and im2col GEMMs for more (benchmarks/bench.py
+        workloads b and c, 50 clients x 10 steps of batch 32, one thread, loaded 2-vCPU AMD
+        EPYC, CPU-s, best of 3): the paper CNN takes 0.89 at 1 client a call, 1.17 at 2 and
+        1.15 at 5 (1.24 at 50); the CIFAR tutorial CNN 1.16 at 1, 1.81 at 2, 1.68 at 5."""
         if path == "batched":
             return num_clients
         if path == "sequential" or (self._has_conv and self.x_data.device.type == "cpu"):

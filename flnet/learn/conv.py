@@ -1,4 +1,4 @@
-"""A hand-derived engine for small CNNs: the cohort's losses and gradients as batched GEMMs.
+"""A hand-derived engine for small CNNs: the cohort's losses and gradients without autograd.
 
 `ConvStack` is to convolutional ``nn.Sequential`` models what `cohort.DenseStack` is to MLPs:
 the mean cross-entropy ``[C]`` and its gradient ``[C, P]`` for every client of a cohort, the same
@@ -11,12 +11,20 @@ Layout: batch last. An image activation is ``[C, channels, H, W, B]`` and a dens
 weights are used in torch's own order, and Flatten is a view:
 
 - the input ``[C, B, Cin, H, W]`` is copied once to ``[C, Cin, H, W, B]``;
-- convolution forward: im2col copies the (zero-padded) input into ``cols [C, Cin*kh*kw,
-  Ho*Wo*B]`` through an `as_strided` view (runs of B contiguous floats), then ``out [C, Cout,
-  Ho*Wo*B] = W [C, Cout, Cin*kh*kw] @ cols`` (+ bias), already the next layer's layout;
-- convolution backward: ``dW = dOut @ cols^T``, ``db = sum dOut``, ``dcols = W^T @ dOut`` and
-  col2im adds dcols back into the padded input gradient, one shifted slice per kernel offset.
-  The first layer's input gradient is never needed and never computed;
+- convolution forward, several clients a call: im2col copies the (zero-padded) input into
+  ``cols [C, Cin*kh*kw, Ho*Wo*B]`` through an `as_strided` view (runs of B contiguous floats),
+  then ``out [C, Cout, Ho*Wo*B] = W [C, Cout, Cin*kh*kw] @ cols`` (+ bias), already the next
+  layer's layout;
+- convolution forward, one client a call (what `path: auto` takes on the CPU): torch's own
+  kernel (oneDNN) on the same layout, with no copy (`_Native`): ``[Cin, H, W, B]`` is the
+  image ``[1, Cin, H, W*B]`` and a kernel step of one pixel is a step of B columns there, a
+  convolution with dilation (1, B) and padding (ph, pw*B) whose output is ``[Cout, Ho, Wo,
+  B]``. The first layer's weight and bias gradients come from torch's kernel too;
+- convolution backward (past the first layer, and every layer of a cohort): im2col of the
+  layer's input as above (kept from the forward pass where it was built there), ``dW = dOut @
+  cols^T``, ``db = sum dOut``, ``dcols = W^T @ dOut``, and col2im adds dcols back into the
+  padded input gradient, one shifted window per kernel offset in one `_foreach_add_`. The
+  first layer's input gradient is never needed and never computed;
 - max-pool: ``[C*ch, H, W, B]`` is a channels-last ``[N, B, H, W]`` image to torch, whose pool
   then vectorises over B (the NCHW pool is several times slower here); its argmax indices
   (the first maximum of a window, as autograd's) route the backward pass, through torch's
@@ -29,13 +37,19 @@ Measured choices (benchmarks/bench.py, workload b, CPU-s of 50 clients x 10 step
 ``[C, ch, B, H, W]`` layout spent 28% of its time in NCHW max-pooling; true channels-last
 ``[C, B, H, W, ch]`` made the pool fast but the GEMMs (weights reordered each step) and the
 col2im adds (runs of ch floats) slower: 2.34 s against 1.82 s (one run each, batched), and
-batch last takes 1.07-1.40 s (1 to 50 clients a call).
+batch last takes 1.07-1.40 s (1 to 50 clients a call). torch's kernel against im2col GEMMs,
+one client a call, interleaved runs on a loaded 2-vCPU AMD EPYC (best of 5): the Delta-SGD
+MNIST CNN 0.86 s either way, the CIFAR tutorial CNN 1.10 s against 1.48 s (its first layer,
+3 -> 6 channels on 32x32, is a GEMM of 6 rows over 25,088 columns, which oneDNN runs without
+the columns); 50 clients a call through oneDNN's grouped convolution: 1.56 s against 1.17 s
+(MNIST CNN), hence im2col there. oneDNN costs about 40 us a call whatever the size.
 
 Every intermediate lives in buffers reused across calls of the same cohort and batch size
 (`_Arena`, for the two most recent shapes), since allocating megabytes a step costs page
 faults. Only float maths and ops that exist on every device are used, so the engine runs on
-CUDA as on the CPU (untested there: no GPU was lent). Short batches (PAD labels) are not
-handled here: `cohort.Trainer` routes those steps to autograd.
+CUDA as on the CPU (untested there: no GPU was lent; torch's kernel is taken on the CPU only).
+Short batches (PAD labels) are not handled here: `cohort.Trainer` routes those steps to
+autograd.
 """
 
 from __future__ import annotations
@@ -173,20 +187,67 @@ def conv_layers(model: Model) -> list[Layer] | None:
 class _Arena:
     """Buffers handed out in call order: the n-th request of every call gets the same tensor
     (the engine asks for the same shapes in the same order each call). `zeros` buffers are
-    zeroed once; callers write only their interior (a convolution's padded input)."""
+    zeroed once; callers write only their interior (a convolution's padded input). `memo`
+    keeps what is derived from those buffers alone (col2im's views), for the same reason."""
 
     def __init__(self, like: torch.Tensor) -> None:
         self.dtype, self.device = like.dtype, like.device
         self.buffers: list[torch.Tensor] = []
         self.next = 0
+        self.memo: dict[int, Any] = {}
 
-    def __call__(self, *shape: int, zeros: bool = False) -> torch.Tensor:
+    def __call__(
+        self, *shape: int, zeros: bool = False, dtype: torch.dtype | None = None
+    ) -> torch.Tensor:
         if self.next == len(self.buffers):
             make = torch.zeros if zeros else torch.empty
-            self.buffers.append(make(shape, dtype=self.dtype, device=self.device))
+            self.buffers.append(make(shape, dtype=dtype or self.dtype, device=self.device))
         buf = self.buffers[self.next]
         self.next += 1
         return buf
+
+
+class _Native(NamedTuple):
+    """A convolution of one client through torch's own kernel (oneDNN on the CPU), on the
+    batch-last layout as it is: ``[1, Cin, H, W, B]`` is the image ``[1, Cin, H, W*B]``, a
+    kernel column step of one pixel is a step of B there (dilation (1, B)), a padding of pw
+    pixels is pw*B zero columns, and the output is ``[1, Cout, Ho, Wo, B]``."""
+
+    layer: _Conv
+    b: int
+
+    def _args(self) -> tuple:
+        (ph, pw), b = self.layer.padding, self.b
+        return [1, 1], [ph, pw * b], [1, b], False, [0, 0], 1
+
+    def _image(self, a: torch.Tensor) -> torch.Tensor:
+        h, w = self.layer.in_hw
+        return a.view(1, self.layer.c_in, h, w * self.b)
+
+    def _kernels(self, w: torch.Tensor) -> torch.Tensor:
+        return w.view(self.layer.c_out, self.layer.c_in, *self.layer.kernel)
+
+    def forward(self, a: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+        """a [1, Cin, H, W, B], w [1, Cout, Cin*kh*kw], bias [1, Cout, 1] -> [1, Cout, Ho,
+        Wo, B]."""
+        layer = self.layer
+        flat_bias = None if bias is None else bias.view(layer.c_out)
+        z = torch.ops.aten.convolution(self._image(a), self._kernels(w), flat_bias, *self._args())
+        return z.view(1, layer.c_out, *layer.out_hw, self.b)
+
+    def weight_grads(self, a: torch.Tensor, dz: torch.Tensor, w: torch.Tensor) -> list:
+        """The weight's (and bias's) gradient [1, *] from the output's dz [1, Cout, Ho, Wo, B]."""
+        layer = self.layer
+        has_bias = layer.bias is not None
+        _, dw, db = torch.ops.aten.convolution_backward(
+            dz.view(1, layer.c_out, layer.out_hw[0], -1),
+            self._image(a),
+            self._kernels(w),
+            [layer.c_out] if has_bias else None,
+            *self._args(),
+            [False, True, has_bias],
+        )
+        return [dw.view(1, -1)] + ([db.view(1, -1)] if has_bias else [])
 
 
 class ConvStack:
@@ -196,6 +257,7 @@ class ConvStack:
     def __init__(self, layers: list[Layer]) -> None:
         self.layers = layers
         self._arenas: dict[tuple, _Arena] = {}
+        self._views: tuple[tuple, dict[int, Any]] = ((), {})  # the last params' layer views
 
     def floats_per_sample(self) -> int:
         """Elements this engine keeps per sample (activations, im2col columns, their
@@ -235,32 +297,48 @@ class ConvStack:
         while len(self._arenas) > 2:
             del self._arenas[next(iter(self._arenas))]
         arena.next = 0
-        weight = lambda layer, *shape: params[:, slice(*layer.weight)].view(c, *shape)  # noqa
-        bias = lambda layer: params[:, slice(*layer.bias)].unsqueeze(2)  # noqa: E731
+        views = self._param_views(params)
+        # one client a call (path auto on the CPU): convolutions through torch's kernel;
+        # several: im2col GEMMs over the cohort (oneDNN's grouped convolution is slower)
+        native = c == 1 and params.device.type == "cpu"
 
         # ---- forward, batch last; saved[i] is what layer i's backward needs
         # [C, Cin, H, W, B]: one transposing copy, so that im2col reads runs of B floats
         a = arena(c, *x.shape[2:], b).copy_(x.view(c, b, *x.shape[2:]).permute(0, 2, 3, 4, 1))
         saved: list[Any] = []
-        for layer in self.layers:
+        for i, layer in enumerate(self.layers):
             if isinstance(layer, _Conv):
+                if native:  # its columns are built in the backward pass, where needed
+                    saved.append(a)
+                    a = _Native(layer, b).forward(a, *views[i])
+                    continue
                 cols = self._im2col(arena, layer, a, c, b)  # [C, Cin*kh*kw, Ho*Wo*B]
                 z = arena(c, layer.c_out, cols.shape[2])
-                w = weight(layer, layer.c_out, cols.shape[1])
-                if layer.bias is None:
+                w, bias = views[i]
+                if bias is None:
                     torch.bmm(w, cols, out=z)
                 else:
-                    torch.baddbmm(bias(layer), w, cols, out=z)
+                    torch.baddbmm(bias, w, cols, out=z)
                 saved.append(cols)
                 a = z.view(c, layer.c_out, *layer.out_hw, b)
             elif isinstance(layer, _Pool):
                 # [C*ch, H, W, B] is channels-last [N, B, H, W] to torch: B is the vector lane
+                # (into reused buffers: fresh ones of this size cost page faults each step)
                 planes = a.reshape(c * layer.channels, *layer.in_hw, b).permute(0, 3, 1, 2)
-                pooled, idx = torch.ops.aten.max_pool2d_with_indices(
-                    planes, layer.kernel, layer.stride, (0, 0), (1, 1), False
+                pooled = arena(c, layer.channels, *layer.out_hw, b)
+                idx = arena(c * layer.channels, *layer.out_hw, b, dtype=torch.int64)
+                torch.ops.aten.max_pool2d_with_indices.out(
+                    planes,
+                    layer.kernel,
+                    layer.stride,
+                    (0, 0),
+                    (1, 1),
+                    False,
+                    out=pooled.view(c * layer.channels, *layer.out_hw, b).permute(0, 3, 1, 2),
+                    indices=idx.permute(0, 3, 1, 2),
                 )
-                saved.append((planes, idx))
-                a = pooled.permute(0, 2, 3, 1).view(c, layer.channels, *layer.out_hw, b)
+                saved.append((planes, idx.permute(0, 3, 1, 2)))
+                a = pooled
             elif isinstance(layer, _ReLU):
                 a = a.clamp_min_(0)
                 saved.append(a)
@@ -269,31 +347,29 @@ class ConvStack:
                 saved.append(None)
             else:  # Linear: [C, in, B] -> [C, out, B]
                 z = arena(c, layer.shape[0], b)
-                w = weight(layer, *layer.shape)
-                if layer.bias is None:
+                w, bias = views[i]
+                if bias is None:
                     torch.bmm(w, a, out=z)
                 else:
-                    torch.baddbmm(bias(layer), w, a, out=z)
+                    torch.baddbmm(bias, w, a, out=z)
                 saved.append(a)
                 a = z
 
-        # ---- the loss and its gradient (softmax over the middle dimension, as DenseStack)
-        z = a  # [C, K, B]
-        top = z.amax(1, keepdim=True)  # [C, 1, B]
-        e = torch.sub(z, top, out=arena(*z.shape)).exp_()
-        total = e.sum(1, keepdim=True)
+        # ---- the loss and its gradient (log-softmax over the middle dimension, as DenseStack)
         label = y.unsqueeze(1)  # [C, 1, B]
-        loss = (top + total.log() - z.gather(1, label)).mean((1, 2))  # [C]
+        logp = torch.ops.aten._log_softmax.out(a, 1, False, out=arena(*a.shape))  # [C, K, B]
+        loss = logp.gather(1, label).mean((1, 2)).neg_()  # [C]
         minus = arena(c, 1, b)
-        minus.fill_(-1.0 / b)
-        d = e.div_(total.mul_(b)).scatter_add_(1, label, minus)  # [C, K, B]
+        if id(minus) not in arena.memo:
+            arena.memo[id(minus)] = minus.fill_(-1.0 / b)
+        d = logp.exp_().div_(b).scatter_add_(1, label, minus)  # [C, K, B]
 
         # ---- backward
         parts: list[torch.Tensor] = []
         for i in range(len(self.layers) - 1, -1, -1):
             layer, s = self.layers[i], saved[i]
             if isinstance(layer, _Linear):
-                w = weight(layer, *layer.shape)
+                w = views[i][0]
                 dw = torch.bmm(d, s.transpose(1, 2), out=arena(c, *layer.shape))
                 parts[:0] = [dw.view(c, -1)] + ([d.sum(2)] if layer.bias is not None else [])
                 d = torch.bmm(w.transpose(1, 2), d, out=arena(c, layer.shape[1], b))
@@ -304,21 +380,54 @@ class ConvStack:
             elif isinstance(layer, _Pool):
                 planes, idx = s
                 grad_out = d.reshape(c * layer.channels, *layer.out_hw, b).permute(0, 3, 1, 2)
-                d_in = torch.ops.aten.max_pool2d_with_indices_backward(
-                    grad_out, planes, layer.kernel, layer.stride, (0, 0), (1, 1), False, idx
+                d = arena(c, layer.channels, *layer.in_hw, b)
+                torch.ops.aten.max_pool2d_with_indices_backward.grad_input(
+                    grad_out,
+                    planes,
+                    layer.kernel,
+                    layer.stride,
+                    (0, 0),
+                    (1, 1),
+                    False,
+                    idx,
+                    grad_input=d.view(c * layer.channels, *layer.in_hw, b).permute(0, 3, 1, 2),
                 )
-                d = d_in.permute(0, 2, 3, 1).reshape(c, layer.channels, *layer.in_hw, b)
             else:  # _Conv
+                if not i and native:  # the first layer's input gradient: never needed
+                    parts[:0] = _Native(layer, b).weight_grads(s, d, views[i][0])
+                    continue
                 dz = d.reshape(c, layer.c_out, -1)
-                k = s.shape[1]
-                dw = torch.bmm(dz, s.transpose(1, 2), out=arena(c, layer.c_out, k))
+                cols = self._im2col(arena, layer, s, c, b) if native else s
+                k = cols.shape[1]
+                dw = torch.bmm(dz, cols.transpose(1, 2), out=arena(c, layer.c_out, k))
                 parts[:0] = [dw.view(c, -1)] + ([dz.sum(2)] if layer.bias is not None else [])
                 if i:  # the first layer's input gradient is never needed
-                    w = weight(layer, layer.c_out, k)
+                    w = views[i][0]
                     dcols = torch.bmm(w.transpose(1, 2), dz, out=arena(c, k, dz.shape[2]))
                     d = self._col2im(arena, layer, dcols, c, b)
         grads = torch.cat(parts, 1, out=out) if out is not None else torch.cat(parts, 1)
         return loss, grads
+
+    def _param_views(self, params: torch.Tensor) -> dict[int, Any]:
+        """Per layer with parameters, (W [C, out, in], bias [C, out, 1] or None) viewing
+        `params`, kept while the same tensor comes back (the trainer's, updated in place;
+        the views hold its storage, so no other tensor can show the same address meanwhile)."""
+        key = (params.data_ptr(), params.device, params.dtype, params.shape, params.stride())
+        if self._views[0] != key:
+            c = params.shape[0]
+            views: dict[int, Any] = {}
+            for i, layer in enumerate(self.layers):
+                if isinstance(layer, _Conv | _Linear):
+                    shape = (
+                        (layer.c_out, layer.c_in * math.prod(layer.kernel))
+                        if isinstance(layer, _Conv)
+                        else layer.shape
+                    )
+                    w = params[:, slice(*layer.weight)].view(c, *shape)
+                    bias = None if layer.bias is None else params[:, slice(*layer.bias)]
+                    views[i] = (w, None if bias is None else bias.unsqueeze(2))
+            self._views = (key, views)
+        return self._views[1]
 
     @staticmethod
     def _im2col(arena: _Arena, layer: _Conv, a: torch.Tensor, c: int, b: int) -> torch.Tensor:
@@ -352,11 +461,16 @@ class ConvStack:
             layer.out_hw,
         )
         dpad = arena(c, layer.c_in, h + 2 * ph, w + 2 * pw, b)
+        key = id(dpad)  # the same buffers every call of this arena: their views too
+        if key not in arena.memo:
+            dv = dcols.view(c, layer.c_in, kh, kw, ho, wo, b)
+            arena.memo[key] = (
+                [dpad[:, :, i : i + ho, j : j + wo] for i in range(kh) for j in range(kw)],
+                [dv[:, :, i, j] for i in range(kh) for j in range(kw)],
+            )
+        windows, offsets = arena.memo[key]
         dpad.zero_()
-        dv = dcols.view(c, layer.c_in, kh, kw, ho, wo, b)
-        for i in range(kh):
-            for j in range(kw):
-                dpad[:, :, i : i + ho, j : j + wo] += dv[:, :, i, j]
+        torch._foreach_add_(windows, offsets)  # one call; applied in order, so overlaps add
         if ph or pw:
             d = arena(c, layer.c_in, h, w, b)
             return d.copy_(dpad[:, :, ph : ph + h, pw : pw + w])
