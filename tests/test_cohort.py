@@ -431,3 +431,51 @@ def test_in_place_steps_train_as_the_updates_added(make_opt, steps):
     for a, b in zip(torch.utils._pytree.tree_leaves(fused), torch.utils._pytree.tree_leaves(plain)):
         if a is not None:
             assert_tensors_close(a.double(), b.double())
+
+
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("case", ["uniform", "masked", "short"])
+def test_dense_stack_takes_the_plain_sgd_step_itself(bias, case, monkeypatch):
+    """Plain SGD (`plain_lr`) is stepped by `DenseStack.descend`, each parameter's gradient
+    piece added to its view without a [C, P] gradient; equal bit for bit to the gradient
+    assembled and stepped by the optimizer: the same GEMMs and reductions, then the same
+    multiply-add ``w + (-lr) g`` on every element (only their order differs). A short batch
+    takes the generic engine, and the step through the optimizer, as before."""
+    model = mlp(bias)
+    x, y = dataset(model)
+    trainer = cohort.Trainer(model, x, y)
+    p0, rows = start(model), batches()
+    steps = torch.tensor([T, 2, T, 1] if case == "masked" else [T] * C)
+    sizes = None
+    if case == "short":
+        sizes = np.full((C, T), B)
+        sizes[1, 2], sizes[3, 4] = 3, 5
+    assert optim.sgd(0.1).plain_lr == 0.1
+    descents = []
+    descend = cohort.DenseStack.descend
+    monkeypatch.setattr(cohort.DenseStack, "descend", lambda *a: descents.append(1) or descend(*a))
+    fast = trainer.train(p0, rows, steps, optim.sgd(0.1), sizes=sizes)
+    assert len(descents) == T - (case == "short") * 2
+    plain = trainer.train(p0, rows, steps, optim.sgd(0.1)._replace(plain_lr=None), sizes=sizes)
+    assert len(descents) == T - (case == "short") * 2  # the optimizer's step, not the engine's
+    assert not torch.equal(fast.params, p0)
+    assert torch.equal(fast.params, plain.params)
+    assert torch.equal(fast.loss, plain.loss)
+    assert torch.equal(fast.grad_evals, plain.grad_evals)
+    assert torch.equal(fast.sample_grads, plain.sample_grads)
+
+
+@pytest.mark.parametrize(
+    "opt",
+    [
+        optim.sgd(0.1, momentum=0.9),
+        optim.sgd(0.1, weight_decay=1e-4),
+        optim.sam(optim.sgd(0.1), 0.05),
+        optim.sps(),
+        optim.chain(optim.add_correction(), optim.scale_by_learning_rate(0.1)),
+    ],
+    ids=["momentum", "weight_decay", "sam", "sps", "correction"],
+)
+def test_only_plain_sgd_offers_the_engine_its_step(opt):
+    assert optim.sgd(0.05).plain_lr == 0.05
+    assert opt.plain_lr is None

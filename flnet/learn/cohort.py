@@ -176,19 +176,18 @@ class DenseStack:
         self._views: tuple[tuple, list] = ((), [])  # the last params' layer views, by identity
 
     def _layer_views(self, params: torch.Tensor) -> list:
-        """Per layer (W [C, out, in], b [C, out] or None) viewing `params`, kept while the
+        """Per layer (W [C, out, in], W flat [C, out * in], b [C, out] or None) viewing
+        `params`, kept while the
         same tensor comes back (the trainer's params, updated in place): the views hold its
         storage, so no other tensor can show the same address, shape and strides meanwhile."""
         key = (params.data_ptr(), params.device, params.dtype, params.shape, params.stride())
         if self._views[0] != key:
             c = params.shape[0]
-            views = [
-                (
-                    params[:, slice(*layer.weight)].view(c, *layer.shape),
-                    None if layer.bias is None else params[:, slice(*layer.bias)],
-                )
-                for layer in self.layers
-            ]
+            views = []
+            for layer in self.layers:
+                flat = params[:, slice(*layer.weight)]
+                bias = None if layer.bias is None else params[:, slice(*layer.bias)]
+                views.append((flat.view(c, *layer.shape), flat, bias))
             self._views = (key, views)
         return self._views[1]
 
@@ -206,6 +205,7 @@ class DenseStack:
                     (c, 1, b), -1.0 / b, dtype=like.dtype, device=like.device
                 ),
                 "dweight": [new(c, *layer.shape) for layer in self.layers],
+                "dbias": [new(c, layer.shape[0]) for layer in self.layers],
                 "dact": [new(c, b, layer.shape[0]) for layer in hidden],
             }
         return self._buffers[key]
@@ -220,12 +220,34 @@ class DenseStack:
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """params [C, P], x [C, B, *input], y [C, B] -> loss [C], grads [C, P] (into `out`);
         the cross-entropy reads no aux."""
+        loss, pieces = self._pieces(params, x, y)
+        grads = [g for _, g in pieces]
+        return loss, torch.cat(grads, 1, out=out) if out is not None else torch.cat(grads, 1)
+
+    def descend(
+        self, params: torch.Tensor, x: torch.Tensor, y: torch.Tensor, lr: float
+    ) -> torch.Tensor:
+        """One plain SGD step, ``params -= lr * grads`` in place, returning the losses [C]:
+        each parameter's piece of the gradient is added to its view of `params` straight from
+        the buffer it was computed in, never assembled into a [C, P] gradient and read back.
+        Bit for bit the step ``params.add_(grads, alpha=-lr)`` after `__call__` takes: the
+        same multiply-add on every element, in another order."""
+        loss, pieces = self._pieces(params, x, y)
+        for view, grad in pieces:
+            view.add_(grad, alpha=-lr)
+        return loss
+
+    def _pieces(
+        self, params: torch.Tensor, x: torch.Tensor, y: torch.Tensor
+    ) -> tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]]]:
+        """Losses [C] and, in the flat vector's order, (view of `params` [C, n], its gradient
+        [C, n]) for every parameter; the gradients live in reused buffers."""
         c, b = y.shape
         buf = self._buffers_for(c, b, params)
         views = self._layer_views(params)
         *hidden, last = self.layers
         acts = [x.reshape(c, b, -1)]
-        for layer, (w, bias), a in zip(hidden, views, buf["act"]):
+        for layer, (w, _, bias), a in zip(hidden, views, buf["act"]):
             if bias is None:
                 torch.bmm(acts[-1], w.transpose(1, 2), out=a)
             else:
@@ -234,7 +256,7 @@ class DenseStack:
                 a.clamp_min_(0)
             acts.append(a)
         z = buf["logits"]  # [C, K, B]
-        w, bias = views[-1]
+        w, _, bias = views[-1]
         if bias is None:
             torch.bmm(w, acts[-1].transpose(1, 2), out=z)
         else:
@@ -243,27 +265,27 @@ class DenseStack:
         logp = torch.ops.aten._log_softmax.out(z, 1, False, out=buf["exp"])  # [C, K, B]
         loss = logp.gather(1, label).mean((1, 2)).neg_()  # [C]
         dz = logp.exp_().div_(b).scatter_add_(1, label, buf["minus_1_over_b"])  # [C, K, B]
-        # backward: dz is [C, out, B] for the last layer, then d is [C, B, out]
-        parts: list[torch.Tensor] = []
+        # backward: dz is [C, out, B] for the last layer, then d is [C, B, out]; each layer's
+        # input gradient is taken before its own weights can change (`descend`)
+        pieces: list[tuple[torch.Tensor, torch.Tensor]] = []
         d_t, d = dz, None
         for i in range(len(self.layers) - 1, -1, -1):
             layer, a_in = self.layers[i], acts[i]
-            dw = buf["dweight"][i]
+            (w, w_flat, bias), dw, db = views[i], buf["dweight"][i], buf["dbias"][i]
             if d is None:
                 torch.bmm(d_t, a_in, out=dw)
-                db = d_t.sum(2)
+                torch.sum(d_t, 2, out=db)
             else:
                 torch.bmm(d.transpose(1, 2), a_in, out=dw)
-                db = d.sum(1)
-            parts[:0] = [dw.view(c, -1)] + ([db] if layer.bias is not None else [])
+                torch.sum(d, 1, out=db)
+            pieces[:0] = [(w_flat, dw.view(c, -1))] + ([] if bias is None else [(bias, db)])
             if i:
-                w, d_in = views[i][0], buf["dact"][i - 1]
+                d_in = buf["dact"][i - 1]
                 torch.bmm(d_t.transpose(1, 2) if d is None else d, w, out=d_in)
                 if self.layers[i - 1].relu:
                     torch.ops.aten.threshold_backward.grad_input(d_in, a_in, 0, grad_input=d_in)
                 d = d_in
-        grads = torch.cat(parts, 1, out=out) if out is not None else torch.cat(parts, 1)
-        return loss, grads
+        return loss, pieces
 
 
 def _rows(tree: Any, start: int, stop: int) -> Any:
@@ -426,6 +448,8 @@ class Trainer:
         xb = self.x_data.new_empty((c, b, *self.x_data.shape[1:]))
         yb = self.y_data.new_empty((c, b))
         rows_by_step = batches.transpose(0, 1).reshape(t_max, c * b)  # a step's rows, contiguous
+        # an engine that takes a plain SGD step itself, without a [C, P] gradient (DenseStack)
+        descend = getattr(engines[0], "descend", None) if optimizer.plain_lr is not None else None
         loss_sum = torch.zeros(c, dtype=params.dtype, device=params.device)
         grad_evals = torch.zeros(c, dtype=torch.int64, device=params.device)
         uniform = bool((steps == t_max).all())
@@ -446,7 +470,6 @@ class Trainer:
                 yb.masked_fill_(torch.arange(b, device=yb.device) >= size[:, None], PAD)
             else:
                 size = b
-            loss, grads = value_and_grad(params, xb, yb, out=grads_buf, aux=aux)
             calls = 0
 
             def grad_fn(p: torch.Tensor) -> torch.Tensor:
@@ -455,9 +478,13 @@ class Trainer:
                 return value_and_grad(p, xb, yb, aux=aux)[1]  # noqa: B023 (called within this step)
 
             before = None if uniform else params.clone()
-            new_state = optim.step(
-                optimizer, grads, opt_state, params, grad_fn=grad_fn, loss=loss, aux=aux
-            )
+            if descend is not None and not short[s]:  # plain SGD, stepped by the engine
+                loss, new_state = descend(params, xb, yb, optimizer.plain_lr), opt_state
+            else:
+                loss, grads = value_and_grad(params, xb, yb, out=grads_buf, aux=aux)
+                new_state = optim.step(
+                    optimizer, grads, opt_state, params, grad_fn=grad_fn, loss=loss, aux=aux
+                )
             if before is None:
                 opt_state = new_state
                 loss_sum += loss

@@ -55,6 +55,7 @@ class GradientTransformation(NamedTuple):
     update: Callable[..., tuple[torch.Tensor, Any]]
     grads_per_step: int = 1  # most gradient evaluations a step takes, the one given included
     apply: Callable[..., Any] | None = None  # update and add to params in place (see above)
+    plain_lr: float | None = None  # the whole step is params -= lr * grads, stateless (below)
 
 
 def step(
@@ -343,7 +344,7 @@ def scale_by_learning_rate(lr: float) -> GradientTransformation:
         params.add_(grads, alpha=-lr)
         return state
 
-    return _stateless(lambda g, w: g.mul_(-lr))._replace(apply=apply)
+    return _stateless(lambda g, w: g.mul_(-lr))._replace(apply=apply, plain_lr=lr)
 
 
 def chain(*transforms: GradientTransformation) -> GradientTransformation:
@@ -391,6 +392,7 @@ def chain(*transforms: GradientTransformation) -> GradientTransformation:
         update,
         max(t.grads_per_step for t in transforms),
         apply if last.apply is not None else None,
+        transforms[0].plain_lr if len(transforms) == 1 else None,
     )
 
 
