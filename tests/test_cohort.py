@@ -69,6 +69,20 @@ def test_dense_fast_path_is_the_autograd_maths(bias):
     assert_tensors_close(fast_grad, grad)
 
 
+@pytest.mark.parametrize("bias", [True, False])
+def test_dense_fast_path_of_one_linear_layer_is_the_autograd_maths(bias):
+    """No hidden layer: the minibatch itself is the logits' input and the weights' factor."""
+    torch.manual_seed(0)
+    model = Model(nn.Sequential(nn.Flatten(), nn.Linear(12, 3, bias=bias)), (3, 4))
+    x, y = dataset(model)
+    rows = batches()[:, 0]
+    params = start(model)
+    fast_loss, fast_grad = cohort.DenseStack(cohort.dense_layers(model))(params, x[rows], y[rows])
+    loss, grad = cohort.autograd_value_and_grad(model)(params, x[rows], y[rows])
+    assert_tensors_close(fast_loss, loss)
+    assert_tensors_close(fast_grad, grad)
+
+
 def test_dense_fast_path_follows_its_parameters_between_calls():
     """The stack keeps its views of the last parameter tensor: they must see that tensor's
     in-place steps, and another tensor of the same shape must get its own gradients."""

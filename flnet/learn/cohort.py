@@ -166,49 +166,101 @@ class DenseStack:
     10 is an order of magnitude slower); one log-softmax kernel gives both the loss (minus its
     mean at the labels) and the gradient ``(exp(log-softmax) - onehot) / B``, fewer passes than
     max, exp, sum and log apart; the backward pass reuses the activations. Activations live in
-    buffers reused across calls, and the layers' views of the parameters while the same
-    parameter tensor comes back (the trainer's, updated in place).
+    buffers reused across calls, and every view a step takes of them and of the parameters (a
+    `_DensePlan`) while the same parameter tensor comes back (the trainer's, updated in place):
+    on W1's shapes a step's Python and dispatch cost is a tenth of it. `descend` takes a plain
+    SGD step without assembling the [C, P] gradient.
     """
 
     def __init__(self, layers: list[_Dense]) -> None:
         self.layers = layers
-        self._buffers: dict[tuple, dict[str, Any]] = {}
-        self._views: tuple[tuple, list] = ((), [])  # the last params' layer views, by identity
+        self._plans: dict[tuple, _DensePlan] = {}  # the two most recent, by params and B
+        self._buffers: dict[tuple, dict[str, Any]] = {}  # the two most recent, by shape
 
-    def _layer_views(self, params: torch.Tensor) -> list:
-        """Per layer (W [C, out, in], W flat [C, out * in], b [C, out] or None) viewing
-        `params`, kept while the
-        same tensor comes back (the trainer's params, updated in place): the views hold its
-        storage, so no other tensor can show the same address, shape and strides meanwhile."""
-        key = (params.data_ptr(), params.device, params.dtype, params.shape, params.stride())
-        if self._views[0] != key:
-            c = params.shape[0]
-            views = []
-            for layer in self.layers:
-                flat = params[:, slice(*layer.weight)]
-                bias = None if layer.bias is None else params[:, slice(*layer.bias)]
-                views.append((flat.view(c, *layer.shape), flat, bias))
-            self._views = (key, views)
-        return self._views[1]
+    def _plan(self, params: torch.Tensor, b: int) -> _DensePlan:
+        """Buffers for a [C, B] minibatch and every view a step takes of them and of
+        `params`, made once and kept while the same tensor comes back (the trainer's params,
+        updated in place): the views hold its storage, so no other tensor can show the same
+        address, shape and strides meanwhile. A step then only calls its kernels."""
+        key = (params.data_ptr(), params.device, params.dtype, params.shape, params.stride(), b)
+        plan = self._plans.pop(key, None) or self._make_plan(params, b)
+        self._plans[key] = plan  # the most recent last
+        while len(self._plans) > 2:  # a cohort's slices and its remainder
+            del self._plans[next(iter(self._plans))]
+        return plan
+
+    def _make_plan(self, params: torch.Tensor, b: int) -> _DensePlan:
+        c = params.shape[0]
+        *hidden, last = self.layers
+        buf = self._buffers_for(c, b, params)
+        acts, dacts, logp, dws = buf["act"], buf["dact"], buf["logp"], buf["dweight"]
+        weights, biases, dbs = [], [], []
+        pieces: list[tuple[torch.Tensor, torch.Tensor]] = []  # in the flat vector's order
+        for layer, dw, db in zip(self.layers, dws, buf["dbias"]):
+            flat = params[:, slice(*layer.weight)]
+            weights.append(flat.view(c, *layer.shape))
+            pieces.append((flat, dw.view(c, -1)))
+            bias = None if layer.bias is None else params[:, slice(*layer.bias)]
+            if bias is not None:
+                pieces.append((bias, db))
+            biases.append(bias)
+            dbs.append(None if bias is None else db)
+        forward = [
+            (a, w.transpose(1, 2), None if bias is None else bias.unsqueeze(1), layer.relu)
+            for layer, w, bias, a in zip(hidden, weights, biases, acts)
+        ]
+        bias = biases[-1]
+        logits = (
+            buf["logits"],
+            weights[-1],
+            None if bias is None else bias.unsqueeze(2),
+            acts[-1].transpose(1, 2) if acts else None,
+        )
+        backward = []
+        for i in range(len(self.layers) - 1, -1, -1):
+            top = i == len(hidden)
+            grad = logp if top else dacts[i]  # dz [C, K, B], else [C, B, out]
+            grad_in = grad.transpose(1, 2) if top else grad  # [C, B, out]
+            backward.append(
+                _DenseBackward(
+                    grad if top else grad.transpose(1, 2),
+                    acts[i - 1] if i else None,
+                    dws[i],
+                    dbs[i],
+                    grad,
+                    2 if top else 1,
+                    grad_in,
+                    weights[i],
+                    dacts[i - 1] if i else None,
+                    i > 0 and self.layers[i - 1].relu,
+                )
+            )
+        return _DensePlan(forward, logits, logp, buf["minus_1_over_b"], backward, pieces)
 
     def _buffers_for(self, c: int, b: int, like: torch.Tensor) -> dict[str, Any]:
+        """Activations and gradients for [C, B] minibatches, shared by the plans of every
+        parameter tensor of that shape (the trainer's new one each round); the two most
+        recent shapes are kept."""
         key = (c, b, like.dtype, like.device)
-        if key not in self._buffers:
-            new = lambda *shape: torch.empty(shape, dtype=like.dtype, device=like.device)  # noqa
+        buf = self._buffers.pop(key, None)
+        if buf is None:
+            new = lambda *shape: like.new_empty(shape)  # noqa: E731
             *hidden, last = self.layers
-            k = last.shape[0]
-            self._buffers[key] = {
-                "act": [new(c, b, layer.shape[0]) for layer in hidden],
-                "logits": new(c, k, b),
-                "exp": new(c, k, b),
+            buf = {
+                "act": [new(c, b, layer.shape[0]) for layer in hidden],  # [C, B, out]
+                "dact": [new(c, b, layer.shape[0]) for layer in hidden],
+                "logits": new(c, last.shape[0], b),  # [C, K, B]
+                "logp": new(c, last.shape[0], b),  # the log-softmax, then the logits' gradient
                 "minus_1_over_b": torch.full(
                     (c, 1, b), -1.0 / b, dtype=like.dtype, device=like.device
                 ),
                 "dweight": [new(c, *layer.shape) for layer in self.layers],
                 "dbias": [new(c, layer.shape[0]) for layer in self.layers],
-                "dact": [new(c, b, layer.shape[0]) for layer in hidden],
             }
-        return self._buffers[key]
+        self._buffers[key] = buf
+        while len(self._buffers) > 2:
+            del self._buffers[next(iter(self._buffers))]
+        return buf
 
     def __call__(
         self,
@@ -243,49 +295,66 @@ class DenseStack:
         """Losses [C] and, in the flat vector's order, (view of `params` [C, n], its gradient
         [C, n]) for every parameter; the gradients live in reused buffers."""
         c, b = y.shape
-        buf = self._buffers_for(c, b, params)
-        views = self._layer_views(params)
-        *hidden, last = self.layers
-        acts = [x.reshape(c, b, -1)]
-        for layer, (w, _, bias), a in zip(hidden, views, buf["act"]):
+        plan = self._plan(params, b)
+        x = x.reshape(c, b, -1)
+        a_in = x
+        for a, w_t, bias, relu in plan.forward:
             if bias is None:
-                torch.bmm(acts[-1], w.transpose(1, 2), out=a)
+                torch.bmm(a_in, w_t, out=a)
             else:
-                torch.baddbmm(bias.unsqueeze(1), acts[-1], w.transpose(1, 2), out=a)
-            if layer.relu:
+                torch.baddbmm(bias, a_in, w_t, out=a)
+            if relu:
                 a.clamp_min_(0)
-            acts.append(a)
-        z = buf["logits"]  # [C, K, B]
-        w, _, bias = views[-1]
+            a_in = a
+        z, w, bias, a_t = plan.logits  # z [C, K, B]
+        a_t = x.transpose(1, 2) if a_t is None else a_t
         if bias is None:
-            torch.bmm(w, acts[-1].transpose(1, 2), out=z)
+            torch.bmm(w, a_t, out=z)
         else:
-            torch.baddbmm(bias.unsqueeze(2), w, acts[-1].transpose(1, 2), out=z)
+            torch.baddbmm(bias, w, a_t, out=z)
         label = y.unsqueeze(1)  # [C, 1, B]
-        logp = torch.ops.aten._log_softmax.out(z, 1, False, out=buf["exp"])  # [C, K, B]
+        logp = torch.ops.aten._log_softmax.out(z, 1, False, out=plan.logp)  # [C, K, B]
         loss = logp.gather(1, label).mean((1, 2)).neg_()  # [C]
-        dz = logp.exp_().div_(b).scatter_add_(1, label, buf["minus_1_over_b"])  # [C, K, B]
-        # backward: dz is [C, out, B] for the last layer, then d is [C, B, out]; each layer's
-        # input gradient is taken before its own weights can change (`descend`)
-        pieces: list[tuple[torch.Tensor, torch.Tensor]] = []
-        d_t, d = dz, None
-        for i in range(len(self.layers) - 1, -1, -1):
-            layer, a_in = self.layers[i], acts[i]
-            (w, w_flat, bias), dw, db = views[i], buf["dweight"][i], buf["dbias"][i]
-            if d is None:
-                torch.bmm(d_t, a_in, out=dw)
-                torch.sum(d_t, 2, out=db)
-            else:
-                torch.bmm(d.transpose(1, 2), a_in, out=dw)
-                torch.sum(d, 1, out=db)
-            pieces[:0] = [(w_flat, dw.view(c, -1))] + ([] if bias is None else [(bias, db)])
-            if i:
-                d_in = buf["dact"][i - 1]
-                torch.bmm(d_t.transpose(1, 2) if d is None else d, w, out=d_in)
-                if self.layers[i - 1].relu:
-                    torch.ops.aten.threshold_backward.grad_input(d_in, a_in, 0, grad_input=d_in)
-                d = d_in
-        return loss, pieces
+        logp.exp_().div_(b).scatter_add_(1, label, plan.minus_1_over_b)  # dz [C, K, B]
+        # backward, last layer first; each layer's input gradient is taken before its own
+        # weights can change (`descend`)
+        for step in plan.backward:
+            a_in = x if step.a_in is None else step.a_in
+            torch.bmm(step.grad_t, a_in, out=step.dw)
+            if step.db is not None:
+                torch.sum(step.grad, step.sum_dim, out=step.db)
+            if step.d_in is not None:
+                torch.bmm(step.grad_in, step.w, out=step.d_in)
+                if step.relu_below:
+                    torch.ops.aten.threshold_backward.grad_input(
+                        step.d_in, a_in, 0, grad_input=step.d_in
+                    )
+        return loss, plan.pieces
+
+
+class _DenseBackward(NamedTuple):
+    """One layer's backward pass: dW = grad_t @ a_in, db = grad summed over the batch,
+    d_in = grad_in @ W (then through the ReLU below), all into the plan's buffers."""
+
+    grad_t: torch.Tensor  # [C, out, B] the output gradient, as dW's left factor
+    a_in: torch.Tensor | None  # [C, B, in] the layer's input (None: the minibatch x)
+    dw: torch.Tensor  # [C, out, in]
+    db: torch.Tensor | None  # [C, out]
+    grad: torch.Tensor  # the output gradient as stored ([C, K, B] last, else [C, B, out])
+    sum_dim: int  # its batch dimension
+    grad_in: torch.Tensor  # [C, B, out] the output gradient, as d_in's left factor
+    w: torch.Tensor  # [C, out, in]
+    d_in: torch.Tensor | None  # [C, B, in] the input gradient (None: the first layer)
+    relu_below: bool  # the input came through a ReLU
+
+
+class _DensePlan(NamedTuple):
+    forward: list  # hidden layers: (activation [C, B, out], W^T, bias [C, 1, out] | None, relu)
+    logits: tuple  # (z [C, K, B], W [C, K, in], bias [C, K, 1] | None, input^T | None: x's)
+    logp: torch.Tensor  # [C, K, B] the log-softmax, then the logits' gradient dz
+    minus_1_over_b: torch.Tensor  # [C, 1, B]
+    backward: list[_DenseBackward]  # last layer first
+    pieces: list[tuple[torch.Tensor, torch.Tensor]]  # (params view [C, n], gradient [C, n])
 
 
 def _rows(tree: Any, start: int, stop: int) -> Any:
@@ -324,6 +393,7 @@ class Trainer:
             DenseStack(layers) if layers else ConvStack(conv) if conv else None
         )
         self.default_value_and_grad: ValueAndGrad = self.hand or autograd_value_and_grad(model)
+        self._buffers: tuple[tuple, tuple] = ((), ())  # a step's buffers, by shape
 
     def clients_per_call(
         self,
@@ -426,6 +496,35 @@ class Trainer:
         cat = lambda *rows: torch.cat(rows) if _per_client(rows[0]) else rows[0]  # noqa: E731
         return CohortResult(*(tree_map(cat, *field) for field in zip(*parts)))
 
+    def _step_buffers(
+        self, params: torch.Tensor, b: int
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """A step's gradient [C, P] and minibatch (x [C, B, ...], y [C, B]) buffers, kept for
+        the next call of the same shape (the next round): fresh ones cost their page faults
+        again every round. Nothing returned from `train` holds them."""
+        x, y = self.x_data, self.y_data
+        key = (
+            params.shape,
+            params.dtype,
+            params.device,
+            b,
+            x.shape[1:],
+            x.dtype,
+            x.device,
+            y.dtype,
+        )
+        if self._buffers[0] != key:
+            c = params.shape[0]
+            self._buffers = (
+                key,
+                (
+                    torch.empty_like(params),
+                    x.new_empty((c, b, *x.shape[1:])),
+                    y.new_empty((c, b)),
+                ),
+            )
+        return self._buffers[1]
+
     def _train(
         self,
         params: torch.Tensor,
@@ -444,9 +543,7 @@ class Trainer:
         if opt_state is None:
             opt_state = optimizer.init(params)
         params = params.clone(memory_format=torch.contiguous_format)
-        grads_buf = torch.empty_like(params)
-        xb = self.x_data.new_empty((c, b, *self.x_data.shape[1:]))
-        yb = self.y_data.new_empty((c, b))
+        grads_buf, xb, yb = self._step_buffers(params, b)
         rows_by_step = batches.transpose(0, 1).reshape(t_max, c * b)  # a step's rows, contiguous
         # an engine that takes a plain SGD step itself, without a [C, P] gradient (DenseStack)
         descend = getattr(engines[0], "descend", None) if optimizer.plain_lr is not None else None
