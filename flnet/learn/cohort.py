@@ -168,8 +168,8 @@ class DenseStack:
     max, exp, sum and log apart; the backward pass reuses the activations. Activations live in
     buffers reused across calls, and every view a step takes of them and of the parameters (a
     `_DensePlan`) while the same parameter tensor comes back (the trainer's, updated in place):
-    on W1's shapes a step's Python and dispatch cost is a tenth of it. `descend` takes a plain
-    SGD step without assembling the [C, P] gradient.
+    a step only calls its kernels. `descend` takes a plain SGD step without assembling the
+    [C, P] gradient.
     """
 
     def __init__(self, layers: list[_Dense]) -> None:
