@@ -313,7 +313,7 @@ class DenseStack:
         else:
             torch.baddbmm(bias, w, a_t, out=z)
         label = y.unsqueeze(1)  # [C, 1, B]
-        logp = torch.ops.aten._log_softmax.out(z, 1, False, out=plan.logp)  # [C, K, B]
+        logp = torch._log_softmax(z, 1, False, out=plan.logp)  # [C, K, B]
         loss = logp.gather(1, label).mean((1, 2)).neg_()  # [C]
         logp.exp_().div_(b).scatter_add_(1, label, plan.minus_1_over_b)  # dz [C, K, B]
         # backward, last layer first; each layer's input gradient is taken before its own
