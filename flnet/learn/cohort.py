@@ -538,12 +538,13 @@ class Trainer:
         snapshot_at: torch.Tensor | None = None,
     ) -> CohortResult:
         c, t_max, b = batches.shape
-        short = np.zeros(t_max, bool) if sizes is None else np.asarray((sizes < b).any(0))  # [T]
+        short = [False] * t_max if sizes is None else np.asarray((sizes < b).any(0)).tolist()
         sample_grads = torch.zeros(c, dtype=torch.int64, device=params.device)
         if opt_state is None:
             opt_state = optimizer.init(params)
         params = params.clone(memory_format=torch.contiguous_format)
         grads_buf, xb, yb = self._step_buffers(params, b)
+        xb_rows, yb_rows = xb.view(c * b, *xb.shape[2:]), yb.view(-1)  # gathered into
         rows_by_step = batches.transpose(0, 1).reshape(t_max, c * b)  # a step's rows, contiguous
         # an engine that takes a plain SGD step itself, without a [C, P] gradient (DenseStack)
         descend = getattr(engines[0], "descend", None) if optimizer.plain_lr is not None else None
@@ -557,9 +558,9 @@ class Trainer:
             snapshot = params.clone()
         for s in range(t_max):
             rows = rows_by_step[s]
-            torch.index_select(self.x_data, 0, rows, out=xb.view(c * b, *xb.shape[2:]))
-            torch.index_select(self.y_data, 0, rows, out=yb.view(-1))
-            value_and_grad = engines[int(short[s])]
+            torch.index_select(self.x_data, 0, rows, out=xb_rows)
+            torch.index_select(self.y_data, 0, rows, out=yb_rows)
+            value_and_grad = engines[short[s]]
             size: torch.Tensor | int
             if short[s]:
                 assert sizes is not None  # a step is short only where sizes say so
