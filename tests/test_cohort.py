@@ -493,3 +493,26 @@ def test_dense_stack_takes_the_plain_sgd_step_itself(bias, case, monkeypatch):
 def test_only_plain_sgd_offers_the_engine_its_step(opt):
     assert optim.sgd(0.05).plain_lr == 0.05
     assert opt.plain_lr is None
+
+
+@pytest.mark.parametrize("make_model", [mlp, cnn], ids=["dense", "generic"])
+@pytest.mark.parametrize(
+    "make_opt", [lambda: optim.sgd(0.1), lambda: optim.adam(0.01)], ids=["sgd", "adam"]
+)
+def test_a_trainer_reusing_its_buffers_trains_as_a_fresh_one(make_model, make_opt):
+    """The trainer and the dense engine keep their step buffers for the next call (the next
+    round): a second cohort trains as it would on a fresh trainer, and nothing the first call
+    returned changes under it."""
+    model = make_model()
+    x, y = dataset(model)
+    trainer = cohort.Trainer(model, x, y)
+    steps = torch.full((C,), T)
+    first = trainer.train(start(model), batches(), steps, make_opt())
+    leaves = torch.utils._pytree.tree_leaves
+    kept = [leaf.clone() for leaf in leaves(first) if leaf is not None]
+    p1, rows1 = start(model) - 0.05, batches().flip(0)
+    again = trainer.train(p1, rows1, steps, make_opt())
+    fresh = cohort.Trainer(model, x, y).train(p1, rows1, steps, make_opt())
+    for a, b in zip(leaves(again), leaves(fresh)):
+        assert a is b is None or torch.equal(a, b)  # the same code path on the same machine
+    assert all(torch.equal(a, b) for a, b in zip([v for v in leaves(first) if v is not None], kept))
