@@ -500,8 +500,8 @@ class Trainer:
         self, params: torch.Tensor, b: int
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """A step's gradient [C, P] and minibatch (x [C, B, ...], y [C, B]) buffers, kept for
-        the next call of the same shape (the next round): fresh ones cost their page faults
-        again every round. Nothing returned from `train` holds them."""
+        the next call of the same shape (the next round) instead of allocated again. Nothing
+        returned from `train` holds them."""
         x, y = self.x_data, self.y_data
         key = (
             params.shape,

@@ -17,6 +17,7 @@ equality against ``default_rng(key).integers`` directly.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import numpy as np
@@ -43,6 +44,7 @@ class _SeedState(ISeedSequence):
         return self.state
 
 
+@functools.cache
 def _hash_consts(init: int, mult: int, n: int) -> tuple[np.ndarray, np.ndarray]:
     """[n, 1] each: the constant SeedSequence's k-th hash xors in, and the one it multiplies
     by (the hash constant advances once per hash, whatever it hashes)."""
@@ -51,7 +53,10 @@ def _hash_consts(init: int, mult: int, n: int) -> tuple[np.ndarray, np.ndarray]:
         xors.append(h)
         h = (h * mult) & _U32
         mults.append(h)
-    return np.array(xors, np.uint64)[:, None], np.array(mults, np.uint64)[:, None]
+    out = np.array(xors, np.uint64)[:, None], np.array(mults, np.uint64)[:, None]
+    for a in out:
+        a.setflags(write=False)  # cached, shared by every call
+    return out
 
 
 def _hash(value: np.ndarray, xors: np.ndarray, mults: np.ndarray) -> np.ndarray:
