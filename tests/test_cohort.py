@@ -516,3 +516,28 @@ def test_a_trainer_reusing_its_buffers_trains_as_a_fresh_one(make_model, make_op
     for a, b in zip(leaves(again), leaves(fresh)):
         assert a is b is None or torch.equal(a, b)  # the same code path on the same machine
     assert all(torch.equal(a, b) for a, b in zip([v for v in leaves(first) if v is not None], kept))
+
+
+@pytest.mark.parametrize("case", ["uniform", "masked"])
+def test_a_proximal_loss_takes_the_plain_sgd_step_through_the_dense_engine(case, monkeypatch):
+    """FedProx's loss over the dense engine steps plain SGD without a [C, P] gradient too
+    (each piece plus its slice of mu (w - anchor)), bit for bit the optimizer's step after
+    `ProximalLoss.over`'s gradient, with the same losses."""
+    model = mlp()
+    x, y = dataset(model)
+    trainer = cohort.Trainer(model, x, y)
+    p0, rows = start(model), batches()
+    steps = torch.tensor([T, 2, T, 1] if case == "masked" else [T] * C)
+    prox = cohort.ProximalLoss(0.3, p0.mean(0) + 0.2)
+    gradients = []
+    call = cohort.DenseStack.__call__
+    monkeypatch.setattr(
+        cohort.DenseStack, "__call__", lambda *a, **k: gradients.append(1) or call(*a, **k)
+    )
+    fast = trainer.train(p0, rows, steps, optim.sgd(0.1), loss_fn=prox)
+    assert not gradients  # no [C, P] gradient assembled
+    plain = trainer.train(p0, rows, steps, optim.sgd(0.1)._replace(plain_lr=None), loss_fn=prox)
+    assert len(gradients) == T
+    assert not torch.equal(fast.params, p0)
+    assert torch.equal(fast.params, plain.params)
+    assert torch.equal(fast.loss, plain.loss)

@@ -98,7 +98,36 @@ class ProximalLoss:
             diff = params - self.anchor  # once for the term's value and its gradient
             return loss + self._term(diff), grads.add_(diff, alpha=self.mu)
 
-        return value_and_grad
+        if not isinstance(engine, DenseStack):
+            return value_and_grad
+
+        def descend(params: torch.Tensor, x: torch.Tensor, y: torch.Tensor, lr: float) -> Any:
+            """`DenseStack.descend` with the term: each gradient piece plus its slice of
+            mu (w - anchor), then the step; bit for bit `value_and_grad`'s and plain SGD's."""
+            loss, pieces = engine._pieces(params, x, y)
+            diff = params - self.anchor  # before any piece of params moves
+            for (view, grad), span in zip(pieces, engine.spans):
+                view.add_(grad.add_(diff[:, slice(*span)], alpha=self.mu), alpha=-lr)
+            return loss + self._term(diff)
+
+        return _Descending(value_and_grad, descend)
+
+
+class _Descending:
+    """An engine's `value_and_grad` and its plain SGD step (`DenseStack.descend`'s shape)."""
+
+    def __init__(self, value_and_grad: ValueAndGrad, descend: Callable[..., Any]) -> None:
+        self.value_and_grad, self.descend = value_and_grad, descend
+
+    def __call__(
+        self,
+        params: torch.Tensor,
+        x: torch.Tensor,
+        y: torch.Tensor,
+        out: torch.Tensor | None = None,
+        aux: Any = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.value_and_grad(params, x, y, out=out, aux=aux)
 
 
 def autograd_value_and_grad(model: Model, loss_fn: LossFn = cross_entropy) -> ValueAndGrad:
@@ -174,6 +203,8 @@ class DenseStack:
 
     def __init__(self, layers: list[_Dense]) -> None:
         self.layers = layers
+        # [start, end) of every parameter in the flat vector, in `_pieces`' order
+        self.spans = [span for layer in layers for span in (layer.weight, layer.bias) if span]
         self._plans: dict[tuple, _DensePlan] = {}  # the two most recent, by params and B
         self._buffers: dict[tuple, dict[str, Any]] = {}  # the two most recent, by shape
 
