@@ -69,6 +69,20 @@ def test_dense_fast_path_is_the_autograd_maths(bias):
     assert_tensors_close(fast_grad, grad)
 
 
+@pytest.mark.parametrize("bias", [True, False])
+def test_dense_fast_path_of_one_linear_layer_is_the_autograd_maths(bias):
+    """No hidden layer: the minibatch itself is the logits' input and the weights' factor."""
+    torch.manual_seed(0)
+    model = Model(nn.Sequential(nn.Flatten(), nn.Linear(12, 3, bias=bias)), (3, 4))
+    x, y = dataset(model)
+    rows = batches()[:, 0]
+    params = start(model)
+    fast_loss, fast_grad = cohort.DenseStack(cohort.dense_layers(model))(params, x[rows], y[rows])
+    loss, grad = cohort.autograd_value_and_grad(model)(params, x[rows], y[rows])
+    assert_tensors_close(fast_loss, loss)
+    assert_tensors_close(fast_grad, grad)
+
+
 def test_dense_fast_path_follows_its_parameters_between_calls():
     """The stack keeps its views of the last parameter tensor: they must see that tensor's
     in-place steps, and another tensor of the same shape must get its own gradients."""
@@ -431,3 +445,99 @@ def test_in_place_steps_train_as_the_updates_added(make_opt, steps):
     for a, b in zip(torch.utils._pytree.tree_leaves(fused), torch.utils._pytree.tree_leaves(plain)):
         if a is not None:
             assert_tensors_close(a.double(), b.double())
+
+
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("case", ["uniform", "masked", "short"])
+def test_dense_stack_takes_the_plain_sgd_step_itself(bias, case, monkeypatch):
+    """Plain SGD (`plain_lr`) is stepped by `DenseStack.descend`, each parameter's gradient
+    piece added to its view without a [C, P] gradient; equal bit for bit to the gradient
+    assembled and stepped by the optimizer: the same GEMMs and reductions, then the same
+    multiply-add ``w + (-lr) g`` on every element (only their order differs). A short batch
+    takes the generic engine, and the step through the optimizer, as before."""
+    model = mlp(bias)
+    x, y = dataset(model)
+    trainer = cohort.Trainer(model, x, y)
+    p0, rows = start(model), batches()
+    steps = torch.tensor([T, 2, T, 1] if case == "masked" else [T] * C)
+    sizes = None
+    if case == "short":
+        sizes = np.full((C, T), B)
+        sizes[1, 2], sizes[3, 4] = 3, 5
+    assert optim.sgd(0.1).plain_lr == 0.1
+    descents = []
+    descend = cohort.DenseStack.descend
+    monkeypatch.setattr(cohort.DenseStack, "descend", lambda *a: descents.append(1) or descend(*a))
+    fast = trainer.train(p0, rows, steps, optim.sgd(0.1), sizes=sizes)
+    assert len(descents) == T - (case == "short") * 2
+    plain = trainer.train(p0, rows, steps, optim.sgd(0.1)._replace(plain_lr=None), sizes=sizes)
+    assert len(descents) == T - (case == "short") * 2  # the optimizer's step, not the engine's
+    assert not torch.equal(fast.params, p0)
+    assert torch.equal(fast.params, plain.params)
+    assert torch.equal(fast.loss, plain.loss)
+    assert torch.equal(fast.grad_evals, plain.grad_evals)
+    assert torch.equal(fast.sample_grads, plain.sample_grads)
+
+
+@pytest.mark.parametrize(
+    "opt",
+    [
+        optim.sgd(0.1, momentum=0.9),
+        optim.sgd(0.1, weight_decay=1e-4),
+        optim.sam(optim.sgd(0.1), 0.05),
+        optim.sps(),
+        optim.chain(optim.add_correction(), optim.scale_by_learning_rate(0.1)),
+    ],
+    ids=["momentum", "weight_decay", "sam", "sps", "correction"],
+)
+def test_only_plain_sgd_offers_the_engine_its_step(opt):
+    assert optim.sgd(0.05).plain_lr == 0.05
+    assert opt.plain_lr is None
+
+
+@pytest.mark.parametrize("make_model", [mlp, cnn], ids=["dense", "generic"])
+@pytest.mark.parametrize(
+    "make_opt", [lambda: optim.sgd(0.1), lambda: optim.adam(0.01)], ids=["sgd", "adam"]
+)
+def test_a_trainer_reusing_its_buffers_trains_as_a_fresh_one(make_model, make_opt):
+    """The trainer and the dense engine keep their step buffers for the next call (the next
+    round): a second cohort trains as it would on a fresh trainer, and nothing the first call
+    returned changes under it."""
+    model = make_model()
+    x, y = dataset(model)
+    trainer = cohort.Trainer(model, x, y)
+    steps = torch.full((C,), T)
+    first = trainer.train(start(model), batches(), steps, make_opt())
+    leaves = torch.utils._pytree.tree_leaves
+    kept = [leaf.clone() for leaf in leaves(first) if leaf is not None]
+    p1, rows1 = start(model) - 0.05, batches().flip(0)
+    again = trainer.train(p1, rows1, steps, make_opt())
+    fresh = cohort.Trainer(model, x, y).train(p1, rows1, steps, make_opt())
+    for a, b in zip(leaves(again), leaves(fresh)):
+        assert a is b is None or torch.equal(a, b)  # the same code path on the same machine
+    assert all(torch.equal(a, b) for a, b in zip([v for v in leaves(first) if v is not None], kept))
+
+
+@pytest.mark.parametrize("case", ["uniform", "masked"])
+def test_a_proximal_loss_takes_the_plain_sgd_step_through_the_dense_engine(case, monkeypatch):
+    """FedProx's loss over the dense engine steps plain SGD without a [C, P] gradient too
+    (each piece plus its slice of mu (w - anchor)), bit for bit the optimizer's step after
+    `ProximalLoss.over`'s gradient, with the same losses."""
+    model = mlp()
+    x, y = dataset(model)
+    trainer = cohort.Trainer(model, x, y)
+    p0, rows = start(model), batches()
+    steps = torch.tensor([T, 2, T, 1] if case == "masked" else [T] * C)
+    prox = cohort.ProximalLoss(0.3, p0.mean(0) + 0.2)
+    gradients = []
+    call = cohort.DenseStack.__call__
+    monkeypatch.setattr(
+        cohort.DenseStack, "__call__", lambda *a, **k: gradients.append(1) or call(*a, **k)
+    )
+    fast = trainer.train(p0, rows, steps, optim.sgd(0.1), loss_fn=prox)
+    assert not gradients  # no [C, P] gradient assembled
+    plain = trainer.train(p0, rows, steps, optim.sgd(0.1)._replace(plain_lr=None), loss_fn=prox)
+    assert len(gradients) == T
+    assert not torch.equal(fast.params, p0)
+    assert torch.equal(fast.params, plain.params)
+    assert torch.equal(fast.loss, plain.loss)

@@ -428,6 +428,17 @@ def test_batched_draws_are_numpys_integers_bit_for_bit(count):
         draws.integers(np.array([[0, 1, 2], [0, 1, 3]]), np.array([5, 0]), 3)
 
 
+@pytest.mark.parametrize("width", [1, 2, 3, 4, 5, 9])
+def test_seed_states_are_seedsequences_bit_for_bit(width):
+    """The cohort's SeedSequence hashes, run as blocks of rows: every key length (shorter
+    than the pool, as long, and longer, whose extra words mix into all four)."""
+    from flnet.learn.data import draws
+
+    keys = np.random.default_rng(width).integers(0, 2**32, (9, width))
+    want = [np.random.SeedSequence(k.tolist()).generate_state(4, np.uint64) for k in keys]
+    assert np.array_equal(draws.seed_states(keys), np.stack(want))
+
+
 def test_minibatches_are_each_clients_own_generator_draws():
     """Client k's rows in round t are default_rng([seed, t, k]).integers(0, n_k, (s_k, B)) of
     its own rows; steps past s_k repeat its last step."""

@@ -98,7 +98,36 @@ class ProximalLoss:
             diff = params - self.anchor  # once for the term's value and its gradient
             return loss + self._term(diff), grads.add_(diff, alpha=self.mu)
 
-        return value_and_grad
+        if not isinstance(engine, DenseStack):
+            return value_and_grad
+
+        def descend(params: torch.Tensor, x: torch.Tensor, y: torch.Tensor, lr: float) -> Any:
+            """`DenseStack.descend` with the term: each gradient piece plus its slice of
+            mu (w - anchor), then the step; bit for bit `value_and_grad`'s and plain SGD's."""
+            loss, pieces = engine._pieces(params, x, y)
+            diff = params - self.anchor  # before any piece of params moves
+            for (view, grad), span in zip(pieces, engine.spans):
+                view.add_(grad.add_(diff[:, slice(*span)], alpha=self.mu), alpha=-lr)
+            return loss + self._term(diff)
+
+        return _Descending(value_and_grad, descend)
+
+
+class _Descending:
+    """An engine's `value_and_grad` and its plain SGD step (`DenseStack.descend`'s shape)."""
+
+    def __init__(self, value_and_grad: ValueAndGrad, descend: Callable[..., Any]) -> None:
+        self.value_and_grad, self.descend = value_and_grad, descend
+
+    def __call__(
+        self,
+        params: torch.Tensor,
+        x: torch.Tensor,
+        y: torch.Tensor,
+        out: torch.Tensor | None = None,
+        aux: Any = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.value_and_grad(params, x, y, out=out, aux=aux)
 
 
 def autograd_value_and_grad(model: Model, loss_fn: LossFn = cross_entropy) -> ValueAndGrad:
@@ -166,49 +195,103 @@ class DenseStack:
     10 is an order of magnitude slower); one log-softmax kernel gives both the loss (minus its
     mean at the labels) and the gradient ``(exp(log-softmax) - onehot) / B``, fewer passes than
     max, exp, sum and log apart; the backward pass reuses the activations. Activations live in
-    buffers reused across calls, and the layers' views of the parameters while the same
-    parameter tensor comes back (the trainer's, updated in place).
+    buffers reused across calls, and every view a step takes of them and of the parameters (a
+    `_DensePlan`) while the same parameter tensor comes back (the trainer's, updated in place):
+    a step only calls its kernels. `descend` takes a plain SGD step without assembling the
+    [C, P] gradient.
     """
 
     def __init__(self, layers: list[_Dense]) -> None:
         self.layers = layers
-        self._buffers: dict[tuple, dict[str, Any]] = {}
-        self._views: tuple[tuple, list] = ((), [])  # the last params' layer views, by identity
+        # [start, end) of every parameter in the flat vector, in `_pieces`' order
+        self.spans = [span for layer in layers for span in (layer.weight, layer.bias) if span]
+        self._plans: dict[tuple, _DensePlan] = {}  # the two most recent, by params and B
+        self._buffers: dict[tuple, dict[str, Any]] = {}  # the two most recent, by shape
 
-    def _layer_views(self, params: torch.Tensor) -> list:
-        """Per layer (W [C, out, in], b [C, out] or None) viewing `params`, kept while the
-        same tensor comes back (the trainer's params, updated in place): the views hold its
-        storage, so no other tensor can show the same address, shape and strides meanwhile."""
-        key = (params.data_ptr(), params.device, params.dtype, params.shape, params.stride())
-        if self._views[0] != key:
-            c = params.shape[0]
-            views = [
-                (
-                    params[:, slice(*layer.weight)].view(c, *layer.shape),
-                    None if layer.bias is None else params[:, slice(*layer.bias)],
+    def _plan(self, params: torch.Tensor, b: int) -> _DensePlan:
+        """Buffers for a [C, B] minibatch and every view a step takes of them and of
+        `params`, made once and kept while the same tensor comes back (the trainer's params,
+        updated in place): the views hold its storage, so no other tensor can show the same
+        address, shape and strides meanwhile. A step then only calls its kernels."""
+        key = (params.data_ptr(), params.device, params.dtype, params.shape, params.stride(), b)
+        plan = self._plans.pop(key, None) or self._make_plan(params, b)
+        self._plans[key] = plan  # the most recent last
+        while len(self._plans) > 2:  # a cohort's slices and its remainder
+            del self._plans[next(iter(self._plans))]
+        return plan
+
+    def _make_plan(self, params: torch.Tensor, b: int) -> _DensePlan:
+        c = params.shape[0]
+        *hidden, last = self.layers
+        buf = self._buffers_for(c, b, params)
+        acts, dacts, logp, dws = buf["act"], buf["dact"], buf["logp"], buf["dweight"]
+        weights, biases, dbs = [], [], []
+        pieces: list[tuple[torch.Tensor, torch.Tensor]] = []  # in the flat vector's order
+        for layer, dw, db in zip(self.layers, dws, buf["dbias"]):
+            flat = params[:, slice(*layer.weight)]
+            weights.append(flat.view(c, *layer.shape))
+            pieces.append((flat, dw.view(c, -1)))
+            bias = None if layer.bias is None else params[:, slice(*layer.bias)]
+            if bias is not None:
+                pieces.append((bias, db))
+            biases.append(bias)
+            dbs.append(None if bias is None else db)
+        forward = [
+            (a, w.transpose(1, 2), None if bias is None else bias.unsqueeze(1), layer.relu)
+            for layer, w, bias, a in zip(hidden, weights, biases, acts)
+        ]
+        bias = biases[-1]
+        logits = (
+            buf["logits"],
+            weights[-1],
+            None if bias is None else bias.unsqueeze(2),
+            acts[-1].transpose(1, 2) if acts else None,
+        )
+        backward = []
+        for i in range(len(self.layers) - 1, -1, -1):
+            top = i == len(hidden)
+            grad = logp if top else dacts[i]  # dz [C, K, B], else [C, B, out]
+            grad_in = grad.transpose(1, 2) if top else grad  # [C, B, out]
+            backward.append(
+                _DenseBackward(
+                    grad if top else grad.transpose(1, 2),
+                    acts[i - 1] if i else None,
+                    dws[i],
+                    dbs[i],
+                    grad,
+                    2 if top else 1,
+                    grad_in,
+                    weights[i],
+                    dacts[i - 1] if i else None,
+                    i > 0 and self.layers[i - 1].relu,
                 )
-                for layer in self.layers
-            ]
-            self._views = (key, views)
-        return self._views[1]
+            )
+        return _DensePlan(forward, logits, logp, buf["minus_1_over_b"], backward, pieces)
 
     def _buffers_for(self, c: int, b: int, like: torch.Tensor) -> dict[str, Any]:
+        """Activations and gradients for [C, B] minibatches, shared by the plans of every
+        parameter tensor of that shape (the trainer's new one each round); the two most
+        recent shapes are kept."""
         key = (c, b, like.dtype, like.device)
-        if key not in self._buffers:
-            new = lambda *shape: torch.empty(shape, dtype=like.dtype, device=like.device)  # noqa
+        buf = self._buffers.pop(key, None)
+        if buf is None:
+            new = lambda *shape: like.new_empty(shape)  # noqa: E731
             *hidden, last = self.layers
-            k = last.shape[0]
-            self._buffers[key] = {
-                "act": [new(c, b, layer.shape[0]) for layer in hidden],
-                "logits": new(c, k, b),
-                "exp": new(c, k, b),
+            buf = {
+                "act": [new(c, b, layer.shape[0]) for layer in hidden],  # [C, B, out]
+                "dact": [new(c, b, layer.shape[0]) for layer in hidden],
+                "logits": new(c, last.shape[0], b),  # [C, K, B]
+                "logp": new(c, last.shape[0], b),  # the log-softmax, then the logits' gradient
                 "minus_1_over_b": torch.full(
                     (c, 1, b), -1.0 / b, dtype=like.dtype, device=like.device
                 ),
                 "dweight": [new(c, *layer.shape) for layer in self.layers],
-                "dact": [new(c, b, layer.shape[0]) for layer in hidden],
+                "dbias": [new(c, layer.shape[0]) for layer in self.layers],
             }
-        return self._buffers[key]
+        self._buffers[key] = buf
+        while len(self._buffers) > 2:
+            del self._buffers[next(iter(self._buffers))]
+        return buf
 
     def __call__(
         self,
@@ -220,50 +303,89 @@ class DenseStack:
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """params [C, P], x [C, B, *input], y [C, B] -> loss [C], grads [C, P] (into `out`);
         the cross-entropy reads no aux."""
+        loss, pieces = self._pieces(params, x, y)
+        grads = [g for _, g in pieces]
+        return loss, torch.cat(grads, 1, out=out) if out is not None else torch.cat(grads, 1)
+
+    def descend(
+        self, params: torch.Tensor, x: torch.Tensor, y: torch.Tensor, lr: float
+    ) -> torch.Tensor:
+        """One plain SGD step, ``params -= lr * grads`` in place, returning the losses [C]:
+        each parameter's piece of the gradient is added to its view of `params` straight from
+        the buffer it was computed in, never assembled into a [C, P] gradient and read back.
+        Bit for bit the step ``params.add_(grads, alpha=-lr)`` after `__call__` takes: the
+        same multiply-add on every element, in another order."""
+        loss, pieces = self._pieces(params, x, y)
+        for view, grad in pieces:
+            view.add_(grad, alpha=-lr)
+        return loss
+
+    def _pieces(
+        self, params: torch.Tensor, x: torch.Tensor, y: torch.Tensor
+    ) -> tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]]]:
+        """Losses [C] and, in the flat vector's order, (view of `params` [C, n], its gradient
+        [C, n]) for every parameter; the gradients live in reused buffers."""
         c, b = y.shape
-        buf = self._buffers_for(c, b, params)
-        views = self._layer_views(params)
-        *hidden, last = self.layers
-        acts = [x.reshape(c, b, -1)]
-        for layer, (w, bias), a in zip(hidden, views, buf["act"]):
+        plan = self._plan(params, b)
+        x = x.reshape(c, b, -1)
+        a_in = x
+        for a, w_t, bias, relu in plan.forward:
             if bias is None:
-                torch.bmm(acts[-1], w.transpose(1, 2), out=a)
+                torch.bmm(a_in, w_t, out=a)
             else:
-                torch.baddbmm(bias.unsqueeze(1), acts[-1], w.transpose(1, 2), out=a)
-            if layer.relu:
+                torch.baddbmm(bias, a_in, w_t, out=a)
+            if relu:
                 a.clamp_min_(0)
-            acts.append(a)
-        z = buf["logits"]  # [C, K, B]
-        w, bias = views[-1]
+            a_in = a
+        z, w, bias, a_t = plan.logits  # z [C, K, B]
+        a_t = x.transpose(1, 2) if a_t is None else a_t
         if bias is None:
-            torch.bmm(w, acts[-1].transpose(1, 2), out=z)
+            torch.bmm(w, a_t, out=z)
         else:
-            torch.baddbmm(bias.unsqueeze(2), w, acts[-1].transpose(1, 2), out=z)
+            torch.baddbmm(bias, w, a_t, out=z)
         label = y.unsqueeze(1)  # [C, 1, B]
-        logp = torch.ops.aten._log_softmax.out(z, 1, False, out=buf["exp"])  # [C, K, B]
+        logp = torch._log_softmax(z, 1, False, out=plan.logp)  # [C, K, B]
         loss = logp.gather(1, label).mean((1, 2)).neg_()  # [C]
-        dz = logp.exp_().div_(b).scatter_add_(1, label, buf["minus_1_over_b"])  # [C, K, B]
-        # backward: dz is [C, out, B] for the last layer, then d is [C, B, out]
-        parts: list[torch.Tensor] = []
-        d_t, d = dz, None
-        for i in range(len(self.layers) - 1, -1, -1):
-            layer, a_in = self.layers[i], acts[i]
-            dw = buf["dweight"][i]
-            if d is None:
-                torch.bmm(d_t, a_in, out=dw)
-                db = d_t.sum(2)
-            else:
-                torch.bmm(d.transpose(1, 2), a_in, out=dw)
-                db = d.sum(1)
-            parts[:0] = [dw.view(c, -1)] + ([db] if layer.bias is not None else [])
-            if i:
-                w, d_in = views[i][0], buf["dact"][i - 1]
-                torch.bmm(d_t.transpose(1, 2) if d is None else d, w, out=d_in)
-                if self.layers[i - 1].relu:
-                    torch.ops.aten.threshold_backward.grad_input(d_in, a_in, 0, grad_input=d_in)
-                d = d_in
-        grads = torch.cat(parts, 1, out=out) if out is not None else torch.cat(parts, 1)
-        return loss, grads
+        logp.exp_().div_(b).scatter_add_(1, label, plan.minus_1_over_b)  # dz [C, K, B]
+        # backward, last layer first; each layer's input gradient is taken before its own
+        # weights can change (`descend`)
+        for step in plan.backward:
+            a_in = x if step.a_in is None else step.a_in
+            torch.bmm(step.grad_t, a_in, out=step.dw)
+            if step.db is not None:
+                torch.sum(step.grad, step.sum_dim, out=step.db)
+            if step.d_in is not None:
+                torch.bmm(step.grad_in, step.w, out=step.d_in)
+                if step.relu_below:
+                    torch.ops.aten.threshold_backward.grad_input(
+                        step.d_in, a_in, 0, grad_input=step.d_in
+                    )
+        return loss, plan.pieces
+
+
+class _DenseBackward(NamedTuple):
+    """One layer's backward pass: dW = grad_t @ a_in, db = grad summed over the batch,
+    d_in = grad_in @ W (then through the ReLU below), all into the plan's buffers."""
+
+    grad_t: torch.Tensor  # [C, out, B] the output gradient, as dW's left factor
+    a_in: torch.Tensor | None  # [C, B, in] the layer's input (None: the minibatch x)
+    dw: torch.Tensor  # [C, out, in]
+    db: torch.Tensor | None  # [C, out]
+    grad: torch.Tensor  # the output gradient as stored ([C, K, B] last, else [C, B, out])
+    sum_dim: int  # its batch dimension
+    grad_in: torch.Tensor  # [C, B, out] the output gradient, as d_in's left factor
+    w: torch.Tensor  # [C, out, in]
+    d_in: torch.Tensor | None  # [C, B, in] the input gradient (None: the first layer)
+    relu_below: bool  # the input came through a ReLU
+
+
+class _DensePlan(NamedTuple):
+    forward: list  # hidden layers: (activation [C, B, out], W^T, bias [C, 1, out] | None, relu)
+    logits: tuple  # (z [C, K, B], W [C, K, in], bias [C, K, 1] | None, input^T | None: x's)
+    logp: torch.Tensor  # [C, K, B] the log-softmax, then the logits' gradient dz
+    minus_1_over_b: torch.Tensor  # [C, 1, B]
+    backward: list[_DenseBackward]  # last layer first
+    pieces: list[tuple[torch.Tensor, torch.Tensor]]  # (params view [C, n], gradient [C, n])
 
 
 def _rows(tree: Any, start: int, stop: int) -> Any:
@@ -302,6 +424,7 @@ class Trainer:
             DenseStack(layers) if layers else ConvStack(conv) if conv else None
         )
         self.default_value_and_grad: ValueAndGrad = self.hand or autograd_value_and_grad(model)
+        self._buffers: tuple[tuple, tuple] = ((), ())  # a step's buffers, by shape
 
     def clients_per_call(
         self,
@@ -404,6 +527,35 @@ class Trainer:
         cat = lambda *rows: torch.cat(rows) if _per_client(rows[0]) else rows[0]  # noqa: E731
         return CohortResult(*(tree_map(cat, *field) for field in zip(*parts)))
 
+    def _step_buffers(
+        self, params: torch.Tensor, b: int
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """A step's gradient [C, P] and minibatch (x [C, B, ...], y [C, B]) buffers, kept for
+        the next call of the same shape (the next round) instead of allocated again. Nothing
+        returned from `train` holds them."""
+        x, y = self.x_data, self.y_data
+        key = (
+            params.shape,
+            params.dtype,
+            params.device,
+            b,
+            x.shape[1:],
+            x.dtype,
+            x.device,
+            y.dtype,
+        )
+        if self._buffers[0] != key:
+            c = params.shape[0]
+            self._buffers = (
+                key,
+                (
+                    torch.empty_like(params),
+                    x.new_empty((c, b, *x.shape[1:])),
+                    y.new_empty((c, b)),
+                ),
+            )
+        return self._buffers[1]
+
     def _train(
         self,
         params: torch.Tensor,
@@ -417,15 +569,16 @@ class Trainer:
         snapshot_at: torch.Tensor | None = None,
     ) -> CohortResult:
         c, t_max, b = batches.shape
-        short = np.zeros(t_max, bool) if sizes is None else np.asarray((sizes < b).any(0))  # [T]
+        short = [False] * t_max if sizes is None else np.asarray((sizes < b).any(0)).tolist()
         sample_grads = torch.zeros(c, dtype=torch.int64, device=params.device)
         if opt_state is None:
             opt_state = optimizer.init(params)
         params = params.clone(memory_format=torch.contiguous_format)
-        grads_buf = torch.empty_like(params)
-        xb = self.x_data.new_empty((c, b, *self.x_data.shape[1:]))
-        yb = self.y_data.new_empty((c, b))
+        grads_buf, xb, yb = self._step_buffers(params, b)
+        xb_rows, yb_rows = xb.view(c * b, *xb.shape[2:]), yb.view(-1)  # gathered into
         rows_by_step = batches.transpose(0, 1).reshape(t_max, c * b)  # a step's rows, contiguous
+        # an engine that takes a plain SGD step itself, without a [C, P] gradient (DenseStack)
+        descend = getattr(engines[0], "descend", None) if optimizer.plain_lr is not None else None
         loss_sum = torch.zeros(c, dtype=params.dtype, device=params.device)
         grad_evals = torch.zeros(c, dtype=torch.int64, device=params.device)
         uniform = bool((steps == t_max).all())
@@ -436,9 +589,9 @@ class Trainer:
             snapshot = params.clone()
         for s in range(t_max):
             rows = rows_by_step[s]
-            torch.index_select(self.x_data, 0, rows, out=xb.view(c * b, *xb.shape[2:]))
-            torch.index_select(self.y_data, 0, rows, out=yb.view(-1))
-            value_and_grad = engines[int(short[s])]
+            torch.index_select(self.x_data, 0, rows, out=xb_rows)
+            torch.index_select(self.y_data, 0, rows, out=yb_rows)
+            value_and_grad = engines[short[s]]
             size: torch.Tensor | int
             if short[s]:
                 assert sizes is not None  # a step is short only where sizes say so
@@ -446,7 +599,6 @@ class Trainer:
                 yb.masked_fill_(torch.arange(b, device=yb.device) >= size[:, None], PAD)
             else:
                 size = b
-            loss, grads = value_and_grad(params, xb, yb, out=grads_buf, aux=aux)
             calls = 0
 
             def grad_fn(p: torch.Tensor) -> torch.Tensor:
@@ -455,9 +607,13 @@ class Trainer:
                 return value_and_grad(p, xb, yb, aux=aux)[1]  # noqa: B023 (called within this step)
 
             before = None if uniform else params.clone()
-            new_state = optim.step(
-                optimizer, grads, opt_state, params, grad_fn=grad_fn, loss=loss, aux=aux
-            )
+            if descend is not None and not short[s]:  # plain SGD, stepped by the engine
+                loss, new_state = descend(params, xb, yb, optimizer.plain_lr), opt_state
+            else:
+                loss, grads = value_and_grad(params, xb, yb, out=grads_buf, aux=aux)
+                new_state = optim.step(
+                    optimizer, grads, opt_state, params, grad_fn=grad_fn, loss=loss, aux=aux
+                )
             if before is None:
                 opt_state = new_state
                 loss_sum += loss

@@ -31,6 +31,12 @@ step ``params.add_(grads, alpha=-lr)`` is one pass over memory where update-then
 else ``params += update(...)[0]``. The two agree within float rounding (the fused multiply-add
 rounds once), not bit for bit.
 
+A transform whose whole step is plain descent, ``params -= lr * grads`` with no state and no
+other input (`scale_by_learning_rate`, or a `chain` of it alone: `sgd` without momentum or
+weight decay), says so in ``plain_lr``; an engine that computes the gradient piece by piece
+may then take that step itself, each piece added to its slice of `params` as it comes
+(`cohort.DenseStack.descend`), bit for bit the same step without a [C, P] gradient read back.
+
 The sign flip of descent happens only in `scale_by_learning_rate`. A gradient-only term
 (FedProx's mu (w - x_t), SCAFFOLD's c - c_i) is one more transform at the front of a `chain`;
 a term that `grad_fn` must also see (because Delta-SGD or SAM evaluate it elsewhere) belongs
@@ -55,6 +61,7 @@ class GradientTransformation(NamedTuple):
     update: Callable[..., tuple[torch.Tensor, Any]]
     grads_per_step: int = 1  # most gradient evaluations a step takes, the one given included
     apply: Callable[..., Any] | None = None  # update and add to params in place (see above)
+    plain_lr: float | None = None  # the whole step is params -= lr * grads, stateless (below)
 
 
 def step(
@@ -343,7 +350,7 @@ def scale_by_learning_rate(lr: float) -> GradientTransformation:
         params.add_(grads, alpha=-lr)
         return state
 
-    return _stateless(lambda g, w: g.mul_(-lr))._replace(apply=apply)
+    return _stateless(lambda g, w: g.mul_(-lr))._replace(apply=apply, plain_lr=lr)
 
 
 def chain(*transforms: GradientTransformation) -> GradientTransformation:
@@ -391,6 +398,7 @@ def chain(*transforms: GradientTransformation) -> GradientTransformation:
         update,
         max(t.grads_per_step for t in transforms),
         apply if last.apply is not None else None,
+        transforms[0].plain_lr if len(transforms) == 1 else None,
     )
 
 

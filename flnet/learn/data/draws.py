@@ -17,6 +17,7 @@ equality against ``default_rng(key).integers`` directly.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import numpy as np
@@ -43,41 +44,55 @@ class _SeedState(ISeedSequence):
         return self.state
 
 
+@functools.cache
+def _hash_consts(init: int, mult: int, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """[n, 1] each: the constant SeedSequence's k-th hash xors in, and the one it multiplies
+    by (the hash constant advances once per hash, whatever it hashes)."""
+    xors, mults, h = [], [], init
+    for _ in range(n):
+        xors.append(h)
+        h = (h * mult) & _U32
+        mults.append(h)
+    out = np.array(xors, np.uint64)[:, None], np.array(mults, np.uint64)[:, None]
+    for a in out:
+        a.setflags(write=False)  # cached, shared by every call
+    return out
+
+
+def _hash(value: np.ndarray, xors: np.ndarray, mults: np.ndarray) -> np.ndarray:
+    value = ((value ^ xors) * mults) & _LOW32
+    return value ^ (value >> _XSHIFT)
+
+
+def _mix(x: np.ndarray, y: np.ndarray) -> np.ndarray:  # (L x - R y) mod 2**32, unsigned
+    r = (np.uint64(_MIX_MULT_L) * x + np.uint64(_MIX_MULT_R) * (np.uint64(_WORD) - y)) & _LOW32
+    return r ^ (r >> _XSHIFT)
+
+
 def seed_states(words: np.ndarray) -> np.ndarray:
     """[C, 4] uint64: ``SeedSequence(row).generate_state(4, np.uint64)`` for each row of
-    `words` ([C, L], each entry one 32-bit word of the entropy), all rows at once."""
+    `words` ([C, L], each entry one 32-bit word of the entropy), all rows at once.
+
+    SeedSequence hashes one value at a time, but a source word's hashes into the other pool
+    words are independent of one another, so each runs as one [3 or 4, C] block; likewise
+    the 8 output words."""
     c, length = words.shape
-    words = words.astype(np.uint64)
-    mask = np.uint64(_U32)
-    hash_const = _INIT_A
-
-    def hashmix(value: np.ndarray) -> np.ndarray:
-        nonlocal hash_const
-        value = value ^ np.uint64(hash_const)
-        hash_const = (hash_const * _MULT_A) & _U32
-        value = (value * np.uint64(hash_const)) & mask
-        return value ^ (value >> _XSHIFT)
-
-    def mix(x: np.ndarray, y: np.ndarray) -> np.ndarray:  # (L x - R y) mod 2**32, unsigned
-        r = (np.uint64(_MIX_MULT_L) * x + np.uint64(_MIX_MULT_R) * (np.uint64(_WORD) - y)) & mask
-        return r ^ (r >> _XSHIFT)
-
-    zero = np.zeros(c, dtype=np.uint64)
-    pool = [hashmix(words[:, i] if i < length else zero) for i in range(_POOL_SIZE)]
+    words = words.astype(np.uint64).T  # [L, C]
+    xors, mults = _hash_consts(_INIT_A, _MULT_A, 4 * 4 + 4 * max(0, length - _POOL_SIZE))
+    pool = np.zeros((_POOL_SIZE, c), dtype=np.uint64)
+    pool[: min(length, _POOL_SIZE)] = words[:_POOL_SIZE]
+    pool = _hash(pool, xors[:4], mults[:4])
+    k = _POOL_SIZE
     for src in range(_POOL_SIZE):
-        for dst in range(_POOL_SIZE):
-            if src != dst:
-                pool[dst] = mix(pool[dst], hashmix(pool[src]))
+        dst = [d for d in range(_POOL_SIZE) if d != src]
+        pool[dst] = _mix(pool[dst], _hash(pool[src], xors[k : k + 3], mults[k : k + 3]))
+        k += 3
     for src in range(_POOL_SIZE, length):
-        for dst in range(_POOL_SIZE):
-            pool[dst] = mix(pool[dst], hashmix(words[:, src]))
-    hash_const, out = _INIT_B, []
-    for i in range(2 * 4):  # 8 words, read as 4 little-endian uint64
-        value = pool[i % _POOL_SIZE] ^ np.uint64(hash_const)
-        hash_const = (hash_const * _MULT_B) & _U32
-        value = (value * np.uint64(hash_const)) & mask
-        out.append(value ^ (value >> _XSHIFT))
-    return np.stack(out[0::2], 1) | (np.stack(out[1::2], 1) << np.uint64(32))
+        pool = _mix(pool, _hash(words[src], xors[k : k + 4], mults[k : k + 4]))
+        k += 4
+    xors, mults = _hash_consts(_INIT_B, _MULT_B, 2 * 4)  # 8 words, read as 4 little-endian uint64
+    out = _hash(pool[[0, 1, 2, 3, 0, 1, 2, 3]], xors, mults)
+    return np.ascontiguousarray((out[0::2] | (out[1::2] << np.uint64(32))).T)  # PCG64 reads rows
 
 
 def integers(keys: np.ndarray, highs: np.ndarray, count: int) -> np.ndarray:
@@ -97,9 +112,10 @@ def integers(keys: np.ndarray, highs: np.ndarray, count: int) -> np.ndarray:
         # numpy's stubs name SeedSequence; PCG64 takes any ISeedSequence
         bits = [np.random.PCG64(_SeedState(s)) for s in states]  # type: ignore[arg-type]
         raw = np.stack([b.random_raw(words) for b in bits])
-        halves = np.stack([raw & _LOW32, raw >> np.uint64(32)], axis=-1).reshape(len(rows), -1)
+        # each 64-bit word's low half, then its high half: its two uint32 in memory order
+        halves = raw.astype("<u8", copy=False).view("<u4")[:, :count]
         n = highs[rows].astype(np.uint64)[:, None]
-        m = halves[:, :count] * n  # < 2**64: a 32-bit word times n <= 2**32
+        m = halves * n  # uint64 < 2**64: a 32-bit word times n <= 2**32
         threshold = (np.uint64(_WORD) - n) % n  # Lemire rejects a leftover below this
         rejected = ((m & _LOW32) < threshold).any(1)
         out[rows] = (m >> np.uint64(32)).astype(np.int64)
