@@ -129,6 +129,15 @@ def test_round_trips_at_once_equal_event_by_event(monkeypatch, overrides):
     assert_records_close(fast.records, slow.records, eval_rows=1)
 
 
+def test_capacity_traces_rates_and_seconds_at_once_to_the_bit(monkeypatch):
+    """Measured link rates (dedicated) and a capacity trace's compute seconds."""
+    overrides = ["run.rounds=4", "clients.availability={kind: always}"]
+    fast, slow, planned = _both_ways(monkeypatch, "scenarios/trace_replay.yaml", overrides)
+    assert planned and all(planned)
+    assert fast.ledger.equals(slow.ledger)
+    assert fast.records.equals(slow.records)
+
+
 def test_identical_clients_keep_simpys_order_of_simultaneous_events(monkeypatch, scenario):
     """Every download, compute and upload ends at one instant with the others of its kind:
     rows in the order SimPy completes them (downloads by position, the rest as their
