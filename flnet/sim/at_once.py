@@ -1,19 +1,22 @@
-"""A round trip computed at once, where nothing can interrupt it.
+"""A round trip computed at once, where only the server can stop its members' work.
 
-When no member's work can be cut, slowed or dropped (availability always, no battery, no
-dropout or slowdown: `World.fates_sure`), nothing stops the round early (no over-selection, a
-deadline that falls after the last upload) and every band is dedicated or a shared band idle
-at the start, a round trip is a closed system: each member's download ends at
+When no member's device can cut, slow or drop its work (availability always, no battery, no
+dropout or slowdown: `World.fates_sure`) and every band is dedicated or a shared band idle at
+the start, a round trip is a closed system: each member's download ends at
 ``t0 + bits / rate``, its compute ``duration`` after that, and its upload when the uplink lets
-it. Downloads and computes use the event-by-event path's own arithmetic (IEEE +, -, *, / on
+it; the server stops waiting at the keep-th arrival (over-selection: the rest are cancelled)
+or at the deadline (the rest are cut), each job under way charged up to that instant.
+Downloads and computes use the event-by-event path's own arithmetic (IEEE +, -, *, / on
 arrays, the scalar functions for the rest); a shared band is solved at once where every
-transfer starts before any finishes (`SharedBand.solve_alone`: times within 1e-12 relative of
-the steps') and replayed step by step otherwise (`schedule_alone`: to the bit). The ledger rows
-go in the order SimPy would complete them: by time, and at one instant in the order the events
-were scheduled, which within one kind of event is known (downloads by position, computes and
-uploads in the order their predecessors completed). Where events of different kinds would fall
-on one instant, SimPy's queue order decides: such a round (equal floats from different sums)
-goes event by event (`plan` returns None). tests/test_at_once.py compares both paths.
+transfer starts before any finishes and nobody is stopped (`SharedBand.solve_alone`: times
+within 1e-12 relative of the steps') and replayed step by step otherwise (`schedule_alone`:
+to the bit, up to the stop). The ledger rows go in the order SimPy would complete them: by
+time, and at one instant in the order the events were scheduled, which within one kind of
+event is known (downloads by position, computes and uploads in the order their predecessors
+completed); the stopped jobs' rows follow in cohort order, as `round_trip` stops its trips.
+Where events of different kinds would fall on one instant, SimPy's queue order decides: such a
+round (equal floats from different sums) goes event by event (`plan` returns None).
+tests/test_at_once.py compares both paths.
 """
 
 from __future__ import annotations
@@ -61,10 +64,10 @@ def plan(
     deadline_s: float | None,
     keep: int,
 ) -> Plan | None:
-    """The round trip of `cohort` starting now, its ledger rows to write when the clock gets
-    to its end (an interrupted run keeps no row from beyond its clock); None where it must be
-    simulated event by event. The server stops waiting once `keep` members
-    have delivered (the rest: cancelled) or at `deadline_s` (the rest: deadline)."""
+    """The round trip of `cohort` starting now, with its ledger rows to write when the clock
+    gets to its end (an interrupted run keeps no row from beyond its clock); None where it
+    must be simulated event by event. The server stops waiting once `keep` members have
+    delivered (the rest: cancelled) or at `deadline_s` (the rest: deadline)."""
     net = world.network
     down_band, up_band = net.downlink, net.uplink
     if not (world.fates_sure and _closed(down_band) and _closed(up_band)):
