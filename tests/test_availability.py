@@ -213,11 +213,16 @@ def test_selection_picks_only_online_clients(scenario):
     assert picked.tolist() == online
 
 
-def test_selection_under_availability_allocates_the_same_whatever_n(scenario):
+def test_selection_under_availability_allocates_the_same_whatever_n(scenario, monkeypatch):
     """A round's 100 online clients from 10,000 or 10,000,000 registered: peak allocation
-    within a few kilobytes of each other, and small (nothing is [N])."""
+    within a few kilobytes of each other, and small (nothing is [N]). The sessions a diurnal
+    model keeps for the clients it was asked about are bounded apart (SESSIONS_KEPT, tested
+    below): kept to one here, so what is measured is the selection's own."""
     import tracemalloc
 
+    from flnet.sim import availability
+
+    monkeypatch.setattr(availability, "SESSIONS_KEPT", 1)
     world = world_of(scenario, 100, availability={"kind": "diurnal"})
     peaks = []
     for n in (10_000, 10_000_000):
@@ -337,3 +342,23 @@ def test_bad_availability_is_refused_naming_the_field(scenario, availability, wo
 
     with pytest.raises(ScenarioError, match=words):
         scenario(clients={"availability": availability})
+
+
+def test_diurnal_keeps_the_session_draws_it_was_asked_for_within_a_bound(monkeypatch):
+    """The (client, day) sessions and zones it keeps are the draws themselves (read-only), a
+    full store is emptied rather than grown, and what it answers never depends on them."""
+    from flnet.sim import availability
+
+    cfg = DiurnalAvailability(kind="diurnal", session_mean_s=1800.0, time_zones_h=[-5, 0, 8])
+    monkeypatch.setattr(availability, "SESSIONS_KEPT", 8)
+    kept, fresh = Diurnal(cfg, seed=4), Diurnal(cfg, seed=4)
+    clients = np.arange(30)
+    for t in (1000.0, 50_000.0, 90_000.0, 1000.0):  # back to the first day: drawn again
+        until = kept.online_until(clients, t, 0)
+        fresh._days.clear()
+        fresh._zones.clear()
+        np.testing.assert_array_equal(until, fresh.online_until(clients, t, 0))
+        assert len(kept._days) <= 8 and len(kept._zones) <= 8
+    day = kept.sessions(3, 0)
+    assert kept.sessions(3, 0) is day and not day.flags.writeable
+    np.testing.assert_array_equal(day, Diurnal(cfg, seed=4).sessions(3, 0))

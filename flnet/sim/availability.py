@@ -34,6 +34,7 @@ if TYPE_CHECKING:
 DAY_S = 86_400.0
 HOUR_S = 3_600.0
 MAX_SESSION_S = DAY_S - 1.0  # sessions are cut below a day, so only yesterday's reach today
+SESSIONS_KEPT = 4096  # (client, day) session draws kept (a few hundred bytes each), and zones
 
 
 class Availability(Protocol):
@@ -118,6 +119,11 @@ class Diurnal:
         # cache of pure functions: a resume needs nothing.
         self._memo_s = math.nan
         self._memo: dict[int, tuple[float, float]] = {}
+        # each (client, UTC day)'s sessions as drawn, for the clients asked lately: selection
+        # asks many candidates, and the same ones again while the day lasts; emptied when it
+        # holds SESSIONS_KEPT (a pure function: dropping it loses nothing)
+        self._days: dict[tuple[int, int], np.ndarray] = {}
+        self._zones: dict[int, float] = {}  # likewise, the time zones of the clients asked
 
     # the curve, in local hours ------------------------------------------------------------
 
@@ -162,20 +168,35 @@ class Diurnal:
         known = self._memo.get(client)
         if known is not None:
             return known[1]
-        rng = generator(self.seed, Stream.ZONES, client)
-        return float(self.zones_h[rng.choice(len(self.zones_h), p=self.zone_p)])
+        zone = self._zones.get(client)
+        if zone is None:
+            rng = generator(self.seed, Stream.ZONES, client)
+            zone = float(self.zones_h[rng.choice(len(self.zones_h), p=self.zone_p)])
+            if len(self._zones) >= SESSIONS_KEPT:
+                self._zones.clear()
+            self._zones[client] = zone
+        return zone
 
     def sessions(self, client: int, day: int, zone_h: float | None = None) -> np.ndarray:
-        """[S, 2] (start_s, end_s) of the sessions starting in UTC day `day`, by start."""
+        """[S, 2] (start_s, end_s) of the sessions starting in UTC day `day`, by start
+        (read-only: kept for the next question about that day)."""
         if day < -1:
             raise ValueError(f"day {day}: simulated time starts at 0")
+        known = self._days.get((client, day))
+        if known is not None:
+            return known
         zone = self.zone_h(client) if zone_h is None else zone_h
         rng = generator(self.seed, Stream.SESSIONS, client, day + 1)
         n = int(rng.poisson(self.rate_bound_hz * DAY_S))
         starts = day * DAY_S + np.sort(rng.uniform(0.0, DAY_S, n))
         keep = rng.random(n) * self.rate_bound_hz < self.start_rate_hz(starts / HOUR_S + zone)
         lengths = np.minimum(rng.exponential(self.session_s, n), MAX_SESSION_S)
-        return np.stack([starts, starts + lengths], axis=1)[keep]
+        drawn = np.stack([starts, starts + lengths], axis=1)[keep]
+        drawn.setflags(write=False)
+        if len(self._days) >= SESSIONS_KEPT:
+            self._days.clear()
+        self._days[(client, day)] = drawn
+        return drawn
 
     def _until(self, client: int, t_s: float, zone: float) -> float:
         day = math.floor(t_s / DAY_S)
