@@ -451,9 +451,10 @@ def test_in_place_steps_train_as_the_updates_added(make_opt, steps):
 @pytest.mark.parametrize("case", ["uniform", "masked", "short"])
 def test_dense_stack_takes_the_plain_sgd_step_itself(bias, case, monkeypatch):
     """Plain SGD (`plain_lr`) is stepped by `DenseStack.descend`, each parameter's gradient
-    piece added to its view without a [C, P] gradient; equal bit for bit to the gradient
-    assembled and stepped by the optimizer: the same GEMMs and reductions, then the same
-    multiply-add ``w + (-lr) g`` on every element (only their order differs). A short batch
+    piece added to its view without a [C, P] gradient; the same as the gradient assembled
+    and stepped by the optimizer: the same GEMMs and reductions, then the same multiply-add
+    ``w + (-lr) g`` on every element (only their order differs; compared within
+    tests/tolerance.py, as two paths are). A short batch
     takes the generic engine, and the step through the optimizer, as before."""
     model = mlp(bias)
     x, y = dataset(model)
@@ -473,8 +474,9 @@ def test_dense_stack_takes_the_plain_sgd_step_itself(bias, case, monkeypatch):
     plain = trainer.train(p0, rows, steps, optim.sgd(0.1)._replace(plain_lr=None), sizes=sizes)
     assert len(descents) == T - (case == "short") * 2  # the optimizer's step, not the engine's
     assert not torch.equal(fast.params, p0)
-    assert torch.equal(fast.params, plain.params)
-    assert torch.equal(fast.loss, plain.loss)
+    # two paths: equal here, but add_ on strided views may vectorise otherwise on another CPU
+    assert_tensors_close(fast.params, plain.params)
+    assert_tensors_close(fast.loss, plain.loss)
     assert torch.equal(fast.grad_evals, plain.grad_evals)
     assert torch.equal(fast.sample_grads, plain.sample_grads)
 
@@ -521,8 +523,8 @@ def test_a_trainer_reusing_its_buffers_trains_as_a_fresh_one(make_model, make_op
 @pytest.mark.parametrize("case", ["uniform", "masked"])
 def test_a_proximal_loss_takes_the_plain_sgd_step_through_the_dense_engine(case, monkeypatch):
     """FedProx's loss over the dense engine steps plain SGD without a [C, P] gradient too
-    (each piece plus its slice of mu (w - anchor)), bit for bit the optimizer's step after
-    `ProximalLoss.over`'s gradient, with the same losses."""
+    (each piece plus its slice of mu (w - anchor)): the optimizer's step after
+    `ProximalLoss.over`'s gradient, with the same losses (within tests/tolerance.py)."""
     model = mlp()
     x, y = dataset(model)
     trainer = cohort.Trainer(model, x, y)
@@ -539,5 +541,5 @@ def test_a_proximal_loss_takes_the_plain_sgd_step_through_the_dense_engine(case,
     plain = trainer.train(p0, rows, steps, optim.sgd(0.1)._replace(plain_lr=None), loss_fn=prox)
     assert len(gradients) == T
     assert not torch.equal(fast.params, p0)
-    assert torch.equal(fast.params, plain.params)
-    assert torch.equal(fast.loss, plain.loss)
+    assert_tensors_close(fast.params, plain.params)  # two paths (see the test above)
+    assert_tensors_close(fast.loss, plain.loss)

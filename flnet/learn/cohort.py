@@ -103,7 +103,7 @@ class ProximalLoss:
 
         def descend(params: torch.Tensor, x: torch.Tensor, y: torch.Tensor, lr: float) -> Any:
             """`DenseStack.descend` with the term: each gradient piece plus its slice of
-            mu (w - anchor), then the step; bit for bit `value_and_grad`'s and plain SGD's."""
+            mu (w - anchor), then the step: `value_and_grad`'s and plain SGD's maths."""
             loss, pieces = engine._pieces(params, x, y)
             diff = params - self.anchor  # before any piece of params moves
             for (view, grad), span in zip(pieces, engine.spans):
@@ -313,8 +313,9 @@ class DenseStack:
         """One plain SGD step, ``params -= lr * grads`` in place, returning the losses [C]:
         each parameter's piece of the gradient is added to its view of `params` straight from
         the buffer it was computed in, never assembled into a [C, P] gradient and read back.
-        Bit for bit the step ``params.add_(grads, alpha=-lr)`` after `__call__` takes: the
-        same multiply-add on every element, in another order."""
+        The step ``params.add_(grads, alpha=-lr)`` after `__call__` takes: the same
+        multiply-add on every element, in another order (equal on this machine; another CPU
+        may vectorise the views' adds otherwise, so tests compare within tolerance)."""
         loss, pieces = self._pieces(params, x, y)
         for view, grad in pieces:
             view.add_(grad, alpha=-lr)
