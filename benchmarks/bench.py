@@ -257,10 +257,28 @@ def channel_report(reps: int) -> None:
             best = min(best, time.process_time() - start)
         return best / n * 1e6
 
+    def at_once_us(n: int, solve: bool) -> float:
+        """The same transfers computed at once (flnet.sim.at_once): replayed step by step
+        without SimPy, or solved as a triangular system."""
+        rng = np.random.default_rng(0)
+        snr_hz = (10 ** rng.uniform(6, 9, n)).tolist()
+        band = SharedBand(simpy.Environment(), 20e6)
+        how = band.solve_alone if solve else band.schedule_alone
+        best = float("inf")
+        for _ in range(max(reps, 3)):
+            start = time.process_time()
+            schedule = how([0.0] * n, [1e6] * n, snr_hz)
+            best = min(best, time.process_time() - start)
+        return float("nan") if schedule is None else best / n * 1e6
+
     print("shared band, CPU-us per transfer (n under way at once):")
     for n in (10, 100, 1000):
         floats, arrays = per_transfer_us(SharedBand, n), per_transfer_us(SharedBandArrays, n)
-        print(f"  n = {n:4d}: Python floats {floats:7.1f}, numpy arrays {arrays:7.1f}")
+        replay, solved = at_once_us(n, False), at_once_us(n, True)
+        print(
+            f"  n = {n:4d}: Python floats {floats:7.1f}, numpy arrays {arrays:7.1f}; at once: "
+            f"replayed {replay:7.1f}, solved {solved:7.1f}"
+        )
 
 
 # ---------------------------------------------------------------- scenarios, in fresh processes

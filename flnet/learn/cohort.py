@@ -444,10 +444,9 @@ class Trainer:
         Except that auto trains models with convolutions one client at a time on the CPU.
         Through autograd, vmap turns the cohort's convolutions into one grouped convolution,
         which runs slower there than a loop. Through `ConvStack`, which takes torch's own
-        convolution kernel for one client a call and im2col GEMMs for more (benchmarks/bench.py
-        workloads b and c, 50 clients x 10 steps of batch 32, one thread, loaded 2-vCPU AMD
-        EPYC, CPU-s, best of 3): the paper CNN takes 0.89 at 1 client a call, 1.17 at 2 and
-        1.15 at 5 (1.24 at 50); the CIFAR tutorial CNN 1.16 at 1, 1.81 at 2, 1.68 at 5."""
+        convolution kernel for one client a call and im2col GEMMs for more, one client a call
+        was the fastest of 1, 2, 5 and 50 for both paper CNNs; benchmarks/bench.py's rows (b)
+        and (c) print one client a call (sequential) against all 50 (batched)."""
         if path == "batched":
             return num_clients
         if path == "sequential" or (self._has_conv and self.x_data.device.type == "cpu"):

@@ -33,16 +33,17 @@ weights are used in torch's own order, and Flatten is a view:
 - Linear: ``[C, out, B] = W @ a`` (+ bias); the logits ``[C, K, B]`` reduce their softmax over
   the middle dimension, as in `DenseStack`.
 
-Measured choices (benchmarks/bench.py, workload b, CPU-s of 50 clients x 10 steps): a
-``[C, ch, B, H, W]`` layout spent 28% of its time in NCHW max-pooling; true channels-last
-``[C, B, H, W, ch]`` made the pool fast but the GEMMs (weights reordered each step) and the
-col2im adds (runs of ch floats) slower: 2.34 s against 1.82 s (one run each, batched), and
-batch last takes 1.07-1.40 s (1 to 50 clients a call). torch's kernel against im2col GEMMs,
-one client a call, interleaved runs on a loaded 2-vCPU AMD EPYC (best of 5): the Delta-SGD
-MNIST CNN 0.86 s either way, the CIFAR tutorial CNN 1.10 s against 1.48 s (its first layer,
-3 -> 6 channels on 32x32, is a GEMM of 6 rows over 25,088 columns, which oneDNN runs without
-the columns); 50 clients a call through oneDNN's grouped convolution: 1.56 s against 1.17 s
-(MNIST CNN), hence im2col there. oneDNN costs about 40 us a call whatever the size.
+Measured choices (one-off experiments against benchmarks/bench.py's workloads b and c; the
+alternatives are not kept, so only the kept paths' rows can be printed again): a
+``[C, ch, B, H, W]`` layout spent over a quarter of its time in NCHW max-pooling; true
+channels-last ``[C, B, H, W, ch]`` made the pool fast but the GEMMs (weights reordered each
+step) and the col2im adds (runs of ch floats) slower, hence batch last. For one client a call
+torch's convolution kernel was as fast as the im2col GEMMs on the MNIST CNN and faster on the
+CIFAR tutorial CNN (its first layer, 3 -> 6 channels on 32x32, is a GEMM of 6 rows over 25,088
+columns, which oneDNN runs without the columns); for the whole cohort in one call oneDNN's
+grouped convolution was slower than im2col, hence im2col there. oneDNN costs tens of
+microseconds a call whatever the size. The bench's (b) and (c) rows print the sequential (one
+client a call) and batched paths as they are.
 
 Every intermediate lives in buffers reused across calls of the same cohort and batch size
 (`_Arena`, for the two most recent shapes), since allocating megabytes a step costs page

@@ -282,7 +282,8 @@ class SharedBand(Channel):
         1, 2, ..., n transfers between the arrivals and n, n - 1, ..., 1 as they finish, so the
         bits sent are sums of rate x time over a known sequence of populations and the gaps
         between finishes solve a triangular system: a few array operations on [n, n] instead of
-        n^2 steps in Python (W1: 0.16 against 1.3 ms a round). It rounds differently from the
+        n^2 steps in Python (benchmarks/bench.py's shared-band lines print both, per transfer).
+        It rounds differently from the
         step-by-step path (times agree within 1e-12 relative; tests/test_at_once.py). None
         where a finish would come before the last arrival or within `_finished`'s tolerance of
         another one (the steps would group them), where SOLVE_GUESSES orders all fail, or for
