@@ -33,7 +33,7 @@ from torch.nn import functional as F
 from torch.utils._pytree import tree_leaves, tree_map
 
 from flnet.learn import optim
-from flnet.learn.conv import ConvStack, conv_layers
+from flnet.learn.conv import ConvStack, batched_affine, conv_layers
 from flnet.learn.models import Model
 from flnet.learn.optim import GradientTransformation
 
@@ -331,19 +331,13 @@ class DenseStack:
         x = x.reshape(c, b, -1)
         a_in = x
         for a, w_t, bias, relu in plan.forward:
-            if bias is None:
-                torch.bmm(a_in, w_t, out=a)
-            else:
-                torch.baddbmm(bias, a_in, w_t, out=a)
+            batched_affine(a, a_in, w_t, bias)
             if relu:
                 a.clamp_min_(0)
             a_in = a
         z, w, bias, a_t = plan.logits  # z [C, K, B]
         a_t = x.transpose(1, 2) if a_t is None else a_t
-        if bias is None:
-            torch.bmm(w, a_t, out=z)
-        else:
-            torch.baddbmm(bias, w, a_t, out=z)
+        batched_affine(z, w, a_t, bias)
         label = y.unsqueeze(1)  # [C, 1, B]
         logp = torch._log_softmax(z, 1, False, out=plan.logp)  # [C, K, B]
         loss = logp.gather(1, label).mean((1, 2)).neg_()  # [C]

@@ -64,6 +64,16 @@ from torch import nn
 
 from flnet.learn.models import Model
 
+
+def batched_affine(out: torch.Tensor, left: torch.Tensor, right: torch.Tensor, bias: Any) -> None:
+    """``out = left @ right (+ bias)`` batched over the cohort, into `out` (one kernel either
+    way): a layer's forward pass in `ConvStack` and `cohort.DenseStack`."""
+    if bias is None:
+        torch.bmm(left, right, out=out)
+    else:
+        torch.baddbmm(bias, left, right, out=out)
+
+
 Span = tuple[int, int]  # [start, end) of a parameter tensor in the flat vector
 
 
@@ -316,10 +326,7 @@ class ConvStack:
                 cols = self._im2col(arena, layer, a, c, b)  # [C, Cin*kh*kw, Ho*Wo*B]
                 z = arena(c, layer.c_out, cols.shape[2])
                 w, bias = views[i]
-                if bias is None:
-                    torch.bmm(w, cols, out=z)
-                else:
-                    torch.baddbmm(bias, w, cols, out=z)
+                batched_affine(z, w, cols, bias)
                 saved.append(cols)
                 a = z.view(c, layer.c_out, *layer.out_hw, b)
             elif isinstance(layer, _Pool):
@@ -349,10 +356,7 @@ class ConvStack:
             else:  # Linear: [C, in, B] -> [C, out, B]
                 z = arena(c, layer.shape[0], b)
                 w, bias = views[i]
-                if bias is None:
-                    torch.bmm(w, a, out=z)
-                else:
-                    torch.baddbmm(bias, w, a, out=z)
+                batched_affine(z, w, a, bias)
                 saved.append(a)
                 a = z
 
