@@ -42,7 +42,7 @@ import torch
 from flnet.algorithms.base import Steps
 from flnet.algorithms.configs import McPsgdConfig as Config
 from flnet.learn import predictors
-from flnet.learn.aggregate import mean
+from flnet.learn.aggregate import delivered_rows, mean
 from flnet.rng import Stream
 from flnet.sim.patterns import Packet, round_trip
 from flnet.sim.world import AbstractWorld, Progress
@@ -137,16 +137,16 @@ def protocol(world: AbstractWorld, learn: Learner, cfg: Config, state: State) ->
         )
         asking = bool(len(done.positions))
         if asking:
-            delivered = torch.as_tensor(np.sort(done.positions), device=x.device)
+            delivered = np.sort(done.positions)
             if losses.shape[1]:  # lines 10-12 for the models broadcast after the last round
-                mean_loss = losses.index_select(0, delivered.cpu()).mean(0)
+                mean_loss = delivered_rows(losses, delivered).mean(0)
                 better_separate = bool(mean_loss[1] < mean_loss[0])
                 wins += better_separate
                 chosen = asked if better_separate else x
                 models, weights = predictors.fold(models, weights, last, chosen, base)
-            x = mean(mixed.params.index_select(0, delivered))  # line 6
+            x = mean(delivered_rows(mixed.params, delivered))  # line 6
             w = w.clone()
-            w[m] = mean(chain.params.index_select(0, delivered))  # line 7
+            w[m] = mean(delivered_rows(chain.params, delivered))  # line 7
         # else nothing new: the last models' losses were lost with the round
         last = m
         state = State(t, x, w, models, weights, m, wins, asking)

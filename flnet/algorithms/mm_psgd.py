@@ -29,7 +29,7 @@ import torch
 from flnet.algorithms.base import Steps
 from flnet.algorithms.configs import MmPsgdConfig as Config
 from flnet.learn import predictors
-from flnet.learn.aggregate import mean
+from flnet.learn.aggregate import delivered_rows, mean
 from flnet.learn.wire import ModelMessage
 from flnet.sim.patterns import Packet, round_trip
 from flnet.sim.world import AbstractWorld, Progress
@@ -81,7 +81,6 @@ def protocol(world: AbstractWorld, learn: Learner, cfg: Config, state: State) ->
             client_state=work.keep,
         )
         if len(done.positions):
-            delivered = torch.as_tensor(np.sort(done.positions), device=x.device)
-            x = mean(work.params.index_select(0, delivered))  # line 5
+            x = mean(delivered_rows(work.params, np.sort(done.positions)))  # line 5
             models, weights = predictors.fold(models, weights, m, x, base)  # line 8
         world.publish(progress(State(t, x, models, weights, m)))
