@@ -121,6 +121,8 @@ def plan(
     up_left = _settle(up_band, up, cut_s, up_start, up_order_bits, up_order_snr)
     up_left = None if up_left is None else {compute_order[i]: b for i, b in up_left.items()}
     # what completes before the stop (at the keep-th arrival: its instant's arrivals too)
+    # the scalar function, member by member: numpy squares cpu_hz otherwise than Python's
+    # pow in about one value in a thousand, and these joules must be the event path's
     energy_j = [world._compute_energy_j(c, f) for c, f in zip(clients, flops)]
     events = sorted(
         [(down_end[p], 0, i, p) for i, p in enumerate(down.order) if down_end[p] <= cut_s]
@@ -249,7 +251,9 @@ def _transfers(
                 ends[order[i]] = end
                 done.append(order[i])
         return _Ends(ends, done, schedule)
-    # dedicated: each a timeout of bits / rate from its start, scheduled in `order`
+    # dedicated: each a timeout of bits / rate from its start, scheduled in `order`; the rate
+    # through the band's scalar function (math.log1p), as `transmit` takes it: numpy's log1p
+    # is another implementation on some CPUs
     rate = band.rate_bps
     for s, p, b, q in zip(start_s, order, bits, snr_hz):
         ends[p] = s + b / rate(q)
