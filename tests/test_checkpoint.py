@@ -230,3 +230,21 @@ def test_a_checkpoint_without_input_digests_resumes_as_before(tmp_path):
     (tmp_path / "on.csv").write_text((tmp_path / "on.csv").read_text() + "# edited\n")
     longer = run(path, overrides={**sections, "run": {"rounds": 5}}, resume=True)
     assert longer.records["round"].max() == 5
+
+
+def test_flnet_run_resume_says_which_input_changed_and_exits_without_running(tmp_path):
+    """The command a user types: `flnet run --resume` after the availability trace changed
+    prints the field, the file and --force, exits 2, and leaves the records as they were."""
+    path, sections, first = _run_with_input_files(tmp_path)
+    whole = yaml.safe_load(path.read_text())
+    for name, section in sections.items():
+        whole[name] = {**whole.get(name, {}), **section}
+    path.write_text(yaml.safe_dump(whole))
+    before = (tmp_path / "out" / "records.parquet").read_bytes()
+    (tmp_path / "on.csv").write_text((tmp_path / "on.csv").read_text() + "3,2e9,3e9\n")
+    cli = [sys.executable, "-m", "flnet.cli", "run", str(path), "--resume", "--rounds", "5"]
+    out = subprocess.run(cli, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 2, out.stderr
+    assert "clients.availability.path" in out.stderr and "changed" in out.stderr
+    assert "--force" in out.stderr
+    assert (tmp_path / "out" / "records.parquet").read_bytes() == before
