@@ -35,7 +35,6 @@ class Schedule(NamedTuple):
 
     groups: list[tuple[float, list[int]]]  # (end_s, the transfers done then, in band order)
     settled_s: float  # the band's last event
-    schedules: int  # how often the band re-rated (its timer version moves on by this)
     left: dict[int, float] = {}  # stopped early: each transfer still under way, its bits left
 
 
@@ -234,7 +233,7 @@ class SharedBand(Channel):
         remaining, rates = list(bits), [0.0] * n
         active: list[int] = []  # in band order
         groups: list[tuple[float, list[int]]] = []
-        settled_s, timer_s, due, schedules, i = self._settled_at, inf, -1, 0, 0
+        settled_s, timer_s, due, i = self._settled_at, inf, -1, 0
         bandwidth_hz, log1p = self.bandwidth_hz, math.log1p
         while i < n or active:
             arrives_s = arrival_s[i] if i < n else inf
@@ -255,8 +254,7 @@ class SharedBand(Channel):
                 gone = set(done)
                 active = [k for k in active if k not in gone]
                 groups.append((now, done))
-            schedules += 1  # _schedule
-            timer_s = inf
+            timer_s = inf  # _schedule
             if active:
                 share_hz = bandwidth_hz / len(active)
                 scale, delay, due = share_hz / LN2, inf, -1  # _rerate
@@ -272,7 +270,7 @@ class SharedBand(Channel):
                 for k in active:
                     remaining[k] -= rates[k] * elapsed
             left = {k: remaining[k] for k in active}
-        return Schedule(groups, settled_s, schedules, left)
+        return Schedule(groups, settled_s, left)
 
     def solve_alone(
         self, arrival_s: list[float], bits: list[float], snr_hz: list[float]
@@ -329,13 +327,13 @@ class SharedBand(Channel):
             return None
         ends = np.cumsum(np.concatenate([a[-1:], gaps]))[1:].tolist()
         groups = [(end, [int(k)]) for end, k in zip(ends, order)]
-        return Schedule(groups, ends[-1], 2 * n)
+        return Schedule(groups, ends[-1])
 
     def settle_alone(self, schedule: Schedule) -> None:
         """Leave the band as its transfers in `schedule` would have: idle, settled at the last
-        of them, its timers spent."""
+        of them, with no timer (it was idle when they started, so none of its version is
+        pending)."""
         self._settled_at = schedule.settled_s
-        self._version += schedule.schedules
         self._timer = (math.inf, None)
 
     def position(self, tx: Transmission) -> int:
