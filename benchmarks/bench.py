@@ -33,6 +33,7 @@ repeats, so the numbers hold on a shared, noisy machine; scenario times are wall
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import resource
@@ -289,14 +290,20 @@ def scenario_child(path: str, overrides: list[str], write: bool) -> None:
     # imports are excluded from the timing, as in BENCHMARKS.md, including the ones pandas,
     # scikit-learn and torch make lazily on first use
     import pyarrow.pandas_compat
-    import pyarrow.parquet  # noqa: F401
+    import pyarrow.parquet
+    import pyarrow.vendored.version  # noqa: F401
     import sklearn.datasets
+    import sklearn.datasets.data
     import sklearn.datasets.descr
     import sklearn.model_selection  # noqa: F401
     import torch.utils.serialization  # noqa: F401
 
+    from flnet.algorithms import MODULES  # imported on first use: every algorithm's module
     from flnet.learn import cohort, local
     from flnet.runner import run
+
+    for module in MODULES.values():
+        importlib.import_module(module)
 
     spent: dict = {}
 

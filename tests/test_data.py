@@ -390,6 +390,35 @@ def test_mnist1d_is_cached_by_its_arguments_and_a_damaged_entry_is_regenerated(
     embedded.mnist1d.cache_clear()
 
 
+def test_digits_split_is_cached_and_reads_back_as_scikit_learns(tmp_path, monkeypatch):
+    from sklearn.datasets import load_digits
+    from sklearn.model_selection import train_test_split
+
+    monkeypatch.setenv("FLNET_CACHE_DIR", str(tmp_path))
+    x, y = load_digits(return_X_y=True)
+    x_tr, x_te, y_tr, y_te = train_test_split(x, y, test_size=0.2, random_state=0, stratify=y)
+    embedded.digits.cache_clear()
+    try:
+        for how in ("made", "read back", "made again"):
+            with monkeypatch.context() as m:
+                if how == "read back":  # from the file alone
+                    m.setattr("sklearn.datasets.load_digits", None)
+                src = embedded.digits()
+            assert src.x_train.shape == (1437, 1, 8, 8) and src.x_train.dtype == np.float32, how
+            assert src.y_train.dtype == np.int64 and src.num_classes == 10, how
+            np.testing.assert_array_equal(src.x_train.reshape(-1, 64), x_tr / 16.0, err_msg=how)
+            np.testing.assert_array_equal(src.x_test.reshape(-1, 64), x_te / 16.0, err_msg=how)
+            np.testing.assert_array_equal(src.y_train, y_tr, err_msg=how)
+            np.testing.assert_array_equal(src.y_test, y_te, err_msg=how)
+            (entry,) = (tmp_path / "digits").glob("*.npz")
+            if how == "read back":  # a split whose rows and labels disagree is made again
+                np.savez(entry, x=src.x_train, y=src.y_train[:5], x_test=src.x_test, y_test=y_te)
+            embedded.digits.cache_clear()
+        assert not list((tmp_path / "digits").glob("*.tmp"))
+    finally:
+        embedded.digits.cache_clear()
+
+
 def test_cache_folder_follows_the_environment(monkeypatch, tmp_path):
     from flnet.cache import cache_dir
 

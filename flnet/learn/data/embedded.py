@@ -33,17 +33,46 @@ class Source(NamedTuple):
     test_owner: np.ndarray | None = None  # [M]
 
 
+SPLIT = ("x", "y", "x_test", "y_test")  # a cached data set's arrays
+
+
+def _cached_split(path: Path, make: Callable[[], dict[str, np.ndarray]]) -> Source:
+    """The 10-class data set whose `SPLIT` arrays `make` returns, read from `path` in the
+    user's cache folder (`flnet.cache`) where an earlier run left it; an entry missing,
+    unreadable or not a split (arrays missing, rows and labels apart) is made again."""
+    arrays = cache.load_arrays(path)
+    if (
+        arrays is None
+        or set(arrays) != set(SPLIT)
+        or len(arrays["x"]) != len(arrays["y"])
+        or len(arrays["x_test"]) != len(arrays["y_test"])
+    ):
+        arrays = make()
+        cache.save_arrays(path, arrays)
+    f32, i64 = (lambda a: np.asarray(a, dtype=np.float32)), (lambda a: np.asarray(a, np.int64))
+    return Source(
+        f32(arrays["x"]), i64(arrays["y"]), f32(arrays["x_test"]), i64(arrays["y_test"]), 10
+    )
+
+
 @functools.lru_cache(maxsize=1)
 def digits() -> Source:
     """scikit-learn's 8x8 digits as [1, 8, 8] images / 16, the fixed stratified 80/20 split of
-    W1 (1437 train, 360 test)."""
-    from sklearn.datasets import load_digits
-    from sklearn.model_selection import train_test_split
+    W1 (1437 train, 360 test). Parsing the CSV and splitting take a fresh process longer than
+    reading the split back, so the split is cached (keyed by scikit-learn's version)."""
+    from importlib.metadata import version
 
-    x, y = load_digits(return_X_y=True)
-    x = (x / 16.0).astype(np.float32).reshape(-1, 1, 8, 8)
-    x_tr, x_te, y_tr, y_te = train_test_split(x, y, test_size=0.2, random_state=0, stratify=y)
-    return Source(x_tr, y_tr.astype(np.int64), x_te, y_te.astype(np.int64), 10)
+    def make() -> dict[str, np.ndarray]:
+        from sklearn.datasets import load_digits
+        from sklearn.model_selection import train_test_split
+
+        x, y = load_digits(return_X_y=True)
+        x = (x / 16.0).astype(np.float32).reshape(-1, 1, 8, 8)
+        split = train_test_split(x, y, test_size=0.2, random_state=0, stratify=y)
+        return dict(zip(("x", "x_test", "y", "y_test"), split))
+
+    path = cache.cache_dir() / "digits" / f"scikit-learn-{version('scikit-learn')}.npz"
+    return _cached_split(path, make)
 
 
 SYNTHETIC_CHUNK_ROWS = 4096  # a client's rows are drawn in float64 this many at a time
@@ -150,17 +179,13 @@ def mnist1d(num_samples: int, seed: int) -> Source:
 
     args = get_dataset_args()
     args.num_samples, args.seed = num_samples, seed
-    path = _mnist1d_cache_path(vars(args))
-    arrays = cache.load_arrays(path)
-    if arrays is None or set(arrays) != {"x", "y", "x_test", "y_test"}:
+
+    def make() -> dict[str, np.ndarray]:
         with global_rng_restored():
             d = make_dataset(args)
-        arrays = {k: np.asarray(d[k]) for k in ("x", "y", "x_test", "y_test")}
-        cache.save_arrays(path, arrays)
-    f32, i64 = (lambda a: np.asarray(a, dtype=np.float32)), (lambda a: np.asarray(a, np.int64))
-    return Source(
-        f32(arrays["x"]), i64(arrays["y"]), f32(arrays["x_test"]), i64(arrays["y_test"]), 10
-    )
+        return {k: np.asarray(d[k]) for k in SPLIT}
+
+    return _cached_split(_mnist1d_cache_path(vars(args)), make)
 
 
 def _mnist1d_cache_path(args: dict) -> Path:
