@@ -35,6 +35,31 @@ def test_total_energy_is_fsum_of_the_rows_bit_for_bit():
     assert sum(joules) != math.fsum(joules)  # the test would not see a naive running sum
 
 
+def test_extend_keeps_the_rows_and_exact_totals_that_adding_them_one_by_one_keeps():
+    source, rng = _filled(400, seed=3), random.Random(4)
+    rows = [
+        (*row[:6], -row[6], *row[7:]) if i % 3 == 0 else row for i, row in enumerate(source._rows)
+    ]
+    kinds = ["download", "compute", "upload"]
+    rows = [(*row[:3], kinds[i % 3], *row[4:]) for i, row in enumerate(rows)]  # mixed kinds
+    one, block = Ledger(), Ledger()
+    for row in rows:
+        one.add(*row)
+    cut = sorted(rng.sample(range(1, len(rows)), 5))
+    for a, b in zip([0, *cut], [*cut, len(rows)]):  # in blocks, each joining what is summed
+        block.extend(rows[a:b])
+    assert block._rows == one._rows
+    for kind in kinds:  # every kind's joules sum exactly: + and - over 12 orders of magnitude
+        joules = [r[6] for r in rows if r[3] == kind]
+        assert block.energy_j[kind] == one.energy_j[kind] == math.fsum(joules)
+        assert math.fsum(joules) != sum(joules)
+    assert block.total_energy_j == one.total_energy_j
+    assert block.bits == one.bits  # summed in row order, as add does
+    block.add(*rows[0])  # the partials extend left go on taking rows one by one
+    one.add(*rows[0])
+    assert block.energy_j == one.energy_j
+
+
 def test_journal_appends_only_new_rows_and_replays_exactly(tmp_path):
     ledger, path = _filled(300), tmp_path / "journal.csv"
     rows, size = ledger.flush(path)

@@ -42,7 +42,7 @@ class Plan(NamedTuple):
     outcomes: list[str]  # [C] ok, or how the member was stopped
     completed: np.ndarray  # [C] bool: the member's local work completed
     end_s: float  # when the server stopped waiting
-    rows: list[tuple]  # its ledger rows (Ledger.add's arguments), to write at end_s
+    rows: list[tuple]  # its ledger rows (`Ledger.extend`'s), to write at end_s
 
 
 class _Ends(NamedTuple):
@@ -121,25 +121,25 @@ def plan(
     up_left = _settle(up_band, up, cut_s, up_start, up_order_bits, up_order_snr)
     up_left = None if up_left is None else {compute_order[i]: b for i, b in up_left.items()}
     # what completes before the stop (at the keep-th arrival: its instant's arrivals too)
-    # the scalar function, member by member: numpy squares cpu_hz otherwise than Python's
-    # pow in about one value in a thousand, and these joules must be the event path's
-    energy_j = [world._compute_energy_j(c, f) for c, f in zip(clients, flops)]
+    energy_j = world._compute_energies_j(cohort, np.asarray(flops)).tolist()
     events = sorted(
         [(down_end[p], 0, i, p) for i, p in enumerate(down.order) if down_end[p] <= cut_s]
         + [(computed[p], 1, i, p) for i, p in enumerate(compute_order) if computed[p] <= cut_s]
         + [(up_end[p], 2, i, p) for i, p in enumerate(up.order) if up_end[p] <= cut_s]
     )
-    rows: list[tuple] = []  # Ledger.add's arguments, in the order SimPy would write them
+    rows: list[tuple] = []  # ledger rows (every column), in the order SimPy would write them
     for end, kind, _, p in events:
         c = clients[p]
         if kind == 0:
-            rows.append((tag, c, SERVER, "download", t0, end, down_w[p] * (end - t0), down_bits[p]))
+            energy = down_w[p] * (end - t0)
+            rows.append((tag, c, SERVER, "download", t0, end, energy, down_bits[p], 0.0, "ok"))
         elif kind == 1:
             start = down_end[p]
-            rows.append((tag, c, NOBODY, "compute", start, end, energy_j[p], 0.0, flops[p]))
+            rows.append((tag, c, NOBODY, "compute", start, end, energy_j[p], 0.0, flops[p], "ok"))
         else:
             start = computed[p]
-            rows.append((tag, c, SERVER, "upload", start, end, up_w[p] * (end - start), up_bits[p]))
+            energy = up_w[p] * (end - start)
+            rows.append((tag, c, SERVER, "upload", start, end, energy, up_bits[p], 0.0, "ok"))
     # the stop: each member still at work, in cohort order, its job charged up to now
     outcomes = ["ok"] * n
     for p in range(n):

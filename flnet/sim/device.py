@@ -22,4 +22,6 @@ def compute_time_s(flops: Num, cpu_hz: Num, flops_per_cycle: Num) -> Any:
 
 
 def compute_energy_j(flops: Num, cpu_hz: Num, flops_per_cycle: Num, kappa: Num) -> Any:
-    return kappa * cycles(flops, flops_per_cycle) * cpu_hz**2
+    # f * f, not f ** 2: a float's ** is C's pow, an array's a product, and they round apart
+    # in about one value in a thousand; a product is the same for one client as for an array
+    return kappa * cycles(flops, flops_per_cycle) * (cpu_hz * cpu_hz)

@@ -92,6 +92,23 @@ class Ledger:
         if self.on_row is not None and node >= 0:
             self.on_row(node, end_s, energy_j, outcome)
 
+    def extend(self, rows: list[tuple]) -> None:
+        """`add` each of `rows` (tuples of every column, as `add` stores them), in order: the
+        same rows and totals, their joules joined to the exact sums in one pass."""
+        if self.on_row is not None:
+            for row in rows:
+                self.add(*row)
+            return
+        self._rows.extend(rows)
+        bits, energy_j = self.bits, defaultdict(list)
+        for row in rows:
+            kind = row[3]
+            if row[6]:
+                energy_j[kind].append(row[6])
+            bits[kind] += row[7]
+        for kind, joules in energy_j.items():
+            _add_all_exact(self._partials[kind], joules)
+
     def __len__(self) -> int:
         return len(self._rows)
 
@@ -182,6 +199,24 @@ class Ledger:
                 outcome,
             )
         self._flushed = len(self._rows)
+
+
+def _add_all_exact(partials: list[float], xs: list[float]) -> None:
+    """`_add_exact` of each of `xs`, at once: partials of the same exact sum, found with
+    `math.fsum` (correctly rounded) as the rounded sum, then the rounded rest, and so on until
+    nothing is left (each rest is below half an ulp of the one before: a few passes)."""
+    values, out = [*partials, *xs], []
+    try:
+        while (s := math.fsum(values)) != 0.0:
+            if not math.isfinite(s):
+                raise OverflowError
+            out.append(s)
+            values.append(-s)
+    except OverflowError:  # an infinite, NaN or huge joule: one at a time, as `add` does
+        for x in xs:
+            _add_exact(partials, x)
+        return
+    partials[:] = out[::-1]  # smallest first, as `_add_exact` keeps them
 
 
 def _add_exact(partials: list[float], x: float) -> None:

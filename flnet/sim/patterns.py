@@ -122,8 +122,7 @@ def round_trip(
     plan = world.trips_at_once(cohort, down_bits, flops, up_bits, step, deadline_s, keep)
     if plan is not None:  # nothing but the server could stop anyone: computed at once
         yield world.wait_until(plan.end_s)
-        for row in plan.rows:
-            world.ledger.add(*row)
+        world.ledger.extend(plan.rows)
         if client_state is not None:
             client_state.commit(np.flatnonzero(plan.completed))
         world.events += len(plan.positions)

@@ -1008,6 +1008,17 @@ class World:
             )
         )
 
+    def _compute_energies_j(self, clients: np.ndarray, flops: np.ndarray) -> np.ndarray:
+        """[C] `_compute_energy_j` of each client's `flops`, bit for bit, at once."""
+        if self.speeds is not None:
+            return self.speeds.compute_power_w * self._compute_times_s(flops, clients)
+        dev = self.devices
+        return np.asarray(
+            compute_energy_j(
+                flops, dev.cpu_hz[clients], dev.flops_per_cycle[clients], dev.kappa[clients]
+            )
+        )
+
     def _compute_time_s(self, node: int, flops: float) -> float:
         if self.speeds is not None:
             return float(self._compute_times_s(flops, np.array([node]))[0])
