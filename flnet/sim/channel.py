@@ -136,6 +136,7 @@ class SharedBand(Channel):
         self._settled_at = env.now
         self._version = 0  # bumped whenever the active set changes
         self._timer: tuple[float, Transmission | None] = (math.inf, None)  # when, who is due
+        self._alone_rates: tuple[tuple, np.ndarray] = ((), np.empty((0, 0)))  # solve_alone's
 
     def transmit(self, bits: float, snr_hz: float) -> Transmission:
         if bits <= 0:
@@ -289,10 +290,9 @@ class SharedBand(Channel):
         n = len(arrival_s)
         if n > SOLVE_AT_MOST:
             return None
-        a, b, snr = np.asarray(arrival_s), np.asarray(bits), np.asarray(snr_hz)
+        a, b = np.asarray(arrival_s), np.asarray(bits)
         floor = 1e-9 * b + 1e-6  # _finished's tolerance
-        share_hz = self.bandwidth_hz / np.arange(1, n + 1)
-        rate = shannon_rate_bps(share_hz[:, None], snr[None, :])  # [population - 1, transfer]
+        rate = self._rates_alone(snr_hz)  # [population - 1, transfer]
         # while arriving: j + 1 transfers (0..j) share the band from a[j] to a[j + 1]
         sent = np.tril(rate[:-1] * np.diff(a)[:, None]).sum(0)
         remaining = b - sent
@@ -304,11 +304,25 @@ class SharedBand(Channel):
         by_gap = rate[::-1]  # [gap, transfer]
         order = np.argsort(remaining / by_gap[0], kind="stable")
         for _ in range(SOLVE_GUESSES):
-            gaps = solve_triangular(np.tril(by_gap[:, order].T), remaining[order], lower=True)
-            left = remaining - np.cumsum(by_gap * gaps[:, None], axis=0)  # [gap, transfer]
+            # (the solver reads only the lower triangle)
+            gaps = solve_triangular(
+                by_gap[:, order].T, remaining[order], lower=True, check_finite=False
+            )
+            sent = by_gap * gaps[:, None]  # [gap, transfer]
             rank = np.empty(n, dtype=np.int64)
             rank[order] = np.arange(n)
-            early = (left <= floor) & (np.arange(n)[:, None] < rank[None, :])  # before its turn
+            before_turn = np.arange(n)[:, None] < rank[None, :]
+            if (gaps >= 0).all():
+                # what each has sent only grows, so it finished before its turn only if it had
+                # by the gap just before: that sum (cumsum's additions, in its order) tells
+                sent_before = (sent * before_turn).sum(0)
+                if (
+                    np.isfinite(sent_before).all()
+                    and not ((rank > 0) & (remaining - sent_before <= floor)).any()
+                ):
+                    break
+            left = remaining - np.cumsum(sent, axis=0)  # [gap, transfer]
+            early = (left <= floor) & before_turn
             if not early.any():
                 break
             i = int(early.any(1).argmax())  # the first gap someone outran
@@ -323,11 +337,22 @@ class SharedBand(Channel):
             )
         else:
             return None
-        if (gaps < 0).any():
+        if not (np.isfinite(gaps) & (gaps >= 0)).all():
             return None
         ends = np.cumsum(np.concatenate([a[-1:], gaps]))[1:].tolist()
-        groups = [(end, [int(k)]) for end, k in zip(ends, order)]
+        groups = [(end, [k]) for end, k in zip(ends, order.tolist())]
         return Schedule(groups, ends[-1])
+
+    def _rates_alone(self, snr_hz: list[float]) -> np.ndarray:
+        """[n, n]: transfer k's rate (column) while j + 1 transfers share the band (row j).
+        Kept for the next call with the same SNRs (a round of the same cohort, no fading)."""
+        key = tuple(snr_hz)
+        if self._alone_rates[0] != key:
+            share_hz = self.bandwidth_hz / np.arange(1, len(key) + 1)
+            rate = shannon_rate_bps(share_hz[:, None], np.asarray(key)[None, :])
+            rate.setflags(write=False)
+            self._alone_rates = (key, rate)
+        return self._alone_rates[1]
 
     def settle_alone(self, schedule: Schedule) -> None:
         """Leave the band as its transfers in `schedule` would have: idle, settled at the last
