@@ -254,9 +254,8 @@ def _transfers(
     # dedicated: each a timeout of bits / rate from its start, scheduled in `order`; the rate
     # through the band's scalar function (math.log1p), as `transmit` takes it: numpy's log1p
     # is another implementation on some CPUs
-    rate = band.rate_bps
-    for s, p, b, q in zip(start_s, order, bits, snr_hz):
-        ends[p] = s + b / rate(q)
+    for s, p, b, rate in zip(start_s, order, bits, band.rates_bps(snr_hz)):
+        ends[p] = s + b / rate
     return _Ends(ends, sorted(order, key=ends.__getitem__), None)
 
 

@@ -84,10 +84,19 @@ class Channel:
     def __init__(self, env: simpy.Environment, bandwidth_hz: float) -> None:
         self.env = env
         self.bandwidth_hz = bandwidth_hz
+        self._last_rates: tuple[tuple, list[float]] = ((), [])  # rates_bps' last call
 
     def rate_bps(self, snr_hz: float) -> float:
         """A transfer's rate alone on the band: Shannon's."""
         return float(shannon_rate_bps(self.bandwidth_hz, snr_hz))
+
+    def rates_bps(self, snr_hz: list[float]) -> list[float]:
+        """`rate_bps` of each of `snr_hz`, kept for the next call with the same SNRs (a round
+        of the same cohort, no fading)."""
+        key = tuple(snr_hz)
+        if self._last_rates[0] != key:
+            self._last_rates = (key, [self.rate_bps(q) for q in key])
+        return self._last_rates[1]
 
     def transmit(self, bits: float, snr_hz: float) -> Transmission:
         bits, snr_hz = float(bits), float(snr_hz)
