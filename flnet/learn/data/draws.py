@@ -117,8 +117,9 @@ def integers(keys: np.ndarray, highs: np.ndarray, count: int) -> np.ndarray:
         n = highs[rows].astype(np.uint64)[:, None]
         m = halves * n  # uint64 < 2**64: a 32-bit word times n <= 2**32
         threshold = (np.uint64(_WORD) - n) % n  # Lemire rejects a leftover below this
-        rejected = ((m & _LOW32) < threshold).any(1)
-        out[rows] = (m >> np.uint64(32)).astype(np.int64)
+        # the leftover, m's low half, is the product in uint32 arithmetic (it wraps mod 2**32)
+        rejected = ((halves * n.astype(np.uint32)) < threshold).any(1)
+        out[rows] = np.right_shift(m, np.uint64(32), out=m).view(np.int64)  # each < 2**32
         usual[rows[rejected]] = False
     for i in np.flatnonzero(~usual):  # numpy itself: a rejection, or its error for bad input
         out[i] = np.random.default_rng(keys[i].tolist()).integers(0, highs[i], count)
