@@ -93,7 +93,7 @@ def plan(
     compute_s = world._compute_times_s(np.asarray(flops), cohort)  # _Compute's durations
     computed_s = down.end_s + compute_s  # SimPy: the download's end plus the duration
     # computes are scheduled as downloads complete: at one instant, in that order
-    compute_order = sorted(down.order, key=computed_s.__getitem__)
+    compute_order = sorted(down.order, key=computed_s.tolist().__getitem__)
     up_snr = up_q
     if fading:
         up_snr = [0.0] * n
@@ -256,7 +256,7 @@ def _transfers(
     # is another implementation on some CPUs
     for s, p, b, rate in zip(start_s, order, bits, band.rates_bps(snr_hz)):
         ends[p] = s + b / rate
-    return _Ends(ends, sorted(order, key=ends.__getitem__), None)
+    return _Ends(ends, sorted(order, key=ends.tolist().__getitem__), None)
 
 
 def _ties(*times: list[float]) -> bool:
