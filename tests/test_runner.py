@@ -232,3 +232,23 @@ def test_an_interrupt_during_the_final_checkpoint_keeps_the_completed_results(
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     assert summary["status"] == "completed" and summary["rounds"] == 4
     assert (tmp_path / "out" / "ledger.parquet").exists()
+
+
+def test_the_collector_settings_of_a_run_are_undone_after_it_even_when_it_raises():
+    import gc
+
+    from flnet.runner import YOUNG_COLLECTION_ALLOCATIONS, collector_sees_only_the_run
+
+    before = gc.get_threshold()
+    assert not gc.get_freeze_count()
+    with pytest.raises(KeyError), collector_sees_only_the_run():
+        assert gc.get_freeze_count() > 0  # what was alive before is out of the collector's sight
+        assert gc.get_threshold() == (max(before[0], YOUNG_COLLECTION_ALLOCATIONS), *before[1:])
+        raise KeyError
+    assert gc.get_threshold() == before and not gc.get_freeze_count()
+    gc.disable()
+    try:  # a caller that manages the collector itself keeps its settings
+        with collector_sees_only_the_run():
+            assert gc.get_threshold() == before and not gc.get_freeze_count()
+    finally:
+        gc.enable()
