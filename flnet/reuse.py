@@ -383,7 +383,8 @@ def _write(result: Result, partition: pd.DataFrame) -> None:
 def replay(scenario: Scenario, source: Source, *, write: bool = True) -> Result:
     """The point `scenario` replayed on `source`'s training: a `runner.Result` whose ledger and
     cost columns are a full run's. Raises NotReusable when it is not the point's run."""
-    from flnet.runner import Result
+    from flnet.checkpoint import input_digests
+    from flnet.runner import Result, input_files
 
     problem = why_not(scenario.model_dump(mode="json")) or source_problem(source)
     if problem is not None:
@@ -410,8 +411,10 @@ def replay(scenario: Scenario, source: Source, *, write: bool = True) -> Result:
         if out[c].dtype != records[c].dtype and len(out):
             out[c] = out[c].astype(records[c].dtype)
     last = recorder.out[-1] if recorder.out else {}
+    inputs = input_digests(input_files(scenario))  # the files this replay read, not its source's
     new = {
-        **summary,
+        **{k: v for k, v in summary.items() if k != "inputs"},
+        **({"inputs": inputs} if inputs else {}),
         "status": "completed",
         "stop_reason": world.stop_reason,
         "rounds": int(last.get("round", 0)),

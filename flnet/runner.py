@@ -557,6 +557,8 @@ class Run:
         )
         if error is not None:
             summary["error"] = error
+        if self.inputs:  # what a sweep started again checks a finished point against
+            summary["inputs"] = self.inputs
         return Result(
             records,
             world.ledger.frame() if ledger else None,
@@ -640,17 +642,28 @@ def check_resumable(
             "resumed run cannot end before where it resumes",
             field="run.rounds",
         )
-    if ckpt.inputs is None:  # written before digests were kept: resumes unchecked, as it did
-        return
-    files = input_files(scenario)
-    now = checkpoint.input_digests(files) if inputs is None else inputs
-    for name, digest in sorted(ckpt.inputs.items()):
-        if now.get(name) != digest:
-            raise ScenarioError(
-                f"{files.get(name)} changed (or cannot be read) since the checkpoint in {out} "
-                "was written: a resumed run would mix two inputs; start afresh with --force",
-                field=name,
-            )
+    changed = changed_inputs(ckpt.inputs, scenario, inputs)
+    if changed:
+        raise ScenarioError(
+            f"{input_files(scenario).get(changed[0])} changed (or cannot be read) since the "
+            f"checkpoint in {out} was written: a resumed run would mix two inputs; start afresh "
+            "with --force",
+            field=changed[0],
+        )
+
+
+def changed_inputs(
+    recorded: dict[str, str | None] | None,
+    scenario: Scenario,
+    now: dict[str, str | None] | None = None,
+) -> list[str]:
+    """The fields naming input files whose bytes differ from the digests `recorded` (a
+    checkpoint's or a finished run's summary; None: kept before digests were, so nothing is
+    checked), digests `now` computed here when not given."""
+    if not recorded:
+        return []
+    now = checkpoint.input_digests(input_files(scenario)) if now is None else now
+    return [name for name, digest in sorted(recorded.items()) if now.get(name) != digest]
 
 
 def resume_problem(scenario: Scenario) -> str | None:

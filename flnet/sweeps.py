@@ -380,6 +380,18 @@ def finished(folder: Path) -> dict | None:
     return summary
 
 
+def stale_inputs(summary: dict, data: dict) -> list[str]:
+    """The input files a finished point read (its summary's digests) whose bytes differ now,
+    for the point's scenario `data`; none for a run that kept no digests."""
+    from flnet.runner import changed_inputs, input_files  # loads torch: only for such runs
+
+    if not summary.get("inputs"):
+        return []
+    scenario = Scenario.model_validate(data)
+    files = input_files(scenario)
+    return [files.get(name, name) for name in changed_inputs(summary["inputs"], scenario)]
+
+
 def left_behind(folder: Path) -> dict | None:
     """The outcome an unfinished run left in `folder` (its summary's status and error, a run
     killed with -9 shown as `killed`: `flnet.output.run_status`), or None when it left no
@@ -548,7 +560,13 @@ def run_sweep(
     name = base.get("name", "scenario")
     out = Path(out_dir) if out_dir else Path("runs") / f"{name}-sweep"
     unique = {p.key: p for p in points if p.key}
-    skipped = [k for k in unique if finished(out / k)]
+    done = {k: s for k in unique if (s := finished(out / k)) is not None}
+    # a finished point whose input files (traces, features) changed since it ran runs again
+    stale = {
+        k: stale_inputs(s, _for_worker(cast(dict, unique[k].data), out / k))
+        for k, s in done.items()
+    }
+    skipped = [k for k in done if not stale[k]]
     todo = [p for k, p in unique.items() if k not in skipped]
     for p in todo:  # a folder a live run writes (another sweep's) must not be deleted under it
         holder = lock_holder(out / p.key)
@@ -563,7 +581,9 @@ def run_sweep(
     # a full run that was interrupted or killed after a checkpoint continues from it (the
     # worker starts it afresh if the checkpoint does not fit); any other unfinished folder,
     # replays' included, is started afresh
-    resumable = {p.key for p, _ in plan_.first if (out / p.key / CHECKPOINT).is_file()}
+    resumable = {
+        p.key for p, _ in plan_.first if (out / p.key / CHECKPOINT).is_file() and p.key not in done
+    }
     for p in todo:
         if p.key not in resumable:
             shutil.rmtree(out / p.key, ignore_errors=True)
@@ -602,7 +622,11 @@ def run_sweep(
                 on_progress(len(outcomes), total)
     finally:
         table, records = gather(points, out, outcomes)
-        warnings = write_tables(table, records, out)
+        warnings = [
+            f"{k}: {', '.join(files)} changed since it ran; it ran again"
+            for k, files in stale.items()
+            if files
+        ] + write_tables(table, records, out)
     return SweepResult(
         table, records, out, list(outcomes), skipped, warnings, time.perf_counter() - start
     )

@@ -113,6 +113,27 @@ def test_started_again_a_sweep_runs_only_what_is_not_finished(tmp_path):
     assert (again.table.status == "completed").all() and len(again.records.point.unique()) == 3
 
 
+def test_started_again_a_sweep_reruns_the_finished_points_whose_trace_changed(tmp_path):
+    """A finished point's summary keeps its input files' digests: started again after its
+    availability trace was edited, the sweep runs it again (saying so) instead of keeping
+    results of the old trace."""
+    trace = tmp_path / "trace.csv"
+    trace.write_text(
+        "client,online_from_s,online_until_s\n" + "".join(f"{k},0,1e9\n" for k in range(10))
+    )
+    base = merge(BASE, {"clients": {"availability": {"kind": "trace", "path": str(trace)}}})
+    spec, out = spec_from({"algorithm.local.steps": [1, 2]}), tmp_path / "sweep"
+    first = run_sweep(base, spec, workers=0, out_dir=out)
+    summary = json.loads((out / first.ran[0] / "summary.json").read_text())
+    assert set(summary["inputs"]) == {"clients.availability.path"}
+    assert run_sweep(base, spec, workers=0, out_dir=out).skipped == first.ran  # unchanged
+    trace.write_text(trace.read_text().replace("1,0,1e9", "1,0,5"))  # client 1 leaves at 5 s
+    again = run_sweep(base, spec, workers=0, out_dir=out)
+    assert again.skipped == [] and sorted(again.ran) == sorted(first.ran)
+    assert [w for w in again.warnings if "trace.csv changed since it ran" in w]
+    assert (again.table.status == "completed").all()
+
+
 def test_a_points_row_is_its_swept_values_then_the_outcomes_plot_knows():
     """flnet.plot tells swept fields from outcomes by POINT_OUTCOMES: a finished point's row has
     exactly those besides its swept values; other rows have some of them (pandas fills in the
