@@ -298,9 +298,10 @@ def scenario_child(path: str, overrides: list[str], write: bool) -> None:
     import sklearn.model_selection  # noqa: F401
     import torch.utils.serialization  # noqa: F401
 
+    from flnet import runner
     from flnet.algorithms import MODULES  # imported on first use: every algorithm's module
-    from flnet.learn import cohort, local
-    from flnet.runner import run
+    from flnet.learn import cohort, data, evaluate, local
+    from flnet.sim import world
 
     for module in MODULES.values():
         importlib.import_module(module)
@@ -323,9 +324,17 @@ def scenario_child(path: str, overrides: list[str], write: bool) -> None:
 
     timed(cohort.Trainer, "train", "trainer")  # the cohort's local steps
     timed(local.Learner, "local_train", "train")  # those, plus drawing and gathering minibatches
+    for key, (owner, name) in {  # parts of what lies outside the trainer (OUTSIDE_PARTS)
+        "build": (runner.Run, "__init__"),
+        "draws": (data, "minibatches"),
+        "rounds": (world.World, "trips_at_once"),
+        "evaluation": (evaluate.Evaluator, "__call__"),
+        "results": (runner.Run, "result"),
+    }.items():
+        timed(owner, name, key)
     with tempfile.TemporaryDirectory() as out:
         wall, cpu = time.perf_counter(), time.process_time()
-        res = run(path, [*overrides, f"output.dir={out}"], write=write)
+        res = runner.run(path, [*overrides, f"output.dir={out}"], write=write)
         spent.update(wall_s=time.perf_counter() - wall, cpu_s=time.process_time() - cpu)
     acc = res.records.set_index("round").test_accuracy
     spent.update(
@@ -333,6 +342,15 @@ def scenario_child(path: str, overrides: list[str], write: bool) -> None:
         peak_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
     )
     print(json.dumps(spent))
+
+
+OUTSIDE_PARTS = (  # what a scenario's child times apart outside the trainer
+    "build",  # runner.Run: data, model, world, the initial evaluation
+    "draws",  # data.minibatches: a round's minibatch rows (one PCG64 per client)
+    "rounds",  # World.trips_at_once: a round's transfers and computes at once
+    "evaluation",  # Evaluator.__call__
+    "results",  # Run.result: the records, ledger and summary
+)
 
 
 def scenario_runs(path: Path, *overrides: str, write: bool = False, reps: int = 1) -> list:
@@ -477,6 +495,13 @@ def w1_side_by_side(reps: int) -> None:
             f"  flnet W1's split: inside cohort.Trainer.train {statistics.median(inside):.2f} s "
             f"(median), outside {statistics.median(outside):.0f}% of wall "
             f"[{min(outside):.0f}-{max(outside):.0f}] (target <= 15%)"
+        )
+        parts = {key: statistics.median(r[key + "_wall_s"] for r in good) for key in OUTSIDE_PARTS}
+        outside_s = statistics.median(r["wall_s"] - r["trainer_wall_s"] for r in good)
+        print(
+            "  outside, median ms: "
+            + ", ".join(f"{key} {1e3 * s:.0f}" for key, s in parts.items())
+            + f", the rest {1e3 * (outside_s - sum(parts.values())):.0f} (of {1e3 * outside_s:.0f})"
         )
 
 

@@ -89,7 +89,8 @@ def fake_runs(walls: dict[str, list[float]], curves: dict[str, tuple]):
     def run(label):
         wall_s = next(made[label])
         acc = {"0": 0.1, **{str(10 * (i + 1)): a for i, a in enumerate(curves[label])}}
-        return {"wall_s": wall_s, "trainer_wall_s": 0.8 * wall_s, "accuracy": acc}
+        parts = {f"{key}_wall_s": 0.02 * wall_s for key in bench.OUTSIDE_PARTS}
+        return {"wall_s": wall_s, "trainer_wall_s": 0.8 * wall_s, "accuracy": acc, **parts}
 
     return run
 
@@ -104,6 +105,9 @@ def test_w1_section_without_flower_says_how_to_install_it(monkeypatch, capsys):
     assert len(skip) == 1 and "make bench" in skip[0] and "pip install -e .[bench]" in skip[0]
     assert "ratio of medians" not in out
     assert "flnet W1 (benchmarks/w1.yaml)" in out and "outside 20% of wall" in out
+    # outside: 0.2 of 1 and 2 s, of which each part 0.02
+    parts = ", ".join(f"{key} 30" for key in bench.OUTSIDE_PARTS)
+    assert f"outside, median ms: {parts}, the rest 150 (of 300)" in out
 
 
 def test_w1_section_prints_the_ratio_of_medians_and_the_curves_agreement(monkeypatch, capsys):
