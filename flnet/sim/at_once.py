@@ -122,24 +122,51 @@ def plan(
     up_left = None if up_left is None else {compute_order[i]: b for i, b in up_left.items()}
     # what completes before the stop (at the keep-th arrival: its instant's arrivals too)
     energy_j = world._compute_energies_j(cohort, np.asarray(flops)).tolist()
-    events = sorted(
-        [(down_end[p], 0, i, p) for i, p in enumerate(down.order) if down_end[p] <= cut_s]
-        + [(computed[p], 1, i, p) for i, p in enumerate(compute_order) if computed[p] <= cut_s]
-        + [(up_end[p], 2, i, p) for i, p in enumerate(up.order) if up_end[p] <= cut_s]
+    # ledger rows (every column) of each kind of event, in the order they were scheduled
+    ended = (
+        [
+            (
+                tag,
+                clients[p],
+                SERVER,
+                "download",
+                t0,
+                e,
+                down_w[p] * (e - t0),
+                down_bits[p],
+                0.0,
+                "ok",
+            )
+            for p in down.order
+            if (e := down_end[p]) <= cut_s
+        ],
+        [
+            (tag, clients[p], NOBODY, "compute", down_end[p], e, energy_j[p], 0.0, flops[p], "ok")
+            for p in compute_order
+            if (e := computed[p]) <= cut_s
+        ],
+        [
+            (
+                tag,
+                clients[p],
+                SERVER,
+                "upload",
+                computed[p],
+                e,
+                up_w[p] * (e - computed[p]),
+                up_bits[p],
+                0.0,
+                "ok",
+            )
+            for p in up.order
+            if (e := up_end[p]) <= cut_s
+        ],
     )
-    rows: list[tuple] = []  # ledger rows (every column), in the order SimPy would write them
-    for end, kind, _, p in events:
-        c = clients[p]
-        if kind == 0:
-            energy = down_w[p] * (end - t0)
-            rows.append((tag, c, SERVER, "download", t0, end, energy, down_bits[p], 0.0, "ok"))
-        elif kind == 1:
-            start = down_end[p]
-            rows.append((tag, c, NOBODY, "compute", start, end, energy_j[p], 0.0, flops[p], "ok"))
-        else:
-            start = computed[p]
-            energy = up_w[p] * (end - start)
-            rows.append((tag, c, SERVER, "upload", start, end, energy, up_bits[p], 0.0, "ok"))
+    # in the order SimPy writes them: by time, then kind, then scheduling order
+    events = sorted(
+        (row[5], kind, i) for kind, made in enumerate(ended) for i, row in enumerate(made)
+    )
+    rows = [ended[kind][i] for _, kind, i in events]
     # the stop: each member still at work, in cohort order, its job charged up to now
     outcomes = ["ok"] * n
     for p in range(n):
