@@ -116,16 +116,35 @@ def test_one_client_takes_torchs_convolution_kernel_and_a_cohort_im2col(monkeypa
     assert len(calls) == 2  # both convolutions
 
 
-def test_max_pool_ties_take_autograds_first_maximum():
+@pytest.mark.parametrize(
+    "name,dtype",
+    [("paper_cnn", torch.float32), ("cnn_tutorial", torch.float64), ("odd_cnn", torch.float64)],
+)
+def test_max_pool_ties_take_autograds_first_maximum(name, dtype):
     """Constant image regions (MNIST's background) give equal conv outputs in a pool window;
-    the gradient goes to one of them, the one autograd picks."""
-    model = model_of("paper_cnn")
-    params, x, y = cohort_inputs(model)
-    x[:, :, :, :14] = 0.5  # half of every image constant
-    loss, grad = conv.ConvStack(conv.conv_layers(model))(params, x, y)
+    the gradient goes to one of them, the one autograd picks. paper_cnn pools before its
+    ReLU; cnn_tutorial and odd_cnn (an overlapping 3/2 pool) have ReLU then pool, which the
+    engine runs as pool then ReLU: channels whose constant region is negative tie at zero
+    after autograd's ReLU, positive ones tie above it."""
+    model = model_of(name)
+    model.module.to(dtype)
+    params, x, y = cohort_inputs(model, dtype=dtype)
+    x[..., : x.shape[-1] // 2] = 0.5  # half of every image constant
+    engine = conv.ConvStack(conv.conv_layers(model))
     ref_loss, ref_grad = cohort.autograd_value_and_grad(model)(params, x, y)
-    assert_tensors_close(loss, ref_loss)
-    assert_tensors_close(grad, ref_grad)
+    for rows in (slice(0, 3), slice(1, 2)):  # im2col for a cohort, torch's kernel for one
+        loss, grad = engine(params[rows], x[rows], y[rows])
+        assert_tensors_close(loss, ref_loss[rows])
+        assert_tensors_close(grad, ref_grad[rows])
+
+
+def test_relu_before_a_max_pool_runs_after_it():
+    """conv, ReLU, pool is computed as conv, pool, ReLU (the same maths on fewer elements);
+    a ReLU with no pool after it stays where it is."""
+    kinds = [type(layer).__name__ for layer in conv.conv_layers(model_of("cnn_tutorial"))]
+    assert kinds[:6] == ["_Conv", "_Pool", "_ReLU", "_Conv", "_Pool", "_ReLU"]
+    kinds = [type(layer).__name__ for layer in conv.conv_layers(model_of("odd_cnn"))]
+    assert kinds[:5] == ["_Conv", "_Pool", "_ReLU", "_Conv", "_ReLU"]
 
 
 def test_only_supported_stacks_take_the_conv_engine():

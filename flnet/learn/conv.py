@@ -29,7 +29,13 @@ weights are used in torch's own order, and Flatten is a view:
   then vectorises over B (the NCHW pool is several times slower here); its argmax indices
   (the first maximum of a window, as autograd's) route the backward pass, through torch's
   ``max_pool2d_with_indices_backward``;
-- ReLU runs in place and its backward masks by its output;
+- ReLU runs in place and its backward masks by its output. A ReLU right before a max-pool
+  runs after it instead, on a quarter of the elements for a 2x2 pool: the same numbers and
+  gradients, ties included. relu(max x) = max relu(x); where the window's max is positive,
+  its first maximum is the same in x and in relu(x) and the mask passes; where it is not,
+  relu(x) is all zeros there, autograd routes the window's gradient to its first element,
+  whose ReLU mask is 0, and the swapped order masks the pooled zero: 0 both ways
+  (tests/test_conv.py checks ties in both orders);
 - Linear: ``[C, out, B] = W @ a`` (+ bias); the logits ``[C, K, B]`` reduce their softmax over
   the middle dimension, as in `DenseStack`.
 
@@ -171,7 +177,11 @@ def conv_layers(model: Model) -> list[Layer] | None:
             ):
                 return None
             out_hw = ((h - k[0]) // s[0] + 1, (w - k[1]) // s[1] + 1)
-            layers.append(_Pool(k, s, channels, (h, w), out_hw))
+            pool = _Pool(k, s, channels, (h, w), out_hw)
+            if isinstance(layers[-1], _ReLU):  # ReLU then max-pool: the pool first (below)
+                layers.insert(len(layers) - 1, pool)
+            else:
+                layers.append(pool)
             h, w = out_hw
         elif isinstance(child, nn.ReLU) and layers and not isinstance(layers[-1], _ReLU):
             layers.append(_ReLU())
