@@ -51,6 +51,21 @@ grouped convolution was slower than im2col, hence im2col there. oneDNN costs ten
 microseconds a call whatever the size. The bench's (b) and (c) rows print the sequential (one
 client a call) and batched paths as they are.
 
+Measured later against (b), one client a call, and not kept (2-vCPU AMD EPYC, AVX-512, 1 MB
+L2): a step costs about 400 us plus 32 us a sample (1 to 32 samples), of which oneDNN's
+fixed cost is about 30 us a call (3 calls) and the rest is many small kernels and views.
+oneDNN runs the 1 -> 10 first layer as a direct kernel on 16-channel blocks, so each call
+adds a reorder of the output (forward) or of dz (weight gradient). The first layer as im2col
+GEMMs from columns built in the forward pass and kept, with a ones row (bias gradient) and
+zero rows padding K to 32 (MKL's [10, 18432] x [18432, 32] runs at 67 GFLOP/s against 47 at
+25 columns): within 2% of oneDNN on (b) and 30% slower on (c) (75 columns of 25,088). Two
+or five clients a call, torch's kernel per client and everything else batched: 5% and 14%
+slower (the working set outgrows L2). oneDNN's grouped convolution for 2 or 5 clients: 2 to
+5 times slower per client. The first layer's weight gradient from the pooled positions only
+(dz is zero off the argmax), as a [4 x 10, 4,608] x [4,608, 36] GEMM of stride-2 6x6
+windows: as slow as torch's kernel once its inputs are built; `torch.max(dim)` with indices
+for the pool is ten times slower than torch's pool.
+
 Every intermediate lives in buffers reused across calls of the same cohort and batch size
 (`_Arena`, for the two most recent shapes), since allocating megabytes a step costs page
 faults. Only float maths and ops that exist on every device are used, so the engine runs on
