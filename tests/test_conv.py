@@ -145,6 +145,27 @@ def test_relu_before_a_max_pool_runs_after_it():
     assert kinds[:6] == ["_Conv", "_Pool", "_ReLU", "_Conv", "_Pool", "_ReLU"]
     kinds = [type(layer).__name__ for layer in conv.conv_layers(model_of("odd_cnn"))]
     assert kinds[:5] == ["_Conv", "_Pool", "_ReLU", "_Conv", "_ReLU"]
+    # ReLU, pool, ReLU: the second ReLU meets the first after the swap and is dropped
+    torch.manual_seed(0)
+    twice = nn.Sequential(
+        nn.Conv2d(1, 2, 3), nn.ReLU(), nn.MaxPool2d(2), nn.ReLU(), nn.Flatten(), nn.Linear(18, 3)
+    )
+    model = Model(twice.double(), (1, 8, 8))
+    layers = conv.conv_layers(model)
+    assert [type(layer).__name__ for layer in layers] == [
+        "_Conv",
+        "_Pool",
+        "_ReLU",
+        "_Flatten",
+        "_Linear",
+    ]
+    params, x, y = cohort_inputs(model, dtype=torch.float64)
+    y = y % 3
+    for rows in (slice(0, 3), slice(0, 1)):
+        loss, grad = conv.ConvStack(layers)(params[rows], x[rows], y[rows])
+        ref_loss, ref_grad = cohort.autograd_value_and_grad(model)(params[rows], x[rows], y[rows])
+        assert_tensors_close(loss, ref_loss)
+        assert_tensors_close(grad, ref_grad)
 
 
 def test_only_supported_stacks_take_the_conv_engine():

@@ -142,7 +142,9 @@ def _pair(v: Any) -> tuple[int, int]:
 def conv_layers(model: Model) -> list[Layer] | None:
     """The layers of an ``nn.Sequential`` that `ConvStack` computes, else None: Conv2d, ReLU
     and MaxPool2d on images, one Flatten, then Linear and ReLU, ending in a Linear layer; at
-    least one Conv2d, and no ReLU first (it would run in place on the caller's inputs)."""
+    least one Conv2d, and no ReLU first (it would run in place on the caller's inputs). A
+    ReLU right before a MaxPool2d is put after it (see the module docstring), and a ReLU that
+    then follows another is dropped: relu(relu(x)) = relu(x), with the same gradient."""
     module = model.module
     if not isinstance(module, nn.Sequential) or len(model.input_shape) != 3:
         return None
@@ -198,8 +200,9 @@ def conv_layers(model: Model) -> list[Layer] | None:
             else:
                 layers.append(pool)
             h, w = out_hw
-        elif isinstance(child, nn.ReLU) and layers and not isinstance(layers[-1], _ReLU):
-            layers.append(_ReLU())
+        elif isinstance(child, nn.ReLU) and layers:
+            if not isinstance(layers[-1], _ReLU):  # a ReLU after a ReLU changes nothing
+                layers.append(_ReLU())
         elif isinstance(child, nn.Flatten) and flat is None and layers:
             if (child.start_dim, child.end_dim) != (1, -1):
                 return None
