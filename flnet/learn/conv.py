@@ -51,20 +51,33 @@ grouped convolution was slower than im2col, hence im2col there. oneDNN costs ten
 microseconds a call whatever the size. The bench's (b) and (c) rows print the sequential (one
 client a call) and batched paths as they are.
 
-Measured later against (b), one client a call, and not kept (2-vCPU AMD EPYC, AVX-512, 1 MB
-L2): a step costs about 400 us plus 32 us a sample (1 to 32 samples), of which oneDNN's
-fixed cost is about 30 us a call (3 calls) and the rest is many small kernels and views.
-oneDNN runs the 1 -> 10 first layer as a direct kernel on 16-channel blocks, so each call
-adds a reorder of the output (forward) or of dz (weight gradient). The first layer as im2col
-GEMMs from columns built in the forward pass and kept, with a ones row (bias gradient) and
-zero rows padding K to 32 (MKL's [10, 18432] x [18432, 32] runs at 67 GFLOP/s against 47 at
-25 columns): within 2% of oneDNN on (b) and 30% slower on (c) (75 columns of 25,088). Two
-or five clients a call, torch's kernel per client and everything else batched: 5% and 14%
-slower (the working set outgrows L2). oneDNN's grouped convolution for 2 or 5 clients: 2 to
-5 times slower per client. The first layer's weight gradient from the pooled positions only
-(dz is zero off the argmax), as a [4 x 10, 4,608] x [4,608, 36] GEMM of stride-2 6x6
-windows: as slow as torch's kernel once its inputs are built; `torch.max(dim)` with indices
-for the pool is ten times slower than torch's pool.
+Measured later (benchmarks/bench.py's (b) and (c), one client a call; 2-vCPU AMD EPYC with
+AVX-512, 1 MB L2 a core) and not kept, so that the next attempt starts from here:
+
+- a (b) step costs about 400 us plus 32 us a sample (fitted over 1 to 32 samples); oneDNN's
+  fixed cost is about 30 us a call (3 calls a step), the rest of the 400 is the other ~60
+  kernels and the Python around them. The five big products (two forward convolutions, the
+  first layer's weight gradient, the second's weight and input gradients) take ~80% of a
+  step, each 7-60% slower inside the step (profiled) than alone (its buffers outgrow L2);
+- oneDNN runs the 1 -> 10 first layer as a direct kernel on 16-channel blocks and reorders
+  the output (forward, ~48 us) and dz (weight gradient, ~34 us) each call; torch's NCHW or
+  NHWC images instead of the dilated view are no faster (168 us against 149 forward);
+- the first layer as im2col GEMMs from columns built in the forward pass and kept, with a
+  ones row (the bias gradient) and zero rows padding K to 32 (MKL's [10, 18432] x [18432,
+  32] runs at 67 GFLOP/s, against 47 at 25 columns): within 2% of oneDNN on (b), 30% slower
+  on (c) (K = 75 over 25,088 columns);
+- the first layer's weight gradient from the pooled positions only (dz is zero off each
+  window's argmax), as one [4 x 10, 4,608] x [4,608, 36] GEMM over stride-2 6x6 windows:
+  ~245 us with its inputs built, against ~185 us for torch's kernel;
+- the im2col layers' bias gradient from a ones row of columns padded to a multiple of 16
+  (250 -> 256; MKL runs that product 5% faster): within noise, not kept;
+- two or five clients a call, torch's kernel per client (its outputs copied into the
+  cohort's buffers) and everything else batched: 5% and 14% slower than one;
+- oneDNN's grouped convolution for 2 or 5 clients: 1.5 to 5.6 times slower per client,
+  except the second layer's weight gradient (the same);
+- the pool as `torch.max(dim)` with indices over the four offsets of a window: ten times
+  slower than torch's pool (``amax`` alone is fast, but finding the first maximum then takes more
+  time than torch's pool backward).
 
 Every intermediate lives in buffers reused across calls of the same cohort and batch size
 (`_Arena`, for the two most recent shapes), since allocating megabytes a step costs page
