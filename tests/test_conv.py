@@ -92,13 +92,13 @@ def test_conv_engine_is_the_autograd_maths(name, dtype):
     assert grad2.data_ptr() == out.data_ptr()
     assert_tensors_close(loss2, ref_loss.flip(0))
     assert_tensors_close(grad2, ref_grad.flip(0))
-    # other cohort sizes, fewer arenas; one client takes torch's convolution kernel (dilated
+    # other cohort sizes, fewer plans; one client takes torch's convolution kernel (dilated
     # over the batch-last layout), several the im2col GEMMs
     for rows in (slice(0, 1), slice(1, 3), slice(0, 3), slice(2, 3)):
         part_loss, part_grad = engine(params[rows], x[rows], y[rows])
         assert_tensors_close(part_loss, ref_loss[rows])
         assert_tensors_close(part_grad, ref_grad[rows])
-    assert len(engine._arenas) == 2
+    assert len(engine._plans) == 2
 
 
 def test_one_client_takes_torchs_convolution_kernel_and_a_cohort_im2col(monkeypatch):

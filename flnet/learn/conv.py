@@ -80,16 +80,18 @@ AVX-512, 1 MB L2 a core) and not kept, so that the next attempt starts from here
   time than torch's pool backward).
 
 Every intermediate lives in buffers reused across calls of the same cohort and batch size
-(`_Arena`, for the two most recent shapes), since allocating megabytes a step costs page
-faults. Only float maths and ops that exist on every device are used, so the engine runs on
-CUDA as on the CPU (untested there: no GPU was lent; torch's kernel is taken on the CPU only).
-Short batches (PAD labels) are not handled here: `cohort.Trainer` routes those steps to
-autograd.
+(a `_Plan`, for the two most recent shapes), since allocating megabytes a step costs page
+faults; the plan also makes every view of them once, and its per-layer steps only call
+kernels (2-3% off a (b) step against making the views each call). Only float maths and ops
+that exist on every device are used, so the engine runs on CUDA as on the CPU (untested
+there: no GPU was lent; torch's kernel is taken on the CPU only). Short batches (PAD labels)
+are not handled here: `cohort.Trainer` routes those steps to autograd.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -236,70 +238,261 @@ def conv_layers(model: Model) -> list[Layer] | None:
     return layers
 
 
-class _Arena:
-    """Buffers handed out in call order: the n-th request of every call gets the same tensor
-    (the engine asks for the same shapes in the same order each call). `zeros` buffers are
-    zeroed once; callers write only their interior (a convolution's padded input). `memo`
-    keeps what is derived from those buffers alone (col2im's views), for the same reason."""
-
-    def __init__(self, like: torch.Tensor) -> None:
-        self.dtype, self.device = like.dtype, like.device
-        self.buffers: list[torch.Tensor] = []
-        self.next = 0
-        self.memo: dict[int, Any] = {}
-
-    def __call__(
-        self, *shape: int, zeros: bool = False, dtype: torch.dtype | None = None
-    ) -> torch.Tensor:
-        if self.next == len(self.buffers):
-            make = torch.zeros if zeros else torch.empty
-            self.buffers.append(make(shape, dtype=dtype or self.dtype, device=self.device))
-        buf = self.buffers[self.next]
-        self.next += 1
-        return buf
+Step = Callable[[torch.Tensor, Any], torch.Tensor]  # (activation or gradient, layer's views)
 
 
-class _Native(NamedTuple):
+class _Native:
     """A convolution of one client through torch's own kernel (oneDNN on the CPU), on the
     batch-last layout as it is: ``[1, Cin, H, W, B]`` is the image ``[1, Cin, H, W*B]``, a
     kernel column step of one pixel is a step of B there (dilation (1, B)), a padding of pw
     pixels is pw*B zero columns, and the output is ``[1, Cout, Ho, Wo, B]``."""
 
-    layer: _Conv
-    b: int
+    def __init__(self, layer: _Conv, b: int) -> None:
+        (ph, pw), h, w = layer.padding, *layer.in_hw
+        self.layer, self.b = layer, b
+        self.args = ([1, 1], [ph, pw * b], [1, b], False, [0, 0], 1)
+        self.image = (1, layer.c_in, h, w * b)
+        self.out = (1, layer.c_out, *layer.out_hw, b)
+        self.dz = (1, layer.c_out, layer.out_hw[0], layer.out_hw[1] * b)
+        self.bias_sizes = [layer.c_out] if layer.bias is not None else None
+        self.mask = [False, True, layer.bias is not None]
 
-    def _args(self) -> tuple:
-        (ph, pw), b = self.layer.padding, self.b
-        return [1, 1], [ph, pw * b], [1, b], False, [0, 0], 1
-
-    def _image(self, a: torch.Tensor) -> torch.Tensor:
-        h, w = self.layer.in_hw
-        return a.view(1, self.layer.c_in, h, w * self.b)
-
-    def _kernels(self, w: torch.Tensor) -> torch.Tensor:
-        return w.view(self.layer.c_out, self.layer.c_in, *self.layer.kernel)
-
-    def forward(self, a: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-        """a [1, Cin, H, W, B], w [1, Cout, Cin*kh*kw], bias [1, Cout, 1] -> [1, Cout, Ho,
-        Wo, B]."""
-        layer = self.layer
-        flat_bias = None if bias is None else bias.view(layer.c_out)
-        z = torch.ops.aten.convolution(self._image(a), self._kernels(w), flat_bias, *self._args())
-        return z.view(1, layer.c_out, *layer.out_hw, self.b)
-
-    def weight_grads(self, a: torch.Tensor, dz: torch.Tensor, w: torch.Tensor) -> list:
-        """The weight's (and bias's) gradient [1, *] from the output's dz [1, Cout, Ho, Wo, B]."""
-        layer = self.layer
-        has_bias = layer.bias is not None
-        _, dw, db = torch.ops.aten.convolution_backward(
-            dz.view(1, layer.c_out, layer.out_hw[0], -1),
-            self._image(a),
-            self._kernels(w),
-            [layer.c_out] if has_bias else None,
-            *self._args(),
-            [False, True, has_bias],
+    def forward(self, a: torch.Tensor, views: _Views) -> torch.Tensor:
+        """a [1, Cin, H, W, B] -> [1, Cout, Ho, Wo, B]."""
+        z = torch.ops.aten.convolution(
+            a.view(self.image), views.kernels, views.flat_bias, *self.args
         )
-        return [dw.view(1, -1)] + ([db.view(1, -1)] if has_bias else [])
+        return z.view(self.out)
+
+    def weight_grads(self, a: torch.Tensor, dz: torch.Tensor, views: _Views) -> list:
+        """The weight's (and bias's) gradient [1, *] from the output's dz [1, Cout, Ho, Wo, B]."""
+        _, dw, db = torch.ops.aten.convolution_backward(
+            dz.view(self.dz),
+            a.view(self.image),
+            views.kernels,
+            self.bias_sizes,
+            *self.args,
+            self.mask,
+        )
+        return [dw.view(1, -1)] + ([db.view(1, -1)] if db is not None else [])
+
+
+class _Views(NamedTuple):
+    """A layer's parameters viewing the flat ``[C, P]`` vector, in the shapes its kernels
+    take them."""
+
+    w: torch.Tensor  # [C, out, in] (a convolution's in: Cin*kh*kw)
+    bias: torch.Tensor | None  # [C, out, 1]
+    w_t: torch.Tensor  # [C, in, out]
+    kernels: torch.Tensor | None  # [out, Cin, kh, kw] (a convolution of one client)
+    flat_bias: torch.Tensor | None  # [out] (the same)
+
+
+class _Plan:
+    """Everything the calls for one cohort shape reuse: buffers, every view of them, and per
+    layer a forward and a backward step that take the activation (or its gradient) and the
+    layer's parameter views and only call kernels. A small CNN's step runs some 60 kernels,
+    so the Python around each counts (a (b) step with every view made once, written out by
+    hand, ran 7% faster than one making them each call; this general form takes 2-3%)."""
+
+    def __init__(self, layers: list[Layer], c: int, b: int, like: torch.Tensor) -> None:
+        dtype, device = like.dtype, like.device
+
+        def new(*shape: int, dtype: torch.dtype = dtype, zeros: bool = False) -> torch.Tensor:
+            return (torch.zeros if zeros else torch.empty)(shape, dtype=dtype, device=device)
+
+        # one client a call (path auto on the CPU): convolutions through torch's kernel;
+        # several: im2col GEMMs over the cohort (oneDNN's grouped convolution is slower)
+        native = c == 1 and device.type == "cpu"
+        first = layers[0]
+        assert isinstance(first, _Conv)  # conv_layers starts every stack with one
+        self.input = new(c, first.c_in, *first.in_hw, b)  # [C, Cin, H, W, B]
+        self.saved: list[Any] = [None] * len(layers)  # what layer i's backward needs
+        self.parts: list[Any] = []  # gradient pieces in the flat vector's order
+        self.forward: list[tuple[int, Step]] = []
+        self.backward: list[tuple[int, Step]] = []  # last layer first
+        for i, layer in enumerate(layers):
+            if isinstance(layer, _Conv):
+                steps = self._conv(i, layer, c, b, new, native)
+            elif isinstance(layer, _Pool):
+                steps = self._pool(i, layer, c, b, new)
+            elif isinstance(layer, _ReLU):
+                steps = self._relu(i)
+            elif isinstance(layer, _Flatten):
+                steps = self._flatten(layer, c, b)
+            else:
+                steps = self._linear(i, layer, c, b, new)
+            self.forward.append((i, steps[0]))
+            self.backward.insert(0, (i, steps[1]))
+        last = layers[-1]
+        assert isinstance(last, _Linear)  # conv_layers ends every stack with one
+        self.logp = new(c, last.shape[0], b)  # [C, K, B]
+        self.minus = torch.full((c, 1, b), -1.0 / b, dtype=dtype, device=device)
+
+    def _slot(self, dw: torch.Tensor, db: torch.Tensor | None) -> None:
+        """A layer's gradient pieces in `parts`: its weight's, then its bias's."""
+        self.parts.extend([dw] if db is None else [dw, db])
+
+    def _conv(
+        self, i: int, layer: _Conv, c: int, b: int, new: Callable[..., torch.Tensor], native: bool
+    ) -> tuple[Step, Step]:
+        has_bias = layer.bias is not None
+        if native and not i:  # torch's kernel; the first layer's input gradient: never needed
+            nat = _Native(layer, b)
+            slot = len(self.parts)
+            self.parts.extend([None] * (1 + has_bias))  # torch's kernel returns new tensors
+
+            def first_forward(a: torch.Tensor, views: _Views) -> torch.Tensor:
+                self.saved[i] = a
+                return nat.forward(a, views)
+
+            def first_backward(d: torch.Tensor, views: _Views) -> torch.Tensor:
+                self.parts[slot : slot + 1 + has_bias] = nat.weight_grads(self.saved[i], d, views)
+                return d
+
+            return first_forward, first_backward
+
+        (kh, kw), (ph, pw), (h, w), (ho, wo) = (
+            layer.kernel,
+            layer.padding,
+            layer.in_hw,
+            layer.out_hw,
+        )
+        k, n = layer.c_in * kh * kw, ho * wo * b
+        window = (c, layer.c_in, kh, kw, ho, wo, b)
+        cols = new(c, k, n)  # [C, Cin*kh*kw, Ho*Wo*B]
+        cols_t, cols_7 = cols.transpose(1, 2), cols.view(window)
+        padded = new(c, layer.c_in, h + 2 * ph, w + 2 * pw, b, zeros=True) if ph or pw else None
+
+        def im2col(a: torch.Tensor) -> None:
+            """a [C, Cin, H, W, B] (any strides) -> cols: the windows copied, runs of B."""
+            if padded is not None:
+                padded[:, :, ph : ph + h, pw : pw + w].copy_(a)
+                a = padded
+            sc, si, sh, sw, sb = a.stride()
+            strides = (sc, si, sh, sw, sh, sw, sb)
+            cols_7.copy_(a.as_strided(window, strides, a.storage_offset()))
+
+        if native:  # torch's kernel; the columns are built in the backward pass
+            nat = _Native(layer, b)
+
+            def forward(a: torch.Tensor, views: _Views) -> torch.Tensor:
+                self.saved[i] = a
+                return nat.forward(a, views)
+
+        else:
+            z = new(c, layer.c_out, n)
+            z_5 = z.view(c, layer.c_out, ho, wo, b)
+
+            def forward(a: torch.Tensor, views: _Views) -> torch.Tensor:
+                im2col(a)
+                batched_affine(z, views.w, cols, views.bias)
+                return z_5
+
+        dw = new(c, layer.c_out, k)
+        db = new(c, layer.c_out) if has_bias else None
+        self._slot(dw.view(c, -1), db)
+        if not i:  # the first layer's input gradient is never needed
+
+            def first_backward(d: torch.Tensor, views: _Views) -> torch.Tensor:
+                dz = d.reshape(c, layer.c_out, n)
+                torch.bmm(dz, cols_t, out=dw)
+                if db is not None:
+                    torch.sum(dz, 2, out=db)
+                return d
+
+            return forward, first_backward
+
+        dcols = new(c, k, n)
+        dcols_7 = dcols.view(window)
+        dpad = new(c, layer.c_in, h + 2 * ph, w + 2 * pw, b)
+        d_in = new(c, layer.c_in, h, w, b) if ph or pw else dpad
+        # col2im: each kernel offset's columns add into the window they were copied from
+        windows = [dpad[:, :, p : p + ho, q : q + wo] for p in range(kh) for q in range(kw)]
+        offsets = [dcols_7[:, :, p, q] for p in range(kh) for q in range(kw)]
+
+        def backward(d: torch.Tensor, views: _Views) -> torch.Tensor:
+            dz = d.reshape(c, layer.c_out, n)
+            if native:
+                im2col(self.saved[i])
+            torch.bmm(dz, cols_t, out=dw)
+            if db is not None:
+                torch.sum(dz, 2, out=db)
+            torch.bmm(views.w_t, dz, out=dcols)
+            dpad.zero_()
+            torch._foreach_add_(windows, offsets)  # one call; applied in order, so overlaps add
+            if ph or pw:
+                d_in.copy_(dpad[:, :, ph : ph + h, pw : pw + w])
+            return d_in
+
+        return forward, backward
+
+    def _pool(
+        self, i: int, layer: _Pool, c: int, b: int, new: Callable[..., torch.Tensor]
+    ) -> tuple[Step, Step]:
+        # [C*ch, H, W, B] is channels-last [N, B, H, W] to torch: B is the vector lane (into
+        # reused buffers: fresh ones of this size cost page faults each step)
+        n, in_hw, out_hw = c * layer.channels, layer.in_hw, layer.out_hw
+        pooled = new(c, layer.channels, *out_hw, b)
+        pooled_4 = pooled.view(n, *out_hw, b).permute(0, 3, 1, 2)
+        idx = new(n, *out_hw, b, dtype=torch.int64).permute(0, 3, 1, 2)
+        d_in = new(c, layer.channels, *in_hw, b)
+        d_in_4 = d_in.view(n, *in_hw, b).permute(0, 3, 1, 2)
+        args = (layer.kernel, layer.stride, (0, 0), (1, 1), False)
+
+        def forward(a: torch.Tensor, views: Any) -> torch.Tensor:
+            planes = a.reshape(n, *in_hw, b).permute(0, 3, 1, 2)
+            torch.ops.aten.max_pool2d_with_indices.out(planes, *args, out=pooled_4, indices=idx)
+            self.saved[i] = planes
+            return pooled
+
+        def backward(d: torch.Tensor, views: Any) -> torch.Tensor:
+            # the argmax indices (the first maximum of a window, as autograd's) route it
+            grad_out = d.reshape(n, *out_hw, b).permute(0, 3, 1, 2)
+            torch.ops.aten.max_pool2d_with_indices_backward.grad_input(
+                grad_out, self.saved[i], *args, idx, grad_input=d_in_4
+            )
+            return d_in
+
+        return forward, backward
+
+    def _relu(self, i: int) -> tuple[Step, Step]:
+        def forward(a: torch.Tensor, views: Any) -> torch.Tensor:
+            self.saved[i] = a.clamp_min_(0)  # in place; its backward masks by its output
+            return a
+
+        def backward(d: torch.Tensor, views: Any) -> torch.Tensor:
+            return torch.ops.aten.threshold_backward.grad_input(d, self.saved[i], 0, grad_input=d)
+
+        return forward, backward
+
+    @staticmethod
+    def _flatten(layer: _Flatten, c: int, b: int) -> tuple[Step, Step]:
+        shape = (c, layer.channels, *layer.hw, b)
+        # torch's (channel, row, column) order
+        return (lambda a, views: a.reshape(c, -1, b)), (lambda d, views: d.view(shape))
+
+    def _linear(
+        self, i: int, layer: _Linear, c: int, b: int, new: Callable[..., torch.Tensor]
+    ) -> tuple[Step, Step]:
+        z = new(c, layer.shape[0], b)  # [C, out, B]
+        dw = new(c, *layer.shape)
+        db = new(c, layer.shape[0]) if layer.bias is not None else None
+        self._slot(dw.view(c, -1), db)
+        d_in = new(c, layer.shape[1], b)
+
+        def forward(a: torch.Tensor, views: _Views) -> torch.Tensor:
+            self.saved[i] = a.transpose(1, 2)
+            batched_affine(z, views.w, a, views.bias)
+            return z
+
+        def backward(d: torch.Tensor, views: _Views) -> torch.Tensor:
+            torch.bmm(d, self.saved[i], out=dw)
+            if db is not None:
+                torch.sum(d, 2, out=db)
+            return torch.bmm(views.w_t, d, out=d_in)
+
+        return forward, backward
 
 
 class ConvStack:
@@ -308,8 +501,8 @@ class ConvStack:
 
     def __init__(self, layers: list[Layer]) -> None:
         self.layers = layers
-        self._arenas: dict[tuple, _Arena] = {}
-        self._views: tuple[tuple, dict[int, Any]] = ((), {})  # the last params' layer views
+        self._plans: dict[tuple, _Plan] = {}  # the two most recent cohort shapes'
+        self._views: tuple[tuple, dict[int, _Views]] = ((), {})  # the last params' views
 
     def floats_per_sample(self) -> int:
         """Elements this engine keeps per sample (activations, im2col columns, their
@@ -342,126 +535,41 @@ class ConvStack:
         the cross-entropy reads no aux."""
         c, b = y.shape
         key = (c, b, params.dtype, params.device)
-        # the two most recent shapes (a cohort's slices and its remainder), not one arena per
+        # the two most recent shapes (a cohort's slices and its remainder), not one plan per
         # cohort size a run ever sees
-        arena = self._arenas.pop(key, None) or _Arena(params)
-        self._arenas[key] = arena
-        while len(self._arenas) > 2:
-            del self._arenas[next(iter(self._arenas))]
-        arena.next = 0
+        plan = self._plans.pop(key, None) or _Plan(self.layers, c, b, params)
+        self._plans[key] = plan
+        while len(self._plans) > 2:
+            del self._plans[next(iter(self._plans))]
         views = self._param_views(params)
-        # one client a call (path auto on the CPU): convolutions through torch's kernel;
-        # several: im2col GEMMs over the cohort (oneDNN's grouped convolution is slower)
-        native = c == 1 and params.device.type == "cpu"
 
-        # ---- forward, batch last; saved[i] is what layer i's backward needs
+        # ---- forward, batch last
         # [C, Cin, H, W, B]: one transposing copy, so that im2col reads runs of B floats
-        a = arena(c, *x.shape[2:], b).copy_(x.view(c, b, *x.shape[2:]).permute(0, 2, 3, 4, 1))
-        saved: list[Any] = []
-        for i, layer in enumerate(self.layers):
-            if isinstance(layer, _Conv):
-                if native:  # its columns are built in the backward pass, where needed
-                    saved.append(a)
-                    a = _Native(layer, b).forward(a, *views[i])
-                    continue
-                cols = self._im2col(arena, layer, a, c, b)  # [C, Cin*kh*kw, Ho*Wo*B]
-                z = arena(c, layer.c_out, cols.shape[2])
-                w, bias = views[i]
-                batched_affine(z, w, cols, bias)
-                saved.append(cols)
-                a = z.view(c, layer.c_out, *layer.out_hw, b)
-            elif isinstance(layer, _Pool):
-                # [C*ch, H, W, B] is channels-last [N, B, H, W] to torch: B is the vector lane
-                # (into reused buffers: fresh ones of this size cost page faults each step)
-                planes = a.reshape(c * layer.channels, *layer.in_hw, b).permute(0, 3, 1, 2)
-                pooled = arena(c, layer.channels, *layer.out_hw, b)
-                idx = arena(c * layer.channels, *layer.out_hw, b, dtype=torch.int64)
-                torch.ops.aten.max_pool2d_with_indices.out(
-                    planes,
-                    layer.kernel,
-                    layer.stride,
-                    (0, 0),
-                    (1, 1),
-                    False,
-                    out=pooled.view(c * layer.channels, *layer.out_hw, b).permute(0, 3, 1, 2),
-                    indices=idx.permute(0, 3, 1, 2),
-                )
-                saved.append((planes, idx.permute(0, 3, 1, 2)))
-                a = pooled
-            elif isinstance(layer, _ReLU):
-                a = a.clamp_min_(0)
-                saved.append(a)
-            elif isinstance(layer, _Flatten):  # torch's (channel, row, column) order
-                a = a.reshape(c, -1, b)
-                saved.append(None)
-            else:  # Linear: [C, in, B] -> [C, out, B]
-                z = arena(c, layer.shape[0], b)
-                w, bias = views[i]
-                batched_affine(z, w, a, bias)
-                saved.append(a)
-                a = z
+        a = plan.input.copy_(x.view(c, b, *x.shape[2:]).permute(0, 2, 3, 4, 1))
+        for i, forward in plan.forward:
+            a = forward(a, views.get(i))
 
         # ---- the loss and its gradient (log-softmax over the middle dimension, as DenseStack)
         label = y.unsqueeze(1)  # [C, 1, B]
-        logp = torch.ops.aten._log_softmax.out(a, 1, False, out=arena(*a.shape))  # [C, K, B]
+        logp = torch.ops.aten._log_softmax.out(a, 1, False, out=plan.logp)  # [C, K, B]
         loss = logp.gather(1, label).mean((1, 2)).neg_()  # [C]
-        minus = arena(c, 1, b)
-        if id(minus) not in arena.memo:
-            arena.memo[id(minus)] = minus.fill_(-1.0 / b)
-        d = logp.exp_().div_(b).scatter_add_(1, label, minus)  # [C, K, B]
+        d = logp.exp_().div_(b).scatter_add_(1, label, plan.minus)  # [C, K, B]
 
         # ---- backward
-        parts: list[torch.Tensor] = []
-        for i in range(len(self.layers) - 1, -1, -1):
-            layer, s = self.layers[i], saved[i]
-            if isinstance(layer, _Linear):
-                w = views[i][0]
-                dw = torch.bmm(d, s.transpose(1, 2), out=arena(c, *layer.shape))
-                parts[:0] = [dw.view(c, -1)] + ([d.sum(2)] if layer.bias is not None else [])
-                d = torch.bmm(w.transpose(1, 2), d, out=arena(c, layer.shape[1], b))
-            elif isinstance(layer, _ReLU):
-                d = torch.ops.aten.threshold_backward.grad_input(d, s, 0, grad_input=d)
-            elif isinstance(layer, _Flatten):
-                d = d.view(c, layer.channels, *layer.hw, b)
-            elif isinstance(layer, _Pool):
-                planes, idx = s
-                grad_out = d.reshape(c * layer.channels, *layer.out_hw, b).permute(0, 3, 1, 2)
-                d = arena(c, layer.channels, *layer.in_hw, b)
-                torch.ops.aten.max_pool2d_with_indices_backward.grad_input(
-                    grad_out,
-                    planes,
-                    layer.kernel,
-                    layer.stride,
-                    (0, 0),
-                    (1, 1),
-                    False,
-                    idx,
-                    grad_input=d.view(c * layer.channels, *layer.in_hw, b).permute(0, 3, 1, 2),
-                )
-            else:  # _Conv
-                if not i and native:  # the first layer's input gradient: never needed
-                    parts[:0] = _Native(layer, b).weight_grads(s, d, views[i][0])
-                    continue
-                dz = d.reshape(c, layer.c_out, -1)
-                cols = self._im2col(arena, layer, s, c, b) if native else s
-                k = cols.shape[1]
-                dw = torch.bmm(dz, cols.transpose(1, 2), out=arena(c, layer.c_out, k))
-                parts[:0] = [dw.view(c, -1)] + ([dz.sum(2)] if layer.bias is not None else [])
-                if i:  # the first layer's input gradient is never needed
-                    w = views[i][0]
-                    dcols = torch.bmm(w.transpose(1, 2), dz, out=arena(c, k, dz.shape[2]))
-                    d = self._col2im(arena, layer, dcols, c, b)
+        for i, backward in plan.backward:
+            d = backward(d, views.get(i))
+        parts = plan.parts
         grads = torch.cat(parts, 1, out=out) if out is not None else torch.cat(parts, 1)
         return loss, grads
 
-    def _param_views(self, params: torch.Tensor) -> dict[int, Any]:
-        """Per layer with parameters, (W [C, out, in], bias [C, out, 1] or None) viewing
-        `params`, kept while the same tensor comes back (the trainer's, updated in place;
-        the views hold its storage, so no other tensor can show the same address meanwhile)."""
+    def _param_views(self, params: torch.Tensor) -> dict[int, _Views]:
+        """Per layer with parameters, its `_Views` of `params`, kept while the same tensor
+        comes back (the trainer's, updated in place; the views hold its storage, so no other
+        tensor can show the same address meanwhile)."""
         key = (params.data_ptr(), params.device, params.dtype, params.shape, params.stride())
         if self._views[0] != key:
             c = params.shape[0]
-            views: dict[int, Any] = {}
+            views: dict[int, _Views] = {}
             for i, layer in enumerate(self.layers):
                 if isinstance(layer, _Conv | _Linear):
                     shape = (
@@ -471,53 +579,16 @@ class ConvStack:
                     )
                     w = params[:, slice(*layer.weight)].view(c, *shape)
                     bias = None if layer.bias is None else params[:, slice(*layer.bias)]
-                    views[i] = (w, None if bias is None else bias.unsqueeze(2))
+                    kernels = flat_bias = None  # torch's kernel's shapes (one client)
+                    if isinstance(layer, _Conv) and c == 1:
+                        kernels = w.view(layer.c_out, layer.c_in, *layer.kernel)
+                        flat_bias = None if bias is None else bias.view(-1)
+                    views[i] = _Views(
+                        w,
+                        None if bias is None else bias.unsqueeze(2),
+                        w.transpose(1, 2),
+                        kernels,
+                        flat_bias,
+                    )
             self._views = (key, views)
         return self._views[1]
-
-    @staticmethod
-    def _im2col(arena: _Arena, layer: _Conv, a: torch.Tensor, c: int, b: int) -> torch.Tensor:
-        """a [C, Cin, H, W, B] (any strides) -> cols [C, Cin*kh*kw, Ho*Wo*B]."""
-        (kh, kw), (ph, pw), (h, w), (ho, wo) = (
-            layer.kernel,
-            layer.padding,
-            layer.in_hw,
-            layer.out_hw,
-        )
-        if ph or pw:
-            padded = arena(c, layer.c_in, h + 2 * ph, w + 2 * pw, b, zeros=True)
-            padded[:, :, ph : ph + h, pw : pw + w].copy_(a)
-            a = padded
-        sc, si, sh, sw, sb = a.stride()
-        windows = a.as_strided(
-            (c, layer.c_in, kh, kw, ho, wo, b), (sc, si, sh, sw, sh, sw, sb), a.storage_offset()
-        )
-        cols = arena(c, layer.c_in * kh * kw, ho * wo * b)
-        cols.view(c, layer.c_in, kh, kw, ho, wo, b).copy_(windows)
-        return cols
-
-    @staticmethod
-    def _col2im(arena: _Arena, layer: _Conv, dcols: torch.Tensor, c: int, b: int) -> torch.Tensor:
-        """dcols [C, Cin*kh*kw, Ho*Wo*B] -> the input's gradient [C, Cin, H, W, B]: each kernel
-        offset's columns add into the window they were copied from."""
-        (kh, kw), (ph, pw), (h, w), (ho, wo) = (
-            layer.kernel,
-            layer.padding,
-            layer.in_hw,
-            layer.out_hw,
-        )
-        dpad = arena(c, layer.c_in, h + 2 * ph, w + 2 * pw, b)
-        key = id(dpad)  # the same buffers every call of this arena: their views too
-        if key not in arena.memo:
-            dv = dcols.view(c, layer.c_in, kh, kw, ho, wo, b)
-            arena.memo[key] = (
-                [dpad[:, :, i : i + ho, j : j + wo] for i in range(kh) for j in range(kw)],
-                [dv[:, :, i, j] for i in range(kh) for j in range(kw)],
-            )
-        windows, offsets = arena.memo[key]
-        dpad.zero_()
-        torch._foreach_add_(windows, offsets)  # one call; applied in order, so overlaps add
-        if ph or pw:
-            d = arena(c, layer.c_in, h, w, b)
-            return d.copy_(dpad[:, :, ph : ph + h, pw : pw + w])
-        return dpad
