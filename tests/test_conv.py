@@ -35,6 +35,20 @@ def odd_cnn() -> nn.Module:
     )
 
 
+def stacked_cnn() -> nn.Module:
+    """Convolutions straight after convolutions (with and without a ReLU between): one
+    client a call, each takes the previous one's output from torch's kernel as it is."""
+    return nn.Sequential(
+        nn.Conv2d(1, 3, 3, padding=1),
+        nn.ReLU(),
+        nn.Conv2d(3, 4, 3),
+        nn.Conv2d(4, 2, 2, bias=False),
+        nn.MaxPool2d(2),
+        nn.Flatten(),
+        nn.Linear(2 * 3 * 3, 10),
+    )
+
+
 def image_shape(name: str) -> tuple[int, ...]:
     return (3, 32, 32) if name in ("cnn_dfl_cifar", "cnn_tutorial") else (1, 28, 28)
 
@@ -48,11 +62,13 @@ CASES = {
     },
     "paper_cnn": paper_cnn,
     "odd_cnn": odd_cnn,
+    "stacked_cnn": stacked_cnn,
 }
 SHAPES = {
     **{name: image_shape(name) for name in models.CNNS},
     "paper_cnn": (1, 28, 28),
     "odd_cnn": (2, 9, 12),
+    "stacked_cnn": (1, 9, 9),
 }
 
 
