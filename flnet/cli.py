@@ -249,7 +249,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     for line in reuse_lines(table):
         err_console.print(line, highlight=False, soft_wrap=True)
     for warning in result.warnings:
-        err_console.print(f"[bold yellow]warning:[/] {escape(warning)}")
+        err_console.print(f"[bold yellow]warning:[/] {escape(warning)}", soft_wrap=True)
     bad = (~table.status.isin(("completed", "diverged"))).sum()
     print(
         f"{len(table)} points: {len(result.ran)} run now, {len(result.skipped)} already "

@@ -383,13 +383,15 @@ def finished(folder: Path) -> dict | None:
 def stale_inputs(summary: dict, data: dict) -> list[str]:
     """The input files a finished point read (its summary's digests) whose bytes differ now,
     for the point's scenario `data`; none for a run that kept no digests."""
+    from flnet.checkpoint import input_digests
     from flnet.runner import changed_inputs, input_files  # loads torch: only for such runs
 
     if not summary.get("inputs"):
         return []
     scenario = Scenario.model_validate(data)
     files = input_files(scenario)
-    return [files.get(name, name) for name in changed_inputs(summary["inputs"], scenario)]
+    changed = changed_inputs(summary["inputs"], scenario, input_digests(files))
+    return [files.get(name, name) for name in changed]
 
 
 def left_behind(folder: Path) -> dict | None:

@@ -132,6 +132,21 @@ def test_started_again_a_sweep_reruns_the_finished_points_whose_trace_changed(tm
     assert again.skipped == [] and sorted(again.ran) == sorted(first.ran)
     assert [w for w in again.warnings if "trace.csv changed since it ran" in w]
     assert (again.table.status == "completed").all()
+    # the flnet command says so too, point by point
+    trace.write_text(trace.read_text().replace("1,0,5", "1,0,7"))
+    (tmp_path / "s.yaml").write_text(json.dumps(base))
+    cli = subprocess.run(
+        [sys.executable, "-m", "flnet.cli", "sweep", str(tmp_path / "s.yaml"), "-q"]
+        + ["--grid", "algorithm.local.steps=1,2", "--out", str(out), "--workers", "0"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=300,
+    )
+    assert cli.returncode == 0, cli.stderr
+    for key in first.ran:
+        assert f"warning: {key}: {trace} changed since it ran; it ran again" in cli.stderr
+    assert "2 points: 2 run now, 0 already finished, 0 not finished" in cli.stdout
 
 
 def test_a_points_row_is_its_swept_values_then_the_outcomes_plot_knows():
