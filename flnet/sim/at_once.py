@@ -92,20 +92,21 @@ def plan(
         return None
     compute_s = world._compute_times_s(np.asarray(flops), cohort)  # _Compute's durations
     computed_s = down.end_s + compute_s  # SimPy: the download's end plus the duration
+    computed = computed_s.tolist()
     # computes are scheduled as downloads complete: at one instant, in that order
-    compute_order = sorted(down.order, key=computed_s.tolist().__getitem__)
+    compute_order = sorted(down.order, key=computed.__getitem__)
     up_snr = up_q
     if fading:
         up_snr = [0.0] * n
         for pos in compute_order:  # in the order the uploads start
             up_snr[pos] = up_q[pos] * world._fading(clients[pos], SERVER, tag, None)
-    up_start = computed_s[compute_order].tolist()
+    up_start = [computed[p] for p in compute_order]
     up_order_bits = [up_bits[p] for p in compute_order]
     up_order_snr = [up_snr[p] for p in compute_order]
     up = _transfers(up_band, up_start, compute_order, up_order_bits, up_order_snr, may_stop)
     if up is None:
         return None
-    down_end, computed, up_end = down.end_s.tolist(), computed_s.tolist(), up.end_s.tolist()
+    down_end, up_end = down.end_s.tolist(), up.end_s.tolist()
     if _ties(down_end, computed, up_end):
         return None
     # the server stops waiting at the keep-th arrival (the last: everyone's in) or at the
