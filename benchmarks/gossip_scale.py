@@ -11,12 +11,13 @@ warm-up) and the process's peak resident set size (imports and data included).
 from __future__ import annotations
 
 import json
-import resource
 import statistics
 import sys
 import tempfile
 import time
 from typing import Any
+
+from bench import peak_rss_mb  # this script's folder is on sys.path
 
 import flnet
 
@@ -56,7 +57,7 @@ def main() -> None:
             observers=[clock],
         )
     gaps = [b - a for a, b in zip(clock.times_s[2:], clock.times_s[3:])]
-    peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    peak_mib = peak_rss_mb()  # MiB (bench.py prints them as MB)
     print(
         json.dumps(
             {

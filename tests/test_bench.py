@@ -3,6 +3,7 @@ client trains as they do, and the report reads right with Flower present or abse
 asserted; Flower itself is only needed by the tests that import it (the `bench` extra)."""
 
 import statistics
+import subprocess
 import sys
 from pathlib import Path
 
@@ -15,6 +16,22 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 
 import bench
 import w1_reference as ref
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="VmHWM is Linux's")
+def test_a_childs_peak_memory_is_its_own_not_its_parents():
+    """getrusage's ru_maxrss in a child started from a 1 GiB process says at least 1 GiB (Linux
+    keeps it across exec); the benchmark's children report their own peak."""
+    ballast = np.ones(2**30 // 8)  # 1 GiB, touched
+    out = subprocess.run(
+        [sys.executable, "-c", "import bench; print(bench.peak_rss_mb())"],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=Path(bench.__file__).parent,
+    )
+    assert ballast.sum() == 2**27  # still alive while the child ran
+    assert float(out.stdout) < 600, out.stdout  # python + torch: about 200 MB here
 
 
 def test_plain_torch_loop_reproduces_w1_at_round_10():
