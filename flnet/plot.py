@@ -33,6 +33,7 @@ import yaml
 from flnet.columns import POINT_OUTCOMES
 from flnet.errors import FlnetError
 from flnet.output import run_status
+from flnet.sim.ledger import FLOATS
 
 if TYPE_CHECKING:  # matplotlib is imported when a figure is drawn
     from matplotlib.axes import Axes
@@ -97,7 +98,13 @@ class Results:
         if folder is None:
             return None
         ledger = _read_table(folder, "ledger", columns)
-        return ledger if ledger is not None else _read_table(folder, "ledger-journal", columns)
+        if ledger is not None:
+            return ledger
+        journal = _read_table(folder, "ledger-journal", columns)
+        if journal is None:
+            return None
+        # the journal writes a whole float without ".0" (`Ledger.flush`): the ledger's dtypes
+        return journal.astype({c: float for c in FLOATS if c in journal})
 
     def target(self) -> float:
         """The run's own `run.target_accuracy` when it set one, else DEFAULT_TARGET."""
