@@ -448,14 +448,14 @@ def test_in_place_steps_train_as_the_updates_added(make_opt, steps):
 
 
 @pytest.mark.parametrize("bias", [True, False])
-@pytest.mark.parametrize("case", ["uniform", "masked", "short"])
+@pytest.mark.parametrize("case", ["uniform", "masked", "short", "snapshot"])
 def test_dense_stack_takes_the_plain_sgd_step_itself(bias, case, monkeypatch):
-    """Plain SGD (`plain_lr`) is stepped by `DenseStack.descend`, each parameter's gradient
-    piece added to its view without a [C, P] gradient; the same as the gradient assembled
-    and stepped by the optimizer: the same GEMMs and reductions, then the same multiply-add
-    ``w + (-lr) g`` on every element (only their order differs; compared within
-    tests/tolerance.py, as two paths are). A short batch
-    takes the generic engine, and the step through the optimizer, as before."""
+    """Plain SGD (`plain_lr`) is stepped by `DenseStack.descend` on its own layout of the
+    parameters (`split`), each weight's step fused into its gradient's GEMM, without a [C, P]
+    gradient; the same as the gradient assembled and stepped by the optimizer, up to float
+    rounding (the GEMM adds -lr times its sum, the optimizer -lr times the rounded gradient;
+    compared within tests/tolerance.py). Masked clients keep their parameters; a short batch
+    takes the generic engine, and the step through the optimizer, between engine steps."""
     model = mlp(bias)
     x, y = dataset(model)
     trainer = cohort.Trainer(model, x, y)
@@ -469,13 +469,18 @@ def test_dense_stack_takes_the_plain_sgd_step_itself(bias, case, monkeypatch):
     descents = []
     descend = cohort.DenseStack.descend
     monkeypatch.setattr(cohort.DenseStack, "descend", lambda *a: descents.append(1) or descend(*a))
-    fast = trainer.train(p0, rows, steps, optim.sgd(0.1), sizes=sizes)
+    snap = torch.tensor([3, 1, T, 2]) if case == "snapshot" else None
+    fast = trainer.train(p0, rows, steps, optim.sgd(0.1), sizes=sizes, snapshot_at=snap)
     assert len(descents) == T - (case == "short") * 2
-    plain = trainer.train(p0, rows, steps, optim.sgd(0.1)._replace(plain_lr=None), sizes=sizes)
+    plain = trainer.train(
+        p0, rows, steps, optim.sgd(0.1)._replace(plain_lr=None), sizes=sizes, snapshot_at=snap
+    )
     assert len(descents) == T - (case == "short") * 2  # the optimizer's step, not the engine's
     assert not torch.equal(fast.params, p0)
-    # two paths: equal here, but add_ on strided views may vectorise otherwise on another CPU
     assert_tensors_close(fast.params, plain.params)
+    if snap is not None:  # each client's iterate after its t'-th step, read mid-way
+        assert_tensors_close(fast.snapshot, plain.snapshot)
+        assert not torch.equal(fast.snapshot, fast.params)
     assert_tensors_close(fast.loss, plain.loss)
     assert torch.equal(fast.grad_evals, plain.grad_evals)
     assert torch.equal(fast.sample_grads, plain.sample_grads)
