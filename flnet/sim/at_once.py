@@ -77,6 +77,7 @@ def plan(
     t0 = world.env.now
     n = len(cohort)
     may_stop = keep < n or deadline_s is not None  # a stopped band needs its step-by-step state
+    deadline_at_s = math.inf if deadline_s is None else t0 + deadline_s
     clients = cohort.tolist()
     down_q, down_w = net.star(cohort, down=True)
     up_q, up_w = net.star(cohort, down=False)
@@ -87,14 +88,16 @@ def plan(
         else down_q
     )
     everyone = list(range(n))
-    down = _transfers(down_band, [t0] * n, everyone, down_bits, down_snr, may_stop)
+    down = _transfers(down_band, [t0] * n, everyone, down_bits, down_snr, may_stop, deadline_at_s)
     if down is None:
         return None
     compute_s = world._compute_times_s(np.asarray(flops), cohort)  # _Compute's durations
     computed_s = down.end_s + compute_s  # SimPy: the download's end plus the duration
+    down_end = down.end_s.tolist()
     computed = computed_s.tolist()
     # computes are scheduled as downloads complete: at one instant, in that order
     compute_order = sorted(down.order, key=computed.__getitem__)
+    compute_order += [p for p in everyone if down_end[p] == math.inf]  # past the deadline
     up_snr = up_q
     if fading:
         up_snr = [0.0] * n
@@ -103,16 +106,17 @@ def plan(
     up_start = [computed[p] for p in compute_order]
     up_order_bits = [up_bits[p] for p in compute_order]
     up_order_snr = [up_snr[p] for p in compute_order]
-    up = _transfers(up_band, up_start, compute_order, up_order_bits, up_order_snr, may_stop)
+    up = _transfers(
+        up_band, up_start, compute_order, up_order_bits, up_order_snr, may_stop, deadline_at_s, keep
+    )
     if up is None:
         return None
-    down_end, up_end = down.end_s.tolist(), up.end_s.tolist()
+    up_end = up.end_s.tolist()
     if _ties(down_end, computed, up_end):
         return None
     # the server stops waiting at the keep-th arrival (the last: everyone's in) or at the
     # deadline, whichever is first; an event on the deadline's instant: SimPy's order decides
-    keep_s = up_end[up.order[min(keep, n) - 1]]
-    deadline_at_s = math.inf if deadline_s is None else t0 + deadline_s
+    keep_s = up_end[up.order[min(keep, n) - 1]] if len(up.order) >= min(keep, n) else math.inf
     cut_s = min(keep_s, deadline_at_s)
     cause = "cancelled" if keep_s < deadline_at_s else "deadline"
     if deadline_at_s <= keep_s and deadline_at_s in {*down_end, *computed, *up_end}:
@@ -221,14 +225,15 @@ def _settle(
     snr_hz: list[float],
 ) -> dict[int, float] | None:
     """Leave a shared band as the round leaves it; the bits left of its transfers still under
-    way at `cut_s`, by their index in its order (None on a dedicated band)."""
+    way at `cut_s`, by their index in its order (None on a dedicated band). Its replay stopped
+    at the cut already (the deadline, the keep-th upload) or ran past it: then again, to it."""
     schedule = ends.schedule
     if schedule is None:
         return None
     shared = cast(SharedBand, band)
-    if cut_s < ends.end_s.max():
+    if schedule.settled_s > cut_s:
         schedule = shared.schedule_alone(start_s, bits, snr_hz, until_s=cut_s)
-        assert schedule is not None  # the same steps as the full replay's, stopped earlier
+        assert schedule is not None  # the same steps as the first replay's, stopped earlier
     shared.settle_alone(schedule)
     return schedule.left
 
@@ -260,17 +265,22 @@ def _transfers(
     bits: list[float],
     snr_hz: list[float],
     step_by_step: bool,
+    until_s: float = math.inf,
+    until_done: int = 0,
 ) -> _Ends | None:
     """Transfers started at `start_s` (non-decreasing) by the positions `order`, in that
     order (their bits and SNRs listed alike): when each ends, and the order they complete in.
     A shared band is solved at once unless `step_by_step` (a band that may be stopped early is
-    replayed, so its state at the stop is the steps'). None where SimPy's event order would
-    decide (`SharedBand.schedule_alone`)."""
-    ends = np.empty(len(order))
+    replayed, so its state at the stop is the steps') or its few transfers replay quicker;
+    a replay stops at `until_s` or once `until_done` have finished, and who has not finished
+    by then ends at inf. None where SimPy's event order would decide
+    (`SharedBand.schedule_alone`)."""
+    ends = np.full(len(order), math.inf)
     if isinstance(band, SharedBand):
-        schedule = None if step_by_step else band.solve_alone(start_s, bits, snr_hz)
-        if schedule is None and type(band) is SharedBand:
-            schedule = band.schedule_alone(start_s, bits, snr_hz)
+        solve = not step_by_step and len(order) > band.replays_up_to
+        schedule = band.solve_alone(start_s, bits, snr_hz) if solve else None
+        if schedule is None:
+            schedule = band.schedule_alone(start_s, bits, snr_hz, until_s, until_done)
         if schedule is None:
             return None
         done = []
@@ -288,6 +298,6 @@ def _transfers(
 
 
 def _ties(*times: list[float]) -> bool:
-    """Whether two kinds of event share an instant."""
-    seen = [set(t) for t in times]
+    """Whether two kinds of event share an instant (inf: never, after a replay's stop)."""
+    seen = [set(t) - {math.inf} for t in times]
     return any(a & b for i, a in enumerate(seen) for b in seen[i + 1 :])

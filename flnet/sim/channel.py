@@ -138,6 +138,10 @@ class SharedBand(Channel):
     """A band split equally among its active transfers, kept as Python floats on them."""
 
     shared = True
+    # up to this many transfers `schedule_alone` is quicker than `solve_alone` (and exact):
+    # about 10 for floats, 2 for arrays (CPU-us at n = 2, 5, 10: floats 7, 15, 33 vs the
+    # solve's 35; arrays 25, 58, 117 vs 33)
+    replays_up_to = 8
 
     def __init__(self, env: simpy.Environment, bandwidth_hz: float) -> None:
         super().__init__(env, bandwidth_hz)
@@ -175,9 +179,12 @@ class SharedBand(Channel):
         self._schedule()
 
     def _settle(self) -> None:
+        self._settle_at(self.env.now)
+
+    def _settle_at(self, now_s: float) -> None:
         """Charge every active transfer the bits it sent since the last change."""
-        elapsed = self.env.now - self._settled_at
-        self._settled_at = self.env.now
+        elapsed = now_s - self._settled_at
+        self._settled_at = now_s
         if elapsed > 0 and self._active:
             self._send_for(elapsed)
 
@@ -231,56 +238,52 @@ class SharedBand(Channel):
         bits: list[float],
         snr_hz: list[float],
         until_s: float = math.inf,
+        until_done: int = 0,
     ) -> Schedule | None:
         """When transfers arriving at `arrival_s` (non-decreasing, processed in this order;
-        bits > 0) would finish on this idle band if nothing else used it: the same arithmetic
-        as `transmit` and the timers, step by step, without SimPy events (a test checks they
-        agree bit for bit). With `until_s`, what happens up to that instant (its finishes
+        bits > 0) would finish on this idle band if nothing else used it. It takes this band's
+        own steps (`_settle_at`, `_join`, `_finished` and `_leave`, `_rerate`: what `transmit`,
+        the timers and `_schedule` do) on a scratch band of its kind, without SimPy events, so
+        it agrees with them bit for bit whichever layout holds the state (floats or arrays;
+        tests/test_at_once.py). With `until_s`, what happens up to that instant (its finishes
         included), and the bits each transfer still under way has left then, settled as the
-        first `cancel` would. None where an arrival falls on the instant of a finish: there
+        first `cancel` would; with `until_done`, up to the instant the `until_done`-th transfer
+        finishes. None where an arrival falls on the instant of a finish before the stop: there
         SimPy's event order would decide, so the caller simulates event by event."""
-        n, inf = len(arrival_s), math.inf
-        remaining, rates = list(bits), [0.0] * n
-        active: list[int] = []  # in band order
+        scratch = type(self)(self.env, self.bandwidth_hz)  # its events are never scheduled
+        scratch._settled_at = self._settled_at
+        txs = [Transmission(scratch, b, q, self.env.event()) for b, q in zip(bits, snr_hz)]
+        index = {tx: k for k, tx in enumerate(txs)}
         groups: list[tuple[float, list[int]]] = []
-        settled_s, timer_s, due, i = self._settled_at, inf, -1, 0
-        bandwidth_hz, log1p = self.bandwidth_hz, math.log1p
-        while i < n or active:
+        n, i, finished, inf = len(txs), 0, 0, math.inf
+        timer_s, due = inf, None
+        while i < n or scratch._active:
             arrives_s = arrival_s[i] if i < n else inf
-            if arrives_s == timer_s:
-                return None
             now = min(arrives_s, timer_s)
             if now > until_s:
                 break
-            elapsed, settled_s = now - settled_s, now  # _settle
-            if elapsed > 0 and active:
-                for k in active:
-                    remaining[k] -= rates[k] * elapsed
-            if arrives_s < timer_s:  # transmit: join
-                active.append(i)
+            if arrives_s == timer_s:
+                return None
+            scratch._settle_at(now)
+            if arrives_s < timer_s:  # transmit
+                scratch._join(txs[i])
                 i += 1
-            else:  # the timer: `due` and any others done at this instant leave (_finished)
-                done = [k for k in active if k == due or remaining[k] <= 1e-9 * bits[k] + 1e-6]
-                gone = set(done)
-                active = [k for k in active if k not in gone]
-                groups.append((now, done))
+            else:  # the timer: `due` and any others done at this instant leave
+                done = scratch._leave(scratch._finished(due))
+                groups.append((now, [index[tx] for tx in done]))
+                finished += len(done)
+                if 0 < until_done <= finished:
+                    until_s = now  # this instant's other events, if any, then stop
             timer_s = inf  # _schedule
-            if active:
-                share_hz = bandwidth_hz / len(active)
-                scale, delay, due = share_hz / LN2, inf, -1  # _rerate
-                for k in active:
-                    rate = rates[k] = scale * log1p(snr_hz[k] / share_hz)
-                    if remaining[k] / rate < delay:
-                        due, delay = k, remaining[k] / rate
+            if scratch._active:  # in band order
+                delay, due = scratch._rerate(self.bandwidth_hz / len(scratch._active))
                 timer_s = now + max(delay, 0.0)
         left: dict[int, float] = {}
-        if active:  # stopped at until_s: the first cancel settles them all
-            elapsed, settled_s = until_s - settled_s, until_s
-            if elapsed > 0:
-                for k in active:
-                    remaining[k] -= rates[k] * elapsed
-            left = {k: remaining[k] for k in active}
-        return Schedule(groups, settled_s, left)
+        if scratch._active:  # stopped at until_s: the first cancel settles them all
+            scratch._settle_at(until_s)
+            scratch._sync()
+            left = {index[tx]: tx.remaining_bits for tx in scratch._active}
+        return Schedule(groups, scratch._settled_at, left)
 
     def solve_alone(
         self, arrival_s: list[float], bits: list[float], snr_hz: list[float]
@@ -415,6 +418,8 @@ class SharedBand(Channel):
 class SharedBandArrays(SharedBand):
     """The same band with its active transfers' remaining bits, SNRs and sizes in the first n
     entries of arrays, so an event is a few vectorised operations however many share it."""
+
+    replays_up_to = 2
 
     def __init__(self, env: simpy.Environment, bandwidth_hz: float) -> None:
         super().__init__(env, bandwidth_hz)
