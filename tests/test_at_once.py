@@ -11,27 +11,48 @@ from tolerance import COST_RTOL, assert_ledgers_close, assert_records_close
 
 import flnet
 from flnet.sim import at_once
-from flnet.sim.channel import SharedBand
+from flnet.sim.channel import ARRAYS_ABOVE_USERS, SharedBand, SharedBandArrays
 from flnet.sim.world import World
 
 
-def _band_event_by_event(arrival_s, bits, snr_hz, bandwidth_hz=1e6):
-    """Transfers started at `arrival_s` on a SharedBand under SimPy: [(end, who)] in the order
-    they complete, and the band's last settle."""
+def _band_event_by_event(
+    arrival_s, bits, snr_hz, bandwidth_hz=1e6, kind=SharedBand, keep=0, cut_s=None
+):
+    """Transfers started at `arrival_s` on a `kind` of shared band under SimPy: [(end, who)]
+    in the order they complete, and the band's last settle; stopped (as a round's server
+    stops them) once `keep` are done or at `cut_s`: the rest cancelled, and the bits each of
+    those had sent."""
     env = simpy.Environment()
-    band = SharedBand(env, bandwidth_hz)
-    done = []
+    band = kind(env, bandwidth_hz)
+    done, txs, stopped = [], {}, []
+
+    def stop():
+        stopped.append(True)
+        for tx in txs.values():
+            tx.cancel()
 
     def send(i):
         yield env.timeout(arrival_s[i])
-        tx = band.transmit(bits[i], snr_hz[i])
+        if stopped:
+            return
+        tx = txs[i] = band.transmit(bits[i], snr_hz[i])
         yield tx.done
-        done.append((env.now, i))
+        if not tx.cancelled:
+            done.append((env.now, i))
+            if len(done) == keep:
+                stop()
+
+    def cut():
+        yield env.timeout(cut_s)
+        stop()
 
     for i in range(len(arrival_s)):
         env.process(send(i))
+    if cut_s is not None:
+        env.process(cut())
     env.run()
-    return done, band._settled_at
+    sent = {i: tx.sent_bits for i, tx in txs.items() if tx.cancelled}
+    return done, band._settled_at, sent
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -43,13 +64,63 @@ def test_a_shared_band_at_once_replays_its_events_to_the_bit(seed):
         arrival_s = np.round(arrival_s, 1)
     bits = rng.uniform(1e4, 1e6, n).tolist()
     snr_hz = (1e6 * 10 ** rng.uniform(0, 3, n)).tolist()
-    expected, settled_s = _band_event_by_event(arrival_s.tolist(), bits, snr_hz)
+    expected, settled_s, _ = _band_event_by_event(arrival_s.tolist(), bits, snr_hz)
     band = SharedBand(simpy.Environment(), 1e6)
     schedule = band.schedule_alone(arrival_s.tolist(), bits, snr_hz)
     assert schedule is not None
     got = [(end, i) for end, group in schedule.groups for i in group]
     assert got == expected  # the same floats, in the same order
     assert schedule.settled_s == settled_s
+
+
+def _random_band(seed, n, spread_s=0.5):
+    rng = np.random.default_rng(seed)
+    arrival_s = np.sort(rng.uniform(0, spread_s, n))
+    if seed % 2:  # simultaneous arrivals, processed in order
+        arrival_s = np.round(arrival_s, 1)
+    bits = rng.uniform(1e4, 1e6, n).tolist()
+    snr_hz = (1e6 * 10 ** rng.uniform(0, 3, n)).tolist()
+    return arrival_s.tolist(), bits, snr_hz
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_shared_band_of_arrays_replays_its_own_events_to_the_bit(seed):
+    """Past ARRAYS_ABOVE_USERS users a band keeps its state in numpy arrays, which round
+    differently from the floats' (numpy's log1p, the rate's order of operations): its replay
+    takes its own steps, and gives its events' floats."""
+    args = _random_band(seed, 129 + 30 * seed)
+    expected, settled_s, _ = _band_event_by_event(*args, kind=SharedBandArrays)
+    schedule = SharedBandArrays(simpy.Environment(), 1e6).schedule_alone(*args)
+    assert schedule is not None
+    assert [(end, i) for end, group in schedule.groups for i in group] == expected
+    assert schedule.settled_s == settled_s
+    floats = SharedBand(simpy.Environment(), 1e6).schedule_alone(*args)
+    assert floats is not None and floats.groups != schedule.groups  # what a float replay gave
+
+
+@pytest.mark.parametrize("kind", [SharedBand, SharedBandArrays])
+@pytest.mark.parametrize("seed", range(2))
+def test_a_replay_stopped_mid_transfer_leaves_the_bits_cancel_leaves(kind, seed):
+    """Stopped once `keep` transfers are done (`until_done`) or at an instant between events
+    (`until_s`): the finishes up to then, and the bits the others have left, as SimPy's
+    cancels leave them."""
+    args = _random_band(seed, 60)
+    bits = args[1]
+    everyone, _, _ = _band_event_by_event(*args, kind=kind)
+    keep = 25
+    halfway_s = (everyone[keep - 1][0] + everyone[keep][0]) / 2  # between two finishes
+    band = kind(simpy.Environment(), 1e6)
+    for stop in [{"keep": keep}, {"cut_s": halfway_s}]:
+        expected, _, sent = _band_event_by_event(*args, kind=kind, **stop)
+        until = {"until_done": keep} if "keep" in stop else {"until_s": halfway_s}
+        schedule = band.schedule_alone(*args, **until)
+        assert schedule is not None
+        assert [(end, i) for end, group in schedule.groups for i in group] == expected
+        assert expected == everyone[:keep]
+        assert schedule.settled_s == stop.get("cut_s", expected[-1][0])
+        left = {i: bits[i] - max(b, 0.0) for i, b in schedule.left.items()}
+        assert left == sent  # every transfer under way, to the bit
+        assert 0 < min(left.values()) and any(b < bits[i] for i, b in left.items())
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -61,7 +132,7 @@ def test_a_shared_band_solved_at_once_agrees_with_its_events(seed):
     arrival_s = np.sort(rng.uniform(0, 0.01, n)).tolist()
     bits = rng.uniform(5e5, 1e6, n).tolist()
     snr_hz = (1e6 * 10 ** rng.uniform(0, 3, n)).tolist()
-    expected, settled_s = _band_event_by_event(arrival_s, bits, snr_hz)
+    expected, settled_s, _ = _band_event_by_event(arrival_s, bits, snr_hz)
     solved = SharedBand(simpy.Environment(), 1e6).solve_alone(arrival_s, bits, snr_hz)
     assert solved is not None
     got = [(end, i) for end, group in solved.groups for i in group]
@@ -192,3 +263,59 @@ def test_the_servers_own_stops_are_computed_at_once_to_the_bit(monkeypatch, over
     assert charged  # each stopped job charged up to the stop, not nothing
     assert fast.ledger.equals(slow.ledger)
     assert fast.records.equals(slow.records)
+
+
+WIDE = [  # more than ARRAYS_ABOVE_USERS users on a band: its state in arrays
+    "run.rounds=3",
+    "run.eval_every=3",
+    "clients.count=140",
+    "algorithm.cohort.clients_per_round=100",
+    "algorithm.local.steps=2",
+]
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        ["algorithm.cohort.over_selection=1.4"],
+        ["algorithm.cohort.deadline_s=0.3"],
+        # a deadline that cuts downloads, computes and uploads on shared bands, mid-transfer
+        [
+            "algorithm.cohort.deadline_s=0.05",
+            "algorithm.cohort.over_selection=1.4",
+            "radio.downlink.sharing=shared",
+        ],
+        # ten of 140 delivered while most downloads are still under way
+        [
+            "algorithm.cohort.clients_per_round=10",
+            "algorithm.cohort.over_selection=14",
+            "radio.downlink.sharing=shared",
+        ],
+    ],
+    ids=["over-selection", "deadline", "both-shared-down", "few-kept-shared-down"],
+)
+def test_a_stopped_band_of_more_than_128_transfers_at_once_to_the_bit(monkeypatch, overrides):
+    """140 transfers on a SharedBandArrays, stopped by over-selection, a deadline or both:
+    replayed by the band's own (array) steps, the same rows, sent bits, joules and instants
+    as event by event."""
+    assert int(WIDE[2].split("=")[1]) > ARRAYS_ABOVE_USERS
+    replayed = []
+    replay = SharedBand.schedule_alone
+
+    def spying(band, *args, **kwargs):
+        replayed.append(type(band))
+        return replay(band, *args, **kwargs)
+
+    monkeypatch.setattr(SharedBand, "schedule_alone", spying)
+    fast, slow, planned = _both_ways(monkeypatch, "scenarios/quickstart.yaml", [*WIDE, *overrides])
+    assert planned and all(planned)
+    assert SharedBandArrays in replayed
+    assert fast.ledger.equals(slow.ledger)
+    assert fast.records.equals(slow.records)
+    ledger = fast.ledger[fast.ledger.kind != "evaluate"]
+    stopped = ledger[ledger.outcome.isin(["cancelled", "deadline"])]
+    assert len(stopped) and (ledger.outcome == "ok").any()
+    transfers = stopped[stopped.kind.isin(["download", "upload"])]
+    full_bits = ledger[ledger.outcome == "ok"].groupby("kind", observed=True).bits.max()
+    part = transfers.bits.lt(transfers.kind.map(full_bits).astype(float)) & transfers.bits.gt(0)
+    assert part.any()  # stopped mid-transfer: some bits sent, not all
