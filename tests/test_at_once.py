@@ -200,6 +200,16 @@ def test_round_trips_at_once_equal_event_by_event(monkeypatch, overrides):
     assert_records_close(fast.records, slow.records, eval_rows=1)
 
 
+def test_a_few_transfers_on_a_shared_band_are_replayed_to_the_bit(monkeypatch):
+    """Up to `replays_up_to` transfers the replay is quicker than the solve: taken, and exact."""
+    few = SharedBand.replays_up_to
+    overrides = [*QUICK, f"algorithm.cohort.clients_per_round={few}"]
+    fast, slow, planned = _both_ways(monkeypatch, "scenarios/quickstart.yaml", overrides)
+    assert planned and all(planned)
+    assert fast.ledger.equals(slow.ledger)
+    assert fast.records.equals(slow.records)
+
+
 def test_capacity_traces_rates_and_seconds_at_once_to_the_bit(monkeypatch):
     """Measured link rates (dedicated) and a capacity trace's compute seconds."""
     overrides = ["run.rounds=4", "clients.availability={kind: always}"]

@@ -9,8 +9,11 @@ or at the deadline (the rest are cut), each job under way charged up to that ins
 Downloads and computes use the event-by-event path's own arithmetic (IEEE +, -, *, / on
 arrays, the scalar functions for the rest); a shared band is solved at once where every
 transfer starts before any finishes and nobody is stopped (`SharedBand.solve_alone`: times
-within 1e-12 relative of the steps') and replayed step by step otherwise (`schedule_alone`:
-to the bit, up to the stop). The ledger rows go in the order SimPy would complete them: by
+within 1e-12 relative of the steps') and replayed step by step otherwise, or where it has few
+transfers (`schedule_alone`: the band's own steps, floats or arrays, to the bit; the uplink's
+replay stops at the deadline or the keep-th arrival, the downlink's at the deadline, and is
+run again to the stop only where a download is still under way at an earlier keep-th
+arrival). The ledger rows go in the order SimPy would complete them: by
 time, and at one instant in the order the events were scheduled, which within one kind of
 event is known (downloads by position, computes and uploads in the order their predecessors
 completed); the stopped jobs' rows follow in cohort order, as `round_trip` stops its trips.
