@@ -252,7 +252,8 @@ class SharedBand(Channel):
         SimPy's event order would decide, so the caller simulates event by event."""
         scratch = type(self)(self.env, self.bandwidth_hz)  # its events are never scheduled
         scratch._settled_at = self._settled_at
-        txs = [Transmission(scratch, b, q, self.env.event()) for b, q in zip(bits, snr_hz)]
+        never = self.env.event()  # what the transfers' `done` would wait on: nothing here
+        txs = [Transmission(scratch, b, q, never) for b, q in zip(bits, snr_hz)]
         index = {tx: k for k, tx in enumerate(txs)}
         groups: list[tuple[float, list[int]]] = []
         n, i, finished, inf = len(txs), 0, 0, math.inf
