@@ -164,9 +164,7 @@ class SharedBand(Channel):
         if version != self._version:
             return  # the set of transfers changed since this timer was set
         self._settle()
-        # `due` is finished by construction (rounding may leave it a hair short); others that
-        # end at the same instant go with it
-        for tx in self._leave(self._finished(due)):
+        for tx in self._finish(due):
             tx.remaining_bits = 0.0
             tx.done.succeed()
         self._schedule()
@@ -179,6 +177,7 @@ class SharedBand(Channel):
         self._schedule()
 
     def _settle(self) -> None:
+        """`_settle_at` the clock's instant."""
         self._settle_at(self.env.now)
 
     def _settle_at(self, now_s: float) -> None:
@@ -192,9 +191,18 @@ class SharedBand(Channel):
         """New rates for the current set; a timer for the first to finish."""
         self._version += 1  # timers set for the old set are ignored
         if self._active:
-            delay, due = self._rerate(self.bandwidth_hz / len(self._active))
+            delay, due = self._next_due()
             self._set_timer(self.env.timeout(max(delay, 0.0)), due)
             self._timer = (self.env.now + max(delay, 0.0), due)
+
+    def _next_due(self) -> tuple[float, Transmission | None]:
+        """The current set's rates; the delay to the first finish and who."""
+        return self._rerate(self.bandwidth_hz / len(self._active))
+
+    def _finish(self, due: Transmission | None) -> list[Transmission]:
+        """`due` leaves, finished by construction (rounding may leave it a hair short), and any
+        others that end at the same instant with it, in band order."""
+        return self._leave(self._finished(due))
 
     def _set_timer(self, timeout: simpy.Event, due: Transmission | None) -> None:
         version = self._version
@@ -242,8 +250,8 @@ class SharedBand(Channel):
     ) -> Schedule | None:
         """When transfers arriving at `arrival_s` (non-decreasing, processed in this order;
         bits > 0) would finish on this idle band if nothing else used it. It takes this band's
-        own steps (`_settle_at`, `_join`, `_finished` and `_leave`, `_rerate`: what `transmit`,
-        the timers and `_schedule` do) on a scratch band of its kind, without SimPy events, so
+        own steps (`_settle_at`, `_join`, `_finish`, `_next_due`: what `transmit`, the timers
+        and `_schedule` do) on a scratch band of its kind, without SimPy events, so
         it agrees with them bit for bit whichever layout holds the state (floats or arrays;
         tests/test_at_once.py). With `until_s`, what happens up to that instant (its finishes
         included), and the bits each transfer still under way has left then, settled as the
@@ -270,14 +278,14 @@ class SharedBand(Channel):
                 scratch._join(txs[i])
                 i += 1
             else:  # the timer: `due` and any others done at this instant leave
-                done = scratch._leave(scratch._finished(due))
+                done = scratch._finish(due)
                 groups.append((now, [index[tx] for tx in done]))
                 finished += len(done)
                 if 0 < until_done <= finished:
                     until_s = now  # this instant's other events, if any, then stop
             timer_s = inf  # _schedule
             if scratch._active:  # in band order
-                delay, due = scratch._rerate(self.bandwidth_hz / len(scratch._active))
+                delay, due = scratch._next_due()
                 timer_s = now + max(delay, 0.0)
         left: dict[int, float] = {}
         if scratch._active:  # stopped at until_s: the first cancel settles them all
