@@ -288,7 +288,7 @@ WIDE = [  # more than ARRAYS_ABOVE_USERS users on a band: its state in arrays
     "overrides",
     [
         ["algorithm.cohort.over_selection=1.4"],
-        ["algorithm.cohort.deadline_s=0.3"],
+        ["algorithm.cohort.deadline_s=0.3", "radio.rayleigh_fading=true"],
         # a deadline that cuts downloads, computes and uploads on shared bands, mid-transfer
         [
             "algorithm.cohort.deadline_s=0.05",
@@ -302,7 +302,7 @@ WIDE = [  # more than ARRAYS_ABOVE_USERS users on a band: its state in arrays
             "radio.downlink.sharing=shared",
         ],
     ],
-    ids=["over-selection", "deadline", "both-shared-down", "few-kept-shared-down"],
+    ids=["over-selection", "deadline-fading", "both-shared-down", "few-kept-shared-down"],
 )
 def test_a_stopped_band_of_more_than_128_transfers_at_once_to_the_bit(monkeypatch, overrides):
     """140 transfers on a SharedBandArrays, stopped by over-selection, a deadline or both:
