@@ -467,7 +467,7 @@ class SharedBandArrays(SharedBand):
         done = self._columns[0, :n] <= 1e-9 * self._columns[2, :n] + 1e-6
         # a timer is set only while a transfer is active, so `due` is one of them
         done[self._active.index(cast(Transmission, due))] = True
-        return [self._active[i] for i in np.flatnonzero(done)]
+        return [self._active[i] for i in done.nonzero()[0].tolist()]
 
     def _send_for(self, elapsed_s: float) -> None:
         self._columns[0, : len(self._active)] -= self._rates * elapsed_s
