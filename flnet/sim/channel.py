@@ -139,8 +139,8 @@ class SharedBand(Channel):
 
     shared = True
     # up to this many transfers `schedule_alone` is quicker than `solve_alone` (and exact):
-    # about 10 for floats, 2 for arrays (CPU-us at n = 2, 5, 10: floats 7, 15, 33 vs the
-    # solve's 35; arrays 25, 58, 117 vs 33)
+    # about 10 for floats, 2 for arrays (best CPU-us of 20, all arriving at once, n = 2, 5,
+    # 10: floats 6, 13, 30, arrays 23, 54, 109; the solve 31 to 33)
     replays_up_to = 8
 
     def __init__(self, env: simpy.Environment, bandwidth_hz: float) -> None:
