@@ -616,7 +616,8 @@ class Trainer:
         sample_grads = torch.zeros(c, dtype=torch.int64, device=params.device)
         if opt_state is None:
             opt_state = optimizer.init(params)
-        params = params.clone(memory_format=torch.contiguous_format)
+        start = params  # [C, P], or [P] expanded: copied into the steps' own tensors below
+        params = torch.empty_like(params, memory_format=torch.contiguous_format)
         grads_buf, xb, yb = self._step_buffers(params, b)
         xb_rows, yb_rows = xb.view(c * b, *xb.shape[2:]), yb.view(-1)  # gathered into
         rows_by_step = batches.transpose(0, 1).reshape(t_max, c * b)  # a step's rows, contiguous
@@ -628,7 +629,7 @@ class Trainer:
         descend = getattr(engines[0], "descend", None) if optimizer.plain_lr is not None else None
         split = getattr(engines[0], "split", None) if descend is not None else None
         join = getattr(engines[0], "join", None)
-        work = split(params) if split is not None else params
+        work = split(start) if split is not None else params.copy_(start)
 
         def joined() -> torch.Tensor:
             """params [C, P] as the steps left them."""
@@ -643,7 +644,7 @@ class Trainer:
         snapshot = None
         if snapshot_at is not None:  # after min(t', steps) steps; masked steps change nothing
             snapshot_at = snapshot_at.clamp(0, t_max)
-            snapshot = params.clone()
+            snapshot = start.clone(memory_format=torch.contiguous_format)
         for s in range(t_max):
             rows = rows_by_step[s]
             torch.index_select(self.x_data, 0, rows, out=xb_rows)
