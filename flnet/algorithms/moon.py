@@ -37,7 +37,7 @@ from flnet.algorithms.base import Steps
 from flnet.algorithms.configs import MoonConfig as Config
 from flnet.learn import server_optim
 from flnet.learn.aggregate import delivered_rows
-from flnet.learn.cohort import PAD
+from flnet.learn.cohort import PAD, sample_losses
 from flnet.learn.models import Model
 from flnet.learn.table import Keep, Keeps
 from flnet.learn.wire import ModelMessage
@@ -71,9 +71,7 @@ def contrastive_loss(mu: float, temperature: float, global_model: torch.Tensor) 
             [F.cosine_similarity(z, z_glob, dim=-1), F.cosine_similarity(z, z_prev, dim=-1)], -1
         )  # [C, B, 2]
         l_con = -torch.log_softmax(sims / temperature, -1)[..., 0]  # positive pair: the global
-        l_sup = F.cross_entropy(
-            logits.flatten(0, 1), y.flatten(), reduction="none", ignore_index=PAD
-        ).view(y.shape)
+        l_sup = sample_losses(logits, y)
         real = y != PAD
         per_sample = l_sup + mu * torch.where(real, l_con, torch.zeros_like(l_con))
         return per_sample.sum(1) / real.sum(1)

@@ -63,9 +63,15 @@ def cross_entropy(
 ) -> torch.Tensor:
     """Per-client mean cross-entropy ``[C]`` over the real samples: params [C, P],
     x [C, B, *input], y [C, B] with PAD in slots that hold no sample."""
-    logits = model.forward_stacked(params, x)
-    loss = F.cross_entropy(logits.flatten(0, 1), y.flatten(), reduction="none", ignore_index=PAD)
-    return loss.view(y.shape).sum(1) / (y != PAD).sum(1)
+    return sample_losses(model.forward_stacked(params, x), y).sum(1) / (y != PAD).sum(1)
+
+
+def sample_losses(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Cross-entropy of every minibatch slot ``[C, B]``: logits [C, B, K], y [C, B]; 0 where
+    the slot holds no sample (PAD)."""
+    return F.cross_entropy(
+        logits.flatten(0, 1), y.flatten(), reduction="none", ignore_index=PAD
+    ).view(y.shape)
 
 
 class ProximalLoss:
