@@ -298,6 +298,27 @@ def test_dpsgd_on_a_directed_random_k_graph_warns_runs_and_records_each_gap(scen
     assert (led[led.kind == "d2d"].groupby("round", observed=True).size() == 6 * 2).all()
 
 
+def test_a_time_varying_graph_draws_each_iterations_w_once(scenario, monkeypatch):
+    """The checks at the start and iteration 1 all ask for W_1: drawn once, then each
+    iteration's own W once."""
+    from flnet.runner import build
+
+    sc = scenario(
+        algorithm={
+            "name": "dpsgd",
+            "topology": {"kind": "random_k", "k": 2, "directed": False},
+            "local": {"steps": 1, "lr": 0.1, "batch_size": 4},
+        },
+        clients={"count": 6},
+    )
+    world, learn = build(sc)
+    drawn, draw = [], topo.from_config
+    monkeypatch.setattr(topo, "from_config", lambda *a, **k: drawn.append(1) or draw(*a, **k))
+    protocol = dpsgd.protocol(world, learn, sc.algorithm, dpsgd.init(learn, sc.algorithm))
+    run_protocol(world, 3, protocol)
+    assert len(drawn) == 3
+
+
 # ---------------------------------------------------------------- consensus on a ring
 
 

@@ -573,6 +573,7 @@ class Schedule:
         self.world, self.cfg, self.n = world, cfg, n
         self.varying = is_time_varying(cfg)
         self._static: Mixing | None = None
+        self._last: tuple[int, Mixing] | None = None  # a time-varying graph's last W drawn
         if self.varying:
             needs = tuple(p for p in needs if p != "connected")
             first = self.at(1)
@@ -584,12 +585,17 @@ class Schedule:
         self._gap = spectral_gap(first) if n <= limit else None
 
     def at(self, k: int) -> Mixing:
-        """W of iteration k."""
+        """W of iteration k (a time-varying graph's drawn once however often it is asked: the
+        checks at the start and the first iteration all ask for W_1)."""
         if self._static is not None:
             return self._static
+        if self._last is not None and self._last[0] == k:
+            return self._last[1]
         from flnet.rng import Stream
 
-        return from_config(self.cfg, self.n, self.world.generator(Stream.NEIGHBOURS, k))
+        w = from_config(self.cfg, self.n, self.world.generator(Stream.NEIGHBOURS, k))
+        self._last = (k, w)
+        return w
 
     def figures(self, w: Mixing) -> dict[str, float]:
         """`spectral_gap` of W (this iteration's, for a time-varying graph) for the records:
