@@ -161,8 +161,8 @@ def test_ties_are_between_kinds_of_event_only():
     assert at_once._ties([1.0], [2.0], [1.0])
 
 
-def _both_ways(monkeypatch, scenario_or_path, overrides=()):
-    """The run with round trips at once (counting the rounds planned) and event by event."""
+def _plans(monkeypatch):
+    """Whether each round from now on was planned at once (a spy on `at_once.plan`)."""
     planned = []
     plan = at_once.plan
 
@@ -172,6 +172,12 @@ def _both_ways(monkeypatch, scenario_or_path, overrides=()):
         return result
 
     monkeypatch.setattr(at_once, "plan", counting)
+    return planned
+
+
+def _both_ways(monkeypatch, scenario_or_path, overrides=()):
+    """The run with round trips at once (counting the rounds planned) and event by event."""
+    planned = _plans(monkeypatch)
     fast = flnet.run(scenario_or_path, list(overrides), write=False)
     monkeypatch.setattr(World, "trips_at_once", lambda self, *a, **k: None)
     slow = flnet.run(scenario_or_path, list(overrides), write=False)
@@ -179,6 +185,14 @@ def _both_ways(monkeypatch, scenario_or_path, overrides=()):
 
 
 QUICK = ["run.rounds=4", "clients.count=20", "algorithm.cohort.clients_per_round=8"]
+
+WIDE = [  # more than ARRAYS_ABOVE_USERS users on a band: its state in arrays
+    "run.rounds=3",
+    "run.eval_every=3",
+    "clients.count=140",
+    "algorithm.cohort.clients_per_round=100",
+    "algorithm.local.steps=2",
+]
 
 
 @pytest.mark.parametrize(
@@ -236,16 +250,142 @@ def test_identical_clients_keep_simpys_order_of_simultaneous_events(monkeypatch,
 @pytest.mark.parametrize(
     "overrides",
     [
-        ["clients.dropout_probability=0.2"],
         ["clients.availability.kind=bernoulli", "clients.availability.p=0.8"],
-        ["clients.slowdown_probability=0.3"],
+        [
+            "clients.availability.kind=bernoulli",
+            "clients.availability.p=0.8",
+            "clients.dropout_probability=0.2",
+        ],
+        ["clients.battery={capacity_j: 50000}", "clients.slowdown_probability=0.3"],
     ],
-    ids=["dropout", "availability", "slowdown"],
+    ids=["availability", "availability-dropout", "battery-slowdown"],
 )
 def test_what_can_stop_a_member_goes_event_by_event(monkeypatch, overrides):
+    """A session's end or a battery can stop a member at an instant the trip's own arithmetic
+    does not give: such rounds go event by event, with or without dropouts and slowdowns."""
     fast, slow, planned = _both_ways(monkeypatch, "scenarios/quickstart.yaml", [*QUICK, *overrides])
     assert not any(planned)
     assert fast.ledger.equals(slow.ledger)  # the same path
+
+
+def _models(monkeypatch):
+    """The models every run published from now on, in order (the at-once run's, then the
+    event-by-event one's, with `_both_ways`)."""
+    models = []
+    publish = World.publish
+
+    def keeping(world, progress):
+        models.append(progress.model.clone())
+        return publish(world, progress)
+
+    monkeypatch.setattr(World, "publish", keeping)
+    return models
+
+
+SLOWDOWNS = ["clients.slowdown_probability=0.3", "clients.slowdown_factor=3"]
+# a narrow downlink, so a dropout's point falls in downloads too (by their time alone)
+DROPOUTS = ["clients.dropout_probability=0.6", "radio.downlink.bandwidth_hz=2e6"]
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        SLOWDOWNS,
+        DROPOUTS,
+        [*SLOWDOWNS, *DROPOUTS],
+        [*SLOWDOWNS, *DROPOUTS, "radio.downlink.sharing=shared"],
+        [*SLOWDOWNS, *DROPOUTS, "radio.uplink.sharing=dedicated", "radio.rayleigh_fading=true"],
+        [*SLOWDOWNS, *DROPOUTS, "algorithm.cohort.over_selection=1.5"],
+        [
+            *SLOWDOWNS,
+            *DROPOUTS,
+            "algorithm.cohort.deadline_s=0.1",
+            "algorithm.cohort.over_selection=1.5",
+            "radio.downlink.sharing=shared",
+        ],
+        # 140 transfers on a stopped band of arrays: downloads, computes and uploads cut
+        [
+            *WIDE,
+            *SLOWDOWNS,
+            "clients.dropout_probability=0.3",
+            "algorithm.cohort.deadline_s=0.05",
+            "algorithm.cohort.over_selection=1.4",
+            "radio.downlink.sharing=shared",
+        ],
+    ],
+    ids=[
+        "slowdowns",
+        "dropouts",
+        "both",
+        "both-shared-down",
+        "both-dedicated-up-fading",
+        "both-over-selection",
+        "both-deadline-over-shared-down",
+        "wide-both-deadline-over-shared-down",
+    ],
+)
+def test_drawn_fates_at_once_equal_event_by_event_to_the_bit(monkeypatch, overrides):
+    """Slowdowns and dropouts drawn when a trip starts (availability always, no battery):
+    the rounds go at once, with the event path's rows, records and models, to the bit."""
+    models = _models(monkeypatch)
+    fast, slow, planned = _both_ways(monkeypatch, "scenarios/quickstart.yaml", [*QUICK, *overrides])
+    assert planned and all(planned)  # the spy: every round planned at once
+    assert fast.ledger.equals(slow.ledger)
+    assert fast.records.equals(slow.records)
+    half = len(models) // 2
+    assert half and all(a.equal(b) for a, b in zip(models[:half], models[half:], strict=True))
+
+
+def _trips(ledger):
+    """Each member's rows of a round: (round, node) -> [(kind, outcome, bits, flops)]."""
+    rows = ledger[ledger.kind != "evaluate"]
+    trips = {}
+    for r in rows.itertuples():
+        trips.setdefault((r.round, r.node), []).append((r.kind, r.outcome, r.bits, r.flops))
+    return trips
+
+
+def test_a_dropout_at_once_ends_its_phase_with_its_share_and_nothing_after(monkeypatch):
+    """Dropped in its download, compute or upload: that job runs its share of the bits or
+    FLOPs (less than the full job's) and ends `dropped`; no later phase starts; the member
+    delivers nothing (at once as event by event, checked above)."""
+    fast, _, planned = _both_ways(monkeypatch, "scenarios/quickstart.yaml", [*QUICK, *DROPOUTS])
+    assert all(planned)
+    full = {"download": 0.0, "compute": 0.0, "upload": 0.0}
+    trips = _trips(fast.ledger)
+    for jobs in trips.values():
+        for kind, outcome, bits, flops in jobs:
+            if outcome == "ok":
+                full[kind] = max(full[kind], bits + flops)
+    phases = ["download", "compute", "upload"]
+    dropped_in = set()
+    for jobs in trips.values():
+        outcomes = [outcome for _, outcome, _, _ in jobs]
+        if "dropped" not in outcomes:
+            assert [kind for kind, *_ in jobs] == phases and set(outcomes) == {"ok"}
+            continue
+        kind, outcome, bits, flops = jobs[-1]  # the last job it started is the dropped one
+        assert outcome == "dropped" and outcomes.count("dropped") == 1
+        assert [k for k, *_ in jobs] == phases[: phases.index(kind) + 1]
+        assert 0 < bits + flops < full[kind]
+        dropped_in.add(kind)
+    assert dropped_in == set(phases)  # a dropped download, compute and upload, at once
+
+
+def test_a_slowdown_at_once_stretches_its_compute_for_the_same_joules(monkeypatch):
+    """A slowed member's compute lasts `slowdown_factor` times as long as the same member's
+    unslowed compute (the same draws of everything else), for the same joules and FLOPs."""
+    planned = _plans(monkeypatch)
+    plain = flnet.run("scenarios/quickstart.yaml", QUICK, write=False).ledger
+    slowed = flnet.run("scenarios/quickstart.yaml", [*QUICK, *SLOWDOWNS], write=False).ledger
+    assert len(planned) == 8 and all(planned)
+    key = ["round", "node"]
+    a = plain[plain.kind == "compute"].set_index(key)
+    b = slowed[slowed.kind == "compute"].set_index(key).loc[a.index]
+    ratio = ((b.end_s - b.start_s) / (a.end_s - a.start_s)).to_numpy()
+    slowed_down = np.isclose(ratio, 3.0, rtol=1e-12)
+    assert slowed_down.any() and (slowed_down | np.isclose(ratio, 1.0, rtol=1e-12)).all()
+    assert b.energy_j.equals(a.energy_j) and b.flops.equals(a.flops)
 
 
 @pytest.mark.parametrize(
@@ -273,15 +413,6 @@ def test_the_servers_own_stops_are_computed_at_once_to_the_bit(monkeypatch, over
     assert charged  # each stopped job charged up to the stop, not nothing
     assert fast.ledger.equals(slow.ledger)
     assert fast.records.equals(slow.records)
-
-
-WIDE = [  # more than ARRAYS_ABOVE_USERS users on a band: its state in arrays
-    "run.rounds=3",
-    "run.eval_every=3",
-    "clients.count=140",
-    "algorithm.cohort.clients_per_round=100",
-    "algorithm.local.steps=2",
-]
 
 
 @pytest.mark.parametrize(
@@ -329,3 +460,15 @@ def test_a_stopped_band_of_more_than_128_transfers_at_once_to_the_bit(monkeypatc
     full_bits = ledger[ledger.outcome == "ok"].groupby("kind", observed=True).bits.max()
     part = transfers.bits.lt(transfers.kind.map(full_bits).astype(float)) & transfers.bits.gt(0)
     assert part.any()  # stopped mid-transfer: some bits sent, not all
+
+
+def test_drawn_fates_on_a_shared_band_solved_at_once_agree_within_tolerance(monkeypatch):
+    """Nobody stopped and more than `replays_up_to` transfers: the shared bands are solved at
+    once (dropped transfers with their shares of the bits), within COST_RTOL."""
+    overrides = [*WIDE, *SLOWDOWNS, "clients.dropout_probability=0.3"]
+    overrides += ["radio.downlink.sharing=shared"]
+    fast, slow, planned = _both_ways(monkeypatch, "scenarios/quickstart.yaml", overrides)
+    assert planned and all(planned)
+    assert (fast.ledger.outcome == "dropped").any()
+    assert_ledgers_close(fast.ledger, slow.ledger)
+    assert_records_close(fast.records, slow.records, eval_rows=1)

@@ -70,18 +70,32 @@ def plan(
     """The round trip of `cohort` starting now, with its ledger rows to write when the clock
     gets to its end (an interrupted run keeps no row from beyond its clock); None where it
     must be simulated event by event. The server stops waiting once `keep` members have
-    delivered (the rest: cancelled) or at `deadline_s` (the rest: deadline)."""
+    delivered (the rest: cancelled), everyone has arrived or dropped, or at `deadline_s` (the
+    rest: deadline)."""
     net = world.network
     down_band, up_band = net.downlink, net.uplink
-    if not (world.fates_sure and _closed(down_band) and _closed(up_band)):
+    if not (world.fates_known and _closed(down_band) and _closed(up_band)):
         return None
+    n = len(cohort)
+    clients = cohort.tolist()
+    # each member's fate, as its trip draws it; the work it runs of each phase, as
+    # `_Trip` starts it (its share of the drop phase's bits or FLOPs, x 1.0 elsewhere)
+    sure = world.fates_sure  # every fate SURE: nothing to draw or share
+    fates = (
+        []
+        if sure
+        else [world.trip_fate(c, tag, w) for c, w in zip(clients, zip(down_bits, flops, up_bits))]
+    )
+    drop = [3] * n if sure else [f.drop_phase for f in fates]  # 3: it never drops
+    if not sure:
+        down_bits = [b * f.portion(0)[0] for b, f in zip(down_bits, fates)]
+        flops = [w * f.portion(1)[0] for w, f in zip(flops, fates)]
+        up_bits = [b * f.portion(2)[0] for b, f in zip(up_bits, fates)]
     if min(down_bits) <= 0 or min(up_bits) <= 0 or min(flops) <= 0:
         return None  # zero-length jobs end at their start instant: ties by construction
     t0 = world.env.now
-    n = len(cohort)
     may_stop = keep < n or deadline_s is not None  # a stopped band needs its step-by-step state
     deadline_at_s = math.inf if deadline_s is None else t0 + deadline_s
-    clients = cohort.tolist()
     down_q, down_w = net.star(cohort, down=True)
     up_q, up_w = net.star(cohort, down=False)
     fading = world.radio.rayleigh_fading  # draws keyed as the transfers' own
@@ -91,35 +105,72 @@ def plan(
         else down_q
     )
     everyone = list(range(n))
-    down = _transfers(down_band, [t0] * n, everyone, down_bits, down_snr, may_stop, deadline_at_s)
+    down = _transfers(
+        down_band, [t0] * n, everyone, down_bits, down_snr, may_stop, n, deadline_at_s
+    )
     if down is None:
         return None
     compute_s = world._compute_times_s(np.asarray(flops), cohort)  # _Compute's durations
+    if not sure:  # _Compute's `duration * slowdown`
+        compute_s = compute_s * np.array([f.slowdown for f in fates])
     computed_s = down.end_s + compute_s  # SimPy: the download's end plus the duration
     down_end = down.end_s.tolist()
     computed = computed_s.tolist()
-    # computes are scheduled as downloads complete: at one instant, in that order
+    # computes are scheduled as downloads complete: at one instant, in that order; a member
+    # dropped in its download computes nothing
     compute_order = sorted(down.order, key=computed.__getitem__)
     compute_order += [p for p in everyone if down_end[p] == math.inf]  # past the deadline
+    if not sure:
+        compute_order = [p for p in compute_order if drop[p] >= 1]
+        for p in everyone:
+            if drop[p] == 0:
+                computed[p] = math.inf
+    # uploads start as computes complete, but for those dropped in their compute
+    uploaders = compute_order if sure else [p for p in compute_order if drop[p] >= 2]
     up_snr = up_q
     if fading:
         up_snr = [0.0] * n
-        for pos in compute_order:  # in the order the uploads start
+        for pos in uploaders:  # in the order the uploads start
             up_snr[pos] = up_q[pos] * world._fading(clients[pos], SERVER, tag, None)
-    up_start = [computed[p] for p in compute_order]
-    up_order_bits = [up_bits[p] for p in compute_order]
-    up_order_snr = [up_snr[p] for p in compute_order]
+    up_start = [computed[p] for p in uploaders]
+    up_order_bits = [up_bits[p] for p in uploaders]
+    up_order_snr = [up_snr[p] for p in uploaders]
+    # the keep-th delivery comes by the (keep + uploads to drop)-th finish
+    until_done = keep + sum(drop[p] == 2 for p in uploaders)
     up = _transfers(
-        up_band, up_start, compute_order, up_order_bits, up_order_snr, may_stop, deadline_at_s, keep
+        up_band,
+        up_start,
+        uploaders,
+        up_order_bits,
+        up_order_snr,
+        may_stop,
+        n,
+        deadline_at_s,
+        until_done,
     )
     if up is None:
         return None
     up_end = up.end_s.tolist()
     if _ties(down_end, computed, up_end):
         return None
-    # the server stops waiting at the keep-th arrival (the last: everyone's in) or at the
+    # every job's end in the order SimPy processes them: by time, then kind, then scheduling
+    # order (within a kind of event, the only ties: `_ties`)
+    ends = (down_end, computed, up_end)
+    done = (down.order, [p for p in compute_order if computed[p] < math.inf], up.order)
+    events = sorted(
+        (ends[kind][p], kind, i, p) for kind, order in enumerate(done) for i, p in enumerate(order)
+    )
+    # the server stops waiting at the keep-th delivery or once everyone has arrived (a member
+    # arrives with its upload, or dropped, at the end of its drop phase's job) or at the
     # deadline, whichever is first; an event on the deadline's instant: SimPy's order decides
-    keep_s = up_end[up.order[min(keep, n) - 1]] if len(up.order) >= min(keep, n) else math.inf
+    keep_s, delivered, arrived = math.inf, 0, 0
+    for end, kind, _, p in events:
+        if kind == min(drop[p], 2):
+            arrived += 1
+            delivered += drop[p] == 3
+            if delivered >= keep or arrived == n:
+                keep_s = end
+                break
     cut_s = min(keep_s, deadline_at_s)
     cause = "cancelled" if keep_s < deadline_at_s else "deadline"
     if deadline_at_s <= keep_s and deadline_at_s in {*down_end, *computed, *up_end}:
@@ -127,58 +178,32 @@ def plan(
     # the bands as the stop leaves them: replayed up to it where a transfer was still on
     down_left = _settle(down_band, down, cut_s, [t0] * n, down_bits, down_snr)
     up_left = _settle(up_band, up, cut_s, up_start, up_order_bits, up_order_snr)
-    up_left = None if up_left is None else {compute_order[i]: b for i, b in up_left.items()}
+    up_left = None if up_left is None else {uploaders[i]: b for i, b in up_left.items()}
     # what completes before the stop (at the keep-th arrival: its instant's arrivals too)
     energy_j = world._compute_energies_j(cohort, np.asarray(flops)).tolist()
-    # ledger rows (every column) of each kind of event, in the order they were scheduled
-    ended = (
-        [
-            (
-                tag,
-                clients[p],
-                SERVER,
-                "download",
-                t0,
-                e,
-                down_w[p] * (e - t0),
-                down_bits[p],
-                0.0,
-                "ok",
+    rows = []
+    for end, kind, _, p in events:
+        if end > cut_s:
+            break
+        c, outcome = clients[p], "dropped" if kind == drop[p] else "ok"
+        if kind == 0:
+            row = (tag, c, SERVER, "download", t0, end, down_w[p] * (end - t0), down_bits[p])
+            rows.append((*row, 0.0, outcome))
+        elif kind == 1:
+            start = down_end[p]
+            rows.append(
+                (tag, c, NOBODY, "compute", start, end, energy_j[p], 0.0, flops[p], outcome)
             )
-            for p in down.order
-            if (e := down_end[p]) <= cut_s
-        ],
-        [
-            (tag, clients[p], NOBODY, "compute", down_end[p], e, energy_j[p], 0.0, flops[p], "ok")
-            for p in compute_order
-            if (e := computed[p]) <= cut_s
-        ],
-        [
-            (
-                tag,
-                clients[p],
-                SERVER,
-                "upload",
-                computed[p],
-                e,
-                up_w[p] * (e - computed[p]),
-                up_bits[p],
-                0.0,
-                "ok",
-            )
-            for p in up.order
-            if (e := up_end[p]) <= cut_s
-        ],
-    )
-    # in the order SimPy writes them: by time, then kind, then scheduling order
-    events = sorted(
-        (row[5], kind, i) for kind, made in enumerate(ended) for i, row in enumerate(made)
-    )
-    rows = [ended[kind][i] for _, kind, i in events]
+        else:
+            start = computed[p]
+            row = (tag, c, SERVER, "upload", start, end, up_w[p] * (end - start), up_bits[p])
+            rows.append((*row, 0.0, outcome))
     # the stop: each member still at work, in cohort order, its job charged up to now
     outcomes = ["ok"] * n
     for p in range(n):
-        if up_end[p] <= cut_s:
+        if ends[min(drop[p], 2)][p] <= cut_s:  # arrived: delivered, or dropped
+            if drop[p] < 3:
+                outcomes[p] = "dropped"
             continue
         outcomes[p] = cause
         c = clients[p]
@@ -189,9 +214,9 @@ def plan(
             )
         elif computed[p] > cut_s:
             start, duration = down_end[p], float(compute_s[p])
-            done = flops[p] * (min(1.0, (cut_s - start) / duration) if duration > 0 else 0.0)
-            energy = world._compute_energy_j(c, done)
-            rows.append((tag, c, NOBODY, "compute", start, cut_s, energy, 0.0, done, cause))
+            work = flops[p] * (min(1.0, (cut_s - start) / duration) if duration > 0 else 0.0)
+            energy = world._compute_energy_j(c, work)
+            rows.append((tag, c, NOBODY, "compute", start, cut_s, energy, 0.0, work, cause))
         else:
             start = computed[p]
             sent = _sent_bits(up_band, up_bits[p], up_snr[p], cut_s - start, up_left, p)
@@ -209,11 +234,14 @@ def plan(
                     cause,
                 )
             )
-    delivered = [p for p in up.order if up_end[p] <= cut_s][:keep]
+    arrivals = [p for p in up.order if up_end[p] <= cut_s and drop[p] == 3]
+    completed = np.asarray(computed) <= cut_s
+    if not sure:  # a member dropped in its compute did not complete it
+        completed &= np.asarray(drop) >= 2
     return Plan(
-        np.asarray(delivered, dtype=np.int64),
+        np.asarray(arrivals[:keep], dtype=np.int64),
         outcomes,
-        np.asarray(computed) <= cut_s,
+        completed,
         cut_s,
         rows,
     )
@@ -268,17 +296,18 @@ def _transfers(
     bits: list[float],
     snr_hz: list[float],
     step_by_step: bool,
+    n: int,
     until_s: float = math.inf,
     until_done: int = 0,
 ) -> _Ends | None:
-    """Transfers started at `start_s` (non-decreasing) by the positions `order`, in that
+    """Transfers started at `start_s` (non-decreasing) by the positions `order` (of `n`), in that
     order (their bits and SNRs listed alike): when each ends, and the order they complete in.
     A shared band is solved at once unless `step_by_step` (a band that may be stopped early is
     replayed, so its state at the stop is the steps') or its few transfers replay quicker;
     a replay stops at `until_s` or once `until_done` have finished, and who has not finished
     by then ends at inf. None where SimPy's event order would decide
     (`SharedBand.schedule_alone`)."""
-    ends = np.full(len(order), math.inf)
+    ends = np.full(n, math.inf)  # [n] by position: `order` may list some of them
     if isinstance(band, SharedBand):
         solve = not step_by_step and len(order) > band.replays_up_to
         schedule = band.solve_alone(start_s, bits, snr_hz) if solve else None

@@ -212,9 +212,7 @@ class _Trip:
         self.world, self.gather, self.pos, self.client, self.tag = (world, gather, pos, client, tag)
         self.flops, self.up_bits = flops, up_bits
         self.computed = self.over = False
-        self.fate = fate = world.fate(
-            client, tag.step, Stream.BEHAVIOUR, (tag.step, client), (down_bits, flops, up_bits)
-        )
+        self.fate = fate = world.trip_fate(client, tag, (down_bits, flops, up_bits))
         share, ends = fate.portion(0)
         self.job: Job = world.start_transfer(
             SERVER, client, down_bits * share, tag, then=self._downloaded, ends_as=ends

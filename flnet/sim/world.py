@@ -234,6 +234,8 @@ class AbstractWorld(Protocol):
         start_s: float | None = None,
     ) -> Fate: ...
 
+    def trip_fate(self, client: int, tag: Tag, work: tuple) -> Fate: ...
+
     def end_at(self, t_s: float, stop: Callable[[str], None], outcome: str) -> int: ...
 
     def cancel_end(self, token: int) -> None: ...
@@ -672,14 +674,25 @@ class World:
             return SURE
         return self._drawn_fate(client, draw, stream, keys, work, start_s)
 
+    def trip_fate(self, client: int, tag: Tag, work: tuple) -> Fate:
+        """A round trip member's `fate`: drawn from the behaviour stream at (round, client),
+        whether its trip goes event by event (`patterns.round_trip`) or at once (`at_once`)."""
+        return self.fate(client, tag.step, Stream.BEHAVIOUR, (tag.step, client), work)
+
+    @property
+    def fates_known(self) -> bool:
+        """Whether every `fate` is its own draws alone: no session end (availability always)
+        and no battery, so nothing but the server can stop work that its fate (a slowdown, a
+        dropout point) has shaped when it starts (`flnet.sim.at_once`)."""
+        return self.clients.availability.kind == "always" and self.battery is None
+
     @property
     def fates_sure(self) -> bool:
         """Whether nothing can cut, slow or drop any work: no session end, no battery, no
         dropout or slowdown draw (every `fate` is SURE)."""
         cfg = self.clients
         return (
-            cfg.availability.kind == "always"
-            and self.battery is None
+            self.fates_known
             and not cfg.dropout_probability > 0
             and not cfg.slowdown_probability > 0
         )
