@@ -1,17 +1,22 @@
 """A round trip computed at once, where only the server can stop its members' work.
 
-When no member's device can cut, slow or drop its work (availability always, no battery, no
-dropout or slowdown: `World.fates_sure`) and every band is dedicated or a shared band idle at
-the start, a round trip is a closed system: each member's download ends at
-``t0 + bits / rate``, its compute ``duration`` after that, and its upload when the uplink lets
-it; the server stops waiting at the keep-th arrival (over-selection: the rest are cancelled)
-or at the deadline (the rest are cut), each job under way charged up to that instant.
+When nothing but the server can stop a member's work once it starts (availability always, no
+battery: `World.fates_known`) and every band is dedicated or a shared band idle at the start,
+a round trip is a closed system: each member's fate (`World.trip_fate`, the event path's own
+draws: a slowdown, a dropout phase and the share of that phase's work) is known when it
+starts, its download ends at ``t0 + bits / rate``, its compute ``duration * slowdown`` after
+that, and its upload when the uplink lets it; a member dropped in a phase runs that phase's
+job on its share of the bits or FLOPs, which ends ``dropped``, and starts no later phase. The
+server stops waiting at the keep-th delivery (over-selection: the rest are cancelled), once
+every member has delivered or dropped, or at the deadline (the rest are cut), each job under
+way charged up to that instant.
 Downloads and computes use the event-by-event path's own arithmetic (IEEE +, -, *, / on
 arrays, the scalar functions for the rest); a shared band is solved at once where every
 transfer starts before any finishes and nobody is stopped (`SharedBand.solve_alone`: times
 within 1e-12 relative of the steps') and replayed step by step otherwise, or where it has few
 transfers (`schedule_alone`: the band's own steps, floats or arrays, to the bit; the uplink's
-replay stops at the deadline or the keep-th arrival, the downlink's at the deadline, and is
+replay stops at the deadline or the finish by which the keep-th delivery has come (keep plus
+the uploads that drop), the downlink's at the deadline, and is
 run again to the stop only where a download is still under way at an earlier keep-th
 arrival). The ledger rows go in the order SimPy would complete them: by
 time, and at one instant in the order the events were scheduled, which within one kind of
