@@ -168,14 +168,20 @@ def plan(
     # the server stops waiting at the keep-th delivery or once everyone has arrived (a member
     # arrives with its upload, or dropped, at the end of its drop phase's job) or at the
     # deadline, whichever is first; an event on the deadline's instant: SimPy's order decides
-    keep_s, delivered, arrived = math.inf, 0, 0
-    for end, kind, _, p in events:
-        if kind == min(drop[p], 2):
-            arrived += 1
-            delivered += drop[p] == 3
-            if delivered >= keep or arrived == n:
-                keep_s = end
-                break
+    last = [2] * n if sure else [min(d, 2) for d in drop]  # the kind of job it arrives with
+    arrive_s = up_end if sure else [ends[k][p] for p, k in enumerate(last)]
+    if sure:  # every arrival a delivery
+        k = min(keep, n)
+        keep_s = up_end[up.order[k - 1]] if len(up.order) >= k else math.inf
+    else:
+        keep_s, delivered, arrived = math.inf, 0, 0
+        for end, kind, _, p in events:
+            if kind == last[p]:
+                arrived += 1
+                delivered += drop[p] == 3
+                if delivered >= keep or arrived == n:
+                    keep_s = end
+                    break
     cut_s = min(keep_s, deadline_at_s)
     cause = "cancelled" if keep_s < deadline_at_s else "deadline"
     if deadline_at_s <= keep_s and deadline_at_s in {*down_end, *computed, *up_end}:
@@ -206,7 +212,7 @@ def plan(
     # the stop: each member still at work, in cohort order, its job charged up to now
     outcomes = ["ok"] * n
     for p in range(n):
-        if ends[min(drop[p], 2)][p] <= cut_s:  # arrived: delivered, or dropped
+        if arrive_s[p] <= cut_s:  # arrived: delivered, or dropped
             if drop[p] < 3:
                 outcomes[p] = "dropped"
             continue
