@@ -224,11 +224,18 @@ def test_a_few_transfers_on_a_shared_band_are_replayed_to_the_bit(monkeypatch):
     assert fast.records.equals(slow.records)
 
 
-def test_capacity_traces_rates_and_seconds_at_once_to_the_bit(monkeypatch):
-    """Measured link rates (dedicated) and a capacity trace's compute seconds."""
-    overrides = ["run.rounds=4", "clients.availability={kind: always}"]
+@pytest.mark.parametrize(
+    "fates",
+    [[], ["clients.slowdown_probability=0.3", "clients.dropout_probability=0.3"]],
+    ids=["sure", "slowdowns-dropouts"],
+)
+def test_capacity_traces_rates_and_seconds_at_once_to_the_bit(monkeypatch, fates):
+    """Measured link rates (dedicated) and a capacity trace's compute seconds (a slowed
+    compute: its seconds times the slowdown, its joules the trace's power times its own)."""
+    overrides = ["run.rounds=4", "clients.availability={kind: always}", *fates]
     fast, slow, planned = _both_ways(monkeypatch, "scenarios/trace_replay.yaml", overrides)
     assert planned and all(planned)
+    assert (fast.ledger.outcome == "dropped").any() == bool(fates)
     assert fast.ledger.equals(slow.ledger)
     assert fast.records.equals(slow.records)
 
