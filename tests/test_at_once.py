@@ -302,7 +302,19 @@ DROPOUTS = ["clients.dropout_probability=0.6", "radio.downlink.bandwidth_hz=2e6"
         [*SLOWDOWNS, *DROPOUTS],
         [*SLOWDOWNS, *DROPOUTS, "radio.downlink.sharing=shared"],
         [*SLOWDOWNS, *DROPOUTS, "radio.uplink.sharing=dedicated", "radio.rayleigh_fading=true"],
-        [*SLOWDOWNS, *DROPOUTS, "algorithm.cohort.over_selection=1.5"],
+        # fewer dropouts: enough deliver for over-selection to cancel the rest
+        [
+            *SLOWDOWNS,
+            *DROPOUTS,
+            "clients.dropout_probability=0.2",
+            "algorithm.cohort.over_selection=1.5",
+        ],
+        [
+            *SLOWDOWNS,
+            *DROPOUTS,
+            "algorithm.cohort.deadline_s=0.1",
+            "radio.uplink.sharing=dedicated",
+        ],
         [
             *SLOWDOWNS,
             *DROPOUTS,
@@ -327,6 +339,7 @@ DROPOUTS = ["clients.dropout_probability=0.6", "radio.downlink.bandwidth_hz=2e6"
         "both-shared-down",
         "both-dedicated-up-fading",
         "both-over-selection",
+        "both-deadline-dedicated",
         "both-deadline-over-shared-down",
         "wide-both-deadline-over-shared-down",
     ],
@@ -337,6 +350,10 @@ def test_drawn_fates_at_once_equal_event_by_event_to_the_bit(monkeypatch, overri
     models = _models(monkeypatch)
     fast, slow, planned = _both_ways(monkeypatch, "scenarios/quickstart.yaml", [*QUICK, *overrides])
     assert planned and all(planned)  # the spy: every round planned at once
+    outcomes = set(fast.ledger.outcome)
+    assert ("dropped" in outcomes) == ("clients.dropout_probability" in str(overrides))
+    server_stops = "deadline_s" in str(overrides) or "over_selection" in str(overrides)
+    assert server_stops == bool(outcomes & {"deadline", "cancelled"})
     assert fast.ledger.equals(slow.ledger)
     assert fast.records.equals(slow.records)
     half = len(models) // 2
