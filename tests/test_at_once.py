@@ -11,6 +11,7 @@ from tolerance import COST_RTOL, assert_ledgers_close, assert_records_close
 
 import flnet
 from flnet.sim import at_once
+from flnet.sim import availability as availability_mod
 from flnet.sim.channel import ARRAYS_ABOVE_USERS, SharedBand, SharedBandArrays
 from flnet.sim.world import World
 
@@ -257,19 +258,18 @@ def test_identical_clients_keep_simpys_order_of_simultaneous_events(monkeypatch,
 @pytest.mark.parametrize(
     "overrides",
     [
-        ["clients.availability.kind=bernoulli", "clients.availability.p=0.8"],
-        [
-            "clients.availability.kind=bernoulli",
-            "clients.availability.p=0.8",
-            "clients.dropout_probability=0.2",
-        ],
         ["clients.battery={capacity_j: 50000}", "clients.slowdown_probability=0.3"],
+        [
+            "clients.battery={capacity_j: 50000}",
+            "clients.availability={kind: diurnal, mean_online: 0.5}",
+        ],
     ],
-    ids=["availability", "availability-dropout", "battery-slowdown"],
+    ids=["battery-slowdown", "battery-diurnal"],
 )
 def test_what_can_stop_a_member_goes_event_by_event(monkeypatch, overrides):
-    """A session's end or a battery can stop a member at an instant the trip's own arithmetic
-    does not give: such rounds go event by event, with or without dropouts and slowdowns."""
+    """A battery can stop a member at an instant the trip's own arithmetic does not give (its
+    cut an estimate that the others' rows move): such rounds go event by event, with or
+    without availability, dropouts and slowdowns."""
     fast, slow, planned = _both_ways(monkeypatch, "scenarios/quickstart.yaml", [*QUICK, *overrides])
     assert not any(planned)
     assert fast.ledger.equals(slow.ledger)  # the same path
@@ -496,3 +496,139 @@ def test_drawn_fates_on_a_shared_band_solved_at_once_agree_within_tolerance(monk
     assert (fast.ledger.outcome == "dropped").any()
     assert_ledgers_close(fast.ledger, slow.ledger)
     assert_records_close(fast.records, slow.records, eval_rows=1)
+
+
+# ---------------------------------------------------------------- sessions and judges at once
+
+# rounds of about a second (narrow bands, slow CPUs) against sessions of 3 s on average, so
+# sessions end mid-round (check during) and uploads end offline (check at_completion)
+SESSIONS = [
+    "run.rounds=6",
+    "clients.count=40",
+    "algorithm.cohort.clients_per_round=8",
+    "radio.uplink.bandwidth_hz=1e5",
+    "radio.downlink.bandwidth_hz=2e5",
+    "clients.cpu_hz.median=2e7",
+]
+
+
+def _diurnal(check):
+    model = "kind: diurnal, session_mean_s: 3, mean_online: 0.5"
+    return f"clients.availability={{{model}, check: {check}}}"
+
+
+def _bernoulli(check):
+    return f"clients.availability={{kind: bernoulli, p: 0.7, check: {check}}}"
+
+
+FATES = ["clients.dropout_probability=0.3", *SLOWDOWNS]
+STOPS = ["algorithm.cohort.over_selection=1.5", "algorithm.cohort.deadline_s=0.8"]
+DEDICATED = ["radio.uplink.sharing=dedicated"]
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        [_diurnal("during"), *DEDICATED],
+        [_diurnal("during"), *DEDICATED, *FATES, *STOPS],
+        [_diurnal("at_completion")],  # the uplink shared
+        [_diurnal("at_completion"), *DEDICATED, *FATES, *STOPS],
+        [_diurnal("at_completion"), *FATES, *STOPS, "radio.downlink.sharing=shared"],
+        [_bernoulli("during"), *FATES, *STOPS, "radio.downlink.sharing=shared"],
+        [_bernoulli("at_completion"), *FATES, "radio.rayleigh_fading=true"],
+    ],
+    ids=[
+        "diurnal-during",
+        "diurnal-during-fates-stops",
+        "diurnal-at-completion-shared-up",
+        "diurnal-at-completion-fates-stops",
+        "diurnal-at-completion-fates-stops-shared-down",
+        "bernoulli-during-fates-stops-shared",
+        "bernoulli-at-completion-fates-fading",
+    ],
+)
+def test_sessions_at_once_equal_event_by_event_to_the_bit(monkeypatch, overrides):
+    """Availability with either check (no battery): a session's end (during) is known when a
+    trip starts and an upload's judge (at_completion) asks the model about the upload's end
+    alone, so every round goes at once on dedicated bands (and on shared ones where nobody is
+    cut mid-transfer): the event path's rows, records and models, to the bit."""
+    models = _models(monkeypatch)
+    fast, slow, planned = _both_ways(
+        monkeypatch, "scenarios/quickstart.yaml", [*SESSIONS, *overrides]
+    )
+    assert planned and all(planned)  # the spy: every round planned at once
+    outcomes = set(fast.ledger.outcome)
+    if "diurnal" in str(overrides):  # sessions of seconds: some work cut, or uploads lost
+        assert ("interrupted" if "during" in str(overrides) else "lost") in outcomes
+    # each check stops work its own way only
+    assert ("lost" if "during" in str(overrides) else "interrupted") not in outcomes
+    assert ("dropped" in outcomes) == ("dropout" in str(overrides))
+    if "over_selection" in str(overrides):
+        assert outcomes & {"cancelled", "deadline"}
+    assert fast.ledger.equals(slow.ledger)
+    assert fast.records.equals(slow.records)
+    half = len(models) // 2
+    assert half and all(a.equal(b) for a, b in zip(models[:half], models[half:], strict=True))
+
+
+def _model_of(result):
+    sc = result.scenario
+    return availability_mod.build(sc.clients.availability, sc.seed)
+
+
+def _trip_rows(result):
+    """The rows of each member's trip: (round, node) -> rows (ledger order)."""
+    ledger = result.ledger[result.ledger.kind != "evaluate"]
+    return {key: rows for key, rows in ledger.groupby(["round", "node"], observed=True, sort=False)}
+
+
+def test_a_session_ending_mid_trip_at_once_cuts_its_job_there(monkeypatch):
+    """Check during, at once: a member whose session ends before its trip is over has the job
+    under way then charged up to that instant (`online_until` at its trip's start), ended
+    `interrupted`, and starts nothing after it; the others finish within their sessions."""
+    overrides = [*SESSIONS, _diurnal("during"), *DEDICATED, "run.rounds=10"]
+    planned = _plans(monkeypatch)
+    result = flnet.run("scenarios/quickstart.yaml", overrides, write=False)
+    assert planned and all(planned)
+    model, cut_in = _model_of(result), set()
+    for (rnd, node), rows in _trip_rows(result).items():
+        until_s = model.online_until(np.asarray([node]), rows.start_s.iloc[0], int(rnd))[0]
+        if "interrupted" in set(rows.outcome):
+            last = rows.iloc[-1]
+            assert last.outcome == "interrupted" and last.end_s == until_s
+            assert last.energy_j > 0 and (rows.outcome.iloc[:-1] == "ok").all()
+            cut_in.add(last.kind)
+        else:
+            assert rows.end_s.max() < until_s
+    assert cut_in >= {"compute", "upload"}  # cut mid-compute and mid-upload
+
+
+def test_an_upload_ending_offline_at_once_is_lost(monkeypatch):
+    """Check at_completion, at once: each upload's outcome is the availability model's answer
+    at its end (lost: offline then, its joules and bits all charged); a lost member delivers
+    nothing."""
+    overrides = [*SESSIONS, _diurnal("at_completion"), "run.rounds=10"]
+    planned = _plans(monkeypatch)
+    result = flnet.run("scenarios/quickstart.yaml", overrides, write=False)
+    assert planned and all(planned)
+    model = _model_of(result)
+    uploads = result.ledger[result.ledger.kind == "upload"]
+    online = [
+        model.online(np.asarray([r.node]), r.end_s, int(r.round))[0] for r in uploads.itertuples()
+    ]
+    assert (uploads.outcome == "lost").to_numpy().tolist() == [not o for o in online]
+    assert (uploads.outcome == "lost").any() and (uploads.outcome == "ok").any()
+    assert uploads.bits.nunique() == 1  # a lost upload sent all its bits
+
+
+def test_a_session_ending_mid_transfer_on_a_shared_band_goes_event_by_event(monkeypatch):
+    """A member cut mid-upload on a shared band would change the others' rates from then on:
+    such a round goes event by event; the other rounds at once; the same ledger either way."""
+    overrides = [*SESSIONS, _diurnal("during"), "run.rounds=8"]
+    fast, slow, planned = _both_ways(monkeypatch, "scenarios/quickstart.yaml", overrides)
+    assert any(planned) and not all(planned)
+    uploads = fast.ledger[fast.ledger.kind == "upload"]
+    cut_rounds = set(uploads[uploads.outcome == "interrupted"]["round"])
+    assert cut_rounds and all(not planned[r - 1] for r in cut_rounds)
+    assert fast.ledger.equals(slow.ledger)
+    assert fast.records.equals(slow.records)

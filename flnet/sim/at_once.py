@@ -83,6 +83,7 @@ def plan(
         return None
     n = len(cohort)
     clients = cohort.tolist()
+    inf = math.inf
     # each member's fate, as its trip draws it; the work it runs of each phase, as
     # `_Trip` starts it (its share of the drop phase's bits or FLOPs, x 1.0 elsewhere)
     sure = world.fates_sure  # every fate SURE: nothing to draw or share
@@ -92,6 +93,11 @@ def plan(
         else [world.trip_fate(c, tag, w) for c, w in zip(clients, zip(down_bits, flops, up_bits))]
     )
     drop = [3] * n if sure else [f.drop_phase for f in fates]  # 3: it never drops
+    # its session's end (check during; inf: none) and its upload's judge (check at_completion)
+    session_end = [inf] * n if sure else [f.cut_s for f in fates]
+    judges = [None] * n if sure else [f.judge for f in fates]
+    judged = any(j is not None for j in judges)
+    sessions = judged or min(session_end) < inf
     if not sure:
         down_bits = [b * f.portion(0)[0] for b, f in zip(down_bits, fates)]
         flops = [w * f.portion(1)[0] for w, f in zip(flops, fates)]
@@ -99,8 +105,10 @@ def plan(
     if min(down_bits) <= 0 or min(up_bits) <= 0 or min(flops) <= 0:
         return None  # zero-length jobs end at their start instant: ties by construction
     t0 = world.env.now
-    may_stop = keep < n or deadline_s is not None  # a stopped band needs its step-by-step state
-    deadline_at_s = math.inf if deadline_s is None else t0 + deadline_s
+    # a band that may be stopped early, or whose instants a session's end or a judge is
+    # compared with, needs its step-by-step state and instants (not the solve's, 1e-12 off)
+    may_stop = keep < n or deadline_s is not None or sessions
+    deadline_at_s = inf if deadline_s is None else t0 + deadline_s
     down_q, down_w = net.star(cohort, down=True)
     up_q, up_w = net.star(cohort, down=False)
     fading = world.radio.rayleigh_fading  # draws keyed as the transfers' own
@@ -122,16 +130,22 @@ def plan(
     down_end = down.end_s.tolist()
     computed = computed_s.tolist()
     # computes are scheduled as downloads complete: at one instant, in that order; a member
-    # dropped in its download computes nothing
+    # dropped in its download, or whose session ended before it did, computes nothing
     compute_order = sorted(down.order, key=computed.__getitem__)
-    compute_order += [p for p in everyone if down_end[p] == math.inf]  # past the deadline
+    compute_order += [p for p in everyone if down_end[p] == inf]  # past the deadline
     if not sure:
-        compute_order = [p for p in compute_order if drop[p] >= 1]
-        for p in everyone:
-            if drop[p] == 0:
-                computed[p] = math.inf
-    # uploads start as computes complete, but for those dropped in their compute
-    uploaders = compute_order if sure else [p for p in compute_order if drop[p] >= 2]
+        compute_order = [
+            p for p in compute_order if drop[p] >= 1 and not session_end[p] < down_end[p]
+        ]
+        computing = set(compute_order)
+        computed = [e if p in computing else inf for p, e in enumerate(computed)]
+    # uploads start as computes complete, but for those dropped in their compute or whose
+    # session ended before it did
+    uploaders = (
+        compute_order
+        if sure
+        else [p for p in compute_order if drop[p] >= 2 and not session_end[p] < computed[p]]
+    )
     up_snr = up_q
     if fading:
         up_snr = [0.0] * n
@@ -140,8 +154,9 @@ def plan(
     up_start = [computed[p] for p in uploaders]
     up_order_bits = [up_bits[p] for p in uploaders]
     up_order_snr = [up_snr[p] for p in uploaders]
-    # the keep-th delivery comes by the (keep + uploads to drop)-th finish
-    until_done = keep + sum(drop[p] == 2 for p in uploaders)
+    # the keep-th delivery comes by the (keep + uploads to drop)-th finish; where an upload
+    # may be lost or cut (known once its end is), the replay runs on (to the deadline)
+    until_done = 0 if sessions else keep + sum(drop[p] == 2 for p in uploaders)
     up = _transfers(
         up_band,
         up_start,
@@ -156,106 +171,150 @@ def plan(
     if up is None:
         return None
     up_end = up.end_s.tolist()
-    if _ties(down_end, computed, up_end):
+    # each upload's outcome at its end: dropped, or the judge's (lost: offline then), or ok
+    up_outcome = ["ok"] * n
+    for p in uploaders:
+        judge = judges[p]
+        if drop[p] == 2:
+            up_outcome[p] = "dropped"
+        elif judge is not None and up_end[p] < inf:
+            up_outcome[p] = judge(up_end[p])
+    ends_at = (down_end, computed, up_end)
+    # a member arrives with the job it ends with (its upload, or dropped, at the end of its
+    # drop phase's job), unless its session ends first: then at that instant, cut
+    last = [2] * n if sure else [min(d, 2) for d in drop]  # the kind of job it arrives with
+    arrive_s = [ends_at[k][p] for p, k in enumerate(last)]
+    cut_at = [s if s < a else inf for s, a in zip(session_end, arrive_s)]  # [n] inf: no cut
+    if _ties(down_end, computed, up_end, cut_at):
         return None
     # every job's end in the order SimPy processes them: by time, then kind, then scheduling
-    # order (within a kind of event, the only ties: `_ties`)
-    ends = (down_end, computed, up_end)
-    done = (down.order, [p for p in compute_order if computed[p] < math.inf], up.order)
+    # order (within a kind of event, the only ties: `_ties`); cuts at one instant in the order
+    # their trips registered them (`World.end_at`: cohort order); a job that would end after
+    # its member's cut never ends
+    cuts = [p for p in everyone if cut_at[p] < inf]
+    done = (down.order, [p for p in compute_order if computed[p] < inf], up.order, cuts)
+    ends = (down_end, computed, up_end, cut_at)
     events = sorted(
-        (ends[kind][p], kind, i, p) for kind, order in enumerate(done) for i, p in enumerate(order)
+        (ends[kind][p], kind, i, p)
+        for kind, order in enumerate(done)
+        for i, p in enumerate(order)
+        if kind == 3 or ends[kind][p] < cut_at[p]
     )
-    # the server stops waiting at the keep-th delivery or once everyone has arrived (a member
-    # arrives with its upload, or dropped, at the end of its drop phase's job) or at the
-    # deadline, whichever is first; an event on the deadline's instant: SimPy's order decides
-    last = [2] * n if sure else [min(d, 2) for d in drop]  # the kind of job it arrives with
-    arrive_s = up_end if sure else [ends[k][p] for p, k in enumerate(last)]
+    arrive_kind = [3 if cut_at[p] < inf else last[p] for p in everyone]
+    arrive_s = [min(c, a) for c, a in zip(cut_at, arrive_s)]
+    # the server stops waiting at the keep-th delivery or once everyone has arrived or at
+    # the deadline, whichever is first; an event on the deadline's instant: SimPy's order decides
     if sure:  # every arrival a delivery
         k = min(keep, n)
-        keep_s = up_end[up.order[k - 1]] if len(up.order) >= k else math.inf
+        keep_s = up_end[up.order[k - 1]] if len(up.order) >= k else inf
     else:
-        keep_s, delivered, arrived = math.inf, 0, 0
+        keep_s, delivered, arrived = inf, 0, 0
         for end, kind, _, p in events:
-            if kind == last[p]:
+            if kind == arrive_kind[p]:
                 arrived += 1
-                delivered += drop[p] == 3
+                delivered += kind == 2 and up_outcome[p] == "ok"
                 if delivered >= keep or arrived == n:
                     keep_s = end
                     break
-    cut_s = min(keep_s, deadline_at_s)
+    stop_s = min(keep_s, deadline_at_s)
     cause = "cancelled" if keep_s < deadline_at_s else "deadline"
-    if deadline_at_s <= keep_s and deadline_at_s in {*down_end, *computed, *up_end}:
+    if deadline_at_s <= keep_s and deadline_at_s in {*down_end, *computed, *up_end, *cut_at}:
         return None
+    # a session that ends mid-transfer on a shared band changes the others' rates there: the
+    # replay above (nobody cancelled) no longer holds from that instant on
+    bands = (down_band, None, up_band)
+    for p in cuts:
+        if cut_at[p] <= stop_s and isinstance(bands[_under_way(p, cut_at[p], ends_at)], SharedBand):
+            return None
     # the bands as the stop leaves them: replayed up to it where a transfer was still on
-    down_left = _settle(down_band, down, cut_s, [t0] * n, down_bits, down_snr)
-    up_left = _settle(up_band, up, cut_s, up_start, up_order_bits, up_order_snr)
+    down_left = _settle(down_band, down, stop_s, [t0] * n, down_bits, down_snr)
+    up_left = _settle(up_band, up, stop_s, up_start, up_order_bits, up_order_snr)
     up_left = None if up_left is None else {uploaders[i]: b for i, b in up_left.items()}
-    # what completes before the stop (at the keep-th arrival: its instant's arrivals too)
     energy_j = world._compute_energies_j(cohort, np.asarray(flops)).tolist()
+
+    def stopped(p: int, at_s: float, outcome: str) -> tuple:
+        """Member p's job under way at `at_s` stopped then, charged up to it (`Job.stop`)."""
+        c = clients[p]
+        kind = _under_way(p, at_s, ends_at)
+        if kind == 0:
+            sent = _sent_bits(down_band, down_bits[p], down_snr[p], at_s - t0, down_left, p)
+            return (
+                tag,
+                c,
+                SERVER,
+                "download",
+                t0,
+                at_s,
+                down_w[p] * (at_s - t0),
+                sent,
+                0.0,
+                outcome,
+            )
+        if kind == 1:
+            start, duration = down_end[p], float(compute_s[p])
+            work = flops[p] * (min(1.0, (at_s - start) / duration) if duration > 0 else 0.0)
+            energy = world._compute_energy_j(c, work)
+            return (tag, c, NOBODY, "compute", start, at_s, energy, 0.0, work, outcome)
+        start = computed[p]
+        sent = _sent_bits(up_band, up_bits[p], up_snr[p], at_s - start, up_left, p)
+        return (tag, c, SERVER, "upload", start, at_s, up_w[p] * (at_s - start), sent, 0.0, outcome)
+
+    # what completes before the stop (at the keep-th arrival: its instant's arrivals too)
     rows = []
     for end, kind, _, p in events:
-        if end > cut_s:
+        if end > stop_s:
             break
-        c, outcome = clients[p], "dropped" if kind == drop[p] else "ok"
-        if kind == 0:
+        c = clients[p]
+        if kind == 3:  # its session ended: the job under way charged up to then
+            rows.append(stopped(p, end, fates[p].cut_outcome))
+        elif kind == 0:
+            outcome = "dropped" if drop[p] == 0 else "ok"
             row = (tag, c, SERVER, "download", t0, end, down_w[p] * (end - t0), down_bits[p])
             rows.append((*row, 0.0, outcome))
         elif kind == 1:
-            start = down_end[p]
+            start, outcome = down_end[p], "dropped" if drop[p] == 1 else "ok"
             rows.append(
                 (tag, c, NOBODY, "compute", start, end, energy_j[p], 0.0, flops[p], outcome)
             )
         else:
             start = computed[p]
             row = (tag, c, SERVER, "upload", start, end, up_w[p] * (end - start), up_bits[p])
-            rows.append((*row, 0.0, outcome))
+            rows.append((*row, 0.0, up_outcome[p]))
     # the stop: each member still at work, in cohort order, its job charged up to now
     outcomes = ["ok"] * n
     for p in range(n):
-        if arrive_s[p] <= cut_s:  # arrived: delivered, or dropped
-            if drop[p] < 3:
+        if arrive_s[p] <= stop_s:  # arrived: delivered, dropped, lost or cut
+            if arrive_kind[p] == 3:
+                outcomes[p] = fates[p].cut_outcome
+            elif drop[p] < 3:
                 outcomes[p] = "dropped"
+            else:
+                outcomes[p] = up_outcome[p]
             continue
         outcomes[p] = cause
-        c = clients[p]
-        if down_end[p] > cut_s:
-            sent = _sent_bits(down_band, down_bits[p], down_snr[p], cut_s - t0, down_left, p)
-            rows.append(
-                (tag, c, SERVER, "download", t0, cut_s, down_w[p] * (cut_s - t0), sent, 0.0, cause)
-            )
-        elif computed[p] > cut_s:
-            start, duration = down_end[p], float(compute_s[p])
-            work = flops[p] * (min(1.0, (cut_s - start) / duration) if duration > 0 else 0.0)
-            energy = world._compute_energy_j(c, work)
-            rows.append((tag, c, NOBODY, "compute", start, cut_s, energy, 0.0, work, cause))
-        else:
-            start = computed[p]
-            sent = _sent_bits(up_band, up_bits[p], up_snr[p], cut_s - start, up_left, p)
-            rows.append(
-                (
-                    tag,
-                    c,
-                    SERVER,
-                    "upload",
-                    start,
-                    cut_s,
-                    up_w[p] * (cut_s - start),
-                    sent,
-                    0.0,
-                    cause,
-                )
-            )
-    arrivals = [p for p in up.order if up_end[p] <= cut_s and drop[p] == 3]
-    completed = np.asarray(computed) <= cut_s
-    if not sure:  # a member dropped in its compute did not complete it
-        completed &= np.asarray(drop) >= 2
+        rows.append(stopped(p, stop_s, cause))
+    arrivals = [
+        p
+        for p in up.order
+        if up_end[p] <= stop_s and up_end[p] < cut_at[p] and up_outcome[p] == "ok"
+    ]
+    completed = np.asarray(computed) <= stop_s
+    if not sure:  # a member dropped in its compute, or cut before its end, did not complete it
+        completed &= (np.asarray(drop) >= 2) & (np.asarray(computed) < np.asarray(cut_at))
     return Plan(
         np.asarray(arrivals[:keep], dtype=np.int64),
         outcomes,
         completed,
-        cut_s,
+        stop_s,
         rows,
     )
+
+
+def _under_way(p: int, at_s: float, ends_at: tuple[list[float], ...]) -> int:
+    """The kind of member p's job under way at `at_s` (0 download, 1 compute, 2 upload),
+    given each of its jobs' end (`ends_at`: downloads, computes, uploads by position)."""
+    down_end, computed, _ = ends_at
+    return 0 if down_end[p] > at_s else 1 if computed[p] > at_s else 2
 
 
 def _settle(

@@ -21,6 +21,7 @@ point, the only places a run may stop or checkpoint (see `flnet.sim.patterns` fo
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Generator, Iterator
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, cast
@@ -80,7 +81,7 @@ class Fate(NamedTuple):
     drop_phase: int = 3
     drop_fraction: float = 1.0
     slowdown: float = 1.0
-    judge: Callable[[], str] | None = None
+    judge: Callable[..., str] | None = None  # (t_s: the upload's end; default now) -> outcome
     cut_outcome: str = "interrupted"  # battery: the cut is where the battery runs empty
 
     def portion(self, phase: int) -> tuple[float, Ends]:
@@ -681,10 +682,13 @@ class World:
 
     @property
     def fates_known(self) -> bool:
-        """Whether every `fate` is its own draws alone: no session end (availability always)
-        and no battery, so nothing but the server can stop work that its fate (a slowdown, a
-        dropout point) has shaped when it starts (`flnet.sim.at_once`)."""
-        return self.clients.availability.kind == "always" and self.battery is None
+        """Whether every `fate` is known when its work starts and fixed whatever the others
+        do: no battery (whose cut is an estimate, and whose drain other rows change). A
+        session's end (`cut_s`, check during) and the judge of an upload (check
+        at_completion: the member's online state at the upload's end) are functions of the
+        client and the instant alone, so the trip's arithmetic gives when each acts
+        (`flnet.sim.at_once`)."""
+        return self.battery is None
 
     @property
     def fates_sure(self) -> bool:
@@ -693,6 +697,7 @@ class World:
         cfg = self.clients
         return (
             self.fates_known
+            and cfg.availability.kind == "always"
             and not cfg.dropout_probability > 0
             and not cfg.slowdown_probability > 0
         )
@@ -730,10 +735,7 @@ class World:
             if avail.check == "during":
                 cut_s = float(self.availability.online_until(ids, now, draw)[0])
             else:
-
-                def judge() -> str:
-                    online = self.availability.online(ids, self.env.now, draw)[0]
-                    return "ok" if online else "lost"
+                judge = functools.partial(self._judged, client, draw)
 
         slowdown, u_drop, point = 1.0, 1.0, 0.0
         if cfg.dropout_probability > 0 or cfg.slowdown_probability > 0:
@@ -759,6 +761,14 @@ class World:
         below = edges[phase - 1] if phase else 0.0
         share = (point - below) / (edges[phase] - below) if edges[phase] > below else 0.0
         return Fate(cut_s, phase, float(share), slowdown, judge, cut_outcome)
+
+    def _judged(self, client: int, draw: int, t_s: float | None = None) -> str:
+        """Check at_completion: an upload of `client` ending at `t_s` (default now) arrives
+        (ok) if the client is online then, else it is `lost` (a function of the instant
+        alone: the event path asks at the upload's end, `at_once` at its planned end)."""
+        now = self.env.now if t_s is None else t_s
+        online = self.availability.online(np.asarray([client], dtype=np.int64), now, draw)[0]
+        return "ok" if online else "lost"
 
     def _alone_one(self, client: int, work: tuple) -> tuple[float, float, float]:
         """`client`'s download, compute (without slowdown) and upload seconds for `work`
