@@ -4,6 +4,8 @@ by step and within tests/tolerance.py's COST_RTOL where a shared band is solved 
 event-by-event path wherever something could interrupt a round or SimPy's order of simultaneous
 events would decide."""
 
+import math
+
 import numpy as np
 import pytest
 import simpy
@@ -17,12 +19,13 @@ from flnet.sim.world import World
 
 
 def _band_event_by_event(
-    arrival_s, bits, snr_hz, bandwidth_hz=1e6, kind=SharedBand, keep=0, cut_s=None
+    arrival_s, bits, snr_hz, bandwidth_hz=1e6, kind=SharedBand, keep=0, cut_s=None, cancel_s=None
 ):
     """Transfers started at `arrival_s` on a `kind` of shared band under SimPy: [(end, who)]
     in the order they complete, and the band's last settle; stopped (as a round's server
     stops them) once `keep` are done or at `cut_s`: the rest cancelled, and the bits each of
-    those had sent."""
+    those had sent; with `cancel_s`, each transfer cancelled alone at its instant if it is
+    still under way (its sender's session ends)."""
     env = simpy.Environment()
     band = kind(env, bandwidth_hz)
     done, txs, stopped = [], {}, []
@@ -47,8 +50,15 @@ def _band_event_by_event(
         yield env.timeout(cut_s)
         stop()
 
+    def cancel(i):
+        yield env.timeout(cancel_s[i])
+        if i in txs and not txs[i].done.triggered:
+            txs[i].cancel()
+
     for i in range(len(arrival_s)):
         env.process(send(i))
+        if cancel_s is not None and cancel_s[i] < math.inf:
+            env.process(cancel(i))
     if cut_s is not None:
         env.process(cut())
     env.run()
@@ -122,6 +132,36 @@ def test_a_replay_stopped_mid_transfer_leaves_the_bits_cancel_leaves(kind, seed)
         left = {i: bits[i] - max(b, 0.0) for i, b in schedule.left.items()}
         assert left == sent  # every transfer under way, to the bit
         assert 0 < min(left.values()) and any(b < bits[i] for i, b in left.items())
+
+
+@pytest.mark.parametrize("kind", [SharedBand, SharedBandArrays])
+@pytest.mark.parametrize("seed", range(2))
+def test_a_replay_cancels_each_transfer_at_its_own_instant_to_the_bit(kind, seed):
+    """A transfer cancelled alone mid-way (its sender's session ends: `cancel_s`) leaves the
+    band, and the others share it anew from then: the replay takes `cancel`'s steps, with the
+    finishes, the last settle and the cancelled transfers' bits of SimPy's, to the bit."""
+    arrival_s, bits, snr_hz = _random_band(seed, 60 if kind is SharedBand else 150)
+    everyone, _, _ = _band_event_by_event(arrival_s, bits, snr_hz, kind=kind)
+    rng = np.random.default_rng(100 + seed)
+    last_s = everyone[-1][0]
+    # a third cancelled at some instant after they start (some after they finished: no-ops)
+    cancel_s = [a + rng.uniform(0, last_s) if rng.random() < 1 / 3 else math.inf for a in arrival_s]
+    expected, settled_s, sent = _band_event_by_event(
+        arrival_s, bits, snr_hz, kind=kind, cancel_s=cancel_s
+    )
+    band = kind(simpy.Environment(), 1e6)
+    schedule = band.schedule_alone(arrival_s, bits, snr_hz, cancel_s=cancel_s)
+    assert schedule is not None
+    assert [(end, i) for end, group in schedule.groups for i in group] == expected
+    assert schedule.settled_s == settled_s
+    assert {i: bits[i] - b for i, b in schedule.cancelled.items()} == sent
+    assert len(sent) > 3 and len(expected) == len(bits) - len(sent)
+    assert [e for e in expected if e[1] not in sent] != [e for e in everyone if e[1] not in sent]
+    # a cancel on the instant of an arrival is SimPy's to order
+    clash, last_arrival_s = [math.inf] * len(bits), arrival_s[-1]
+    on = next(i for end, i in everyone if end > last_arrival_s and arrival_s[i] < last_arrival_s)
+    clash[on] = last_arrival_s
+    assert band.schedule_alone(arrival_s, bits, snr_hz, cancel_s=clash) is None
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -621,14 +661,27 @@ def test_an_upload_ending_offline_at_once_is_lost(monkeypatch):
     assert uploads.bits.nunique() == 1  # a lost upload sent all its bits
 
 
-def test_a_session_ending_mid_transfer_on_a_shared_band_goes_event_by_event(monkeypatch):
-    """A member cut mid-upload on a shared band would change the others' rates from then on:
-    such a round goes event by event; the other rounds at once; the same ledger either way."""
-    overrides = [*SESSIONS, _diurnal("during"), "run.rounds=8"]
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        [],
+        [*FATES, *STOPS, "radio.downlink.sharing=shared"],
+        [*WIDE, "algorithm.cohort.clients_per_round=40", "radio.downlink.sharing=shared"],
+    ],
+    ids=["shared-up", "fates-stops-shared-down", "wide-shared-down"],
+)
+def test_a_session_ending_mid_transfer_on_a_shared_band_at_once_to_the_bit(monkeypatch, overrides):
+    """A member cut mid-transfer on a shared band leaves it, and the others' rates change from
+    then on: the band's replay cancels it at its session's end (`schedule_alone`'s
+    `cancel_s`), so such rounds go at once too, with the event path's rows (its bits sent up
+    to the cut), records and instants, to the bit (past 128 users: the arrays' steps)."""
+    overrides = [*SESSIONS, _diurnal("during"), "run.rounds=8", *overrides]
     fast, slow, planned = _both_ways(monkeypatch, "scenarios/quickstart.yaml", overrides)
-    assert any(planned) and not all(planned)
-    uploads = fast.ledger[fast.ledger.kind == "upload"]
-    cut_rounds = set(uploads[uploads.outcome == "interrupted"]["round"])
-    assert cut_rounds and all(not planned[r - 1] for r in cut_rounds)
+    assert planned and all(planned)
+    transfers = fast.ledger[fast.ledger.kind.isin(["download", "upload"])]
+    cut = transfers[transfers.outcome == "interrupted"]
+    full_bits = transfers[transfers.outcome == "ok"].groupby("kind", observed=True).bits.max()
+    assert (cut.kind == "upload").any()
+    assert (cut.bits.gt(0) & cut.bits.lt(cut.kind.map(full_bits).astype(float))).all()
     assert fast.ledger.equals(slow.ledger)
     assert fast.records.equals(slow.records)

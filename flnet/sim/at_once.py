@@ -60,6 +60,8 @@ class _Ends(NamedTuple):
     end_s: np.ndarray
     order: list[int]
     schedule: Schedule | None  # on a shared band: its replay, to settle it by
+    cancelled: dict[int, float] | None  # on a shared band: by position, the bits left of each
+    # transfer its sender's session's end cancelled (`Schedule.cancelled`)
 
 
 def plan(
@@ -119,7 +121,15 @@ def plan(
     )
     everyone = list(range(n))
     down = _transfers(
-        down_band, [t0] * n, everyone, down_bits, down_snr, may_stop, n, deadline_at_s
+        down_band,
+        [t0] * n,
+        everyone,
+        down_bits,
+        down_snr,
+        may_stop,
+        n,
+        deadline_at_s,
+        cancel_s=session_end,
     )
     if down is None:
         return None
@@ -154,6 +164,7 @@ def plan(
     up_start = [computed[p] for p in uploaders]
     up_order_bits = [up_bits[p] for p in uploaders]
     up_order_snr = [up_snr[p] for p in uploaders]
+    up_cancel_s = [session_end[p] for p in uploaders]
     # the keep-th delivery comes by the (keep + uploads to drop)-th finish; where an upload
     # may be lost or cut (known once its end is), the replay runs on (to the deadline)
     until_done = 0 if sessions else keep + sum(drop[p] == 2 for p in uploaders)
@@ -167,6 +178,7 @@ def plan(
         n,
         deadline_at_s,
         until_done,
+        up_cancel_s,
     )
     if up is None:
         return None
@@ -220,24 +232,21 @@ def plan(
     cause = "cancelled" if keep_s < deadline_at_s else "deadline"
     if deadline_at_s <= keep_s and deadline_at_s in {*down_end, *computed, *up_end, *cut_at}:
         return None
-    # a session that ends mid-transfer on a shared band changes the others' rates there: the
-    # replay above (nobody cancelled) no longer holds from that instant on
-    bands = (down_band, None, up_band)
-    for p in cuts:
-        if cut_at[p] <= stop_s and isinstance(bands[_under_way(p, cut_at[p], ends_at)], SharedBand):
-            return None
     # the bands as the stop leaves them: replayed up to it where a transfer was still on
-    down_left = _settle(down_band, down, stop_s, [t0] * n, down_bits, down_snr)
-    up_left = _settle(up_band, up, stop_s, up_start, up_order_bits, up_order_snr)
+    down_left = _settle(down_band, down, stop_s, [t0] * n, down_bits, down_snr, session_end)
+    up_left = _settle(up_band, up, stop_s, up_start, up_order_bits, up_order_snr, up_cancel_s)
     up_left = None if up_left is None else {uploaders[i]: b for i, b in up_left.items()}
     energy_j = world._compute_energies_j(cohort, np.asarray(flops)).tolist()
 
-    def stopped(p: int, at_s: float, outcome: str) -> tuple:
-        """Member p's job under way at `at_s` stopped then, charged up to it (`Job.stop`)."""
+    def stopped(p: int, at_s: float, outcome: str, cut: bool = False) -> tuple:
+        """Member p's job under way at `at_s` stopped then, charged up to it (`Job.stop`): by
+        its session's end (`cut`: a shared band's transfer, cancelled in its replay) or by
+        the server (the bands as the stop leaves them)."""
         c = clients[p]
         kind = _under_way(p, at_s, ends_at)
         if kind == 0:
-            sent = _sent_bits(down_band, down_bits[p], down_snr[p], at_s - t0, down_left, p)
+            left = down.cancelled if cut else down_left
+            sent = _sent_bits(down_band, down_bits[p], down_snr[p], at_s - t0, left, p)
             return (
                 tag,
                 c,
@@ -256,7 +265,8 @@ def plan(
             energy = world._compute_energy_j(c, work)
             return (tag, c, NOBODY, "compute", start, at_s, energy, 0.0, work, outcome)
         start = computed[p]
-        sent = _sent_bits(up_band, up_bits[p], up_snr[p], at_s - start, up_left, p)
+        left = up.cancelled if cut else up_left
+        sent = _sent_bits(up_band, up_bits[p], up_snr[p], at_s - start, left, p)
         return (tag, c, SERVER, "upload", start, at_s, up_w[p] * (at_s - start), sent, 0.0, outcome)
 
     # what completes before the stop (at the keep-th arrival: its instant's arrivals too)
@@ -266,7 +276,7 @@ def plan(
             break
         c = clients[p]
         if kind == 3:  # its session ended: the job under way charged up to then
-            rows.append(stopped(p, end, fates[p].cut_outcome))
+            rows.append(stopped(p, end, fates[p].cut_outcome, cut=True))
         elif kind == 0:
             outcome = "dropped" if drop[p] == 0 else "ok"
             row = (tag, c, SERVER, "download", t0, end, down_w[p] * (end - t0), down_bits[p])
@@ -324,6 +334,7 @@ def _settle(
     start_s: list[float],
     bits: list[float],
     snr_hz: list[float],
+    cancel_s: list[float],
 ) -> dict[int, float] | None:
     """Leave a shared band as the round leaves it; the bits left of its transfers still under
     way at `cut_s`, by their index in its order (None on a dedicated band). Its replay stopped
@@ -333,7 +344,7 @@ def _settle(
         return None
     shared = cast(SharedBand, band)
     if schedule.settled_s > cut_s:
-        schedule = shared.schedule_alone(start_s, bits, snr_hz, until_s=cut_s)
+        schedule = shared.schedule_alone(start_s, bits, snr_hz, cut_s, cancel_s=cancel_s)
         assert schedule is not None  # the same steps as the first replay's, stopped earlier
     shared.settle_alone(schedule)
     return schedule.left
@@ -369,20 +380,23 @@ def _transfers(
     n: int,
     until_s: float = math.inf,
     until_done: int = 0,
+    cancel_s: list[float] | None = None,
 ) -> _Ends | None:
     """Transfers started at `start_s` (non-decreasing) by the positions `order` (of `n`), in that
     order (their bits and SNRs listed alike): when each ends, and the order they complete in.
     A shared band is solved at once unless `step_by_step` (a band that may be stopped early is
     replayed, so its state at the stop is the steps') or its few transfers replay quicker;
     a replay stops at `until_s` or once `until_done` have finished, and who has not finished
-    by then ends at inf. None where SimPy's event order would decide
-    (`SharedBand.schedule_alone`)."""
+    by then ends at inf; `cancel_s` (listed alike): when a shared band's transfer is cancelled
+    if it is still under way (its sender's session ends; a dedicated band's transfer leaves
+    the others alone, its member's cut is the caller's). None where SimPy's event order would
+    decide (`SharedBand.schedule_alone`)."""
     ends = np.full(n, math.inf)  # [n] by position: `order` may list some of them
     if isinstance(band, SharedBand):
         solve = not step_by_step and len(order) > band.replays_up_to
         schedule = band.solve_alone(start_s, bits, snr_hz) if solve else None
         if schedule is None:
-            schedule = band.schedule_alone(start_s, bits, snr_hz, until_s, until_done)
+            schedule = band.schedule_alone(start_s, bits, snr_hz, until_s, until_done, cancel_s)
         if schedule is None:
             return None
         done = []
@@ -390,13 +404,14 @@ def _transfers(
             for i in group:
                 ends[order[i]] = end
                 done.append(order[i])
-        return _Ends(ends, done, schedule)
+        cancelled = {order[i]: b for i, b in schedule.cancelled.items()}
+        return _Ends(ends, done, schedule, cancelled)
     # dedicated: each a timeout of bits / rate from its start, scheduled in `order`; the rate
     # through the band's scalar function (math.log1p), as `transmit` takes it: numpy's log1p
     # is another implementation on some CPUs
     for s, p, b, rate in zip(start_s, order, bits, band.rates_bps(snr_hz)):
         ends[p] = s + b / rate
-    return _Ends(ends, sorted(order, key=ends.tolist().__getitem__), None)
+    return _Ends(ends, sorted(order, key=ends.tolist().__getitem__), None, None)
 
 
 def _ties(*times: list[float]) -> bool:

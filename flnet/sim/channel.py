@@ -36,6 +36,7 @@ class Schedule(NamedTuple):
     groups: list[tuple[float, list[int]]]  # (end_s, the transfers done then, in band order)
     settled_s: float  # the band's last event
     left: dict[int, float] = {}  # stopped early: each transfer still under way, its bits left
+    cancelled: dict[int, float] = {}  # each transfer cancelled on its way, its bits left then
 
 
 class Transmission:
@@ -247,17 +248,22 @@ class SharedBand(Channel):
         snr_hz: list[float],
         until_s: float = math.inf,
         until_done: int = 0,
+        cancel_s: list[float] | None = None,
     ) -> Schedule | None:
         """When transfers arriving at `arrival_s` (non-decreasing, processed in this order;
         bits > 0) would finish on this idle band if nothing else used it. It takes this band's
-        own steps (`_settle_at`, `_join`, `_finish`, `_next_due`: what `transmit`, the timers
-        and `_schedule` do) on a scratch band of its kind, without SimPy events, so
+        own steps (`_settle_at`, `_join`, `_finish`, `_leave`, `_next_due`: what `transmit`,
+        the timers, `cancel` and `_schedule` do) on a scratch band of its kind, without SimPy
+        events, so
         it agrees with them bit for bit whichever layout holds the state (floats or arrays;
         tests/test_at_once.py). With `until_s`, what happens up to that instant (its finishes
         included), and the bits each transfer still under way has left then, settled as the
         first `cancel` would; with `until_done`, up to the instant the `until_done`-th transfer
-        finishes. None where an arrival falls on the instant of a finish before the stop: there
-        SimPy's event order would decide, so the caller simulates event by event."""
+        finishes; with `cancel_s` (per transfer, after its arrival; inf: never), each transfer
+        still under way then is cancelled at that instant (its sender's session ended), its
+        bits left kept in `cancelled`. None where an arrival, a finish or a cancel fall on one
+        instant before the stop: there SimPy's event order would decide, so the caller
+        simulates event by event."""
         scratch = type(self)(self.env, self.bandwidth_hz)  # its events are never scheduled
         scratch._settled_at = self._settled_at
         never = self.env.event()  # what the transfers' `done` would wait on: nothing here
@@ -266,21 +272,42 @@ class SharedBand(Channel):
         groups: list[tuple[float, list[int]]] = []
         n, i, finished, inf = len(txs), 0, 0, math.inf
         timer_s, due = inf, None
+        # cancels by instant; `over`: the transfers that finished or were cancelled
+        cancels = sorted((c, k) for k, c in enumerate(cancel_s or ()) if c < inf)
+        j, over, cancelled = 0, [False] * n, {}
         while i < n or scratch._active:
+            while j < len(cancels) and over[cancels[j][1]]:
+                j += 1  # finished before its sender's session ended: nothing to cancel
             arrives_s = arrival_s[i] if i < n else inf
-            now = min(arrives_s, timer_s)
+            cancel_at = cancels[j][0] if j < len(cancels) else inf
+            now = min(arrives_s, timer_s, cancel_at)
             if now > until_s:
                 break
             if arrives_s == timer_s:
                 return None
-            scratch._settle_at(now)
-            if arrives_s < timer_s:  # transmit
+            if cancel_at == now:
+                following = cancels[j + 1][0] if j + 1 < len(cancels) else inf
+                if now in (arrives_s, timer_s, following):
+                    return None  # another event at the cancel's instant
+                k = cancels[j][1]
+                if k >= i:  # cancelled before it arrived: not this band's to decide
+                    return None
+                scratch._settle_at(now)  # `cancel`: settle, leave, a new timer
+                scratch._leave([txs[k]])
+                cancelled[k] = txs[k].remaining_bits
+                over[k] = True
+                j += 1
+            elif arrives_s < timer_s:  # transmit
+                scratch._settle_at(now)
                 scratch._join(txs[i])
                 i += 1
             else:  # the timer: `due` and any others done at this instant leave
+                scratch._settle_at(now)
                 done = scratch._finish(due)
                 groups.append((now, [index[tx] for tx in done]))
                 finished += len(done)
+                for tx in done:
+                    over[index[tx]] = True
                 if 0 < until_done <= finished:
                     until_s = now  # this instant's other events, if any, then stop
             timer_s = inf  # _schedule
@@ -292,7 +319,7 @@ class SharedBand(Channel):
             scratch._settle_at(until_s)
             scratch._sync()
             left = {index[tx]: tx.remaining_bits for tx in scratch._active}
-        return Schedule(groups, scratch._settled_at, left)
+        return Schedule(groups, scratch._settled_at, left, cancelled)
 
     def solve_alone(
         self, arrival_s: list[float], bits: list[float], snr_hz: list[float]
