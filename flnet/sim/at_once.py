@@ -1,15 +1,22 @@
-"""A round trip computed at once, where only the server can stop its members' work.
+"""A round trip computed at once, where every member's fate is known when its trip starts.
 
-When nothing but the server can stop a member's work once it starts (availability always, no
-battery: `World.fates_known`) and every band is dedicated or a shared band idle at the start,
-a round trip is a closed system: each member's fate (`World.trip_fate`, the event path's own
-draws: a slowdown, a dropout phase and the share of that phase's work) is known when it
-starts, its download ends at ``t0 + bits / rate``, its compute ``duration * slowdown`` after
-that, and its upload when the uplink lets it; a member dropped in a phase runs that phase's
-job on its share of the bits or FLOPs, which ends ``dropped``, and starts no later phase. The
-server stops waiting at the keep-th delivery (over-selection: the rest are cancelled), once
-every member has delivered or dropped, or at the deadline (the rest are cut), each job under
-way charged up to that instant.
+When no battery can cut work (`World.fates_known`) and every band is dedicated or a shared
+band idle at the start, a round trip is a closed system: each member's fate
+(`World.trip_fate`, the event path's own draws: a slowdown, a dropout phase and the share of
+that phase's work, its session's end, its upload's judge) is known when it starts, its
+download ends at ``t0 + bits / rate``, its compute ``duration * slowdown`` after that, and its
+upload when the uplink lets it; a member dropped in a phase runs that phase's job on its
+share of the bits or FLOPs, which ends ``dropped``, and starts no later phase. Availability
+acts through two functions of the client and the instant alone: with check ``during``, a
+member whose session ends (`Fate.cut_s`) before its trip is over has the job under way then
+charged up to that instant, ended ``interrupted`` (on a shared band its transfer leaves the
+band then and the others share it anew: the band's replay cancels it, `schedule_alone`'s
+`cancel_s`), and starts nothing after it; with check ``at_completion``, each upload's outcome
+is the judge's (`Fate.judge`: the member's online state) at its planned end: ``lost`` where
+offline, all its work charged, no delivery. The server stops waiting at the keep-th delivery
+(over-selection: the rest are cancelled), once every member has delivered or otherwise
+arrived (dropped, cut, lost), or at the deadline (the rest are cut), each job under way
+charged up to that instant.
 Downloads and computes use the event-by-event path's own arithmetic (IEEE +, -, *, / on
 arrays, the scalar functions for the rest); a shared band is solved at once where every
 transfer starts before any finishes and nobody is stopped (`SharedBand.solve_alone`: times
@@ -18,12 +25,17 @@ transfers (`schedule_alone`: the band's own steps, floats or arrays, to the bit;
 replay stops at the deadline or the finish by which the keep-th delivery has come (keep plus
 the uploads that drop), the downlink's at the deadline, and is
 run again to the stop only where a download is still under way at an earlier keep-th
-arrival). The ledger rows go in the order SimPy would complete them: by
+arrival; where a session's end or a judge may act, a shared band is always replayed, its
+instants to the bit, since they are compared with those, and the uplink's replay runs on to
+the deadline). The ledger rows go in the order SimPy would complete them: by
 time, and at one instant in the order the events were scheduled, which within one kind of
 event is known (downloads by position, computes and uploads in the order their predecessors
 completed); the stopped jobs' rows follow in cohort order, as `round_trip` stops its trips.
-Where events of different kinds would fall on one instant, SimPy's queue order decides: such a
-round (equal floats from different sums) goes event by event (`plan` returns None).
+Cuts at one instant go in the order their trips registered them (`World.end_at`: cohort
+order). Where events of different kinds would fall on one instant (a session's end among them),
+SimPy's queue order decides: such a round (equal floats from different sums) goes event by
+event (`plan` returns None). Batteries go event by event: a battery's cut is an estimate made
+when the work starts, and the drain the others' rows cause is the event path's.
 tests/test_at_once.py compares both paths.
 """
 

@@ -107,10 +107,10 @@ def round_trip(
     `client_state` is committed for the members whose compute completed. An empty cohort
     (nobody online at selection) lasts IDLE_RETRY_S: the server waits that long before the next
     round looks for clients again, so the clock moves on to when someone is online.
-    Where only the server can stop the members' work once it starts (their fates, slowdowns
-    and dropouts included, drawn as their trips start: `World.trip_fate`), the World computes
-    the whole round at once (`World.trips_at_once`, `flnet.sim.at_once`): the same rows,
-    outcomes and instants.
+    Where what can stop the members' work is known when it starts (their fates, drawn as
+    their trips start: `World.trip_fate`: slowdowns, dropouts, a session's end, an upload's
+    judge; no battery), the World computes the whole round at once (`World.trips_at_once`,
+    `flnet.sim.at_once`): the same rows, outcomes and instants.
     """
     start = world.now
     n = len(cohort)

@@ -712,9 +712,10 @@ class World:
         deadline_s: float | None,
         keep: int,
     ) -> Plan | None:
-        """`cohort`'s round trips starting now computed at once where nothing but the server
-        (`keep` arrivals, `deadline_s`) can stop them (`flnet.sim.at_once`), with the ledger
-        rows to write at their end; None where they go event by event."""
+        """`cohort`'s round trips starting now computed at once where what can stop them is
+        known when they start (the server's `keep` arrivals and `deadline_s`, each member's
+        fate: no battery; `flnet.sim.at_once`), with the ledger rows to write at their end;
+        None where they go event by event."""
         return at_once.plan(self, cohort, down_bits, flops, up_bits, tag, deadline_s, keep)
 
     def _drawn_fate(
