@@ -26,8 +26,8 @@ replay stops at the deadline or the finish by which the keep-th delivery has com
 the uploads that drop), the downlink's at the deadline, and is
 run again to the stop only where a download is still under way at an earlier keep-th
 arrival; where a session's end or a judge may act, a shared band is always replayed, its
-instants to the bit, since they are compared with those, and the uplink's replay runs on to
-the deadline). The ledger rows go in the order SimPy would complete them: by
+instants to the bit, since they are compared with those, and the uplink's replay counts the
+uploads to judge with those to drop). The ledger rows go in the order SimPy would complete them: by
 time, and at one instant in the order the events were scheduled, which within one kind of
 event is known (downloads by position, computes and uploads in the order their predecessors
 completed); the stopped jobs' rows follow in cohort order, as `round_trip` stops its trips.
@@ -177,9 +177,9 @@ def plan(
     up_order_bits = [up_bits[p] for p in uploaders]
     up_order_snr = [up_snr[p] for p in uploaders]
     up_cancel_s = [session_end[p] for p in uploaders]
-    # the keep-th delivery comes by the (keep + uploads to drop)-th finish; where an upload
-    # may be lost or cut (known once its end is), the replay runs on (to the deadline)
-    until_done = 0 if sessions else keep + sum(drop[p] == 2 for p in uploaders)
+    # the keep-th delivery comes by the (keep + uploads to drop or judge)-th finish (an
+    # upload cut by its session's end is cancelled in the replay: no finish)
+    until_done = keep + sum(drop[p] == 2 or judges[p] is not None for p in uploaders)
     up = _transfers(
         up_band,
         up_start,
