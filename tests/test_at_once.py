@@ -685,3 +685,26 @@ def test_a_session_ending_mid_transfer_on_a_shared_band_at_once_to_the_bit(monke
     assert (cut.bits.gt(0) & cut.bits.lt(cut.kind.map(full_bits).astype(float))).all()
     assert fast.ledger.equals(slow.ledger)
     assert fast.records.equals(slow.records)
+
+
+@pytest.mark.parametrize(
+    "scenario_path, overrides",
+    [
+        ("scenarios/diurnal.yaml", ["run.rounds=20"]),
+        ("scenarios/diurnal.yaml", ["run.rounds=20", "clients.availability.check=at_completion"]),
+        ("scenarios/trace_replay.yaml", ["run.rounds=6"]),  # a session cut mid-trip
+        (
+            "scenarios/trace_replay.yaml",
+            ["run.rounds=6", *FATES, *STOPS, "algorithm.cohort.deadline_s=6"],
+        ),
+    ],
+    ids=["diurnal", "diurnal-at-completion", "trace", "trace-fates-stops"],
+)
+def test_the_availability_scenarios_go_at_once_to_the_bit(monkeypatch, scenario_path, overrides):
+    """scenarios/diurnal.yaml (hour-long sessions, over-selection, a deadline, dropouts and
+    slowdowns, a shared uplink) and a replayed availability trace: every round at once, the
+    event path's ledger and records to the bit."""
+    fast, slow, planned = _both_ways(monkeypatch, scenario_path, overrides)
+    assert planned and all(planned)
+    assert fast.ledger.equals(slow.ledger)
+    assert fast.records.equals(slow.records)
