@@ -164,6 +164,22 @@ def test_a_replay_cancels_each_transfer_at_its_own_instant_to_the_bit(kind, seed
     assert band.schedule_alone(arrival_s, bits, snr_hz, cancel_s=clash) is None
 
 
+def test_a_replay_stops_at_the_keep_th_finish_of_those_counted():
+    """`counted` (uploads sure to deliver): the replay runs on past the others' finishes to
+    the keep-th counted one, and stops there, as the server stops at its keep-th delivery."""
+    args = _random_band(0, 40)
+    everyone, _, _ = _band_event_by_event(*args)
+    counted, keep = [i % 3 == 0 for i in range(40)], 5
+    kth_s = [end for end, i in everyone if counted[i]][keep - 1]
+    band = SharedBand(simpy.Environment(), 1e6)
+    schedule = band.schedule_alone(*args, until_done=keep, counted=counted)
+    assert schedule is not None
+    assert [(end, i) for end, group in schedule.groups for i in group] == [
+        e for e in everyone if e[0] <= kth_s
+    ]
+    assert schedule.settled_s == kth_s and len(schedule.left) == 40 - len(schedule.groups)
+
+
 @pytest.mark.parametrize("seed", range(6))
 def test_a_shared_band_solved_at_once_agrees_with_its_events(seed):
     """Everyone arrives before anyone finishes: the triangular solve gives the replay's

@@ -21,13 +21,12 @@ Downloads and computes use the event-by-event path's own arithmetic (IEEE +, -, 
 arrays, the scalar functions for the rest); a shared band is solved at once where every
 transfer starts before any finishes and nobody is stopped (`SharedBand.solve_alone`: times
 within 1e-12 relative of the steps') and replayed step by step otherwise, or where it has few
-transfers (`schedule_alone`: the band's own steps, floats or arrays, to the bit; the uplink's
-replay stops at the deadline or the finish by which the keep-th delivery has come (keep plus
-the uploads that drop), the downlink's at the deadline, and is
-run again to the stop only where a download is still under way at an earlier keep-th
-arrival; where a session's end or a judge may act, a shared band is always replayed, its
-instants to the bit, since they are compared with those, and the uplink's replay counts the
-uploads to judge with those to drop). The ledger rows go in the order SimPy would complete them: by
+transfers (`schedule_alone`: the band's own steps, floats or arrays, to the bit; the
+uplink's replay stops at the deadline or the keep-th finish of an upload sure to deliver (one
+not to drop nor to judge), the downlink's at the deadline, and a replay is run again to the
+stop only where the round stopped earlier with a transfer still under way; where a session's
+end or a judge may act, a shared band is always replayed: its instants, to the bit, are
+compared with those). The ledger rows go in the order SimPy would complete them: by
 time, and at one instant in the order the events were scheduled, which within one kind of
 event is known (downloads by position, computes and uploads in the order their predecessors
 completed); the stopped jobs' rows follow in cohort order, as `round_trip` stops its trips.
@@ -177,9 +176,9 @@ def plan(
     up_order_bits = [up_bits[p] for p in uploaders]
     up_order_snr = [up_snr[p] for p in uploaders]
     up_cancel_s = [session_end[p] for p in uploaders]
-    # the keep-th delivery comes by the (keep + uploads to drop or judge)-th finish (an
-    # upload cut by its session's end is cancelled in the replay: no finish)
-    until_done = keep + sum(drop[p] == 2 or judges[p] is not None for p in uploaders)
+    # the keep-th delivery comes by the keep-th finish of an upload sure to deliver (not to
+    # drop, nor to judge; one cut by its session's end is cancelled in the replay: no finish)
+    counted = None if sure else [drop[p] == 3 and judges[p] is None for p in uploaders]
     up = _transfers(
         up_band,
         up_start,
@@ -189,8 +188,9 @@ def plan(
         may_stop,
         n,
         deadline_at_s,
-        until_done,
+        keep,
         up_cancel_s,
+        counted,
     )
     if up is None:
         return None
@@ -393,12 +393,14 @@ def _transfers(
     until_s: float = math.inf,
     until_done: int = 0,
     cancel_s: list[float] | None = None,
+    counted: list[bool] | None = None,
 ) -> _Ends | None:
     """Transfers started at `start_s` (non-decreasing) by the positions `order` (of `n`), in that
     order (their bits and SNRs listed alike): when each ends, and the order they complete in.
     A shared band is solved at once unless `step_by_step` (a band that may be stopped early is
     replayed, so its state at the stop is the steps') or its few transfers replay quicker;
-    a replay stops at `until_s` or once `until_done` have finished, and who has not finished
+    a replay stops at `until_s` or once `until_done` have finished (of those `counted`, listed
+    alike: all by default), and who has not finished
     by then ends at inf; `cancel_s` (listed alike): when a shared band's transfer is cancelled
     if it is still under way (its sender's session ends; a dedicated band's transfer leaves
     the others alone, its member's cut is the caller's). None where SimPy's event order would
@@ -408,7 +410,9 @@ def _transfers(
         solve = not step_by_step and len(order) > band.replays_up_to
         schedule = band.solve_alone(start_s, bits, snr_hz) if solve else None
         if schedule is None:
-            schedule = band.schedule_alone(start_s, bits, snr_hz, until_s, until_done, cancel_s)
+            schedule = band.schedule_alone(
+                start_s, bits, snr_hz, until_s, until_done, cancel_s, counted
+            )
         if schedule is None:
             return None
         done = []

@@ -249,21 +249,22 @@ class SharedBand(Channel):
         until_s: float = math.inf,
         until_done: int = 0,
         cancel_s: list[float] | None = None,
+        counted: list[bool] | None = None,
     ) -> Schedule | None:
         """When transfers arriving at `arrival_s` (non-decreasing, processed in this order;
         bits > 0) would finish on this idle band if nothing else used it. It takes this band's
         own steps (`_settle_at`, `_join`, `_finish`, `_leave`, `_next_due`: what `transmit`,
         the timers, `cancel` and `_schedule` do) on a scratch band of its kind, without SimPy
-        events, so
-        it agrees with them bit for bit whichever layout holds the state (floats or arrays;
-        tests/test_at_once.py). With `until_s`, what happens up to that instant (its finishes
-        included), and the bits each transfer still under way has left then, settled as the
-        first `cancel` would; with `until_done`, up to the instant the `until_done`-th transfer
-        finishes; with `cancel_s` (per transfer, after its arrival; inf: never), each transfer
-        still under way then is cancelled at that instant (its sender's session ended), its
-        bits left kept in `cancelled`. None where an arrival, a finish or a cancel fall on one
-        instant before the stop: there SimPy's event order would decide, so the caller
-        simulates event by event."""
+        events, so it agrees with them bit for bit whichever layout holds the state (floats or
+        arrays; tests/test_at_once.py). With `until_s`, what happens up to that instant (its
+        finishes included), and the bits each transfer still under way has left then, settled
+        as the first `cancel` would; with `until_done`, up to the instant the `until_done`-th
+        transfer finishes (of those `counted`, per transfer: all by default); with `cancel_s`
+        (per transfer, after its arrival; inf: never), each transfer still under way then is
+        cancelled at that instant (its sender's session ended), its bits left kept in
+        `cancelled`. None where an arrival, a finish or a cancel fall on one instant before
+        the stop: there SimPy's event order would decide, so the caller simulates event by
+        event."""
         scratch = type(self)(self.env, self.bandwidth_hz)  # its events are never scheduled
         scratch._settled_at = self._settled_at
         never = self.env.event()  # what the transfers' `done` would wait on: nothing here
@@ -305,9 +306,9 @@ class SharedBand(Channel):
                 scratch._settle_at(now)
                 done = scratch._finish(due)
                 groups.append((now, [index[tx] for tx in done]))
-                finished += len(done)
                 for tx in done:
                     over[index[tx]] = True
+                    finished += counted is None or counted[index[tx]]
                 if 0 < until_done <= finished:
                     until_s = now  # this instant's other events, if any, then stop
             timer_s = inf  # _schedule
