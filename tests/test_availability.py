@@ -196,6 +196,18 @@ def test_dropout_rate_is_p_and_a_dropped_client_is_charged_up_to_its_uniform_poi
 # ---------------------------------------------------------------- selection
 
 
+def test_bernoulli_draws_each_clients_own_generator_at_once():
+    """The cohort's draws run as one block: each client's answer is its own generator's,
+    ``generator(seed, AVAILABILITY, draw, c).random() < p``, for any order of ids."""
+    from flnet.sim.availability import Bernoulli
+
+    model, ids = Bernoulli(0.4, seed=3), np.random.default_rng(0).permutation(2000)[:500]
+    for draw in (1, 17):
+        want = [generator(3, Stream.AVAILABILITY, draw, c).random() < 0.4 for c in ids.tolist()]
+        assert model.online(ids, 0.0, draw).tolist() == want
+    assert model.online(np.array([], dtype=np.int64), 0.0, 1).shape == (0,)
+
+
 def test_selection_picks_only_online_clients(scenario):
     bern = world_of(scenario, 1000, availability={"kind": "bernoulli", "p": 0.3})
     for r in range(1, 6):

@@ -439,7 +439,7 @@ def test_batched_draws_are_numpys_integers_bit_for_bit(count):
     words; it must equal numpy's own default_rng(key).integers for every bound, including
     n = 1 (no draw), n = 2**32 (the word itself) and n = 3 * 2**30, where a quarter of the
     words are rejected and numpy redraws; for keys of 3 to 6 words and one over 32 bits."""
-    from flnet.learn.data import draws
+    from flnet import draws
 
     bounds = np.array([1, 2, 14, 1437, 2**31 + 1, 3 * 2**30, 2**32 - 1, 2**32])
     bounds = np.concatenate([bounds, np.random.default_rng(3).integers(1, 2**32, 20)])
@@ -457,11 +457,27 @@ def test_batched_draws_are_numpys_integers_bit_for_bit(count):
         draws.integers(np.array([[0, 1, 2], [0, 1, 3]]), np.array([5, 0]), 3)
 
 
+@pytest.mark.parametrize("count", [0, 1, 3, 50])
+def test_batched_uniforms_are_numpys_random_bit_for_bit(count):
+    """draws.uniforms: numpy's default_rng(key).random(count) row by row, for keys of 3 and 4
+    words (a stream tag among them) and one over 32 bits (numpy's own path)."""
+    from flnet import draws
+
+    for width in (3, 4):
+        keys = np.random.default_rng(width).integers(0, 2**32, (30, width))
+        keys[:, 1] = 1_000_015
+        want = np.stack([np.random.default_rng(k.tolist()).random(count) for k in keys])
+        assert np.array_equal(draws.uniforms(keys, count), want)
+    big = np.array([[2**40, 3, k] for k in range(4)])
+    want = np.stack([np.random.default_rng(k.tolist()).random(count) for k in big])
+    assert np.array_equal(draws.uniforms(big, count), want)
+
+
 @pytest.mark.parametrize("width", [1, 2, 3, 4, 5, 9])
 def test_seed_states_are_seedsequences_bit_for_bit(width):
     """The cohort's SeedSequence hashes, run as blocks of rows: every key length (shorter
     than the pool, as long, and longer, whose extra words mix into all four)."""
-    from flnet.learn.data import draws
+    from flnet import draws
 
     keys = np.random.default_rng(width).integers(0, 2**32, (9, width))
     want = [np.random.SeedSequence(k.tolist()).generate_state(4, np.uint64) for k in keys]

@@ -258,6 +258,25 @@ def test_client_selection_is_each_rounds_own_draw_in_any_order(scenario):
         assert np.array_equal(world.sample_clients(k, t), expected)
 
 
+def test_a_cohorts_fates_drawn_at_once_are_each_members_own(scenario):
+    """World.trip_fates runs the members' behaviour generators as one block: every member's
+    fate (slowdown, dropout phase and share) is the one its own trip would draw."""
+    from flnet.runner import build
+    from flnet.sim.ledger import Tag
+
+    drawn, _ = build(
+        three_clients(scenario, clients={"dropout_probability": 0.5, "slowdown_probability": 0.5})
+    )
+    cohort, works, seen = [2, 0, 1], [(BITS, 1e9, BITS), (2 * BITS, 3e9, BITS), (BITS, 1e8, 3)], []
+    for t in range(1, 16):
+        tag = Tag("round_trip", t)
+        one_by_one = [drawn.trip_fate(c, tag, w) for c, w in zip(cohort, works)]
+        assert drawn.trip_fates(cohort, tag, works) == one_by_one
+        seen += one_by_one
+    assert {f.slowdown for f in seen} == {1.0, drawn.clients.slowdown_factor}
+    assert {f.drop_phase for f in seen} == {0, 1, 2, 3}
+
+
 def test_a_sure_fate_is_what_the_drawn_path_gives(scenario):
     """World.fate skips the draws when nothing can cut, slow or drop the work: the general
     path agrees for every client, and once dropouts are on the general path is taken."""

@@ -100,11 +100,7 @@ def plan(
     # each member's fate, as its trip draws it; the work it runs of each phase, as
     # `_Trip` starts it (its share of the drop phase's bits or FLOPs, x 1.0 elsewhere)
     sure = world.fates_sure  # every fate SURE: nothing to draw or share
-    fates = (
-        []
-        if sure
-        else [world.trip_fate(c, tag, w) for c, w in zip(clients, zip(down_bits, flops, up_bits))]
-    )
+    fates = [] if sure else world.trip_fates(clients, tag, list(zip(down_bits, flops, up_bits)))
     drop = [3] * n if sure else [f.drop_phase for f in fates]  # 3: it never drops
     # its session's end (check during; inf: none) and its upload's judge (check at_completion)
     session_end = [inf] * n if sure else [f.cut_s for f in fates]

@@ -25,7 +25,8 @@ from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
-from flnet.rng import Stream, generator
+from flnet import draws
+from flnet.rng import Stream, generator, stream_key
 from flnet.sim.traces import replay_from
 
 if TYPE_CHECKING:
@@ -68,14 +69,13 @@ class Bernoulli:
         self.p, self.seed = p, seed
 
     def online(self, clients: np.ndarray, t_s: float, draw: int) -> np.ndarray:
-        return np.fromiter(
-            (
-                generator(self.seed, Stream.AVAILABILITY, draw, c).random() < self.p
-                for c in np.asarray(clients).tolist()
-            ),
-            dtype=bool,
-            count=len(clients),
-        )
+        """Each client's ``generator(seed, AVAILABILITY, draw, c).random() < p``, the clients'
+        generators run as one block (`flnet.draws.uniforms`)."""
+        ids = np.asarray(clients, dtype=np.int64)
+        keys = np.empty((len(ids), 4), dtype=np.int64)
+        keys[:, :3] = stream_key(self.seed, Stream.AVAILABILITY, draw)
+        keys[:, 3] = ids
+        return draws.uniforms(keys, 1)[:, 0] < self.p
 
     def online_until(self, clients: np.ndarray, t_s: float, draw: int) -> np.ndarray:
         return np.where(self.online(clients, t_s, draw), math.inf, t_s)

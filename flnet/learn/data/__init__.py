@@ -35,9 +35,10 @@ import numpy as np
 import pandas as pd
 import torch
 
+from flnet import draws
 from flnet.errors import ScenarioError
 from flnet.learn.data import blocks as blocks_mod
-from flnet.learn.data import draws, embedded, features, files, partition
+from flnet.learn.data import embedded, features, files, partition
 from flnet.learn.data.embedded import Source
 from flnet.learn.data.lazy import LazyClients
 from flnet.learn.data.views import ClientViews

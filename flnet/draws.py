@@ -1,4 +1,6 @@
-"""Many fresh generators' ``integers(0, n)`` at once, bit for bit as numpy draws them.
+"""Many fresh generators' ``integers(0, n)`` or ``random()`` at once, bit for bit as numpy
+draws them. Both sides use it (numpy only): the minibatches, and the time side's per-member
+draws (`flnet.sim.world.World.trip_fates`).
 
 A round's minibatches are one fresh ``default_rng(key)`` per client (keys in `flnet.rng`),
 each asked for ``integers(0, n_k, count)``; building the generator (its SeedSequence hash and
@@ -11,8 +13,9 @@ PCG64's 32-bit words are each 64-bit output's low half, then its high half
 (``random_bounded_uint64_fill``, ``buffered_bounded_lemire_uint32``, ``pcg64_next32`` in
 numpy/random/src; ``SeedSequence.mix_entropy`` and ``generate_state`` in bit_generator.pyx).
 A word Lemire would reject (probability below n / 2**32 per draw), a bound outside that range
-or a key that is not one 32-bit word per column sends its row to numpy itself. Tests check the
-equality against ``default_rng(key).integers`` directly.
+or a key that is not one 32-bit word per column sends its row to numpy itself. `uniforms` is
+the same for ``random(count)``: each double is one raw word's top 53 bits. Tests check the
+equality against ``default_rng(key).integers`` and ``.random`` directly.
 """
 
 from __future__ import annotations
@@ -95,6 +98,19 @@ def seed_states(words: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray((out[0::2] | (out[1::2] << np.uint64(32))).T)  # PCG64 reads rows
 
 
+def _one_word(keys: np.ndarray) -> np.ndarray:
+    """[C] bool: the row's key is one 32-bit word per entry (else SeedSequence splits them)."""
+    return np.asarray(((keys >= 0) & (keys <= _U32)).all(1))
+
+
+def _raw(keys: np.ndarray, words: int) -> np.ndarray:
+    """[C, words] uint64: the first `words` raw outputs of ``PCG64(SeedSequence(row))`` for
+    each row of `keys` (one 32-bit word per entry)."""
+    # numpy's stubs name SeedSequence; PCG64 takes any ISeedSequence
+    bits = [np.random.PCG64(_SeedState(s)) for s in seed_states(keys)]  # type: ignore[arg-type]
+    return np.stack([b.random_raw(words) for b in bits])
+
+
 def integers(keys: np.ndarray, highs: np.ndarray, count: int) -> np.ndarray:
     """[C, count] int64: row i is ``np.random.default_rng(keys[i]).integers(0, highs[i],
     count)`` (keys [C, L] non-negative ints)."""
@@ -103,15 +119,12 @@ def integers(keys: np.ndarray, highs: np.ndarray, count: int) -> np.ndarray:
     out = np.empty((len(highs), count), dtype=np.int64)
     if count == 0 or not len(highs):
         return out
-    one_word = bool(((keys >= 0) & (keys <= _U32)).all())  # else SeedSequence splits them
-    usual = (highs >= 1) & (highs <= _WORD) & one_word  # numpy's 32-bit path (n = 1: no draw)
+    usual = (
+        (highs >= 1) & (highs <= _WORD) & _one_word(keys)
+    )  # numpy's 32-bit path (n = 1: no draw)
     rows = np.flatnonzero(usual)
     if len(rows):
-        words = (count + 1) // 2
-        states = seed_states(keys[rows])
-        # numpy's stubs name SeedSequence; PCG64 takes any ISeedSequence
-        bits = [np.random.PCG64(_SeedState(s)) for s in states]  # type: ignore[arg-type]
-        raw = np.stack([b.random_raw(words) for b in bits])
+        raw = _raw(keys[rows], (count + 1) // 2)
         # each 64-bit word's low half, then its high half: its two uint32 in memory order
         halves = raw.astype("<u8", copy=False).view("<u4")[:, :count]
         n = highs[rows].astype(np.uint64)[:, None]
@@ -123,4 +136,21 @@ def integers(keys: np.ndarray, highs: np.ndarray, count: int) -> np.ndarray:
         usual[rows[rejected]] = False
     for i in np.flatnonzero(~usual):  # numpy itself: a rejection, or its error for bad input
         out[i] = np.random.default_rng(keys[i].tolist()).integers(0, highs[i], count)
+    return out
+
+
+def uniforms(keys: np.ndarray, count: int) -> np.ndarray:
+    """[C, count] float64: row i is ``np.random.default_rng(keys[i]).random(count)`` (keys
+    [C, L] non-negative ints): numpy's double is a raw 64-bit word's top 53 bits times 2**-53
+    (``next_double`` in numpy/random/src/pcg64)."""
+    keys = np.asarray(keys, dtype=np.int64)
+    out = np.empty((len(keys), count), dtype=np.float64)
+    if count == 0 or not len(keys):
+        return out
+    usual = _one_word(keys)
+    if usual.any():
+        raw = _raw(keys[usual], count)
+        out[usual] = np.right_shift(raw, np.uint64(11), out=raw) * 2.0**-53
+    for i in np.flatnonzero(~usual):
+        out[i] = np.random.default_rng(keys[i].tolist()).random(count)
     return out
