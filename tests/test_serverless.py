@@ -161,6 +161,20 @@ def test_an_unstable_beta_warns_when_the_run_starts(scenario):
         simulate(scenario, oledfl, "oledfl_sgd", 1, beta=0.4)  # PATH3: lambda_min = 0
 
 
+def test_oledfls_start_solves_ws_eigenvalues_once(scenario, monkeypatch):
+    """The records' spectral gap and the beta check both need W's eigenvalues (seconds at
+    1000 nodes): one dense solve, and each answer the one a solve of its own gives."""
+    solves, eigvalsh = [], np.linalg.eigvalsh
+    monkeypatch.setattr(np.linalg, "eigvalsh", lambda a: solves.append(1) or eigvalsh(a))
+    ring = topo.from_edges(topo.graph_edges("ring", 6), 6)
+    states, world, _ = simulate(scenario, oledfl, "oledfl_sgd", 1, mixing=ring, beta=0.3)
+    assert len(solves) == 1
+    assert oledfl.smallest_eigenvalue(ring)[0] == pytest.approx(-1 / 3)
+    assert len(solves) == 1  # the same W again: kept
+    assert topo.spectral_gap(ring.dense()) == topo.spectral_gap(ring)
+    assert len(solves) == 2  # an array is solved afresh
+
+
 def test_dfl_is_tau1_local_steps_then_tau2_gossip_steps(scenario, x0):
     states, world, _ = simulate(scenario, dfl, "dfl", 2, x0, gossip_steps=3)
     x = x0.double()

@@ -23,7 +23,6 @@ from __future__ import annotations
 import warnings
 from typing import TYPE_CHECKING, NamedTuple, Protocol
 
-import numpy as np
 import torch
 
 from flnet.algorithms import decentralized
@@ -87,9 +86,7 @@ def smallest_eigenvalue(w: topology.Mixing) -> tuple[float, bool]:
     non-negative row-stochastic W (an iterative eigensolver can take minutes on a large ring,
     whose spectrum clusters), and exact for an even ring."""
     if w.num_nodes <= DENSE_EIGEN_NODES:
-        d = w.dense()
-        sym = topology.is_symmetric(d, 1e-12)
-        return float((np.linalg.eigvalsh(d) if sym else np.linalg.eigvals(d).real).min()), True
+        return float(topology.eigenvalues(w).real.min()), True
     return float((2.0 * w.self_weight - 1.0).min()), False
 
 

@@ -330,13 +330,27 @@ def spectral_gap(w: np.ndarray | Mixing) -> float:
     symmetric one (D^-1 (A + I)), so its eigenvalues are real too; any other W goes through the
     general `eigvals`.
     """
-    if isinstance(w, Mixing):
-        w = w.dense()
-    if len(w) == 1:
+    lam = eigenvalues(w)
+    if len(lam) == 1:
         return 1.0
-    lam = np.linalg.eigvalsh(w) if is_symmetric(w, 1e-12) else np.linalg.eigvals(w)
     mod = np.sort(np.abs(lam))[::-1]
     return float(1.0 - mod[1])
+
+
+_EIGENVALUES: list[tuple[Mixing, np.ndarray]] = []  # the last Mixing's, by identity
+
+
+def eigenvalues(w: np.ndarray | Mixing) -> np.ndarray:
+    """W's eigenvalues, dense (O(n^3)): `eigvalsh` where W is symmetric, else `eigvals`
+    (complex). A Mixing's are kept for the next question about the same object: the start's
+    spectral gap and OledFL's lambda_min both ask of round 1's W (seconds at 1000 nodes)."""
+    if isinstance(w, Mixing):
+        if _EIGENVALUES and _EIGENVALUES[0][0] is w:
+            return _EIGENVALUES[0][1]
+        lam = eigenvalues(w.dense())
+        _EIGENVALUES[:] = [(w, lam)]
+        return lam
+    return np.linalg.eigvalsh(w) if is_symmetric(w, 1e-12) else np.linalg.eigvals(w)
 
 
 def edge_list(edges: ArrayLike, n: int, *, field: str = "algorithm.topology") -> np.ndarray:
