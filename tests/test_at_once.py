@@ -724,3 +724,28 @@ def test_the_availability_scenarios_go_at_once_to_the_bit(monkeypatch, scenario_
     assert planned and all(planned)
     assert fast.ledger.equals(slow.ledger)
     assert fast.records.equals(slow.records)
+
+
+@pytest.mark.parametrize("nudge", [0, 1], ids=["tie", "apart"])
+def test_a_session_ending_on_a_downloads_instant_goes_event_by_event(monkeypatch, nudge):
+    """A member's session ending at the very instant its download ends: SimPy's queue order
+    decides which comes first (the download's timer: a compute starts and is cut at once), so
+    the round goes event by event; `nudge`d one ulp later, the same round goes at once, with
+    the event path's ledger."""
+    drawn_fate = World._drawn_fate
+
+    def ending_on_its_download(world, client, *args, **kwargs):
+        fate = drawn_fate(world, client, *args, **kwargs)
+        if client % 3:
+            return fate
+        q = world.network.star(np.asarray([client]), down=True)[0][0]
+        down_s = world.env.now + args[3][0] / world.network.downlink.rate_bps(q)  # work[0]
+        return fate._replace(cut_s=math.nextafter(down_s, math.inf) if nudge else down_s)
+
+    monkeypatch.setattr(World, "_drawn_fate", ending_on_its_download)
+    overrides = [*QUICK, "clients.availability={kind: diurnal, mean_online: 0.5}"]
+    fast, slow, planned = _both_ways(monkeypatch, "scenarios/quickstart.yaml", overrides)
+    assert planned and (all(planned) if nudge else not any(planned))
+    cut = fast.ledger[fast.ledger.outcome == "interrupted"]
+    assert len(cut) and (cut.kind == "compute").all() and (cut.node % 3 == 0).all()
+    assert fast.ledger.equals(slow.ledger)
