@@ -98,8 +98,16 @@ def seed_states(words: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray((out[0::2] | (out[1::2] << np.uint64(32))).T)  # PCG64 reads rows
 
 
-def _one_word(keys: np.ndarray) -> np.ndarray:
-    """[C] bool: the row's key is one 32-bit word per entry (else SeedSequence splits them)."""
+# below this many rows numpy's own generators cost less than the block's fixed cost (its
+# arithmetic on [C] columns); tests/test_data.py checks both ways give numpy's draws
+BLOCK_MIN_ROWS = 6
+
+
+def _blockwise(keys: np.ndarray) -> np.ndarray:
+    """[C] bool: the row is drawn in the block: its key is one 32-bit word per entry (else
+    SeedSequence splits them) and the block has BLOCK_MIN_ROWS rows or more."""
+    if len(keys) < BLOCK_MIN_ROWS:
+        return np.zeros(len(keys), dtype=bool)
     return np.asarray(((keys >= 0) & (keys <= _U32)).all(1))
 
 
@@ -119,9 +127,8 @@ def integers(keys: np.ndarray, highs: np.ndarray, count: int) -> np.ndarray:
     out = np.empty((len(highs), count), dtype=np.int64)
     if count == 0 or not len(highs):
         return out
-    usual = (
-        (highs >= 1) & (highs <= _WORD) & _one_word(keys)
-    )  # numpy's 32-bit path (n = 1: no draw)
+    # numpy's 32-bit path (n = 1: no draw)
+    usual = (highs >= 1) & (highs <= _WORD) & _blockwise(keys)
     rows = np.flatnonzero(usual)
     if len(rows):
         raw = _raw(keys[rows], (count + 1) // 2)
@@ -147,7 +154,7 @@ def uniforms(keys: np.ndarray, count: int) -> np.ndarray:
     out = np.empty((len(keys), count), dtype=np.float64)
     if count == 0 or not len(keys):
         return out
-    usual = _one_word(keys)
+    usual = _blockwise(keys)
     if usual.any():
         raw = _raw(keys[usual], count)
         out[usual] = np.right_shift(raw, np.uint64(11), out=raw) * 2.0**-53

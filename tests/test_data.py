@@ -450,6 +450,8 @@ def test_batched_draws_are_numpys_integers_bit_for_bit(count):
             [np.random.default_rng(k.tolist()).integers(0, n, count) for k, n in zip(keys, bounds)]
         )
         assert np.array_equal(draws.integers(keys, bounds, count), want)
+        few = draws.BLOCK_MIN_ROWS - 1
+        assert np.array_equal(draws.integers(keys[:few], bounds[:few], count), want[:few])
     big = np.array([[2**40, 3, k] for k in range(4)])  # a seed of two words: numpy's path
     want = np.stack([np.random.default_rng(k.tolist()).integers(0, 50, count) for k in big])
     assert np.array_equal(draws.integers(big, np.full(4, 50), count), want)
@@ -468,6 +470,8 @@ def test_batched_uniforms_are_numpys_random_bit_for_bit(count):
         keys[:, 1] = 1_000_015
         want = np.stack([np.random.default_rng(k.tolist()).random(count) for k in keys])
         assert np.array_equal(draws.uniforms(keys, count), want)
+        few = draws.BLOCK_MIN_ROWS - 1  # numpy's own generators, below the block's size
+        assert np.array_equal(draws.uniforms(keys[:few], count), want[:few])
     big = np.array([[2**40, 3, k] for k in range(4)])
     want = np.stack([np.random.default_rng(k.tolist()).random(count) for k in big])
     assert np.array_equal(draws.uniforms(big, count), want)
