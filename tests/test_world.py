@@ -275,6 +275,21 @@ def test_a_cohorts_fates_drawn_at_once_are_each_members_own(scenario):
         seen += one_by_one
     assert {f.slowdown for f in seen} == {1.0, drawn.clients.slowdown_factor}
     assert {f.drop_phase for f in seen} == {0, 1, 2, 3}
+    # sessions' ends (check during) asked for the cohort in one call: each member's own
+    diurnal, _ = build(
+        three_clients(
+            scenario,
+            clients={"dropout_probability": 0.5, "availability": {"kind": "diurnal"}},
+        )
+    )
+    ends = set()
+    for hour in range(0, 24, 5):
+        diurnal.env = type(diurnal.env)(initial_time=hour * 3600.0)
+        tag = Tag("round_trip", hour + 1)
+        one_by_one = [diurnal.trip_fate(c, tag, w) for c, w in zip(cohort, works)]
+        assert diurnal.trip_fates(cohort, tag, works) == one_by_one
+        ends |= {f.cut_s > diurnal.env.now for f in one_by_one}
+    assert ends == {True, False}  # online members with a session's end, and offline ones
 
 
 def test_a_sure_fate_is_what_the_drawn_path_gives(scenario):

@@ -682,15 +682,24 @@ class World:
         return self.fate(client, tag.step, Stream.BEHAVIOUR, (tag.step, client), work)
 
     def trip_fates(self, cohort: list[int], tag: Tag, works: list[tuple]) -> list[Fate]:
-        """`trip_fate` of every member at once: the same draws, the members' generators run
-        as one block (`flnet.draws.uniforms`, a tenth of the time of a generator each)."""
+        """`trip_fate` of every member at once: the same answers, the members' behaviour
+        generators run as one block (`flnet.draws.uniforms`) and their sessions' ends asked
+        in one call."""
         if self.fates_sure:
             return [SURE] * len(cohort)
-        keys = [stream_key(self.seed, Stream.BEHAVIOUR, tag.step, c) for c in cohort]
-        drawn = draws.uniforms(np.array(keys), 3).tolist() if self._draws_fates else None
+        n = len(cohort)
+        drawn: list = [None] * n
+        if self._draws_fates:
+            keys = [stream_key(self.seed, Stream.BEHAVIOUR, tag.step, c) for c in cohort]
+            drawn = draws.uniforms(np.array(keys), 3).tolist()
+        ends_s: list = [None] * n
+        avail = self.clients.availability
+        if avail.kind != "always" and avail.check == "during":
+            ids = np.asarray(cohort, dtype=np.int64)
+            ends_s = self.availability.online_until(ids, self.env.now, tag.step).tolist()
         return [
-            self._drawn_fate(c, tag.step, Stream.BEHAVIOUR, (tag.step, c), w, None, u)
-            for c, w, u in zip(cohort, works, drawn or [None] * len(cohort))
+            self._drawn_fate(c, tag.step, Stream.BEHAVIOUR, (tag.step, c), w, None, u, e)
+            for c, w, u, e in zip(cohort, works, drawn, ends_s)
         ]
 
     @property
@@ -744,16 +753,22 @@ class World:
         work: tuple,
         start_s: float | None = None,
         drawn: list[float] | None = None,
+        session_end_s: float | None = None,
     ) -> Fate:
         """`fate`, the general path: the session's end, the battery and the draws (`drawn`:
-        the stream's three uniforms, where the caller drew them already)."""
+        the stream's three uniforms, `session_end_s`: the session's end, where the caller
+        asked them already)."""
         cfg = self.clients
         avail = cfg.availability
         now, ids = self.env.now, np.asarray([client], dtype=np.int64)
         cut_s, judge = math.inf, None
         if avail.kind != "always":
             if avail.check == "during":
-                cut_s = float(self.availability.online_until(ids, now, draw)[0])
+                cut_s = (
+                    float(self.availability.online_until(ids, now, draw)[0])
+                    if session_end_s is None
+                    else session_end_s
+                )
             else:
                 judge = functools.partial(self._judged, client, draw)
 
