@@ -273,12 +273,13 @@ def channel_report(reps: int) -> None:
             best = min(best, time.process_time() - start)
         return best / n * 1e6
 
-    def at_once_us(n: int, solve: bool) -> float:
+    def at_once_us(kind, n: int, solve: bool) -> float:
         """The same transfers computed at once (flnet.sim.at_once): replayed step by step
-        without SimPy, or solved as a triangular system."""
+        without SimPy (by the band's own steps: floats or arrays), or solved as a triangular
+        system (`SharedBand.replays_up_to` is where the replay stops being the quicker)."""
         rng = np.random.default_rng(0)
         snr_hz = (10 ** rng.uniform(6, 9, n)).tolist()
-        band = SharedBand(simpy.Environment(), 20e6)
+        band = kind(simpy.Environment(), 20e6)
         how = band.solve_alone if solve else band.schedule_alone
         best = float("inf")
         for _ in range(max(reps, 3)):
@@ -288,12 +289,13 @@ def channel_report(reps: int) -> None:
         return float("nan") if schedule is None else best / n * 1e6
 
     print("shared band, CPU-us per transfer (n under way at once):")
-    for n in (10, 100, 1000):
+    for n in (2, 5, 10, 100, 1000):
         floats, arrays = per_transfer_us(SharedBand, n), per_transfer_us(SharedBandArrays, n)
-        replay, solved = at_once_us(n, False), at_once_us(n, True)
+        replays = [at_once_us(kind, n, False) for kind in (SharedBand, SharedBandArrays)]
+        solved = at_once_us(SharedBand, n, True)
         print(
             f"  n = {n:4d}: Python floats {floats:7.1f}, numpy arrays {arrays:7.1f}; at once: "
-            f"replayed {replay:7.1f}, solved {solved:7.1f}"
+            f"replayed {replays[0]:7.1f} (arrays {replays[1]:7.1f}), solved {solved:7.1f}"
         )
 
 

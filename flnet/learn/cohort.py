@@ -208,10 +208,10 @@ class DenseStack:
     `descend` takes a plain SGD step on the parameters as `split` lays them out, one contiguous
     tensor per parameter: each weight's step is then one GEMM, ``W += (-lr) dZ^T A``
     (`baddbmm_`), which writes no gradient and reads none back (in the [C, P] vector a weight is
-    a strided slice, which torch's batched GEMM cannot write in place). On W1 this takes about
-    60 us off a step of 850. The GEMM adds ``-lr`` times its sum where the unfused step adds the
-    rounded gradient times ``-lr``: equal up to float rounding (tests compare within
-    tests/tolerance.py; W1's curve is unchanged).
+    a strided slice, which torch's batched GEMM cannot write in place): benchmarks/bench.py's
+    row (a) printed 59% of the matmul peak before it and 66% after. The GEMM adds ``-lr``
+    times its sum where the unfused step adds the rounded gradient times ``-lr``: equal up to
+    float rounding (tests compare within tests/tolerance.py; W1's curve is unchanged).
     """
 
     def __init__(self, layers: list[_Dense]) -> None:

@@ -140,8 +140,8 @@ class SharedBand(Channel):
 
     shared = True
     # up to this many transfers `schedule_alone` is quicker than `solve_alone` (and exact):
-    # about 10 for floats, 2 for arrays (best CPU-us of 20, all arriving at once, n = 2, 5,
-    # 10: floats 6, 13, 30, arrays 23, 54, 109; the solve 31 to 33)
+    # benchmarks/bench.py's shared-band lines print both per transfer at n = 2, 5, 10 (the
+    # arrays band's replay too: its own `replays_up_to`)
     replays_up_to = 8
 
     def __init__(self, env: simpy.Environment, bandwidth_hz: float) -> None:

@@ -259,7 +259,7 @@ def _columns(rows: list[tuple]) -> dict[str, np.ndarray]:
 
 def _write_csv(columns: dict[str, np.ndarray], f: Any) -> None:
     """The journal's lines for `columns` (`_columns`), without a header, into the binary file
-    `f`: Arrow's CSV writer, three times faster than formatting rows in Python. It writes each
+    `f`: Arrow's CSV writer, formatting in C what Python would a row at a time. It writes each
     float as the shortest text that reads back to the same double (double-conversion's
     ToShortest: ``1``, ``-0``, ``1e-7``, ``inf``), so `load_journal`'s float() gets every bit
     back (tests/test_ledger.py checks doubles across the whole range)."""
