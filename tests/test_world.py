@@ -260,7 +260,8 @@ def test_client_selection_is_each_rounds_own_draw_in_any_order(scenario):
 
 def test_a_cohorts_fates_drawn_at_once_are_each_members_own(scenario):
     """World.trip_fates runs the members' behaviour generators as one block: every member's
-    fate (slowdown, dropout phase and share) is the one its own trip would draw."""
+    fate (slowdown, dropout phase and share) is `fate`'s for it alone, keyed (round, client)."""
+    from flnet.rng import Stream
     from flnet.runner import build
     from flnet.sim.ledger import Tag
 
@@ -270,7 +271,7 @@ def test_a_cohorts_fates_drawn_at_once_are_each_members_own(scenario):
     cohort, works, seen = [2, 0, 1], [(BITS, 1e9, BITS), (2 * BITS, 3e9, BITS), (BITS, 1e8, 3)], []
     for t in range(1, 16):
         tag = Tag("round_trip", t)
-        one_by_one = [drawn.trip_fate(c, tag, w) for c, w in zip(cohort, works)]
+        one_by_one = [drawn.fate(c, t, Stream.BEHAVIOUR, (t, c), w) for c, w in zip(cohort, works)]
         assert drawn.trip_fates(cohort, tag, works) == one_by_one
         seen += one_by_one
     assert {f.slowdown for f in seen} == {1.0, drawn.clients.slowdown_factor}
@@ -286,7 +287,10 @@ def test_a_cohorts_fates_drawn_at_once_are_each_members_own(scenario):
     for hour in range(0, 24, 5):
         diurnal.env = type(diurnal.env)(initial_time=hour * 3600.0)
         tag = Tag("round_trip", hour + 1)
-        one_by_one = [diurnal.trip_fate(c, tag, w) for c, w in zip(cohort, works)]
+        one_by_one = [
+            diurnal.fate(c, hour + 1, Stream.BEHAVIOUR, (hour + 1, c), w)
+            for c, w in zip(cohort, works)
+        ]
         assert diurnal.trip_fates(cohort, tag, works) == one_by_one
         ends |= {f.cut_s > diurnal.env.now for f in one_by_one}
     assert ends == {True, False}  # online members with a session's end, and offline ones

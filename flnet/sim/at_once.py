@@ -2,7 +2,7 @@
 
 When no battery can cut work (`World.fates_known`) and every band is dedicated or a shared
 band idle at the start, a round trip is a closed system: each member's fate
-(`World.trip_fate`, the event path's own draws: a slowdown, a dropout phase and the share of
+(`World.trip_fates`, the event path's own draws: a slowdown, a dropout phase and the share of
 that phase's work, its session's end, its upload's judge) is known when it starts, its
 download ends at ``t0 + bits / rate``, its compute ``duration * slowdown`` after that, and its
 upload when the uplink lets it; a member dropped in a phase runs that phase's job on its
@@ -49,7 +49,7 @@ from flnet.sim.channel import Channel, Schedule, SharedBand, TraceRateChannel
 from flnet.sim.ledger import NOBODY, SERVER, Tag
 
 if TYPE_CHECKING:
-    from flnet.sim.world import World
+    from flnet.sim.world import Fate, World
 
 DEDICATED = (Channel, TraceRateChannel)
 
@@ -84,10 +84,12 @@ def plan(
     tag: Tag,
     deadline_s: float | None,
     keep: int,
+    fates: list[Fate],
 ) -> Plan | None:
-    """The round trip of `cohort` starting now, with its ledger rows to write when the clock
-    gets to its end (an interrupted run keeps no row from beyond its clock); None where it
-    must be simulated event by event. The server stops waiting once `keep` members have
+    """The round trip of `cohort` starting now, its members' `fates` drawn as their trips
+    start (`World.trip_fates`), with its ledger rows to write when the clock gets to its end
+    (an interrupted run keeps no row from beyond its clock); None where it must be simulated
+    event by event. The server stops waiting once `keep` members have
     delivered (the rest: cancelled), everyone has arrived or dropped, or at `deadline_s` (the
     rest: deadline)."""
     net = world.network
@@ -100,7 +102,6 @@ def plan(
     # each member's fate, as its trip draws it; the work it runs of each phase, as
     # `_Trip` starts it (its share of the drop phase's bits or FLOPs, x 1.0 elsewhere)
     sure = world.fates_sure  # every fate SURE: nothing to draw or share
-    fates = [] if sure else world.trip_fates(clients, tag, list(zip(down_bits, flops, up_bits)))
     drop = [3] * n if sure else [f.drop_phase for f in fates]  # 3: it never drops
     # its session's end (check during; inf: none) and its upload's judge (check at_completion)
     session_end = [inf] * n if sure else [f.cut_s for f in fates]

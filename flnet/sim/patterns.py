@@ -108,7 +108,7 @@ def round_trip(
     (nobody online at selection) lasts IDLE_RETRY_S: the server waits that long before the next
     round looks for clients again, so the clock moves on to when someone is online.
     Where what can stop the members' work is known when it starts (their fates, drawn as
-    their trips start: `World.trip_fate`: slowdowns, dropouts, a session's end, an upload's
+    their trips start: `World.trip_fates`: slowdowns, dropouts, a session's end, an upload's
     judge; no battery), the World computes the whole round at once (`World.trips_at_once`,
     `flnet.sim.at_once`): the same rows, outcomes and instants.
     """
@@ -121,7 +121,9 @@ def round_trip(
     down_bits, up_bits = _per_member(down.bits, n), _per_member(up.bits, n)
     step = Tag("round_trip", tag)
     flops = np.broadcast_to(np.asarray(work_flops, dtype=float), (n,)).tolist()
-    plan = world.trips_at_once(cohort, down_bits, flops, up_bits, step, deadline_s, keep)
+    # each member's fate, drawn as its trip starts (the cohort's at once), for either path
+    fates = world.trip_fates(cohort.tolist(), step, list(zip(down_bits, flops, up_bits)))
+    plan = world.trips_at_once(cohort, down_bits, flops, up_bits, step, deadline_s, keep, fates)
     if plan is not None:  # nothing but the server could stop anyone: computed at once
         yield world.wait_until(plan.end_s)
         world.ledger.extend(plan.rows)
@@ -131,8 +133,8 @@ def round_trip(
         return Delivery(plan.positions, plan.outcomes, plan.completed, start, world.now)
     gather = _Gather(world, n, keep)
     trips = [
-        _Trip(world, gather, pos, client, step, down_bits[pos], flops, up_bits[pos])
-        for pos, (client, flops) in enumerate(zip(cohort.tolist(), np.asarray(work_flops).tolist()))
+        _Trip(world, gather, pos, client, step, down_bits[pos], flops[pos], up_bits[pos], fate)
+        for pos, (client, fate) in enumerate(zip(cohort.tolist(), fates))
     ]
     if deadline_s is None:
         yield gather.done
@@ -210,11 +212,12 @@ class _Trip:
         down_bits: float,
         flops: float,
         up_bits: float,
+        fate: Fate,
     ) -> None:
         self.world, self.gather, self.pos, self.client, self.tag = (world, gather, pos, client, tag)
         self.flops, self.up_bits = flops, up_bits
         self.computed = self.over = False
-        self.fate = fate = world.trip_fate(client, tag, (down_bits, flops, up_bits))
+        self.fate = fate  # `World.trip_fates`'s
         share, ends = fate.portion(0)
         self.job: Job = world.start_transfer(
             SERVER, client, down_bits * share, tag, then=self._downloaded, ends_as=ends

@@ -236,7 +236,7 @@ class AbstractWorld(Protocol):
         start_s: float | None = None,
     ) -> Fate: ...
 
-    def trip_fate(self, client: int, tag: Tag, work: tuple) -> Fate: ...
+    def trip_fates(self, cohort: list[int], tag: Tag, works: list[tuple]) -> list[Fate]: ...
 
     def end_at(self, t_s: float, stop: Callable[[str], None], outcome: str) -> int: ...
 
@@ -271,6 +271,7 @@ class AbstractWorld(Protocol):
         tag: Tag,
         deadline_s: float | None,
         keep: int,
+        fates: list[Fate],
     ) -> Plan | None: ...
 
     def wait_until(self, t_s: float) -> simpy.Event: ...
@@ -676,15 +677,12 @@ class World:
             return SURE
         return self._drawn_fate(client, draw, stream, keys, work, start_s)
 
-    def trip_fate(self, client: int, tag: Tag, work: tuple) -> Fate:
-        """A round trip member's `fate`: drawn from the behaviour stream at (round, client),
-        whether its trip goes event by event (`patterns.round_trip`) or at once (`at_once`)."""
-        return self.fate(client, tag.step, Stream.BEHAVIOUR, (tag.step, client), work)
-
     def trip_fates(self, cohort: list[int], tag: Tag, works: list[tuple]) -> list[Fate]:
-        """`trip_fate` of every member at once: the same answers, the members' behaviour
-        generators run as one block (`flnet.draws.uniforms`) and their sessions' ends asked
-        in one call."""
+        """Each round trip member's `fate` as its trip starts (drawn from the behaviour stream
+        at (round, client)), whether the round goes event by event (`patterns.round_trip`) or
+        at once (`at_once`): the same answers as `fate` a member at a time, the members'
+        behaviour generators run as one block (`flnet.draws.uniforms`) and their sessions'
+        ends asked in one call."""
         if self.fates_sure:
             return [SURE] * len(cohort)
         n = len(cohort)
@@ -737,12 +735,13 @@ class World:
         tag: Tag,
         deadline_s: float | None,
         keep: int,
+        fates: list[Fate],
     ) -> Plan | None:
         """`cohort`'s round trips starting now computed at once where what can stop them is
         known when they start (the server's `keep` arrivals and `deadline_s`, each member's
-        fate: no battery; `flnet.sim.at_once`), with the ledger rows to write at their end;
-        None where they go event by event."""
-        return at_once.plan(self, cohort, down_bits, flops, up_bits, tag, deadline_s, keep)
+        fate (`trip_fates`): no battery; `flnet.sim.at_once`), with the ledger rows to write
+        at their end; None where they go event by event."""
+        return at_once.plan(self, cohort, down_bits, flops, up_bits, tag, deadline_s, keep, fates)
 
     def _drawn_fate(
         self,
