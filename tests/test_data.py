@@ -488,6 +488,17 @@ def test_seed_states_are_seedsequences_bit_for_bit(width):
     assert np.array_equal(draws.seed_states(keys), np.stack(want))
 
 
+def test_work_keys_are_each_clients_work_key():
+    """The cohort's keys built as columns are, row by row, the generator keys `work_rng` uses:
+    a round's [seed, t, k], a stream's [seed, WORK, k, count], a second draw's stream key."""
+    clients, counts = np.array([4, 0, 5]), np.array([2, 0, 7])
+    for work_counts, stream in ((None, None), (counts, None), (None, rng.Stream.DUAL_BATCH)):
+        keys = data.work_keys(3, 9, clients, work_counts, stream)
+        assert keys.dtype == np.int64
+        want = [data.work_key(3, 9, k, row, work_counts, stream) for row, k in enumerate(clients)]
+        assert keys.tolist() == want
+
+
 def test_minibatches_are_each_clients_own_generator_draws():
     """Client k's rows in round t are default_rng([seed, t, k]).integers(0, n_k, (s_k, B)) of
     its own rows; steps past s_k repeat its last step."""

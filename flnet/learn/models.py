@@ -29,9 +29,11 @@ convolutions and pools fit.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
 import math
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
@@ -368,7 +370,16 @@ def build(
     device: torch.device,
 ) -> Model:
     """Initialise with torch's default init under `seed`, without touching the global RNG."""
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
+    with seeded(seed):
         module = build_module(config, input_shape, num_classes)
     return Model(module.to(device), input_shape)
+
+
+@contextlib.contextmanager
+def seeded(seed: int) -> Iterator[None]:
+    """torch's CPU generator seeded with `seed` inside, as it was after: modules built on the
+    CPU get torch's default init under `seed`. (torch.manual_seed would also seed every CUDA
+    device's generator, which fork_rng(devices=[]) does not restore, and costs a stack trace.)"""
+    with torch.random.fork_rng(devices=[]):
+        torch.random.default_generator.manual_seed(seed)
+        yield

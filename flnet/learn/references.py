@@ -69,7 +69,6 @@ def own(model: Any) -> Charged:
 def charged(name: str) -> Charged:
     """The reference `name`'s parameters, training and forward FLOPs per sample, counted by
     building it (on the CPU, seed 0: the count does not depend on the weights)."""
-    import torch
     from pydantic import TypeAdapter
 
     from flnet.learn import models
@@ -77,7 +76,6 @@ def charged(name: str) -> Charged:
 
     ref = REFERENCES[name]
     config = TypeAdapter(ModelConfig).validate_python({"kind": ref.kind})
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(0)
+    with models.seeded(0):
         module = models.build_module(config, ref.input_shape, ref.num_classes)
     return own(models.Model(module, ref.input_shape))._replace(name=name)

@@ -375,6 +375,24 @@ def work_key(
     return stream_key(seed, Stream.WORK, client, int(work_counts[row]))
 
 
+def work_keys(
+    seed: int,
+    round: int,
+    clients: np.ndarray,
+    work_counts: np.ndarray | None,
+    stream: Stream | None = None,
+) -> np.ndarray:
+    """[C, L] int64: row i is `work_key` of clients[i] (row i of `work_counts`), as columns."""
+    clients = np.asarray(clients, dtype=np.int64)
+    if stream is not None:
+        head, tail = stream_key(seed, stream, round), [clients]
+    elif work_counts is None:
+        head, tail = minibatch_key(seed, round, 0)[:-1], [clients]  # [seed, round] + client
+    else:
+        head, tail = stream_key(seed, Stream.WORK), [clients, np.asarray(work_counts, np.int64)]
+    return np.column_stack([np.full(len(clients), v, dtype=np.int64) for v in head] + tail)
+
+
 def work_rng(
     seed: int,
     round: int,
@@ -409,11 +427,9 @@ def minibatches(
     clients = np.asarray(clients, dtype=np.int64)
     t_max = int(np.max(steps))
     sizes = data.num_samples[clients]
-    keys = [
-        work_key(seed, round, k, row, work_counts, stream) for row, k in enumerate(clients.tolist())
-    ]
+    keys = work_keys(seed, round, clients, work_counts, stream)
     # every client draws t_max * B (its own s_k * B first, as integers(0, n_k, (s_k, B)) would)
-    local = draws.integers(np.array(keys).reshape(len(clients), -1), sizes, t_max * batch_size)
+    local = draws.integers(keys, sizes, t_max * batch_size)
     local = local.reshape(len(clients), t_max, batch_size)
     for row in np.flatnonzero(np.asarray(steps) < t_max).tolist():
         local[row, steps[row] :] = local[row, steps[row] - 1]

@@ -41,10 +41,9 @@ def _random_relu(x: np.ndarray, dim: int, seed: int) -> np.ndarray:
 
 
 def _resnet18(x: np.ndarray, seed: int, chunk: int = 256) -> np.ndarray:
-    from flnet.learn.models import resnet18_trunk
+    from flnet.learn.models import resnet18_trunk, seeded
 
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
+    with seeded(seed):
         trunk = resnet18_trunk(x.shape[1]).eval()
     with torch.inference_mode():
         return torch.cat(
