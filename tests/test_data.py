@@ -452,6 +452,11 @@ def test_batched_draws_are_numpys_integers_bit_for_bit(count):
         assert np.array_equal(draws.integers(keys, bounds, count), want)
         few = draws.BLOCK_MIN_ROWS - 1
         assert np.array_equal(draws.integers(keys[:few], bounds[:few], count), want[:few])
+        # a bound above 2**32 (numpy's 64-bit path) among the block's rows
+        wide = bounds.copy()
+        wide[3] = 2**40
+        want[3] = np.random.default_rng(keys[3].tolist()).integers(0, 2**40, count)
+        assert np.array_equal(draws.integers(keys, wide, count), want)
     big = np.array([[2**40, 3, k] for k in range(4)])  # a seed of two words: numpy's path
     want = np.stack([np.random.default_rng(k.tolist()).integers(0, 50, count) for k in big])
     assert np.array_equal(draws.integers(big, np.full(4, 50), count), want)

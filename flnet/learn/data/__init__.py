@@ -436,7 +436,8 @@ def minibatches(
     if data.lazy is None:
         views = data.client_indices
         assert views is not None  # data in memory has its views
-        out = views.indices[local + views.offsets[views.slot(clients)][:, None, None]]
+        local += views.offsets[views.slot(clients)][:, None, None]  # in place: no temporary
+        out = views.indices[local]
     else:
         out = local + np.concatenate([[0], np.cumsum(sizes)[:-1]])[:, None, None]
     return torch.from_numpy(out).to(data.x_train.device)
