@@ -51,15 +51,27 @@ SMALL_MODEL_PARAMS = 5_000_000  # below this, one torch thread: batching is the 
 
 @dataclass
 class Result:
-    """What a run returns: the two tables, a summary, and where they were written."""
+    """What a run returns: the two tables, a summary, and where they were written. The ledger
+    is made a DataFrame when first read (`ledger`): a caller that reads only the records or the
+    summary (a sweep's points, a benchmark) does not pay for it."""
 
     records: pd.DataFrame
-    ledger: pd.DataFrame | None  # None only in the partial results written at checkpoints
+    # the ledger, or what makes it; None only in the partial results written at checkpoints
+    ledger_table: pd.DataFrame | Callable[[], pd.DataFrame] | None
     summary: dict
     scenario: Scenario
     output_dir: Path | None = None
     partition: pd.DataFrame = field(default_factory=pd.DataFrame)
     checkpoint_round: int | None = None  # the round of the checkpoint on disk, if any
+
+    @property
+    def ledger(self) -> pd.DataFrame | None:
+        if callable(self.ledger_table):
+            self.ledger_table = self.ledger_table()
+        return self.ledger_table
+
+    def __getstate__(self) -> dict:  # pickled (a sweep's worker to its driver) with the table
+        return {**self.__dict__, "ledger_table": self.ledger}
 
 
 class StopRules:
@@ -561,7 +573,7 @@ class Run:
             summary["inputs"] = self.inputs
         return Result(
             records,
-            world.ledger.frame() if ledger else None,
+            world.ledger.frame if ledger else None,
             summary,
             self.scenario,
             self.output_dir,

@@ -252,3 +252,22 @@ def test_the_collector_settings_of_a_run_are_undone_after_it_even_when_it_raises
             assert gc.get_threshold() == before and not gc.get_freeze_count()
     finally:
         gc.enable()
+
+
+def test_the_ledger_is_made_when_first_read_and_travels_made(tmp_path):
+    """A run returns its ledger unmade; read, it holds every row of the run (their joules add
+    up to the summary's), and a pickled Result (a sweep worker's) carries it made."""
+    import math
+    import pickle
+
+    import pandas as pd
+
+    res = run(write_scenario(tmp_path, rounds=3), write=False)
+    assert callable(res.ledger_table)
+    sent = pickle.loads(pickle.dumps(res))
+    assert isinstance(sent.ledger_table, pd.DataFrame)
+    ledger = res.ledger
+    assert isinstance(res.ledger_table, pd.DataFrame) and res.ledger is ledger
+    pd.testing.assert_frame_equal(sent.ledger, ledger)
+    assert math.fsum(ledger.energy_j) == res.summary["energy_j"]
+    assert (ledger["round"].max(), len(ledger) > 0) == (3, True)
