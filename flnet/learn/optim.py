@@ -45,6 +45,7 @@ in the trainer's loss instead.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -508,8 +509,10 @@ def delta_sgd(
     return chain(scale_by_delta(eta0, theta0, gamma, delta), scale_by_learning_rate(1.0))
 
 
+@functools.lru_cache(maxsize=16)
 def from_config(local: LocalConfig) -> GradientTransformation:
-    """The client optimizer a scenario's `local:` section asks for (`flnet.config`)."""
+    """The client optimizer a scenario's `local:` section asks for (`flnet.config`). Made once
+    per section (they are frozen, and a transform holds no state of its own), not every round."""
     opt = local.optimizer
 
     def lr(default_lr: float) -> float:  # methods with a learning rate of their own
