@@ -280,3 +280,26 @@ def test_the_records_levels_for_all_clients_at_once_are_each_clients_level(windo
         assert capacity.tolist() == [b.cell(c).capacity_j for c in b._levels]
         out.append(int(locked.sum()))
     assert 0 < max(out) and min(out) < len(locked)
+
+
+def test_a_results_unread_ledger_does_not_keep_the_world_alive(scenario):
+    """The ledger feeds the batteries through the world while the run goes; a Result holds the
+    ledger until its table is read, and the world (its columns, its batteries) is freed."""
+    import gc
+    import weakref
+
+    class Held:
+        def on_start(self, world):
+            self.world = weakref.ref(world)
+
+        def on_progress(self, world, progress, stopping):
+            return None
+
+        def on_end(self, world, reason):
+            pass
+
+    held = Held()
+    res = run(scenario(**BATTERY_RUN, run={"rounds": 2}), write=False, observers=(held,))
+    gc.collect()
+    assert callable(res.ledger_table) and held.world() is None
+    assert len(res.ledger) > 0

@@ -384,6 +384,9 @@ class World:
     def end(self) -> None:
         for obs in self.observers:
             obs.on_end(self, self._stop_reason)
+        # no row comes after the end: the ledger lets go of the world (a run's Result holds
+        # the ledger until its table is read, not the world's columns and batteries)
+        self.ledger.on_row = None
 
     def publish(self, progress: Progress) -> None:
         """A step is done: stamp time and events, let observers evaluate, record, checkpoint,
