@@ -9,13 +9,15 @@ import pytest
 
 from flnet.errors import FlnetError
 from flnet.runner import run
-from flnet.sim.ledger import Ledger, Tag
+from flnet.sim.ledger import Ledger, Tag, block, block_of
 
 
-def _filled(n=500, seed=1):
-    ledger, rng = Ledger(), random.Random(seed)
-    for i in range(n):  # joules over 12 orders of magnitude: naive sums lose bits
-        ledger.add(
+def _rows(n=500, seed=1):
+    """Rows as `Ledger.add` takes them: joules over 12 orders of magnitude (naive sums lose
+    bits)."""
+    rng = random.Random(seed)
+    return [
+        (
             Tag("stream", i // 10),
             i % 7,
             -1,
@@ -25,7 +27,16 @@ def _filled(n=500, seed=1):
             rng.random() * 10 ** rng.randint(-9, 3),
             rng.random() * 1e6,
             1e6 / 3,
+            "ok",
         )
+        for i in range(n)
+    ]
+
+
+def _filled(n=500, seed=1):
+    ledger = Ledger()
+    for row in _rows(n, seed):
+        ledger.add(*row)
     return ledger
 
 
@@ -36,37 +47,116 @@ def test_total_energy_is_fsum_of_the_rows_bit_for_bit():
     assert sum(joules) != math.fsum(joules)  # the test would not see a naive running sum
 
 
-def test_extend_keeps_the_rows_and_exact_totals_that_adding_them_one_by_one_keeps():
-    source, rng = _filled(400, seed=3), random.Random(4)
-    rows = [
-        (*row[:6], -row[6], *row[7:]) if i % 3 == 0 else row for i, row in enumerate(source._rows)
+def _mixed_rows(n=400, seed=3):
+    """Rows of mixed kinds and outcomes, joules of both signs."""
+    kinds, outcomes = ["download", "compute", "upload"], ["ok", "dropped", "deadline"]
+    return [
+        (*row[:3], kinds[i % 3], *row[4:6], -row[6] if i % 3 == 0 else row[6], *row[7:9])
+        + (outcomes[i % 5 % 3],)
+        for i, row in enumerate(_rows(n, seed))
     ]
+
+
+def _columns_equal(a, b):
+    assert list(a) == list(b)
+    for c in a:  # floats compared bit for bit (as int64 views), ints and codes exactly
+        x, y = np.asarray(a[c]), np.asarray(b[c])
+        assert x.dtype == y.dtype and np.array_equal(
+            x.view(np.int64) if x.dtype.kind == "f" else x,
+            y.view(np.int64) if y.dtype.kind == "f" else y,
+        ), c
+
+
+def test_extend_keeps_the_rows_and_exact_totals_that_adding_them_one_by_one_keeps():
+    rows, rng = _mixed_rows(), random.Random(4)
     kinds = ["download", "compute", "upload"]
-    rows = [(*row[:3], kinds[i % 3], *row[4:]) for i, row in enumerate(rows)]  # mixed kinds
-    one, block = Ledger(), Ledger()
+    one, blocks = Ledger(), Ledger()
     for row in rows:
         one.add(*row)
     cut = sorted(rng.sample(range(1, len(rows)), 5))
     for a, b in zip([0, *cut], [*cut, len(rows)]):  # in blocks, each joining what is summed
-        block.extend(rows[a:b])
-    assert block._rows == one._rows
+        blocks.extend(block_of(rows[a:b]))
+    _columns_equal(blocks.columns(), one.columns())
     for kind in kinds:  # every kind's joules sum exactly: + and - over 12 orders of magnitude
         joules = [r[6] for r in rows if r[3] == kind]
-        assert block.energy_j[kind] == one.energy_j[kind] == math.fsum(joules)
+        assert blocks.energy_j[kind] == one.energy_j[kind] == math.fsum(joules)
         assert math.fsum(joules) != sum(joules)
-    assert block.total_energy_j == one.total_energy_j
-    assert block.bits == one.bits  # summed in row order, as add does
-    block.add(*rows[0])  # the partials extend left go on taking rows one by one
+    assert blocks.total_energy_j == one.total_energy_j
+    assert blocks.bits == one.bits  # summed in row order, as add does
+    assert sum(r[7] for r in rows if r[3] == "upload") != math.fsum(
+        r[7] for r in rows if r[3] == "upload"
+    )  # the order of the sum shows in its bits
+    blocks.add(*rows[0])  # the partials extend left go on taking rows one by one
     one.add(*rows[0])
-    assert block.energy_j == one.energy_j
+    assert blocks.energy_j == one.energy_j
+    assert len(blocks) == len(one) == len(rows) + 1
+
+
+def test_blocks_and_tuples_mixed_give_the_rows_journal_and_resume_of_tuples_alone(tmp_path):
+    """Runs of `add` between blocks (`extend`), flushed at checkpoints in between: the same
+    columns, frame, journal bytes, totals and `on_row` calls as every row added alone, and
+    a journal that resumes to the same ledger."""
+    rows, rng = _mixed_rows(300, seed=5), random.Random(6)
+    one, mixed = Ledger(), Ledger()
+    seen_one, seen_mixed = [], []
+    one.on_row = lambda *a: seen_one.append(a)
+    mixed.on_row = lambda *a: seen_mixed.append(a)
+    paths = tmp_path / "one.csv", tmp_path / "mixed.csv"
+    cut = sorted(rng.sample(range(1, len(rows)), 12))
+    for i, (a, b) in enumerate(zip([0, *cut], [*cut, len(rows)])):
+        for row in rows[a:b]:
+            one.add(*row)
+        if i % 3 == 2:
+            for row in rows[a:b]:
+                mixed.add(*row)
+        else:
+            mixed.extend(block_of(rows[a:b]))
+        if i % 4 == 1:  # a checkpoint: each flushes its new rows
+            assert one.flush(paths[0]) == mixed.flush(paths[1])
+            mixed.columns()  # converting in between changes nothing
+    assert one.flush(paths[0]) == mixed.flush(paths[1])
+    assert paths[0].read_bytes() == paths[1].read_bytes()
+    assert seen_mixed == seen_one and len(seen_one) == len(rows)  # every client row, in order
+    pd.testing.assert_frame_equal(mixed.frame(), one.frame(), check_exact=True)
+    assert (mixed.total_energy_j, mixed.energy_j, mixed.bits) == (
+        one.total_energy_j,
+        one.energy_j,
+        one.bits,
+    )
+    again = Ledger()
+    again.load_journal(paths[1], *mixed.flush(paths[1]))
+    _columns_equal(again.columns(), mixed.columns())
+    assert (again.total_energy_j, again.bits) == (mixed.total_energy_j, mixed.bits)
+
+
+def test_a_block_holds_its_columns_one_value_or_one_per_row():
+    from flnet.sim.ledger import KINDS, OUTCOMES
+
+    tag, node = Tag("round_trip", 4), np.array([3, 1])
+    got = block(
+        tag,
+        node,
+        -1,
+        np.array([0, 2]),
+        0.5,
+        np.array([1.0, 2.0]),
+        np.array([0.1, 0.2]),
+        8.0,
+        0.0,
+        np.array([0, 1]),
+    )
+    rows = [
+        (tag, 3, -1, KINDS[0], 0.5, 1.0, 0.1, 8.0, 0.0, OUTCOMES[0]),
+        (tag, 1, -1, KINDS[2], 0.5, 2.0, 0.2, 8.0, 0.0, OUTCOMES[1]),
+    ]
+    _columns_equal(got, block_of(rows))
 
 
 def test_journal_appends_only_new_rows_and_replays_exactly(tmp_path):
     ledger, path = _filled(300), tmp_path / "journal.csv"
     rows, size = ledger.flush(path)
     head = path.read_bytes()
-    more = _filled(50, seed=2)
-    for row in more._rows:
+    for row in _rows(50, seed=2):
         ledger.add(*row)
     rows2, size2 = ledger.flush(path)
     assert (rows, rows2) == (300, 350) and size2 > size
@@ -96,7 +186,9 @@ def test_journal_gives_back_every_double_bit_for_bit(tmp_path):
     path = tmp_path / "journal.csv"
     again = Ledger()
     again.load_journal(path, *ledger.flush(path))
-    written = [v for row in again._rows for v in row[4:9]]
+    cols = again.columns()
+    written = np.stack([cols[c] for c in ("start_s", "end_s", "energy_j", "bits", "flops")], 1)
+    written = written.ravel().tolist()
     assert np.array_equal(np.array(written).view(np.int64), np.array(values).view(np.int64))
     assert "\n0,round_trip,0,-1,upload," in path.read_text()  # the journal's plain CSV
 

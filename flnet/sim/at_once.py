@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING, NamedTuple, cast
 import numpy as np
 
 from flnet.sim.channel import Channel, Schedule, SharedBand, TraceRateChannel
-from flnet.sim.ledger import NOBODY, SERVER, Tag
+from flnet.sim.ledger import NOBODY, OUTCOMES, SERVER, Block, Tag, block, block_of, joined
 
 if TYPE_CHECKING:
     from flnet.sim.world import Fate, World
@@ -61,64 +61,74 @@ class Plan(NamedTuple):
     outcomes: list[str]  # [C] ok, or how the member was stopped
     completed: np.ndarray  # [C] bool: the member's local work completed
     end_s: float  # when the server stopped waiting
-    rows: list[tuple]  # its ledger rows (`Ledger.extend`'s), to write at end_s
+    rows: Block  # its ledger rows (`Ledger.extend`'s), to write at end_s
 
 
 class _Ends(NamedTuple):
-    """One phase's completions: end_s [C] per position, and the positions in the order SimPy
-    processes them (time, then scheduling order)."""
+    """One phase's completions: end_s [C] per position (inf: none), and the positions in the
+    order SimPy processes them (time, then scheduling order)."""
 
     end_s: np.ndarray
-    order: list[int]
+    order: np.ndarray
     schedule: Schedule | None  # on a shared band: its replay, to settle it by
     cancelled: dict[int, float] | None  # on a shared band: by position, the bits left of each
     # transfer its sender's session's end cancelled (`Schedule.cancelled`)
 
 
+OK, DROPPED = OUTCOMES.index("ok"), OUTCOMES.index("dropped")
+_OUTCOME_NAMES = np.array(OUTCOMES, dtype=object)
+
+
 def plan(
     world: World,
     cohort: np.ndarray,
-    down_bits: list[float],
-    flops: list[float],
-    up_bits: list[float],
+    down_bits: np.ndarray,
+    flops: np.ndarray,
+    up_bits: np.ndarray,
     tag: Tag,
     deadline_s: float | None,
     keep: int,
     fates: list[Fate],
 ) -> Plan | None:
-    """The round trip of `cohort` starting now, its members' `fates` drawn as their trips
-    start (`World.trip_fates`), with its ledger rows to write when the clock gets to its end
-    (an interrupted run keeps no row from beyond its clock); None where it must be simulated
-    event by event. The server stops waiting once `keep` members have
-    delivered (the rest: cancelled), everyone has arrived or dropped, or at `deadline_s` (the
-    rest: deadline)."""
+    """The round trip of `cohort` starting now (each member's bits and FLOPs [C]), its
+    members' `fates` drawn as their trips start (`World.trip_fates`), with its ledger rows to
+    write when the clock gets to its end (an interrupted run keeps no row from beyond its
+    clock); None where it must be simulated event by event. The server stops waiting once
+    `keep` members have delivered (the rest: cancelled), everyone has arrived or dropped, or
+    at `deadline_s` (the rest: deadline). Per-member Python runs only where fates are drawn
+    (or fading, or someone is stopped): the rest is array arithmetic, the event path's."""
     net = world.network
     down_band, up_band = net.downlink, net.uplink
     if not (world.fates_known and _closed(down_band) and _closed(up_band)):
         return None
     n = len(cohort)
-    clients = cohort.tolist()
     inf = math.inf
+    down_bits, flops, up_bits = (np.asarray(x, dtype=float) for x in (down_bits, flops, up_bits))
     # each member's fate, as its trip draws it; the work it runs of each phase, as
     # `_Trip` starts it (its share of the drop phase's bits or FLOPs, x 1.0 elsewhere)
     sure = world.fates_sure  # every fate SURE: nothing to draw or share
-    drop = [3] * n if sure else [f.drop_phase for f in fates]  # 3: it never drops
-    # its session's end (check during; inf: none) and its upload's judge (check at_completion)
-    session_end = [inf] * n if sure else [f.cut_s for f in fates]
-    judges = [None] * n if sure else [f.judge for f in fates]
-    judged = any(j is not None for j in judges)
-    sessions = judged or min(session_end) < inf
-    if not sure:
-        down_bits = [b * f.portion(0)[0] for b, f in zip(down_bits, fates)]
-        flops = [w * f.portion(1)[0] for w, f in zip(flops, fates)]
-        up_bits = [b * f.portion(2)[0] for b, f in zip(up_bits, fates)]
-    if min(down_bits) <= 0 or min(up_bits) <= 0 or min(flops) <= 0:
+    judges: list | None = None  # check at_completion: each upload's judge
+    if sure:
+        drop, session_end = np.full(n, 3), np.full(n, inf)  # 3: it never drops
+    else:
+        drop = np.array([f.drop_phase for f in fates])
+        # its session's end (check during; inf: none)
+        session_end = np.array([f.cut_s for f in fates], dtype=float)
+        judges = [f.judge for f in fates]
+        if all(j is None for j in judges):
+            judges = None
+        down_bits = down_bits * [f.portion(0)[0] for f in fates]
+        flops = flops * [f.portion(1)[0] for f in fates]
+        up_bits = up_bits * [f.portion(2)[0] for f in fates]
+    if not ((down_bits > 0).all() and (up_bits > 0).all() and (flops > 0).all()):
         return None  # zero-length jobs end at their start instant: ties by construction
+    sessions = judges is not None or session_end.min() < inf
     t0 = world.env.now
     # a band that may be stopped early, or whose instants a session's end or a judge is
     # compared with, needs its step-by-step state and instants (not the solve's, 1e-12 off)
     may_stop = keep < n or deadline_s is not None or sessions
     deadline_at_s = inf if deadline_s is None else t0 + deadline_s
+    clients = cohort.tolist()
     down_q, down_w = net.star(cohort, down=True)
     up_q, up_w = net.star(cohort, down=False)
     fading = world.radio.rayleigh_fading  # draws keyed as the transfers' own
@@ -127,10 +137,10 @@ def plan(
         if fading
         else down_q
     )
-    everyone = list(range(n))
+    everyone = np.arange(n)
     down = _transfers(
         down_band,
-        [t0] * n,
+        np.full(n, t0),
         everyone,
         down_bits,
         down_snr,
@@ -141,41 +151,37 @@ def plan(
     )
     if down is None:
         return None
-    compute_s = world._compute_times_s(np.asarray(flops), cohort)  # _Compute's durations
+    compute_s = world._compute_times_s(flops, cohort)  # _Compute's durations
     if not sure:  # _Compute's `duration * slowdown`
         compute_s = compute_s * np.array([f.slowdown for f in fates])
-    computed_s = down.end_s + compute_s  # SimPy: the download's end plus the duration
-    down_end = down.end_s.tolist()
-    computed = computed_s.tolist()
+    down_end = down.end_s
+    computed = down_end + compute_s  # SimPy: the download's end plus the duration
     # computes are scheduled as downloads complete: at one instant, in that order; a member
     # dropped in its download, or whose session ended before it did, computes nothing
-    compute_order = sorted(down.order, key=computed.__getitem__)
-    compute_order += [p for p in everyone if down_end[p] == inf]  # past the deadline
-    if not sure:
-        compute_order = [
-            p for p in compute_order if drop[p] >= 1 and not session_end[p] < down_end[p]
-        ]
-        computing = set(compute_order)
-        computed = [e if p in computing else inf for p, e in enumerate(computed)]
-    # uploads start as computes complete, but for those dropped in their compute or whose
-    # session ended before it did
-    uploaders = (
-        compute_order
-        if sure
-        else [p for p in compute_order if drop[p] >= 2 and not session_end[p] < computed[p]]
-    )
+    compute_order = down.order[np.argsort(computed[down.order], kind="stable")]
+    compute_order = np.concatenate([compute_order, np.flatnonzero(down_end == inf)])
+    uploaders = compute_order  # uploads start as computes complete
+    if not sure:  # but for those dropped in their compute or whose session ended before it did
+        computing = (drop >= 1) & ~(session_end < down_end)
+        compute_order = compute_order[computing[compute_order]]
+        computed = np.where(computing, computed, inf)
+        uploading = (drop >= 2) & ~(session_end < computed)
+        uploaders = compute_order[uploading[compute_order]]
     up_snr = up_q
     if fading:
         up_snr = [0.0] * n
-        for pos in uploaders:  # in the order the uploads start
+        for pos in uploaders.tolist():  # in the order the uploads start
             up_snr[pos] = up_q[pos] * world._fading(clients[pos], SERVER, tag, None)
-    up_start = [computed[p] for p in uploaders]
-    up_order_bits = [up_bits[p] for p in uploaders]
-    up_order_snr = [up_snr[p] for p in uploaders]
-    up_cancel_s = [session_end[p] for p in uploaders]
+    up_start = computed[uploaders]
+    up_order_bits = up_bits[uploaders]
+    up_order_snr = np.asarray(up_snr)[uploaders].tolist()
+    up_cancel_s = session_end[uploaders]
     # the keep-th delivery comes by the keep-th finish of an upload sure to deliver (not to
     # drop, nor to judge; one cut by its session's end is cancelled in the replay: no finish)
-    counted = None if sure else [drop[p] == 3 and judges[p] is None for p in uploaders]
+    counted = None
+    if not sure:
+        unjudged = np.array([j is None for j in judges]) if judges is not None else True
+        counted = ((drop == 3) & unjudged)[uploaders].tolist()
     up = _transfers(
         up_band,
         up_start,
@@ -191,159 +197,141 @@ def plan(
     )
     if up is None:
         return None
-    up_end = up.end_s.tolist()
-    # each upload's outcome at its end: dropped, or the judge's (lost: offline then), or ok
-    up_outcome = ["ok"] * n
-    for p in uploaders:
-        judge = judges[p]
-        if drop[p] == 2:
-            up_outcome[p] = "dropped"
-        elif judge is not None and up_end[p] < inf:
-            up_outcome[p] = judge(up_end[p])
+    up_end = up.end_s
+    # each upload's outcome at its end (a code in OUTCOMES): dropped, or the judge's (lost:
+    # offline then), or ok
+    up_outcome = np.full(n, OK, dtype=np.int8)
+    up_outcome[uploaders[drop[uploaders] == 2]] = DROPPED
+    if judges is not None:
+        for p in uploaders.tolist():
+            judge = judges[p]
+            if judge is not None and drop[p] != 2 and up_end[p] < inf:
+                up_outcome[p] = OUTCOMES.index(judge(float(up_end[p])))
     ends_at = (down_end, computed, up_end)
     # a member arrives with the job it ends with (its upload, or dropped, at the end of its
     # drop phase's job), unless its session ends first: then at that instant, cut
-    last = [2] * n if sure else [min(d, 2) for d in drop]  # the kind of job it arrives with
-    arrive_s = [ends_at[k][p] for p, k in enumerate(last)]
-    cut_at = [s if s < a else inf for s, a in zip(session_end, arrive_s)]  # [n] inf: no cut
+    last = np.minimum(drop, 2)  # the kind of job it arrives with
+    arrive_s = np.choose(last, ends_at)
+    cut_at = np.where(session_end < arrive_s, session_end, inf)  # [n] inf: no cut
     if _ties(down_end, computed, up_end, cut_at):
         return None
     # every job's end in the order SimPy processes them: by time, then kind, then scheduling
     # order (within a kind of event, the only ties: `_ties`); cuts at one instant in the order
     # their trips registered them (`World.end_at`: cohort order); a job that would end after
     # its member's cut never ends
-    cuts = [p for p in everyone if cut_at[p] < inf]
-    done = (down.order, [p for p in compute_order if computed[p] < inf], up.order, cuts)
-    ends = (down_end, computed, up_end, cut_at)
-    events = sorted(
-        (ends[kind][p], kind, i, p)
-        for kind, order in enumerate(done)
-        for i, p in enumerate(order)
-        if kind == 3 or ends[kind][p] < cut_at[p]
-    )
-    arrive_kind = [3 if cut_at[p] < inf else last[p] for p in everyone]
-    arrive_s = [min(c, a) for c, a in zip(cut_at, arrive_s)]
+    done = (down.order, compute_order, up.order, np.flatnonzero(cut_at < inf))
+    pos = np.concatenate(done)
+    kind = np.repeat(np.arange(4), [len(d) for d in done])
+    end = np.concatenate([ends[d] for ends, d in zip((*ends_at, cut_at), done)])
+    if np.isnan(end).any():
+        return None
+    happens = (kind == 3) | (end < cut_at[pos])
+    pos, kind, end = pos[happens], kind[happens], end[happens]
+    by_time = np.argsort(end, kind="stable")  # ties: in `done`'s order, kind then scheduling
+    pos, kind, end = pos[by_time], kind[by_time], end[by_time]
+    arrive_kind = np.where(cut_at < inf, 3, last)
+    arrive_s = np.minimum(cut_at, arrive_s)
     # the server stops waiting at the keep-th delivery or once everyone has arrived or at
     # the deadline, whichever is first; an event on the deadline's instant: SimPy's order decides
-    if sure:  # every arrival a delivery
-        k = min(keep, n)
-        keep_s = up_end[up.order[k - 1]] if len(up.order) >= k else inf
-    else:
-        keep_s, delivered, arrived = inf, 0, 0
-        for end, kind, _, p in events:
-            if kind == arrive_kind[p]:
-                arrived += 1
-                delivered += kind == 2 and up_outcome[p] == "ok"
-                if delivered >= keep or arrived == n:
-                    keep_s = end
-                    break
+    arrival = kind == arrive_kind[pos]
+    delivery = arrival & (kind == 2) & (up_outcome[pos] == OK)
+    stops = (np.cumsum(delivery) >= keep) | (np.cumsum(arrival) == n)
+    first = int(stops.argmax()) if len(stops) else 0
+    keep_s = float(end[first]) if len(stops) and stops[first] else inf
     stop_s = min(keep_s, deadline_at_s)
     cause = "cancelled" if keep_s < deadline_at_s else "deadline"
-    if deadline_at_s <= keep_s and deadline_at_s in {*down_end, *computed, *up_end, *cut_at}:
+    if deadline_at_s <= keep_s and any((t == deadline_at_s).any() for t in (*ends_at, cut_at)):
         return None
     # the bands as the stop leaves them: replayed up to it where a transfer was still on
-    down_left = _settle(down_band, down, stop_s, [t0] * n, down_bits, down_snr, session_end)
+    down_left = _settle(down_band, down, stop_s, np.full(n, t0), down_bits, down_snr, session_end)
     up_left = _settle(up_band, up, stop_s, up_start, up_order_bits, up_order_snr, up_cancel_s)
-    up_left = None if up_left is None else {uploaders[i]: b for i, b in up_left.items()}
-    energy_j = world._compute_energies_j(cohort, np.asarray(flops)).tolist()
+    up_left = None if up_left is None else {int(uploaders[i]): b for i, b in up_left.items()}
 
     def stopped(p: int, at_s: float, outcome: str, cut: bool = False) -> tuple:
         """Member p's job under way at `at_s` stopped then, charged up to it (`Job.stop`): by
         its session's end (`cut`: a shared band's transfer, cancelled in its replay) or by
         the server (the bands as the stop leaves them)."""
         c = clients[p]
-        kind = _under_way(p, at_s, ends_at)
-        if kind == 0:
+        if down_end[p] > at_s:  # its download
             left = down.cancelled if cut else down_left
             sent = _sent_bits(down_band, down_bits[p], down_snr[p], at_s - t0, left, p)
-            return (
-                tag,
-                c,
-                SERVER,
-                "download",
-                t0,
-                at_s,
-                down_w[p] * (at_s - t0),
-                sent,
-                0.0,
-                outcome,
-            )
-        if kind == 1:
-            start, duration = down_end[p], float(compute_s[p])
+            energy = down_w[p] * (at_s - t0)
+            return (tag, c, SERVER, "download", t0, at_s, energy, sent, 0.0, outcome)
+        if computed[p] > at_s:  # its compute
+            start, duration = float(down_end[p]), float(compute_s[p])
             work = flops[p] * (min(1.0, (at_s - start) / duration) if duration > 0 else 0.0)
             energy = world._compute_energy_j(c, work)
             return (tag, c, NOBODY, "compute", start, at_s, energy, 0.0, work, outcome)
-        start = computed[p]
+        start = float(computed[p])
         left = up.cancelled if cut else up_left
         sent = _sent_bits(up_band, up_bits[p], up_snr[p], at_s - start, left, p)
         return (tag, c, SERVER, "upload", start, at_s, up_w[p] * (at_s - start), sent, 0.0, outcome)
 
-    # what completes before the stop (at the keep-th arrival: its instant's arrivals too)
-    rows = []
-    for end, kind, _, p in events:
-        if end > stop_s:
-            break
-        c = clients[p]
-        if kind == 3:  # its session ended: the job under way charged up to then
-            rows.append(stopped(p, end, fates[p].cut_outcome, cut=True))
-        elif kind == 0:
-            outcome = "dropped" if drop[p] == 0 else "ok"
-            row = (tag, c, SERVER, "download", t0, end, down_w[p] * (end - t0), down_bits[p])
-            rows.append((*row, 0.0, outcome))
-        elif kind == 1:
-            start, outcome = down_end[p], "dropped" if drop[p] == 1 else "ok"
-            rows.append(
-                (tag, c, NOBODY, "compute", start, end, energy_j[p], 0.0, flops[p], outcome)
-            )
-        else:
-            start = computed[p]
-            row = (tag, c, SERVER, "upload", start, end, up_w[p] * (end - start), up_bits[p])
-            rows.append((*row, 0.0, up_outcome[p]))
+    # what completes before the stop (at the keep-th arrival: its instant's arrivals too), as
+    # columns; a cut's row (its session ended: the job under way charged up to then) in its place
+    m = int(np.searchsorted(end, stop_s, side="right"))
+    pos, kind, end = pos[:m], kind[:m], end[:m]
+    of = [kind == k for k in range(3)]
+    start = np.full(m, t0)
+    start[of[1]], start[of[2]] = down_end[pos[of[1]]], computed[pos[of[2]]]
+    joules, bits, work = np.zeros(m), np.zeros(m), np.zeros(m)
+    joules[of[0]] = np.asarray(down_w)[pos[of[0]]] * (end[of[0]] - t0)
+    joules[of[1]] = world._compute_energies_j(cohort[pos[of[1]]], flops[pos[of[1]]])
+    joules[of[2]] = np.asarray(up_w)[pos[of[2]]] * (end[of[2]] - start[of[2]])
+    bits[of[0]], bits[of[2]] = down_bits[pos[of[0]]], up_bits[pos[of[2]]]
+    work[of[1]] = flops[pos[of[1]]]
+    outcome = np.where(drop[pos] == kind, DROPPED, OK).astype(np.int8)
+    outcome[of[2]] = up_outcome[pos[of[2]]]
+    rows = block(
+        tag,
+        cohort[pos],
+        np.where(kind == 1, NOBODY, SERVER),
+        kind,
+        start,
+        end,
+        joules,
+        bits,
+        work,
+        outcome,
+    )
+    cuts = np.flatnonzero(kind == 3)
+    if len(cuts):
+        at = [(int(pos[i]), float(end[i])) for i in cuts]
+        cut_rows = block_of([stopped(p, s, fates[p].cut_outcome, cut=True) for p, s in at])
+        for c, v in cut_rows.items():
+            rows[c][cuts] = v
     # the stop: each member still at work, in cohort order, its job charged up to now
-    outcomes = ["ok"] * n
-    for p in range(n):
-        if arrive_s[p] <= stop_s:  # arrived: delivered, dropped, lost or cut
-            if arrive_kind[p] == 3:
-                outcomes[p] = fates[p].cut_outcome
-            elif drop[p] < 3:
-                outcomes[p] = "dropped"
-            else:
-                outcomes[p] = up_outcome[p]
-            continue
-        outcomes[p] = cause
-        rows.append(stopped(p, stop_s, cause))
-    arrivals = [
-        p
-        for p in up.order
-        if up_end[p] <= stop_s and up_end[p] < cut_at[p] and up_outcome[p] == "ok"
-    ]
-    completed = np.asarray(computed) <= stop_s
+    arrived = arrive_s <= stop_s  # delivered, dropped, lost or cut
+    codes = np.where(drop < 3, DROPPED, up_outcome)
+    if not sure:
+        cut_codes = np.array([OUTCOMES.index(f.cut_outcome) for f in fates])
+        codes = np.where(arrive_kind == 3, cut_codes, codes)
+    codes = np.where(arrived, codes, OUTCOMES.index(cause))
+    late = np.flatnonzero(~arrived).tolist()
+    if late:
+        rows = joined([rows, block_of([stopped(p, stop_s, cause) for p in late])])
+    delivered = (up_end <= stop_s) & (up_end < cut_at) & (up_outcome == OK)
+    arrivals = up.order[delivered[up.order]]
+    completed = computed <= stop_s
     if not sure:  # a member dropped in its compute, or cut before its end, did not complete it
-        completed &= (np.asarray(drop) >= 2) & (np.asarray(computed) < np.asarray(cut_at))
+        completed &= (drop >= 2) & (computed < cut_at)
     return Plan(
-        np.asarray(arrivals[:keep], dtype=np.int64),
-        outcomes,
+        arrivals[:keep].astype(np.int64),
+        _OUTCOME_NAMES[codes].tolist(),
         completed,
         stop_s,
         rows,
     )
 
 
-def _under_way(p: int, at_s: float, ends_at: tuple[list[float], ...]) -> int:
-    """The kind of member p's job under way at `at_s` (0 download, 1 compute, 2 upload),
-    given each of its jobs' end (`ends_at`: downloads, computes, uploads by position)."""
-    down_end, computed, _ = ends_at
-    return 0 if down_end[p] > at_s else 1 if computed[p] > at_s else 2
-
-
 def _settle(
     band: Channel,
     ends: _Ends,
     cut_s: float,
-    start_s: list[float],
-    bits: list[float],
+    start_s: np.ndarray,
+    bits: np.ndarray,
     snr_hz: list[float],
-    cancel_s: list[float],
+    cancel_s: np.ndarray,
 ) -> dict[int, float] | None:
     """Leave a shared band as the round leaves it; the bits left of its transfers still under
     way at `cut_s`, by their index in its order (None on a dedicated band). Its replay stopped
@@ -353,7 +341,9 @@ def _settle(
         return None
     shared = cast(SharedBand, band)
     if schedule.settled_s > cut_s:
-        schedule = shared.schedule_alone(start_s, bits, snr_hz, cut_s, cancel_s=cancel_s)
+        schedule = shared.schedule_alone(
+            start_s.tolist(), bits.tolist(), snr_hz, cut_s, cancel_s=cancel_s.tolist()
+        )
         assert schedule is not None  # the same steps as the first replay's, stopped earlier
     shared.settle_alone(schedule)
     return schedule.left
@@ -381,15 +371,15 @@ def _closed(band: Channel) -> bool:
 
 def _transfers(
     band: Channel,
-    start_s: list[float],
-    order: list[int],
-    bits: list[float],
+    start_s: np.ndarray,
+    order: np.ndarray,
+    bits: np.ndarray,
     snr_hz: list[float],
     step_by_step: bool,
     n: int,
     until_s: float = math.inf,
     until_done: int = 0,
-    cancel_s: list[float] | None = None,
+    cancel_s: np.ndarray | None = None,
     counted: list[bool] | None = None,
 ) -> _Ends | None:
     """Transfers started at `start_s` (non-decreasing) by the positions `order` (of `n`), in that
@@ -404,30 +394,34 @@ def _transfers(
     decide (`SharedBand.schedule_alone`)."""
     ends = np.full(n, math.inf)  # [n] by position: `order` may list some of them
     if isinstance(band, SharedBand):
+        starts, sizes = start_s.tolist(), bits.tolist()
         solve = not step_by_step and len(order) > band.replays_up_to
-        schedule = band.solve_alone(start_s, bits, snr_hz) if solve else None
+        schedule = band.solve_alone(starts, sizes, snr_hz) if solve else None
         if schedule is None:
+            cancels = None if cancel_s is None else cancel_s.tolist()
             schedule = band.schedule_alone(
-                start_s, bits, snr_hz, until_s, until_done, cancel_s, counted
+                starts, sizes, snr_hz, until_s, until_done, cancels, counted
             )
         if schedule is None:
             return None
-        done = []
-        for end, group in schedule.groups:
-            for i in group:
-                ends[order[i]] = end
-                done.append(order[i])
-        cancelled = {order[i]: b for i, b in schedule.cancelled.items()}
-        return _Ends(ends, done, schedule, cancelled)
+        done = [i for _, group in schedule.groups for i in group]
+        ends[order[done]] = [end for end, group in schedule.groups for _ in group]
+        cancelled = {int(order[i]): b for i, b in schedule.cancelled.items()}
+        return _Ends(ends, order[done], schedule, cancelled)
     # dedicated: each a timeout of bits / rate from its start, scheduled in `order`; the rate
     # through the band's scalar function (math.log1p), as `transmit` takes it: numpy's log1p
     # is another implementation on some CPUs
-    for s, p, b, rate in zip(start_s, order, bits, band.rates_bps(snr_hz)):
-        ends[p] = s + b / rate
-    return _Ends(ends, sorted(order, key=ends.tolist().__getitem__), None, None)
+    ends[order] = start_s + bits / np.asarray(band.rates_bps(snr_hz))
+    return _Ends(ends, order[np.argsort(ends[order], kind="stable")], None, None)
 
 
-def _ties(*times: list[float]) -> bool:
+def _ties(*times: np.ndarray) -> bool:
     """Whether two kinds of event share an instant (inf: never, after a replay's stop)."""
-    seen = [set(t) - {math.inf} for t in times]
-    return any(a & b for i, a in enumerate(seen) for b in seen[i + 1 :])
+    values = [np.asarray(t, dtype=float) for t in times]
+    values = [v[v != math.inf] for v in values]
+    every = np.concatenate(values)
+    kind = np.repeat(np.arange(len(values)), [len(v) for v in values])
+    by_value = np.argsort(every, kind="stable")
+    every, kind = every[by_value], kind[by_value]
+    # equal values lie side by side: two kinds among them meet somewhere
+    return bool(((every[1:] == every[:-1]) & (kind[1:] != kind[:-1])).any())

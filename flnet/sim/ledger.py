@@ -1,8 +1,10 @@
 """The ledger: one row per device per compute, transfer and evaluation event, with its time,
 joules and bits, and the pattern and step that produced it.
 
-Rows are only ever appended (cheap on the hot path) and become a DataFrame on demand. Running
-totals per kind feed the records without rescanning the rows; energy totals are kept exactly
+Rows are only ever appended (cheap on the hot path): one at a time as tuples (`add`), or a
+block at a time as columns (`extend`, a round computed at once), and become columns and a
+DataFrame on demand (the tuples converted, the blocks joined). Running totals per kind feed
+the records without rescanning the rows; energy totals are kept exactly
 (Shewchuk's partials, as `math.fsum`), so a record's `energy_j` is bit for bit `math.fsum` of the
 rows that ended by its time. `flush` appends the rows not yet written to a journal file (CSV,
 floats written so they read back exactly): checkpoints cost the new rows, not the whole ledger,
@@ -63,9 +65,14 @@ class Tag(NamedTuple):
     step: int  # the pattern's unit: round, iteration, server update
 
 
+Block = dict[str, np.ndarray]  # rows as columns, as `Ledger.columns` gives them
+
+
 class Ledger:
     def __init__(self) -> None:
-        self._rows: list[tuple] = []
+        # the rows in order: runs of tuples (`add`) and blocks (`extend`)
+        self._parts: list[list[tuple] | Block] = []
+        self._open: list[tuple] | None = None  # the run of tuples `add` appends to
         self._partials: dict[str, list[float]] = defaultdict(list)  # by kind, exact sums
         self.bits: dict[str, float] = defaultdict(float)  # by kind
         self._flushed = 0  # rows already in the journal
@@ -86,32 +93,46 @@ class Ledger:
         flops: float = 0.0,
         outcome: str = "ok",
     ) -> None:
-        self._rows.append((tag, node, peer, kind, start_s, end_s, energy_j, bits, flops, outcome))
+        rows = self._open
+        if rows is None:
+            rows = self._open = []
+            self._parts.append(rows)
+        rows.append((tag, node, peer, kind, start_s, end_s, energy_j, bits, flops, outcome))
         if energy_j:
             _add_exact(self._partials[kind], energy_j)
         self.bits[kind] += bits
         if self.on_row is not None and node >= 0:
             self.on_row(node, end_s, energy_j, outcome)
 
-    def extend(self, rows: list[tuple]) -> None:
-        """`add` each of `rows` (tuples of every column, as `add` stores them), in order: the
-        same rows and totals, their joules joined to the exact sums in one pass."""
-        if self.on_row is not None:
-            for row in rows:
-                self.add(*row)
+    def extend(self, block: Block) -> None:
+        """Append the rows of `block` (every column, as `columns` gives them), in order: the
+        same rows and totals as `add` of each (bits summed in row order, the joules joined to
+        the exact sums in one pass)."""
+        kinds = block["kind"]
+        if not len(kinds):
             return
-        self._rows.extend(rows)
-        bits, energy_j = self.bits, defaultdict(list)
-        for row in rows:
-            kind = row[3]
-            if row[6]:
-                energy_j[kind].append(row[6])
-            bits[kind] += row[7]
-        for kind, joules in energy_j.items():
-            _add_all_exact(self._partials[kind], joules)
+        self._parts.append(block)
+        self._open = None
+        energy_j, bits = block["energy_j"], block["bits"]
+        for code in np.unique(kinds).tolist():
+            kind, of = KINDS[code], kinds == code
+            # accumulate: a running sum, left to right, as `add`'s +=
+            sums = np.add.accumulate(np.concatenate(([self.bits[kind]], bits[of])))
+            self.bits[kind] = sums[-1].item()
+            joules = energy_j[of]
+            joules = joules[joules != 0]
+            if len(joules):
+                _add_all_exact(self._partials[kind], joules.tolist())
+        if self.on_row is not None:
+            names = [OUTCOMES[o] for o in block["outcome"].tolist()]
+            for node, end_s, joules, outcome in zip(
+                block["node"].tolist(), block["end_s"].tolist(), energy_j.tolist(), names
+            ):
+                if node >= 0:
+                    self.on_row(node, end_s, joules, outcome)
 
     def __len__(self) -> int:
-        return len(self._rows)
+        return sum(_length(part) for part in self._parts)
 
     @property
     def energy_j(self) -> dict[str, float]:
@@ -135,7 +156,24 @@ class Ledger:
     def columns(self) -> dict[str, np.ndarray]:
         """Every column as an array: pattern, kind and outcome as their index in PATTERNS,
         KINDS and OUTCOMES."""
-        return _columns(self._rows)
+        return joined(self._blocks(0))
+
+    def _blocks(self, start: int) -> list[Block]:
+        """The rows from the `start`-th on, as blocks (runs of tuples converted; a closed run
+        kept converted)."""
+        out, at = [], 0
+        for i, part in enumerate(self._parts):
+            length = _length(part)
+            if at + length > start:
+                if isinstance(part, list):
+                    converted = block_of(part)
+                    if part is not self._open:
+                        self._parts[i] = converted
+                    part = converted
+                skip = start - at
+                out.append({c: v[skip:] for c, v in part.items()} if skip > 0 else part)
+            at += length
+        return out
 
     # ------------------------------------------------------------------ the journal
 
@@ -143,19 +181,19 @@ class Ledger:
         """Append the rows not yet written to the journal at `path` (created with a header)
         and fsync it (a checkpoint that reaches the disk must not point past what did);
         return (rows, bytes) in it, which a checkpoint keeps to resume from."""
-        new = self._rows[self._flushed :]
+        new = self._blocks(self._flushed)
         fresh = not path.exists() or self._flushed == 0
         with open(path, "wb" if fresh else "ab") as f:
             if fresh:
                 f.write((",".join(COLUMNS) + "\n").encode("ascii"))
             if new:
-                _write_csv(_columns(new), f)
+                _write_csv(joined(new), f)
             f.flush()
             os.fsync(f.fileno())  # on disk before the checkpoint that points into it
             size = f.tell()
         if fresh:
             _fsync_directory(path.parent)  # the new file's name, too
-        self._flushed = len(self._rows)
+        self._flushed = len(self)
         return self._flushed, size
 
     def load_journal(self, path: Path, rows: int, size: int) -> None:
@@ -187,7 +225,7 @@ class Ledger:
                 flops,
                 outcome,
             )
-        self._flushed = len(self._rows)
+        self._flushed = len(self)
 
 
 def _add_all_exact(partials: list[float], xs: list[float]) -> None:
@@ -244,8 +282,8 @@ def remove_journal(path: Path) -> None:
         pass
 
 
-def _columns(rows: list[tuple]) -> dict[str, np.ndarray]:
-    """`Ledger.columns` of `rows`."""
+def block_of(rows: list[tuple]) -> Block:
+    """The block of `rows` (tuples of every column, as `Ledger.add` takes them)."""
     out = {}
     tags, *rest = zip(*rows) if rows else [()] * (len(COLUMNS) - 1)
     patterns, steps = zip(*tags) if tags else ((), ())  # a Tag is (pattern, step)
@@ -255,6 +293,40 @@ def _columns(rows: list[tuple]) -> dict[str, np.ndarray]:
         else:
             out[c] = np.array(v, dtype=np.int64 if c in _INTS else np.float64)
     return out
+
+
+def _length(part: list[tuple] | Block) -> int:
+    return len(part) if isinstance(part, list) else len(part["kind"])
+
+
+def joined(blocks: list[Block]) -> Block:
+    """One block of the rows of `blocks`, in order."""
+    if not blocks:
+        return block_of([])
+    return {c: np.concatenate([b[c] for b in blocks]) for c in COLUMNS}
+
+
+def block(
+    tag: Tag,
+    node: np.ndarray,
+    peer: int | np.ndarray,
+    kind: np.ndarray,
+    start_s: float | np.ndarray,
+    end_s: np.ndarray,
+    energy_j: np.ndarray,
+    bits: float | np.ndarray,
+    flops: float | np.ndarray,
+    outcome: np.ndarray,
+) -> Block:
+    """A block of rows of one `tag` (`Ledger.extend`'s), each column an array or one value for
+    every row; `kind` and `outcome` as their index in KINDS and OUTCOMES."""
+    m = len(node)
+    pattern = _CODES["pattern"][tag.pattern]
+    cols = (tag.step, pattern, node, peer, kind, start_s, end_s, energy_j, bits, flops, outcome)
+    return {
+        c: np.asarray(v, dtype=_DTYPES[c]) if np.ndim(v) else np.full(m, v, dtype=_DTYPES[c])
+        for c, v in zip(COLUMNS, cols)
+    }
 
 
 def _write_csv(columns: dict[str, np.ndarray], f: Any) -> None:
@@ -274,3 +346,4 @@ def _write_csv(columns: dict[str, np.ndarray], f: Any) -> None:
 _INTS = ("round", "node", "peer")
 _NAMES = {"pattern": PATTERNS, "kind": KINDS, "outcome": OUTCOMES}
 _CODES = {c: {k: i for i, k in enumerate(names)} for c, names in _NAMES.items()}
+_DTYPES = {c: np.int8 if c in _NAMES else np.int64 if c in _INTS else np.float64 for c in COLUMNS}

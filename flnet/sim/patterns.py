@@ -120,9 +120,10 @@ def round_trip(
     keep = n if keep is None else keep
     down_bits, up_bits = _per_member(down.bits, n), _per_member(up.bits, n)
     step = Tag("round_trip", tag)
-    flops = np.broadcast_to(np.asarray(work_flops, dtype=float), (n,)).tolist()
+    flops = _per_member(work_flops, n)
     # each member's fate, drawn as its trip starts (the cohort's at once), for either path
-    fates = world.trip_fates(cohort.tolist(), step, list(zip(down_bits, flops, up_bits)))
+    works = list(zip(down_bits.tolist(), flops.tolist(), up_bits.tolist()))
+    fates = world.trip_fates(cohort.tolist(), step, works)
     plan = world.trips_at_once(cohort, down_bits, flops, up_bits, step, deadline_s, keep, fates)
     if plan is not None:  # nothing but the server could stop anyone: computed at once
         yield world.wait_until(plan.end_s)
@@ -133,8 +134,8 @@ def round_trip(
         return Delivery(plan.positions, plan.outcomes, plan.completed, start, world.now)
     gather = _Gather(world, n, keep)
     trips = [
-        _Trip(world, gather, pos, client, step, down_bits[pos], flops[pos], up_bits[pos], fate)
-        for pos, (client, fate) in enumerate(zip(cohort.tolist(), fates))
+        _Trip(world, gather, pos, client, step, *work, fate)
+        for pos, (client, work, fate) in enumerate(zip(cohort.tolist(), works, fates))
     ]
     if deadline_s is None:
         yield gather.done
@@ -153,8 +154,11 @@ def round_trip(
     )
 
 
-def _per_member(bits: Any, n: int) -> list[float]:
-    return np.broadcast_to(np.asarray(bits, dtype=float), (n,)).tolist()
+def _per_member(amount: Any, n: int) -> np.ndarray:
+    """[n] `amount` (one number, or one per member) of each member, as floats."""
+    if np.ndim(amount) == 0:
+        return np.full(n, float(amount))
+    return np.broadcast_to(np.asarray(amount, dtype=float), (n,))
 
 
 class _Gather:
