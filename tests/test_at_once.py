@@ -214,8 +214,13 @@ def test_an_arrival_at_the_instant_of_a_finish_is_left_to_simpy():
 
 
 def test_ties_are_between_kinds_of_event_only():
-    assert not at_once._ties([1.0, 1.0], [2.0, 2.0], [3.0])  # within a kind: order known
-    assert at_once._ties([1.0], [2.0], [1.0])
+    """Events in time order with their kinds: equal instants within a kind are in a known
+    order, across kinds SimPy's; inf (never) ties nothing."""
+    inf = math.inf
+    assert not at_once._ties(np.array([1.0, 1.0, 2.0, 2.0, 3.0]), np.array([0, 0, 1, 1, 2]))
+    assert at_once._ties(np.array([1.0, 1.0, 2.0]), np.array([0, 2, 1]))
+    assert at_once._ties(np.array([0.5, 1.0, 1.0, 1.0]), np.array([1, 0, 0, 2]))
+    assert not at_once._ties(np.array([1.0, inf, inf]), np.array([0, 1, 2]))
 
 
 def _plans(monkeypatch):

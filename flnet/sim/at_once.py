@@ -129,7 +129,7 @@ def plan(
     may_stop = keep < n or deadline_s is not None or sessions
     deadline_at_s = inf if deadline_s is None else t0 + deadline_s
     clients = cohort.tolist()
-    down_q, down_w = net.star(cohort, down=True)
+    down_q, down_w = net.star(cohort, down=True)  # lists: SNRs (or rates), powers
     up_q, up_w = net.star(cohort, down=False)
     fading = world.radio.rayleigh_fading  # draws keyed as the transfers' own
     down_snr = (
@@ -213,22 +213,20 @@ def plan(
     last = np.minimum(drop, 2)  # the kind of job it arrives with
     arrive_s = np.choose(last, ends_at)
     cut_at = np.where(session_end < arrive_s, session_end, inf)  # [n] inf: no cut
-    if _ties(down_end, computed, up_end, cut_at):
-        return None
     # every job's end in the order SimPy processes them: by time, then kind, then scheduling
     # order (within a kind of event, the only ties: `_ties`); cuts at one instant in the order
-    # their trips registered them (`World.end_at`: cohort order); a job that would end after
-    # its member's cut never ends
+    # their trips registered them (`World.end_at`: cohort order)
     done = (down.order, compute_order, up.order, np.flatnonzero(cut_at < inf))
     pos = np.concatenate(done)
     kind = np.repeat(np.arange(4), [len(d) for d in done])
     end = np.concatenate([ends[d] for ends, d in zip((*ends_at, cut_at), done)])
-    if np.isnan(end).any():
-        return None
-    happens = (kind == 3) | (end < cut_at[pos])
-    pos, kind, end = pos[happens], kind[happens], end[happens]
     by_time = np.argsort(end, kind="stable")  # ties: in `done`'s order, kind then scheduling
     pos, kind, end = pos[by_time], kind[by_time], end[by_time]
+    if _ties(end, kind) or np.isnan(end[-1:]).any():  # (NaN: sorted last)
+        return None
+    # a job that would end after its member's cut never ends
+    happens = (kind == 3) | (end < cut_at[pos])
+    pos, kind, end = pos[happens], kind[happens], end[happens]
     arrive_kind = np.where(cut_at < inf, 3, last)
     arrive_s = np.minimum(cut_at, arrive_s)
     # the server stops waiting at the keep-th delivery or once everyone has arrived or at
@@ -271,17 +269,18 @@ def plan(
     # columns; a cut's row (its session ended: the job under way charged up to then) in its place
     m = int(np.searchsorted(end, stop_s, side="right"))
     pos, kind, end = pos[:m], kind[:m], end[:m]
-    of = [kind == k for k in range(3)]
-    start = np.full(m, t0)
-    start[of[1]], start[of[2]] = down_end[pos[of[1]]], computed[pos[of[2]]]
-    joules, bits, work = np.zeros(m), np.zeros(m), np.zeros(m)
-    joules[of[0]] = np.asarray(down_w)[pos[of[0]]] * (end[of[0]] - t0)
-    joules[of[1]] = world._compute_energies_j(cohort[pos[of[1]]], flops[pos[of[1]]])
-    joules[of[2]] = np.asarray(up_w)[pos[of[2]]] * (end[of[2]] - start[of[2]])
-    bits[of[0]], bits[of[2]] = down_bits[pos[of[0]]], up_bits[pos[of[2]]]
-    work[of[1]] = flops[pos[of[1]]]
-    outcome = np.where(drop[pos] == kind, DROPPED, OK).astype(np.int8)
-    outcome[of[2]] = up_outcome[pos[of[2]]]
+    # each job's start, joules, bits, FLOPs and outcome code [5, kind, position], gathered
+    energy_j = world._compute_energies_j(cohort, flops)
+    jobs = np.zeros((5, 3, n))
+    jobs[0, 0], jobs[0, 1], jobs[0, 2] = t0, down_end, computed
+    with np.errstate(invalid="ignore"):  # inf - inf: a job that never ends, never gathered
+        jobs[1, 0] = np.multiply(down_w, down_end - t0)
+        jobs[1, 2] = np.multiply(up_w, up_end - computed)
+    jobs[1, 1], jobs[2, 0], jobs[2, 2], jobs[3, 1] = energy_j, down_bits, up_bits, flops
+    jobs[4, 0] = np.where(drop == 0, DROPPED, OK)
+    jobs[4, 1] = np.where(drop == 1, DROPPED, OK)
+    jobs[4, 2] = up_outcome
+    start, joules, bits, work, outcome = jobs[:, np.minimum(kind, 2), pos]
     rows = block(
         tag,
         cohort[pos],
@@ -415,13 +414,8 @@ def _transfers(
     return _Ends(ends, order[np.argsort(ends[order], kind="stable")], None, None)
 
 
-def _ties(*times: np.ndarray) -> bool:
-    """Whether two kinds of event share an instant (inf: never, after a replay's stop)."""
-    values = [np.asarray(t, dtype=float) for t in times]
-    values = [v[v != math.inf] for v in values]
-    every = np.concatenate(values)
-    kind = np.repeat(np.arange(len(values)), [len(v) for v in values])
-    by_value = np.argsort(every, kind="stable")
-    every, kind = every[by_value], kind[by_value]
-    # equal values lie side by side: two kinds among them meet somewhere
-    return bool(((every[1:] == every[:-1]) & (kind[1:] != kind[:-1])).any())
+def _ties(end_s: np.ndarray, kind: np.ndarray) -> bool:
+    """Whether events of two kinds share an instant (inf: never, after a replay's stop), given
+    every event's end in time order and its kind."""
+    same = end_s[1:] == end_s[:-1]
+    return bool((same & (kind[1:] != kind[:-1]) & (end_s[1:] != math.inf)).any())

@@ -14,7 +14,7 @@ from typing import NamedTuple, cast
 
 import numpy as np
 import simpy
-from scipy.linalg import solve_triangular
+from scipy.linalg.lapack import dtrtrs
 
 from flnet.sim.radio import LN2, shannon_rate_bps
 
@@ -150,7 +150,12 @@ class SharedBand(Channel):
         self._settled_at = env.now
         self._version = 0  # bumped whenever the active set changes
         self._timer: tuple[float, Transmission | None] = (math.inf, None)  # when, who is due
-        self._alone_rates: tuple[tuple, np.ndarray] = ((), np.empty((0, 0)))  # solve_alone's
+        # solve_alone's rates [n, n] and their lower triangle but the last row, by SNRs
+        self._alone_rates: tuple[tuple, np.ndarray, np.ndarray] = (
+            (),
+            np.empty((0, 0)),
+            np.empty(0),
+        )
 
     def transmit(self, bits: float, snr_hz: float) -> Transmission:
         if bits <= 0:
@@ -341,9 +346,10 @@ class SharedBand(Channel):
             return None
         a, b = np.asarray(arrival_s), np.asarray(bits)
         floor = 1e-9 * b + 1e-6  # _finished's tolerance
-        rate = self._rates_alone(snr_hz)  # [population - 1, transfer]
-        # while arriving: j + 1 transfers (0..j) share the band from a[j] to a[j + 1]
-        sent = np.tril(rate[:-1] * np.diff(a)[:, None]).sum(0)
+        rate, arriving = self._rates_alone(snr_hz)  # [population - 1, transfer]
+        # while arriving: j + 1 transfers (0..j) share the band from a[j] to a[j + 1] (the
+        # rates' lower triangle times the gaps: tril of their product, x 0.0 for the others)
+        sent = (arriving * np.diff(a)[:, None]).sum(0)
         remaining = b - sent
         if not (remaining > floor).all():
             return None
@@ -354,9 +360,9 @@ class SharedBand(Channel):
         order = np.argsort(remaining / by_gap[0], kind="stable")
         for _ in range(SOLVE_GUESSES):
             # (the solver reads only the lower triangle)
-            gaps = solve_triangular(
-                by_gap[:, order].T, remaining[order], lower=True, check_finite=False
-            )
+            gaps, info = _solve_lower(by_gap[:, order].T, remaining[order])
+            if info:
+                return None  # a rate of 0 on the diagonal
             sent = by_gap * gaps[:, None]  # [gap, transfer]
             rank = np.empty(n, dtype=np.int64)
             rank[order] = np.arange(n)
@@ -392,16 +398,20 @@ class SharedBand(Channel):
         groups = [(end, [k]) for end, k in zip(ends, order.tolist())]
         return Schedule(groups, ends[-1])
 
-    def _rates_alone(self, snr_hz: list[float]) -> np.ndarray:
-        """[n, n]: transfer k's rate (column) while j + 1 transfers share the band (row j).
-        Kept for the next call with the same SNRs (a round of the same cohort, no fading)."""
+    def _rates_alone(self, snr_hz: list[float]) -> tuple[np.ndarray, np.ndarray]:
+        """[n, n]: transfer k's rate (column) while j + 1 transfers share the band (row j);
+        and [n - 1, n] its rows but the last with 0 above the diagonal (those who have not
+        arrived yet). Kept for the next call with the same SNRs (a round of the same cohort,
+        no fading)."""
         key = tuple(snr_hz)
         if self._alone_rates[0] != key:
             share_hz = self.bandwidth_hz / np.arange(1, len(key) + 1)
             rate = shannon_rate_bps(share_hz[:, None], np.asarray(key)[None, :])
+            arriving = np.tril(rate[:-1])
             rate.setflags(write=False)
-            self._alone_rates = (key, rate)
-        return self._alone_rates[1]
+            arriving.setflags(write=False)
+            self._alone_rates = (key, rate, arriving)
+        return self._alone_rates[1], self._alone_rates[2]
 
     def settle_alone(self, schedule: Schedule) -> None:
         """Leave the band as its transfers in `schedule` would have: idle, settled at the last
@@ -506,6 +516,15 @@ class SharedBandArrays(SharedBand):
         delays = self._columns[0, :n] / self._rates
         first = int(delays.argmin())
         return float(delays[first]), self._active[first]
+
+
+def _solve_lower(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, int]:
+    """x with a x = b, `a` lower triangular (its upper part unread), and LAPACK's info (> 0:
+    a zero on the diagonal): scipy's `solve_triangular(a, b, lower=True)` without its
+    checks, the same LAPACK call for either memory order of `a`."""
+    if a.flags.f_contiguous:
+        return dtrtrs(a, b, lower=1)
+    return dtrtrs(a.T, b, lower=0, trans=1)  # the transposed system, in Fortran order
 
 
 def timeout_at(env: simpy.Environment, at_s: float) -> simpy.Event:
