@@ -754,3 +754,73 @@ def test_a_session_ending_on_a_downloads_instant_goes_event_by_event(monkeypatch
     cut = fast.ledger[fast.ledger.outcome == "interrupted"]
     assert len(cut) and (cut.kind == "compute").all() and (cut.node % 3 == 0).all()
     assert fast.ledger.equals(slow.ledger)
+
+
+# ---------------------------------------------------------------- sure fates, the array path
+
+
+def _sure_or_not(monkeypatch):
+    """Whether each round was planned at once, and with every fate SURE (the plan's branch
+    that draws nothing per member)."""
+    seen = []
+    plan = at_once.plan
+
+    def spying(world, *args, **kwargs):
+        result = plan(world, *args, **kwargs)
+        seen.append((result is not None, world.fates_sure))
+        return result
+
+    monkeypatch.setattr(at_once, "plan", spying)
+    return seen
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        [],  # the uplink shared, solved at once
+        ["radio.rayleigh_fading=true", "algorithm.cohort.deadline_s=0.05"],
+        ["algorithm.cohort.over_selection=1.5", "radio.downlink.sharing=shared"],
+        ["algorithm.cohort.deadline_s=0.05", "radio.uplink.sharing=dedicated"],
+        [*WIDE, "algorithm.cohort.deadline_s=0.05", "algorithm.cohort.over_selection=1.4"],
+    ],
+    ids=["solved-shared-up", "fading-deadline", "over-shared-down", "deadline-dedicated", "wide"],
+)
+def test_sure_fates_plan_the_bits_of_drawn_fates_that_change_nothing(monkeypatch, overrides):
+    """Every fate SURE (nothing drawn: the members' arrays as they come) against fates drawn
+    one per member that change nothing (a dropout so unlikely that nobody drops, no
+    slowdown: the per-member branch): the same rows, instants, joules and records, to the
+    bit, on solved, replayed and stopped bands."""
+    quick = [*QUICK, "algorithm.cohort.clients_per_round=12", *overrides]
+    seen = _sure_or_not(monkeypatch)
+    sure = flnet.run("scenarios/quickstart.yaml", quick, write=False)
+    assert seen and seen == [(True, True)] * len(seen)
+    seen.clear()
+    drawn = flnet.run(
+        "scenarios/quickstart.yaml", [*quick, "clients.dropout_probability=1e-300"], write=False
+    )
+    assert seen and seen == [(True, False)] * len(seen)
+    assert sure.ledger.equals(drawn.ledger)
+    assert sure.records.equals(drawn.records)
+    stops = "deadline_s" in str(overrides) or "over_selection" in str(overrides)
+    assert stops == bool(set(sure.ledger.outcome) & {"deadline", "cancelled"})
+
+
+@pytest.mark.parametrize("n", [1, 7, 100])
+def test_the_solve_calls_lapack_as_scipys_solve_triangular_does(n):
+    """`solve_alone`'s triangular solve (LAPACK's trtrs without scipy's checks) gives
+    `scipy.linalg.solve_triangular`'s bits for a matrix in either memory order, reading only
+    its lower triangle."""
+    from scipy.linalg import solve_triangular
+
+    from flnet.sim.channel import _solve_lower
+
+    rng = np.random.default_rng(n)
+    rates = rng.uniform(1e5, 1e7, (n, n))
+    order = rng.permutation(n)
+    b = rng.uniform(1e5, 1e6, n)
+    for a in (rates[:, order].T, np.ascontiguousarray(rates[:, order].T)):
+        got, info = _solve_lower(a, b)
+        assert info == 0
+        assert np.array_equal(got, solve_triangular(a, b, lower=True, check_finite=False))
+        upper_changed = a + np.triu(np.full((n, n), 7.0), 1)
+        assert np.array_equal(_solve_lower(upper_changed, b)[0], got)
