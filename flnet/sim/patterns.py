@@ -156,9 +156,10 @@ def round_trip(
 
 def _per_member(amount: Any, n: int) -> np.ndarray:
     """[n] `amount` (one number, or one per member) of each member, as floats."""
-    if np.ndim(amount) == 0:
-        return np.full(n, float(amount))
-    return np.broadcast_to(np.asarray(amount, dtype=float), (n,))
+    floats = np.asarray(amount, dtype=float)
+    if floats.ndim == 0:
+        return np.full(n, floats)
+    return floats if floats.shape == (n,) else np.broadcast_to(floats, (n,))
 
 
 class _Gather:
