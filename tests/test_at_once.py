@@ -66,6 +66,11 @@ def _band_event_by_event(
     return done, band._settled_at, sent
 
 
+def _finishes(schedule):
+    """[(end_s, transfer)] in the order the transfers finished."""
+    return list(zip(schedule.end_s.tolist(), schedule.done.tolist(), strict=True))
+
+
 @pytest.mark.parametrize("seed", range(6))
 def test_a_shared_band_at_once_replays_its_events_to_the_bit(seed):
     rng = np.random.default_rng(seed)
@@ -79,7 +84,7 @@ def test_a_shared_band_at_once_replays_its_events_to_the_bit(seed):
     band = SharedBand(simpy.Environment(), 1e6)
     schedule = band.schedule_alone(arrival_s.tolist(), bits, snr_hz)
     assert schedule is not None
-    got = [(end, i) for end, group in schedule.groups for i in group]
+    got = _finishes(schedule)
     assert got == expected  # the same floats, in the same order
     assert schedule.settled_s == settled_s
 
@@ -103,10 +108,10 @@ def test_a_shared_band_of_arrays_replays_its_own_events_to_the_bit(seed):
     expected, settled_s, _ = _band_event_by_event(*args, kind=SharedBandArrays)
     schedule = SharedBandArrays(simpy.Environment(), 1e6).schedule_alone(*args)
     assert schedule is not None
-    assert [(end, i) for end, group in schedule.groups for i in group] == expected
+    assert _finishes(schedule) == expected
     assert schedule.settled_s == settled_s
     floats = SharedBand(simpy.Environment(), 1e6).schedule_alone(*args)
-    assert floats is not None and floats.groups != schedule.groups  # what a float replay gave
+    assert floats is not None and _finishes(floats) != _finishes(schedule)  # a float replay's
 
 
 @pytest.mark.parametrize("kind", [SharedBand, SharedBandArrays])
@@ -126,7 +131,7 @@ def test_a_replay_stopped_mid_transfer_leaves_the_bits_cancel_leaves(kind, seed)
         until = {"until_done": keep} if "keep" in stop else {"until_s": halfway_s}
         schedule = band.schedule_alone(*args, **until)
         assert schedule is not None
-        assert [(end, i) for end, group in schedule.groups for i in group] == expected
+        assert _finishes(schedule) == expected
         assert expected == everyone[:keep]
         assert schedule.settled_s == stop.get("cut_s", expected[-1][0])
         left = {i: bits[i] - max(b, 0.0) for i, b in schedule.left.items()}
@@ -152,7 +157,7 @@ def test_a_replay_cancels_each_transfer_at_its_own_instant_to_the_bit(kind, seed
     band = kind(simpy.Environment(), 1e6)
     schedule = band.schedule_alone(arrival_s, bits, snr_hz, cancel_s=cancel_s)
     assert schedule is not None
-    assert [(end, i) for end, group in schedule.groups for i in group] == expected
+    assert _finishes(schedule) == expected
     assert schedule.settled_s == settled_s
     assert {i: bits[i] - b for i, b in schedule.cancelled.items()} == sent
     assert len(sent) > 3 and len(expected) == len(bits) - len(sent)
@@ -174,10 +179,8 @@ def test_a_replay_stops_at_the_keep_th_finish_of_those_counted():
     band = SharedBand(simpy.Environment(), 1e6)
     schedule = band.schedule_alone(*args, until_done=keep, counted=counted)
     assert schedule is not None
-    assert [(end, i) for end, group in schedule.groups for i in group] == [
-        e for e in everyone if e[0] <= kth_s
-    ]
-    assert schedule.settled_s == kth_s and len(schedule.left) == 40 - len(schedule.groups)
+    assert _finishes(schedule) == [e for e in everyone if e[0] <= kth_s]
+    assert schedule.settled_s == kth_s and len(schedule.left) == 40 - len(schedule.done)
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -192,7 +195,7 @@ def test_a_shared_band_solved_at_once_agrees_with_its_events(seed):
     expected, settled_s, _ = _band_event_by_event(arrival_s, bits, snr_hz)
     solved = SharedBand(simpy.Environment(), 1e6).solve_alone(arrival_s, bits, snr_hz)
     assert solved is not None
-    got = [(end, i) for end, group in solved.groups for i in group]
+    got = _finishes(solved)
     assert [i for _, i in got] == [i for _, i in expected]
     np.testing.assert_allclose([t for t, _ in got], [t for t, _ in expected], rtol=COST_RTOL)
     assert solved.settled_s == got[-1][0]
@@ -209,7 +212,7 @@ def test_an_arrival_at_the_instant_of_a_finish_is_left_to_simpy():
     band = SharedBand(simpy.Environment(), 1e6)
     alone = band.schedule_alone([0.0], [1e5], [1e8])
     assert alone is not None
-    finish_s = alone.groups[0][0]
+    finish_s = alone.end_s[0]
     assert band.schedule_alone([0.0, finish_s], [1e5, 1e5], [1e8, 1e8]) is None
 
 

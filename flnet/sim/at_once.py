@@ -231,11 +231,15 @@ def plan(
     arrive_s = np.minimum(cut_at, arrive_s)
     # the server stops waiting at the keep-th delivery or once everyone has arrived or at
     # the deadline, whichever is first; an event on the deadline's instant: SimPy's order decides
-    arrival = kind == arrive_kind[pos]
-    delivery = arrival & (kind == 2) & (up_outcome[pos] == OK)
-    stops = (np.cumsum(delivery) >= keep) | (np.cumsum(arrival) == n)
-    first = int(stops.argmax()) if len(stops) else 0
-    keep_s = float(end[first]) if len(stops) and stops[first] else inf
+    if sure:  # every arrival a delivery, in the uploads' order
+        k = min(keep, n)
+        keep_s = float(up_end[up.order[k - 1]]) if len(up.order) >= k else inf
+    else:
+        arrival = kind == arrive_kind[pos]
+        delivery = arrival & (kind == 2) & (up_outcome[pos] == OK)
+        stops = (np.cumsum(delivery) >= keep) | (np.cumsum(arrival) == n)
+        first = int(stops.argmax()) if len(stops) else 0
+        keep_s = float(end[first]) if len(stops) and stops[first] else inf
     stop_s = min(keep_s, deadline_at_s)
     cause = "cancelled" if keep_s < deadline_at_s else "deadline"
     if deadline_at_s <= keep_s and any((t == deadline_at_s).any() for t in (*ends_at, cut_at)):
@@ -403,10 +407,10 @@ def _transfers(
             )
         if schedule is None:
             return None
-        done = [i for _, group in schedule.groups for i in group]
-        ends[order[done]] = [end for end, group in schedule.groups for _ in group]
+        done = order[schedule.done]
+        ends[done] = schedule.end_s
         cancelled = {int(order[i]): b for i, b in schedule.cancelled.items()}
-        return _Ends(ends, order[done], schedule, cancelled)
+        return _Ends(ends, done, schedule, cancelled)
     # dedicated: each a timeout of bits / rate from its start, scheduled in `order`; the rate
     # through the band's scalar function (math.log1p), as `transmit` takes it: numpy's log1p
     # is another implementation on some CPUs

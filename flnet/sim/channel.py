@@ -33,7 +33,9 @@ def band(env: simpy.Environment, bandwidth_hz: float, shared: bool, users: int =
 class Schedule(NamedTuple):
     """Transfers on a shared band computed at once (`SharedBand.schedule_alone`)."""
 
-    groups: list[tuple[float, list[int]]]  # (end_s, the transfers done then, in band order)
+    done: np.ndarray  # [d] the transfers that finished, in the order they did (at one
+    # instant: in band order)
+    end_s: np.ndarray  # [d] when each of them finished
     settled_s: float  # the band's last event
     left: dict[int, float] = {}  # stopped early: each transfer still under way, its bits left
     cancelled: dict[int, float] = {}  # each transfer cancelled on its way, its bits left then
@@ -275,7 +277,8 @@ class SharedBand(Channel):
         never = self.env.event()  # what the transfers' `done` would wait on: nothing here
         txs = [Transmission(scratch, b, q, never) for b, q in zip(bits, snr_hz)]
         index = {tx: k for k, tx in enumerate(txs)}
-        groups: list[tuple[float, list[int]]] = []
+        done_order: list[int] = []
+        done_s: list[float] = []
         n, i, finished, inf = len(txs), 0, 0, math.inf
         timer_s, due = inf, None
         # cancels by instant; `over`: the transfers that finished or were cancelled
@@ -310,7 +313,8 @@ class SharedBand(Channel):
             else:  # the timer: `due` and any others done at this instant leave
                 scratch._settle_at(now)
                 done = scratch._finish(due)
-                groups.append((now, [index[tx] for tx in done]))
+                done_order += [index[tx] for tx in done]
+                done_s += [now] * len(done)
                 for tx in done:
                     over[index[tx]] = True
                     finished += counted is None or counted[index[tx]]
@@ -325,7 +329,8 @@ class SharedBand(Channel):
             scratch._settle_at(until_s)
             scratch._sync()
             left = {index[tx]: tx.remaining_bits for tx in scratch._active}
-        return Schedule(groups, scratch._settled_at, left, cancelled)
+        done_at = np.array(done_order, dtype=np.int64), np.array(done_s, dtype=float)
+        return Schedule(*done_at, scratch._settled_at, left, cancelled)
 
     def solve_alone(
         self, arrival_s: list[float], bits: list[float], snr_hz: list[float]
@@ -394,9 +399,8 @@ class SharedBand(Channel):
             return None
         if not (np.isfinite(gaps) & (gaps >= 0)).all():
             return None
-        ends = np.cumsum(np.concatenate([a[-1:], gaps]))[1:].tolist()
-        groups = [(end, [k]) for end, k in zip(ends, order.tolist())]
-        return Schedule(groups, ends[-1])
+        ends = np.cumsum(np.concatenate([a[-1:], gaps]))[1:]
+        return Schedule(order, ends, float(ends[-1]))
 
     def _rates_alone(self, snr_hz: list[float]) -> tuple[np.ndarray, np.ndarray]:
         """[n, n]: transfer k's rate (column) while j + 1 transfers share the band (row j);
