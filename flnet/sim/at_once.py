@@ -273,22 +273,22 @@ def plan(
     # columns; a cut's row (its session ended: the job under way charged up to then) in its place
     m = int(np.searchsorted(end, stop_s, side="right"))
     pos, kind, end = pos[:m], kind[:m], end[:m]
-    # each job's start, joules, bits, FLOPs and outcome code [5, kind, position], gathered
-    energy_j = world._compute_energies_j(cohort, flops)
+    # each job's start, power (a compute: its joules), bits, FLOPs and outcome code, by kind
+    # and position: gathered for the jobs that end, a transfer's joules its power x time
     jobs = np.zeros((5, 3, n))
     jobs[0, 0], jobs[0, 1], jobs[0, 2] = t0, down_end, computed
-    with np.errstate(invalid="ignore"):  # inf - inf: a job that never ends, never gathered
-        jobs[1, 0] = np.multiply(down_w, down_end - t0)
-        jobs[1, 2] = np.multiply(up_w, up_end - computed)
-    jobs[1, 1], jobs[2, 0], jobs[2, 2], jobs[3, 1] = energy_j, down_bits, up_bits, flops
+    jobs[1, 0], jobs[1, 1], jobs[1, 2] = down_w, world._compute_energies_j(cohort, flops), up_w
+    jobs[2, 0], jobs[2, 2], jobs[3, 1] = down_bits, up_bits, flops
     jobs[4, 0] = np.where(drop == 0, DROPPED, OK)
     jobs[4, 1] = np.where(drop == 1, DROPPED, OK)
     jobs[4, 2] = up_outcome
     start, joules, bits, work, outcome = jobs[:, np.minimum(kind, 2), pos]
+    transfer = (kind == 0) | (kind == 2)
+    joules[transfer] *= end[transfer] - start[transfer]
     rows = block(
         tag,
         cohort[pos],
-        np.where(kind == 1, NOBODY, SERVER),
+        np.where(transfer, SERVER, NOBODY),
         kind,
         start,
         end,

@@ -323,10 +323,14 @@ def block(
     m = len(node)
     pattern = _CODES["pattern"][tag.pattern]
     cols = (tag.step, pattern, node, peer, kind, start_s, end_s, energy_j, bits, flops, outcome)
-    return {
-        c: np.asarray(v, dtype=_DTYPES[c]) if np.ndim(v) else np.full(m, v, dtype=_DTYPES[c])
-        for c, v in zip(COLUMNS, cols)
-    }
+    out = {}
+    for c, v in zip(COLUMNS, cols):
+        if isinstance(v, np.ndarray):
+            out[c] = v if v.dtype == _DTYPES[c] else v.astype(_DTYPES[c])
+        else:
+            out[c] = np.empty(m, dtype=_DTYPES[c])
+            out[c].fill(v)
+    return out
 
 
 def _write_csv(columns: dict[str, np.ndarray], f: Any) -> None:
