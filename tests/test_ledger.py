@@ -114,6 +114,8 @@ def test_blocks_and_tuples_mixed_give_the_rows_journal_and_resume_of_tuples_alon
         if i % 4 == 1:  # a checkpoint: each flushes its new rows
             assert one.flush(paths[0]) == mixed.flush(paths[1])
             mixed.columns()  # converting in between changes nothing
+            assert mixed.total_energy_j == one.total_energy_j  # exact sums read in between
+            assert mixed.energy_j == one.energy_j and mixed.bits == one.bits
     assert one.flush(paths[0]) == mixed.flush(paths[1])
     assert paths[0].read_bytes() == paths[1].read_bytes()
     assert seen_mixed == seen_one and len(seen_one) == len(rows)  # every client row, in order

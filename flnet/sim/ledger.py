@@ -74,6 +74,8 @@ class Ledger:
         self._parts: list[list[tuple] | Block] = []
         self._open: list[tuple] | None = None  # the run of tuples `add` appends to
         self._partials: dict[str, list[float]] = defaultdict(list)  # by kind, exact sums
+        # by kind, blocks' joules not in the exact sums yet (joined when they are read)
+        self._unsummed: dict[str, list[np.ndarray]] = defaultdict(list)
         self.bits: dict[str, float] = defaultdict(float)  # by kind
         self._flushed = 0  # rows already in the journal
         # (node, end_s, energy_j, outcome) of each client's row as it is added, replayed
@@ -106,8 +108,8 @@ class Ledger:
 
     def extend(self, block: Block) -> None:
         """Append the rows of `block` (every column, as `columns` gives them), in order: the
-        same rows and totals as `add` of each (bits summed in row order, the joules joined to
-        the exact sums in one pass)."""
+        same rows and totals as `add` of each (bits summed in row order; the joules joined to
+        the exact sums in one pass when the sums are next read)."""
         kinds = block["kind"]
         if not len(kinds):
             return
@@ -119,10 +121,7 @@ class Ledger:
             # accumulate: a running sum, left to right, as `add`'s +=
             sums = np.add.accumulate(np.concatenate(([self.bits[kind]], bits[of])))
             self.bits[kind] = sums[-1].item()
-            joules = energy_j[of]
-            joules = joules[joules != 0]
-            if len(joules):
-                _add_all_exact(self._partials[kind], joules.tolist())
+            self._unsummed[kind].append(energy_j[of])
         if self.on_row is not None:
             names = [OUTCOMES[o] for o in block["outcome"].tolist()]
             for node, end_s, joules, outcome in zip(
@@ -134,9 +133,19 @@ class Ledger:
     def __len__(self) -> int:
         return sum(_length(part) for part in self._parts)
 
+    def _sum_blocks(self) -> None:
+        """Join the blocks' joules to the exact sums (exact whenever they are joined)."""
+        for kind, blocks in self._unsummed.items():
+            joules = np.concatenate(blocks)
+            joules = joules[joules != 0]
+            if len(joules):
+                _add_all_exact(self._partials[kind], joules.tolist())
+        self._unsummed.clear()
+
     @property
     def energy_j(self) -> dict[str, float]:
         """Joules by kind (each exactly rounded)."""
+        self._sum_blocks()
         out: dict[str, float] = defaultdict(float)
         out.update({kind: math.fsum(p) for kind, p in self._partials.items()})
         return out
@@ -144,6 +153,7 @@ class Ledger:
     @property
     def total_energy_j(self) -> float:
         """math.fsum of every row's joules, bit for bit."""
+        self._sum_blocks()
         return math.fsum(x for p in self._partials.values() for x in p)
 
     def frame(self) -> pd.DataFrame:
