@@ -74,9 +74,8 @@ class Ledger:
         self._parts: list[list[tuple] | Block] = []
         self._open: list[tuple] | None = None  # the run of tuples `add` appends to
         self._partials: dict[str, list[float]] = defaultdict(list)  # by kind, exact sums
-        # by kind, blocks' joules not in the exact sums yet (joined when they are read)
-        self._unsummed: dict[str, list[np.ndarray]] = defaultdict(list)
-        self.bits: dict[str, float] = defaultdict(float)  # by kind
+        self._bits: dict[str, float] = defaultdict(float)  # by kind, in row order
+        self._unsummed: list[Block] = []  # blocks not in the totals yet (until they are read)
         self._flushed = 0  # rows already in the journal
         # (node, end_s, energy_j, outcome) of each client's row as it is added, replayed
         # ones included: what a battery drains (flnet.sim.battery)
@@ -95,6 +94,8 @@ class Ledger:
         flops: float = 0.0,
         outcome: str = "ok",
     ) -> None:
+        if self._unsummed:
+            self._sum_blocks()  # the bits before this row's
         rows = self._open
         if rows is None:
             rows = self._open = []
@@ -102,45 +103,54 @@ class Ledger:
         rows.append((tag, node, peer, kind, start_s, end_s, energy_j, bits, flops, outcome))
         if energy_j:
             _add_exact(self._partials[kind], energy_j)
-        self.bits[kind] += bits
+        self._bits[kind] += bits
         if self.on_row is not None and node >= 0:
             self.on_row(node, end_s, energy_j, outcome)
 
     def extend(self, block: Block) -> None:
         """Append the rows of `block` (every column, as `columns` gives them), in order: the
-        same rows and totals as `add` of each (bits summed in row order; the joules joined to
-        the exact sums in one pass when the sums are next read)."""
-        kinds = block["kind"]
-        if not len(kinds):
+        same rows and totals as `add` of each (bits summed in row order, joules exactly),
+        the totals taken when they are next read or a row is added."""
+        if not len(block["kind"]):
             return
         self._parts.append(block)
         self._open = None
-        energy_j, bits = block["energy_j"], block["bits"]
-        for code in np.unique(kinds).tolist():
-            kind, of = KINDS[code], kinds == code
-            # accumulate: a running sum, left to right, as `add`'s +=
-            sums = np.add.accumulate(np.concatenate(([self.bits[kind]], bits[of])))
-            self.bits[kind] = sums[-1].item()
-            self._unsummed[kind].append(energy_j[of])
+        self._unsummed.append(block)
         if self.on_row is not None:
             names = [OUTCOMES[o] for o in block["outcome"].tolist()]
             for node, end_s, joules, outcome in zip(
-                block["node"].tolist(), block["end_s"].tolist(), energy_j.tolist(), names
+                block["node"].tolist(), block["end_s"].tolist(), block["energy_j"].tolist(), names
             ):
                 if node >= 0:
                     self.on_row(node, end_s, joules, outcome)
 
-    def __len__(self) -> int:
-        return sum(_length(part) for part in self._parts)
-
     def _sum_blocks(self) -> None:
-        """Join the blocks' joules to the exact sums (exact whenever they are joined)."""
-        for kind, blocks in self._unsummed.items():
-            joules = np.concatenate(blocks)
+        """Add the blocks not in the totals yet: each kind's bits in row order, its joules to
+        the exact sums in one pass."""
+        if not self._unsummed:
+            return
+        blocks, self._unsummed = self._unsummed, []
+        kinds, bits, energy_j = (
+            np.concatenate([b[c] for b in blocks]) for c in ("kind", "bits", "energy_j")
+        )
+        for code in np.unique(kinds).tolist():
+            kind, of = KINDS[code], kinds == code
+            # accumulate: a running sum, left to right, as `add`'s +=
+            sums = np.add.accumulate(np.concatenate(([self._bits[kind]], bits[of])))
+            self._bits[kind] = sums[-1].item()
+            joules = energy_j[of]
             joules = joules[joules != 0]
             if len(joules):
                 _add_all_exact(self._partials[kind], joules.tolist())
-        self._unsummed.clear()
+
+    def __len__(self) -> int:
+        return sum(_length(part) for part in self._parts)
+
+    @property
+    def bits(self) -> dict[str, float]:
+        """Bits by kind (each summed in row order)."""
+        self._sum_blocks()
+        return self._bits
 
     @property
     def energy_j(self) -> dict[str, float]:

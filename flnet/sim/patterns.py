@@ -29,7 +29,7 @@ way is frozen into the published state's `flight` (see `stream`) and resumes to 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Iterator
 from typing import Any, NamedTuple, Protocol
 
 import numpy as np
@@ -122,8 +122,7 @@ def round_trip(
     step = Tag("round_trip", tag)
     flops = _per_member(work_flops, n)
     # each member's fate, drawn as its trip starts (the cohort's at once), for either path
-    works = list(zip(down_bits.tolist(), flops.tolist(), up_bits.tolist()))
-    fates = world.trip_fates(cohort.tolist(), step, works)
+    fates = world.trip_fates(cohort.tolist(), step, _works(down_bits, flops, up_bits))
     plan = world.trips_at_once(cohort, down_bits, flops, up_bits, step, deadline_s, keep, fates)
     if plan is not None:  # nothing but the server could stop anyone: computed at once
         yield world.wait_until(plan.end_s)
@@ -133,6 +132,7 @@ def round_trip(
         world.events += len(plan.positions)
         return Delivery(plan.positions, plan.outcomes, plan.completed, start, world.now)
     gather = _Gather(world, n, keep)
+    works = _works(down_bits, flops, up_bits)
     trips = [
         _Trip(world, gather, pos, client, step, *work, fate)
         for pos, (client, work, fate) in enumerate(zip(cohort.tolist(), works, fates))
@@ -152,6 +152,13 @@ def round_trip(
     return Delivery(
         np.asarray(gather.delivered, dtype=np.int64), gather.outcomes, completed, start, world.now
     )
+
+
+def _works(
+    down_bits: np.ndarray, flops: np.ndarray, up_bits: np.ndarray
+) -> Iterator[tuple[float, float, float]]:
+    """Each member's (down_bits, flops, up_bits), as floats, made as they are asked for."""
+    return zip(down_bits.tolist(), flops.tolist(), up_bits.tolist())
 
 
 def _per_member(amount: Any, n: int) -> np.ndarray:

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, cast
 
 import numpy as np
@@ -236,7 +236,7 @@ class AbstractWorld(Protocol):
         start_s: float | None = None,
     ) -> Fate: ...
 
-    def trip_fates(self, cohort: list[int], tag: Tag, works: list[tuple]) -> list[Fate]: ...
+    def trip_fates(self, cohort: list[int], tag: Tag, works: Iterable[tuple]) -> list[Fate]: ...
 
     def end_at(self, t_s: float, stop: Callable[[str], None], outcome: str) -> int: ...
 
@@ -680,12 +680,13 @@ class World:
             return SURE
         return self._drawn_fate(client, draw, stream, keys, work, start_s)
 
-    def trip_fates(self, cohort: list[int], tag: Tag, works: list[tuple]) -> list[Fate]:
+    def trip_fates(self, cohort: list[int], tag: Tag, works: Iterable[tuple]) -> list[Fate]:
         """Each round trip member's `fate` as its trip starts (drawn from the behaviour stream
         at (round, client)), whether the round goes event by event (`patterns.round_trip`) or
         at once (`at_once`): the same answers as `fate` a member at a time, the members'
         behaviour generators run as one block (`flnet.draws.uniforms`) and their sessions'
-        ends asked in one call."""
+        ends asked in one call. `works`: each member's (down_bits, flops, up_bits), read only
+        where fates are drawn."""
         if self.fates_sure:
             return [SURE] * len(cohort)
         n = len(cohort)
