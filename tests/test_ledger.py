@@ -111,6 +111,7 @@ def test_blocks_and_tuples_mixed_give_the_rows_journal_and_resume_of_tuples_alon
                 mixed.add(*row)
         else:
             mixed.extend(block_of(rows[a:b]))
+        assert len(mixed) == len(one) == b
         if i % 4 == 1:  # a checkpoint: each flushes its new rows
             assert one.flush(paths[0]) == mixed.flush(paths[1])
             mixed.columns()  # converting in between changes nothing

@@ -73,10 +73,12 @@ class Ledger:
         # the rows in order: runs of tuples (`add`) and blocks (`extend`)
         self._parts: list[list[tuple] | Block] = []
         self._open: list[tuple] | None = None  # the run of tuples `add` appends to
+        self._closed_rows = 0  # rows in the parts but the open run
         self._partials: dict[str, list[float]] = defaultdict(list)  # by kind, exact sums
         self._bits: dict[str, float] = defaultdict(float)  # by kind, in row order
         self._unsummed: list[Block] = []  # blocks not in the totals yet (until they are read)
         self._flushed = 0  # rows already in the journal
+        self._flushed_from = (0, 0)  # the part the journal's end is in, and the rows before it
         # (node, end_s, energy_j, outcome) of each client's row as it is added, replayed
         # ones included: what a battery drains (flnet.sim.battery)
         self.on_row: Callable[[int, float, float, str], None] | None = None
@@ -113,6 +115,7 @@ class Ledger:
         the totals taken when they are next read or a row is added."""
         if not len(block["kind"]):
             return
+        self._closed_rows += len(block["kind"]) + len(self._open or ())
         self._parts.append(block)
         self._open = None
         self._unsummed.append(block)
@@ -144,7 +147,7 @@ class Ledger:
                 _add_all_exact(self._partials[kind], joules.tolist())
 
     def __len__(self) -> int:
-        return sum(_length(part) for part in self._parts)
+        return self._closed_rows + len(self._open or ())
 
     @property
     def bits(self) -> dict[str, float]:
@@ -178,11 +181,12 @@ class Ledger:
         KINDS and OUTCOMES."""
         return joined(self._blocks(0))
 
-    def _blocks(self, start: int) -> list[Block]:
+    def _blocks(self, start: int, first: int = 0, at: int = 0) -> list[Block]:
         """The rows from the `start`-th on, as blocks (runs of tuples converted; a closed run
-        kept converted)."""
-        out, at = [], 0
-        for i, part in enumerate(self._parts):
+        kept converted), looking from the `first` part on (`at` rows before it)."""
+        out = []
+        for i in range(first, len(self._parts)):
+            part = self._parts[i]
             length = _length(part)
             if at + length > start:
                 if isinstance(part, list):
@@ -201,7 +205,7 @@ class Ledger:
         """Append the rows not yet written to the journal at `path` (created with a header)
         and fsync it (a checkpoint that reaches the disk must not point past what did);
         return (rows, bytes) in it, which a checkpoint keeps to resume from."""
-        new = self._blocks(self._flushed)
+        new = self._blocks(self._flushed, *self._flushed_from)
         fresh = not path.exists() or self._flushed == 0
         with open(path, "wb" if fresh else "ab") as f:
             if fresh:
@@ -214,6 +218,8 @@ class Ledger:
         if fresh:
             _fsync_directory(path.parent)  # the new file's name, too
         self._flushed = len(self)
+        if self._parts:  # the next flush starts in the last part
+            self._flushed_from = (len(self._parts) - 1, self._flushed - _length(self._parts[-1]))
         return self._flushed, size
 
     def load_journal(self, path: Path, rows: int, size: int) -> None:
