@@ -397,13 +397,12 @@ def _transfers(
     decide (`SharedBand.schedule_alone`)."""
     ends = np.full(n, math.inf)  # [n] by position: `order` may list some of them
     if isinstance(band, SharedBand):
-        starts, sizes = start_s.tolist(), bits.tolist()
         solve = not step_by_step and len(order) > band.replays_up_to
-        schedule = band.solve_alone(starts, sizes, snr_hz) if solve else None
+        schedule = band.solve_alone(start_s, bits, snr_hz) if solve else None
         if schedule is None:
             cancels = None if cancel_s is None else cancel_s.tolist()
             schedule = band.schedule_alone(
-                starts, sizes, snr_hz, until_s, until_done, cancels, counted
+                start_s.tolist(), bits.tolist(), snr_hz, until_s, until_done, cancels, counted
             )
         if schedule is None:
             return None

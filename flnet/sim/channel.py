@@ -333,7 +333,10 @@ class SharedBand(Channel):
         return Schedule(*done_at, scratch._settled_at, left, cancelled)
 
     def solve_alone(
-        self, arrival_s: list[float], bits: list[float], snr_hz: list[float]
+        self,
+        arrival_s: list[float] | np.ndarray,
+        bits: list[float] | np.ndarray,
+        snr_hz: list[float],
     ) -> Schedule | None:
         """`schedule_alone`'s transfers where every one arrives before any finishes (the usual
         round: uploads that last longer than the spread of their starts). The band then holds
