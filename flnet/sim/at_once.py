@@ -201,7 +201,8 @@ def plan(
     # each upload's outcome at its end (a code in OUTCOMES): dropped, or the judge's (lost:
     # offline then), or ok
     up_outcome = np.full(n, OK, dtype=np.int8)
-    up_outcome[uploaders[drop[uploaders] == 2]] = DROPPED
+    if not sure:
+        up_outcome[uploaders[drop[uploaders] == 2]] = DROPPED
     if judges is not None:
         for p in uploaders.tolist():
             judge = judges[p]
@@ -210,9 +211,12 @@ def plan(
     ends_at = (down_end, computed, up_end)
     # a member arrives with the job it ends with (its upload, or dropped, at the end of its
     # drop phase's job), unless its session ends first: then at that instant, cut
-    last = np.minimum(drop, 2)  # the kind of job it arrives with
-    arrive_s = np.choose(last, ends_at)
-    cut_at = np.where(session_end < arrive_s, session_end, inf)  # [n] inf: no cut
+    if sure:  # with its upload, and nobody is cut
+        last, arrive_s, cut_at = np.full(n, 2), up_end, np.full(n, inf)
+    else:
+        last = np.minimum(drop, 2)  # the kind of job it arrives with
+        arrive_s = np.choose(last, ends_at)
+        cut_at = np.where(session_end < arrive_s, session_end, inf)  # [n] inf: no cut
     # every job's end in the order SimPy processes them: by time, then kind, then scheduling
     # order (within a kind of event, the only ties: `_ties`); cuts at one instant in the order
     # their trips registered them (`World.end_at`: cohort order)
@@ -227,8 +231,8 @@ def plan(
     # a job that would end after its member's cut never ends
     happens = (kind == 3) | (end < cut_at[pos])
     pos, kind, end = pos[happens], kind[happens], end[happens]
-    arrive_kind = np.where(cut_at < inf, 3, last)
-    arrive_s = np.minimum(cut_at, arrive_s)
+    arrive_kind = last if sure else np.where(cut_at < inf, 3, last)
+    arrive_s = arrive_s if sure else np.minimum(cut_at, arrive_s)
     # the server stops waiting at the keep-th delivery or once everyone has arrived or at
     # the deadline, whichever is first; an event on the deadline's instant: SimPy's order decides
     if sure:  # every arrival a delivery, in the uploads' order
@@ -279,8 +283,10 @@ def plan(
     jobs[0, 0], jobs[0, 1], jobs[0, 2] = t0, down_end, computed
     jobs[1, 0], jobs[1, 1], jobs[1, 2] = down_w, world._compute_energies_j(cohort, flops), up_w
     jobs[2, 0], jobs[2, 2], jobs[3, 1] = down_bits, up_bits, flops
-    jobs[4, 0] = np.where(drop == 0, DROPPED, OK)
-    jobs[4, 1] = np.where(drop == 1, DROPPED, OK)
+    jobs[4, :2] = OK
+    if not sure:
+        jobs[4, 0] = np.where(drop == 0, DROPPED, OK)
+        jobs[4, 1] = np.where(drop == 1, DROPPED, OK)
     jobs[4, 2] = up_outcome
     start, joules, bits, work, outcome = jobs[:, np.minimum(kind, 2), pos]
     transfer = (kind == 0) | (kind == 2)
@@ -305,8 +311,9 @@ def plan(
             rows[c][cuts] = v
     # the stop: each member still at work, in cohort order, its job charged up to now
     arrived = arrive_s <= stop_s  # delivered, dropped, lost or cut
-    codes = np.where(drop < 3, DROPPED, up_outcome)
+    codes = up_outcome
     if not sure:
+        codes = np.where(drop < 3, DROPPED, codes)
         cut_codes = np.array([OUTCOMES.index(f.cut_outcome) for f in fates])
         codes = np.where(arrive_kind == 3, cut_codes, codes)
     codes = np.where(arrived, codes, OUTCOMES.index(cause))
