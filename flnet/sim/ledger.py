@@ -360,7 +360,7 @@ def block(
 
 
 def _write_csv(columns: dict[str, np.ndarray], f: Any) -> None:
-    """The journal's lines for `columns` (`_columns`), without a header, into the binary file
+    """The journal's lines for `columns` (a `Block`), without a header, into the binary file
     `f`: Arrow's CSV writer, formatting in C what Python would a row at a time. It writes each
     float as the shortest text that reads back to the same double (double-conversion's
     ToShortest: ``1``, ``-0``, ``1e-7``, ``inf``), so `load_journal`'s float() gets every bit
