@@ -120,7 +120,7 @@ def plan(
         down_bits = down_bits * [f.portion(0)[0] for f in fates]
         flops = flops * [f.portion(1)[0] for f in fates]
         up_bits = up_bits * [f.portion(2)[0] for f in fates]
-    if not ((down_bits > 0).all() and (up_bits > 0).all() and (flops > 0).all()):
+    if not (np.concatenate((down_bits, up_bits, flops)) > 0).all():
         return None  # zero-length jobs end at their start instant: ties by construction
     sessions = judges is not None or session_end.min() < inf
     t0 = world.env.now
@@ -226,7 +226,7 @@ def plan(
     end = np.concatenate([ends[d] for ends, d in zip((*ends_at, cut_at), done)])
     by_time = np.argsort(end, kind="stable")  # ties: in `done`'s order, kind then scheduling
     pos, kind, end = pos[by_time], kind[by_time], end[by_time]
-    if _ties(end, kind) or np.isnan(end[-1:]).any():  # (NaN: sorted last)
+    if _ties(end, kind) or (len(end) and math.isnan(end[-1])):  # (NaN: sorted last)
         return None
     # a job that would end after its member's cut never ends
     happens = (kind == 3) | (end < cut_at[pos])
