@@ -221,6 +221,26 @@ def test_lazy_synthetic_clients_are_the_same_on_every_call_and_in_any_order():
     assert not np.array_equal(load(seed=1, **kw).lazy.client(5)[0][:5], x5[:5])
 
 
+def test_users_made_on_one_blas_thread_are_the_same_and_the_threads_come_back():
+    """Generating users holds numpy's BLAS to one thread (its spinning threads cost a
+    million-client run 2x the CPU) and gives it back after; a user of 4096 rows, whose labels'
+    product OpenBLAS would split over threads, is the same either way."""
+    from threadpoolctl import threadpool_info
+
+    from flnet.scenario import SyntheticConfig
+
+    def blas_threads():
+        return [lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas"]
+
+    before, cfg = blas_threads(), SyntheticConfig()
+    free = embedded.synthetic_client(cfg, 4096, np.random.default_rng(7))
+    with embedded.one_blas_thread():
+        assert set(blas_threads()) <= {1}
+        held = embedded.synthetic_client(cfg, 4096, np.random.default_rng(7))
+    assert blas_threads() == before
+    assert np.array_equal(free[0], held[0]) and np.array_equal(free[1], held[1])
+
+
 def test_lazy_minibatches_select_the_clients_own_training_rows():
     fed = load(n=50, dataset="synthetic", partition={"kind": "natural"})
     cohort = np.array([3, 40, 7])

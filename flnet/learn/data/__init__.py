@@ -330,12 +330,13 @@ def load_lazy(
     )
     xs, ys = [], []
     counts = np.zeros((len(eval_clients), cfg.num_classes), dtype=np.int64)
-    for i, k in enumerate(eval_clients.tolist()):
-        x, y = lazy.client(k)
-        n = lazy.train_sizes[k]
-        xs.append(x[n:].copy())  # not a view: the client's training rows are let go
-        ys.append(y[n:].copy())
-        counts[i] = np.bincount(y[:n], minlength=cfg.num_classes)
+    with embedded.one_blas_thread():
+        for i, k in enumerate(eval_clients.tolist()):
+            x, y = lazy.client(k)
+            n = lazy.train_sizes[k]
+            xs.append(x[n:].copy())  # not a view: the client's training rows are let go
+            ys.append(y[n:].copy())
+            counts[i] = np.bincount(y[:n], minlength=cfg.num_classes)
     test_sizes = (lazy.sizes - lazy.train_sizes)[eval_clients]
     test_views = ClientViews(
         np.concatenate([[0], np.cumsum(test_sizes)]),

@@ -11,7 +11,7 @@ import json
 import random
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
@@ -92,6 +92,22 @@ def synthetic_train_sizes(sizes: np.ndarray, cfg: SyntheticConfig) -> np.ndarray
     return ((1 - cfg.test_fraction) * sizes).astype(np.int64)
 
 
+@functools.cache
+def _blas_threads() -> Any:
+    from threadpoolctl import ThreadpoolController  # scans the loaded libraries: ms, once
+
+    return ThreadpoolController()
+
+
+def one_blas_thread() -> contextlib.AbstractContextManager:
+    """numpy's BLAS on one thread inside (as it was after): generating users one after another.
+    A user's labels are one product ``x W_k`` of up to SYNTHETIC_CHUNK_ROWS rows, which
+    OpenBLAS splits over threads once the rows pass a few hundred; its threads then spin
+    between the products, and a million-client run took 1.4x the wall time and 2x the CPU.
+    The same bits either way (each thread computes whole rows)."""
+    return _blas_threads().limit(limits=1, user_api="blas")
+
+
 def synthetic_client(
     cfg: SyntheticConfig,
     size: int,
@@ -147,12 +163,13 @@ def synthetic(
         "train_owner": [],
         "test_owner": [],
     }
-    for k in range(num_clients):
-        x, y = synthetic_client(cfg, sizes[k], client_rng(k))
-        for split, rows in (("train", slice(0, n_train[k])), ("test", slice(n_train[k], None))):
-            parts[f"x_{split}"].append(x[rows])
-            parts[f"y_{split}"].append(y[rows])
-            parts[f"{split}_owner"].append(np.full(len(y[rows]), k, dtype=np.int64))
+    with one_blas_thread():
+        for k in range(num_clients):
+            x, y = synthetic_client(cfg, sizes[k], client_rng(k))
+            for split, rows in (("train", slice(0, n_train[k])), ("test", slice(n_train[k], None))):
+                parts[f"x_{split}"].append(x[rows])
+                parts[f"y_{split}"].append(y[rows])
+                parts[f"{split}_owner"].append(np.full(len(y[rows]), k, dtype=np.int64))
     cat = {name: np.concatenate(arrays) for name, arrays in parts.items()}
     return Source(num_classes=cfg.num_classes, **cat)
 

@@ -12,7 +12,12 @@ from typing import TYPE_CHECKING
 import numpy as np
 from numpy.typing import ArrayLike
 
-from flnet.learn.data.embedded import synthetic_client, synthetic_sizes, synthetic_train_sizes
+from flnet.learn.data.embedded import (
+    one_blas_thread,
+    synthetic_client,
+    synthetic_sizes,
+    synthetic_train_sizes,
+)
 
 if TYPE_CHECKING:  # the scenario's section, for annotations only
     from flnet.scenario import SyntheticConfig
@@ -45,8 +50,9 @@ class LazyClients:
         ends = np.cumsum(sizes)
         x = np.empty((int(ends[-1]) if len(ends) else 0, self.cfg.num_features), np.float32)
         y = np.empty(len(x), np.int64)
-        for k, n, end in zip(clients.tolist(), sizes.tolist(), ends.tolist()):
-            synthetic_client(
-                self.cfg, n, self.client_rng(k), out=(x[end - n : end], y[end - n : end])
-            )
+        with one_blas_thread():
+            for k, n, end in zip(clients.tolist(), sizes.tolist(), ends.tolist()):
+                synthetic_client(
+                    self.cfg, n, self.client_rng(k), out=(x[end - n : end], y[end - n : end])
+                )
         return x, y
