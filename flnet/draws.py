@@ -135,8 +135,8 @@ def integers(keys: np.ndarray, highs: np.ndarray, count: int) -> np.ndarray:
         # each 64-bit word's low half, then its high half: its two uint32 in memory order
         halves = raw.astype("<u8", copy=False).view("<u4")[:, :count]
         n = highs[rows].astype(np.uint64)[:, None]
-        # m = word x n < 2**64, in place in the output where every row is drawn here: large
-        # temporaries cost page faults (3x the arithmetic on W1's [100, 320])
+        # m = word x n < 2**64, in place in the output where every row is drawn here: fresh
+        # large temporaries each call cost their pages' faults more than the arithmetic
         whole = len(rows) == len(highs)
         m = np.multiply(halves, n, out=out.view(np.uint64) if whole else None)
         # Lemire rejects a leftover (m's low half) below (2**32 - n) mod n
