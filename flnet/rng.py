@@ -26,6 +26,7 @@ from __future__ import annotations
 from enum import IntEnum
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 
 class Stream(IntEnum):
@@ -76,6 +77,16 @@ class Stream(IntEnum):
 def stream_key(seed: int, stream: Stream, *keys: int) -> list[int]:
     """The `default_rng` key of `generator` (for callers that hash many keys at once)."""
     return [seed, int(stream), *map(int, keys)]
+
+
+def stream_keys(seed: int, stream: Stream, step: int, clients: ArrayLike) -> np.ndarray:
+    """[C, 4] int64: row i is `stream_key(seed, stream, step, clients[i])`, built as columns
+    (for `flnet.draws`, which runs the clients' generators as one block)."""
+    ids = np.asarray(clients, dtype=np.int64)
+    keys = np.empty((len(ids), 4), dtype=np.int64)
+    keys[:, :3] = stream_key(seed, stream, step)
+    keys[:, 3] = ids
+    return keys
 
 
 def minibatch_key(seed: int, round: int, client: int) -> list[int]:

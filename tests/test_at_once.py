@@ -111,7 +111,8 @@ def test_a_shared_band_of_arrays_replays_its_own_events_to_the_bit(seed):
     assert _finishes(schedule) == expected
     assert schedule.settled_s == settled_s
     floats = SharedBand(simpy.Environment(), 1e6).schedule_alone(*args)
-    assert floats is not None and _finishes(floats) != _finishes(schedule)  # a float replay's
+    # the float band's replay rounds otherwise here: else this test could not tell them apart
+    assert floats is not None and _finishes(floats) != _finishes(schedule)
 
 
 @pytest.mark.parametrize("kind", [SharedBand, SharedBandArrays])

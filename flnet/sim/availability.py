@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Protocol
 import numpy as np
 
 from flnet import draws
-from flnet.rng import Stream, generator, stream_key
+from flnet.rng import Stream, generator, stream_keys
 from flnet.sim.traces import replay_from
 
 if TYPE_CHECKING:
@@ -71,10 +71,7 @@ class Bernoulli:
     def online(self, clients: np.ndarray, t_s: float, draw: int) -> np.ndarray:
         """Each client's ``generator(seed, AVAILABILITY, draw, c).random() < p``, the clients'
         generators run as one block (`flnet.draws.uniforms`)."""
-        ids = np.asarray(clients, dtype=np.int64)
-        keys = np.empty((len(ids), 4), dtype=np.int64)
-        keys[:, :3] = stream_key(self.seed, Stream.AVAILABILITY, draw)
-        keys[:, 3] = ids
+        keys = stream_keys(self.seed, Stream.AVAILABILITY, draw, clients)
         return draws.uniforms(keys, 1)[:, 0] < self.p
 
     def online_until(self, clients: np.ndarray, t_s: float, draw: int) -> np.ndarray:

@@ -141,9 +141,9 @@ class SharedBand(Channel):
     """A band split equally among its active transfers, kept as Python floats on them."""
 
     shared = True
-    # up to this many transfers `schedule_alone` is quicker than `solve_alone` (and exact):
-    # benchmarks/bench.py's shared-band lines print both per transfer at n = 2, 5, 10 (the
-    # arrays band's replay too: its own `replays_up_to`)
+    # up to this many transfers `schedule_alone` is quicker than `solve_alone` (and exact): a
+    # value chosen between n = 5 and n = 10 of benchmarks/bench.py's shared-band lines, which
+    # print both per transfer (the arrays band's replay too: its own `replays_up_to`)
     replays_up_to = 8
 
     def __init__(self, env: simpy.Environment, bandwidth_hz: float) -> None:

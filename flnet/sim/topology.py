@@ -343,7 +343,7 @@ _EIGENVALUES: list[tuple[Mixing, np.ndarray]] = []  # the last Mixing's, by iden
 def eigenvalues(w: np.ndarray | Mixing) -> np.ndarray:
     """W's eigenvalues, dense (O(n^3)): `eigvalsh` where W is symmetric, else `eigvals`
     (complex). A Mixing's are kept for the next question about the same object: the start's
-    spectral gap and OledFL's lambda_min both ask of round 1's W (seconds at 1000 nodes)."""
+    spectral gap and OledFL's lambda_min both ask of round 1's W (O(n^3) each time)."""
     if isinstance(w, Mixing):
         if _EIGENVALUES and _EIGENVALUES[0][0] is w:
             return _EIGENVALUES[0][1]

@@ -32,7 +32,7 @@ import simpy
 from flnet import draws
 from flnet.dists import AnyDist
 from flnet.errors import ScenarioError
-from flnet.rng import Stream, generator, stream_key
+from flnet.rng import Stream, generator, stream_keys
 from flnet.sim import at_once
 from flnet.sim import availability as availability_mod
 from flnet.sim import population as population_mod
@@ -692,8 +692,8 @@ class World:
         n = len(cohort)
         drawn: list = [None] * n
         if self._draws_fates:
-            keys = [stream_key(self.seed, Stream.BEHAVIOUR, tag.step, c) for c in cohort]
-            drawn = draws.uniforms(np.array(keys), 3).tolist()
+            keys = stream_keys(self.seed, Stream.BEHAVIOUR, tag.step, cohort)
+            drawn = draws.uniforms(keys, 3).tolist()
         ends_s: list = [None] * n
         avail = self.clients.availability
         if avail.kind != "always" and avail.check == "during":

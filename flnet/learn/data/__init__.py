@@ -42,7 +42,7 @@ from flnet.learn.data import embedded, features, files, partition
 from flnet.learn.data.embedded import Source
 from flnet.learn.data.lazy import LazyClients
 from flnet.learn.data.views import ClientViews
-from flnet.rng import Stream, generator, minibatch_key, stream_key
+from flnet.rng import Stream, generator, minibatch_key, stream_key, stream_keys
 
 if TYPE_CHECKING:  # the scenario's sections, for annotations only
     from flnet.scenario import DataConfig, Partition
@@ -384,10 +384,10 @@ def work_keys(
     stream: Stream | None = None,
 ) -> np.ndarray:
     """[C, L] int64: row i is `work_key` of clients[i] (row i of `work_counts`), as columns."""
-    clients = np.asarray(clients, dtype=np.int64)
     if stream is not None:
-        head, tail = stream_key(seed, stream, round), [clients]
-    elif work_counts is None:
+        return stream_keys(seed, stream, round, clients)
+    clients = np.asarray(clients, dtype=np.int64)
+    if work_counts is None:
         head, tail = minibatch_key(seed, round, 0)[:-1], [clients]  # [seed, round] + client
     else:
         head, tail = stream_key(seed, Stream.WORK), [clients, np.asarray(work_counts, np.int64)]
