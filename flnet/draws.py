@@ -34,17 +34,18 @@ _INIT_A, _MULT_A, _INIT_B, _MULT_B = 0x43B0D7E5, 0x931E8875, 0x8B51F9DD, 0x58F38
 _MIX_MULT_L, _MIX_MULT_R, _XSHIFT, _POOL_SIZE = 0xCA01F9DD, 0x4973F715, np.uint64(16), 4
 
 
-class _SeedState(ISeedSequence):
-    """A seed sequence whose state words are already computed (`seed_states`), for PCG64."""
+class _SeedStates(ISeedSequence):
+    """Seed sequences whose state words are already computed (`seed_states`), for PCG64: each
+    generator built from it takes the next row. (One object for the block: a seed sequence
+    per row cost PCG64's seeding as much again.)"""
 
-    __slots__ = ("state",)
+    __slots__ = ("rows",)
 
-    def __init__(self, state: np.ndarray) -> None:
-        self.state = state  # [4] uint64
+    def __init__(self, states: np.ndarray) -> None:
+        self.rows = iter(states)  # [C, 4] uint64
 
     def generate_state(self, n_words: int, dtype: Any = np.uint64) -> np.ndarray:
-        assert n_words == 4 and np.dtype(dtype) == np.uint64  # what PCG64 asks for
-        return self.state
+        return next(self.rows)  # PCG64 asks for 4 uint64 words
 
 
 @functools.cache
@@ -114,9 +115,12 @@ def _blockwise(keys: np.ndarray) -> np.ndarray:
 def _raw(keys: np.ndarray, words: int) -> np.ndarray:
     """[C, words] uint64: the first `words` raw outputs of ``PCG64(SeedSequence(row))`` for
     each row of `keys` (one 32-bit word per entry)."""
-    # numpy's stubs name SeedSequence; PCG64 takes any ISeedSequence
-    bits = [np.random.PCG64(_SeedState(s)) for s in seed_states(keys)]  # type: ignore[arg-type]
-    return np.stack([b.random_raw(words) for b in bits])
+    seeds = _SeedStates(seed_states(keys))
+    out = np.empty((len(keys), words), dtype=np.uint64)
+    for row in out:
+        # numpy's stubs name SeedSequence; PCG64 takes any ISeedSequence
+        row[:] = np.random.PCG64(seeds).random_raw(words)  # type: ignore[arg-type]
+    return out
 
 
 def integers(keys: np.ndarray, highs: np.ndarray, count: int) -> np.ndarray:

@@ -714,20 +714,21 @@ def run(
         scenario = load_scenario(scenario, overrides)
     elif overrides:
         scenario = load_scenario(data=scenario.model_dump(mode="json"), overrides=overrides)
-    if not write:
-        return _simulate(Run(scenario, write=False, observers=observers), write=False)
-    with output.open_folder(scenario.output_dir(), resume=resume, force=force) as folder:
-        # absolute folder and data paths go into scenario.yaml: --resume from anywhere finds
-        # the run and its data
-        scenario = absolute_paths(scenario).model_copy(
-            update={"output": scenario.output.model_copy(update={"dir": str(folder.path)})}
-        )
-        try:
-            sim = Run(scenario, resume=resume, observers=observers, say=say)
-        except BaseException:
-            folder.discard_if_unused()  # a run refused before it wrote leaves no folder
-            raise
-        return _simulate(sim, write=True)
+    with arrow_allocates_with_malloc():
+        if not write:
+            return _simulate(Run(scenario, write=False, observers=observers), write=False)
+        with output.open_folder(scenario.output_dir(), resume=resume, force=force) as folder:
+            # absolute folder and data paths go into scenario.yaml: --resume from anywhere
+            # finds the run and its data
+            scenario = absolute_paths(scenario).model_copy(
+                update={"output": scenario.output.model_copy(update={"dir": str(folder.path)})}
+            )
+            try:
+                sim = Run(scenario, resume=resume, observers=observers, say=say)
+            except BaseException:
+                folder.discard_if_unused()  # a run refused before it wrote leaves no folder
+                raise
+            return _simulate(sim, write=True)
 
 
 def input_files(scenario: Scenario) -> dict[str, str]:
@@ -764,6 +765,26 @@ def absolute_paths(scenario: Scenario) -> Scenario:
             "clients": clients.model_copy(update=traced),
         }
     )
+
+
+@contextlib.contextmanager
+def arrow_allocates_with_malloc() -> Iterator[None]:
+    """Arrow's default memory pool is the system allocator inside, unless the user chose one
+    (ARROW_DEFAULT_MEMORY_POOL); as it was after. A run's tables (the partition, the records:
+    pandas keeps their strings in Arrow) take kilobytes, but the first allocation from pyarrow's
+    own default, mimalloc, sets up its arenas, which in some processes costs more than every
+    table of a short run together (`bench.py --child`'s build part)."""
+    if os.environ.get("ARROW_DEFAULT_MEMORY_POOL"):
+        yield
+        return
+    import pyarrow
+
+    chosen = pyarrow.default_memory_pool()
+    pyarrow.set_memory_pool(pyarrow.system_memory_pool())
+    try:
+        yield
+    finally:
+        pyarrow.set_memory_pool(chosen)
 
 
 YOUNG_COLLECTION_ALLOCATIONS = 20_000

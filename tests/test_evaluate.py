@@ -7,7 +7,7 @@ import torch
 from torch import nn
 
 from flnet.learn.data import FederatedData
-from flnet.learn.evaluate import Evaluator
+from flnet.learn.evaluate import Evaluator, quantile
 from flnet.learn.models import Model
 
 
@@ -27,6 +27,20 @@ def data(local_test=None):
     return FederatedData(
         "toy", x_train, y_train, x_test, y_test, [np.array([0, 1]), np.array([2, 3])], 2, local_test
     )
+
+
+@pytest.mark.parametrize("n", [1, 2, 10, 11, 37, 100, 101])
+@pytest.mark.parametrize("q", [0.0, 0.1, 0.5, 0.9, 1.0])
+def test_quantile_is_torchs_bit_for_bit(n, q):
+    g = torch.Generator().manual_seed(n)
+    for values in (
+        torch.rand(n, generator=g, dtype=torch.float64),
+        (torch.rand(n, generator=g, dtype=torch.float64) * 4).round() / 4,  # ties
+    ):
+        assert quantile(values, q).item() == torch.quantile(values, q).item()
+    with_nan = torch.rand(n, generator=g, dtype=torch.float64)
+    with_nan[n // 2] = float("nan")  # a client with no rows to judge: 0 / 0
+    assert quantile(with_nan, q).isnan() and torch.quantile(with_nan, q).isnan()
 
 
 def test_accuracy_and_loss_by_hand():

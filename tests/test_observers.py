@@ -120,3 +120,32 @@ def test_every_step_is_evaluated_on_one_thread_and_the_callers_threads_come_back
         assert threads.seen == [1, 1, 1] and torch.get_num_threads() == 2
     finally:
         torch.set_num_threads(before)
+
+
+def test_arrow_allocates_with_malloc_during_a_run_unless_the_user_chose_a_pool(
+    scenario, tmp_path, monkeypatch
+):
+    """The run's tables come from the system allocator (mimalloc's first allocation sets up its
+    arenas); the caller's default pool comes back, and a pool named in the environment stays."""
+    pyarrow = pytest.importorskip("pyarrow")
+
+    class Pool(Watch):
+        def __init__(self):
+            super().__init__()
+            self.seen = []
+
+        def on_progress(self, world, progress, stopping):
+            self.seen.append(pyarrow.default_memory_pool().backend_name)
+
+    before = pyarrow.default_memory_pool()
+    pool = Pool()
+    result = run(
+        _scenario(scenario, tmp_path, "p"), ["run.rounds=2"], write=False, observers=[pool]
+    )
+    assert pool.seen == ["system"] * 3
+    assert pyarrow.default_memory_pool().backend_name == before.backend_name
+    assert result.records["round"].tolist() == [0, 2]  # the tables outlive the pool's change
+    chosen = Pool()
+    monkeypatch.setenv("ARROW_DEFAULT_MEMORY_POOL", before.backend_name)
+    run(_scenario(scenario, tmp_path, "q"), ["run.rounds=2"], write=False, observers=[chosen])
+    assert chosen.seen == [before.backend_name] * 3

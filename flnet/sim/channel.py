@@ -371,21 +371,21 @@ class SharedBand(Channel):
             gaps, info = _solve_lower(by_gap[:, order].T, remaining[order])
             if info:
                 return None  # a rate of 0 on the diagonal
-            sent = by_gap * gaps[:, None]  # [gap, transfer]
+            # [gap, transfer]: what each has sent by the end of each gap
+            sent = np.cumsum(by_gap * gaps[:, None], axis=0)
             rank = np.empty(n, dtype=np.int64)
             rank[order] = np.arange(n)
-            before_turn = np.arange(n)[:, None] < rank[None, :]
-            if (gaps >= 0).all():
+            if (gaps >= 0).all() and np.isfinite(gaps).all():
                 # what each has sent only grows, so it finished before its turn only if it had
-                # by the gap just before: that sum (cumsum's additions, in its order) tells
-                sent_before = (sent * before_turn).sum(0)
+                # by the gap just before its own
+                sent_before = sent[rank - 1, np.arange(n)]  # (rank 0: none before, not read)
                 if (
                     np.isfinite(sent_before).all()
                     and not ((rank > 0) & (remaining - sent_before <= floor)).any()
                 ):
                     break
-            left = remaining - np.cumsum(sent, axis=0)  # [gap, transfer]
-            early = (left <= floor) & before_turn
+            left = remaining - sent
+            early = (left <= floor) & (np.arange(n)[:, None] < rank[None, :])  # before its turn
             if not early.any():
                 break
             i = int(early.any(1).argmax())  # the first gap someone outran
