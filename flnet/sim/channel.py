@@ -378,7 +378,8 @@ class SharedBand(Channel):
             if (gaps >= 0).all() and np.isfinite(gaps).all():
                 # what each has sent only grows, so it finished before its turn only if it had
                 # by the gap just before its own
-                sent_before = sent[rank - 1, np.arange(n)]  # (rank 0: none before, not read)
+                # (rank 0 reads the last row: finite like the others, and its check is masked)
+                sent_before = sent[rank - 1, np.arange(n)]
                 if (
                     np.isfinite(sent_before).all()
                     and not ((rank > 0) & (remaining - sent_before <= floor)).any()
