@@ -36,8 +36,8 @@ _MIX_MULT_L, _MIX_MULT_R, _XSHIFT, _POOL_SIZE = 0xCA01F9DD, 0x4973F715, np.uint6
 
 class _SeedStates(ISeedSequence):
     """Seed sequences whose state words are already computed (`seed_states`), for PCG64: each
-    generator built from it takes the next row. (One object for the block: a seed sequence
-    per row cost PCG64's seeding as much again.)"""
+    generator built from it takes the next row. (One object for the block, not one per
+    row: a Python object less for every generator.)"""
 
     __slots__ = ("rows",)
 

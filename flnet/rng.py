@@ -79,14 +79,21 @@ def stream_key(seed: int, stream: Stream, *keys: int) -> list[int]:
     return [seed, int(stream), *map(int, keys)]
 
 
-def stream_keys(seed: int, stream: Stream, step: int, clients: ArrayLike) -> np.ndarray:
-    """[C, 4] int64: row i is `stream_key(seed, stream, step, clients[i])`, built as columns
-    (for `flnet.draws`, which runs the clients' generators as one block)."""
-    ids = np.asarray(clients, dtype=np.int64)
-    keys = np.empty((len(ids), 4), dtype=np.int64)
-    keys[:, :3] = stream_key(seed, stream, step)
-    keys[:, 3] = ids
+def key_rows(head: list[int], *columns: ArrayLike) -> np.ndarray:
+    """[C, len(head) + len(columns)] int64: row i is `head` followed by each column's i-th
+    entry; the `default_rng` keys of a cohort, one row per client, built as columns (for
+    `flnet.draws`, which runs the clients' generators as one block)."""
+    cols = [np.asarray(c, dtype=np.int64) for c in columns]
+    keys = np.empty((len(cols[0]), len(head) + len(cols)), dtype=np.int64)
+    keys[:, : len(head)] = head
+    for i, c in enumerate(cols, len(head)):
+        keys[:, i] = c
     return keys
+
+
+def stream_keys(seed: int, stream: Stream, step: int, clients: ArrayLike) -> np.ndarray:
+    """[C, 4] int64: row i is `stream_key(seed, stream, step, clients[i])`."""
+    return key_rows(stream_key(seed, stream, step), clients)
 
 
 def minibatch_key(seed: int, round: int, client: int) -> list[int]:

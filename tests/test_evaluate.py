@@ -32,6 +32,8 @@ def data(local_test=None):
 @pytest.mark.parametrize("n", [1, 2, 10, 11, 37, 100, 101])
 @pytest.mark.parametrize("q", [0.0, 0.1, 0.5, 0.9, 1.0])
 def test_quantile_is_torchs_bit_for_bit(n, q):
+    """The same operations as torch.quantile's (an exact sort, then one lerp by a tensor
+    weight), so the same bits on any CPU."""
     g = torch.Generator().manual_seed(n)
     for values in (
         torch.rand(n, generator=g, dtype=torch.float64),

@@ -38,15 +38,16 @@ NODE_METRICS = ("node_accuracy_mean", "node_accuracy_worst")
 
 
 def quantile(values: torch.Tensor, q: float) -> torch.Tensor:
-    """``torch.quantile(values, q)`` of a 1-D tensor, the same number (linear interpolation
-    between the two nearest ranks; NaN if any value is), from a sort and one lerp: torch's
-    general version, with its checks and broadcasting, costs more than all the other metrics."""
+    """``torch.quantile(values, q)`` of a 1-D tensor by torch's own steps (sort, the ranks
+    below and above ``q (n - 1)``, lerp by a tensor weight; NaN if any value is), without
+    the checks and broadcasting of its general version, which cost more than all the other
+    metrics of an evaluation."""
     ranked = values.sort().values  # NaN sorts last
     if ranked[-1].isnan():
         return ranked[-1]
     rank = q * (len(ranked) - 1)
-    below = math.floor(rank)
-    return torch.lerp(ranked[below], ranked[min(below + 1, len(ranked) - 1)], rank - below)
+    below, above = ranked[math.floor(rank)], ranked[math.ceil(rank)]
+    return torch.lerp(below, above, torch.tensor(rank - math.floor(rank), dtype=ranked.dtype))
 
 
 class Evaluator:

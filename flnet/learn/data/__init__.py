@@ -42,7 +42,7 @@ from flnet.learn.data import embedded, features, files, partition
 from flnet.learn.data.embedded import Source
 from flnet.learn.data.lazy import LazyClients
 from flnet.learn.data.views import ClientViews
-from flnet.rng import Stream, generator, minibatch_key, stream_key, stream_keys
+from flnet.rng import Stream, generator, key_rows, minibatch_key, stream_key, stream_keys
 
 if TYPE_CHECKING:  # the scenario's sections, for annotations only
     from flnet.scenario import DataConfig, Partition
@@ -386,12 +386,9 @@ def work_keys(
     """[C, L] int64: row i is `work_key` of clients[i] (row i of `work_counts`), as columns."""
     if stream is not None:
         return stream_keys(seed, stream, round, clients)
-    clients = np.asarray(clients, dtype=np.int64)
     if work_counts is None:
-        head, tail = minibatch_key(seed, round, 0)[:-1], [clients]  # [seed, round] + client
-    else:
-        head, tail = stream_key(seed, Stream.WORK), [clients, np.asarray(work_counts, np.int64)]
-    return np.column_stack([np.full(len(clients), v, dtype=np.int64) for v in head] + tail)
+        return key_rows(minibatch_key(seed, round, 0)[:-1], clients)  # [seed, round] + client
+    return key_rows(stream_key(seed, Stream.WORK), clients, work_counts)
 
 
 def work_rng(
