@@ -812,8 +812,8 @@ def test_sure_fates_plan_the_bits_of_drawn_fates_that_change_nothing(monkeypatch
 @pytest.mark.parametrize("n", [1, 7, 100])
 def test_the_solve_calls_lapack_as_scipys_solve_triangular_does(n):
     """`solve_alone`'s triangular solve (LAPACK's trtrs without scipy's checks) gives
-    `scipy.linalg.solve_triangular`'s bits for a matrix in either memory order, reading only
-    its lower triangle."""
+    `scipy.linalg.solve_triangular`'s bits (the same LAPACK call) for the C-order matrix
+    `solve_alone` gathers, reading only its lower triangle."""
     from scipy.linalg import solve_triangular
 
     from flnet.sim.channel import _solve_lower
@@ -822,9 +822,10 @@ def test_the_solve_calls_lapack_as_scipys_solve_triangular_does(n):
     rates = rng.uniform(1e5, 1e7, (n, n))
     order = rng.permutation(n)
     b = rng.uniform(1e5, 1e6, n)
-    for a in (rates[:, order].T, np.ascontiguousarray(rates[:, order].T)):
-        got, info = _solve_lower(a, b)
-        assert info == 0
-        assert np.array_equal(got, solve_triangular(a, b, lower=True, check_finite=False))
-        upper_changed = a + np.triu(np.full((n, n), 7.0), 1)
-        assert np.array_equal(_solve_lower(upper_changed, b)[0], got)
+    a = rates[:, order].T  # as solve_alone gathers it
+    assert a.flags.c_contiguous
+    got, info = _solve_lower(a, b)
+    assert info == 0
+    assert np.array_equal(got, solve_triangular(a, b, lower=True, check_finite=False))
+    upper_changed = a + np.triu(np.full((n, n), 7.0), 1)
+    assert np.array_equal(_solve_lower(upper_changed, b)[0], got)

@@ -222,11 +222,12 @@ def test_lazy_synthetic_clients_are_the_same_on_every_call_and_in_any_order():
 
 
 def test_users_made_on_one_blas_thread_are_the_same_and_the_threads_come_back():
-    """Generating users holds numpy's BLAS to one thread (its spinning threads cost a
-    million-client run 2x the CPU) and gives it back after; a user of 4096 rows, whose labels'
-    product OpenBLAS would split over threads, is the same either way: its inputs to the bit
-    (the same draws), its labels (argmax of one BLAS product or the other) on all but a
-    thousandth of its rows, a tie between two classes rounding another way on another BLAS."""
+    """Generating users holds numpy's BLAS to one thread (its threads spun between the
+    users' products, costing CPU time for nothing) and gives it back after; a user of 4096
+    rows, whose labels' product OpenBLAS would split over threads, is the same either way: its
+    inputs to the bit (the same draws), its labels (argmax of one BLAS product or the other) on
+    all but a thousandth of its rows, a tie between two classes rounding another way on
+    another BLAS."""
     from threadpoolctl import threadpool_info
 
     from flnet.scenario import SyntheticConfig

@@ -1,6 +1,8 @@
 """The ledger: exact energy totals, the append-only journal, and records that add up."""
 
+import functools
 import math
+import operator
 import random
 
 import numpy as np
@@ -9,6 +11,7 @@ import pytest
 
 from flnet.errors import FlnetError
 from flnet.runner import run
+from flnet.sim import ledger as ledger_mod
 from flnet.sim.ledger import Ledger, Tag, block, block_of
 
 
@@ -33,6 +36,12 @@ def _rows(n=500, seed=1):
     ]
 
 
+def _running_sum(xs):
+    """Left to right, one rounding per addition: what `sum` did before Python 3.12 (which
+    compensates it)."""
+    return functools.reduce(operator.add, xs, 0.0)
+
+
 def _filled(n=500, seed=1):
     ledger = Ledger()
     for row in _rows(n, seed):
@@ -44,7 +53,7 @@ def test_total_energy_is_fsum_of_the_rows_bit_for_bit():
     ledger = _filled()
     joules = ledger.frame().energy_j.tolist()
     assert ledger.total_energy_j == math.fsum(joules)
-    assert sum(joules) != math.fsum(joules)  # the test would not see a naive running sum
+    assert _running_sum(joules) != math.fsum(joules)  # else it could not tell a naive running sum
 
 
 def _mixed_rows(n=400, seed=3):
@@ -80,16 +89,37 @@ def test_extend_keeps_the_rows_and_exact_totals_that_adding_them_one_by_one_keep
     for kind in kinds:  # every kind's joules sum exactly: + and - over 12 orders of magnitude
         joules = [r[6] for r in rows if r[3] == kind]
         assert blocks.energy_j[kind] == one.energy_j[kind] == math.fsum(joules)
-        assert math.fsum(joules) != sum(joules)
+        assert math.fsum(joules) != _running_sum(joules)
     assert blocks.total_energy_j == one.total_energy_j
     assert blocks.bits == one.bits  # summed in row order, as add does
-    assert sum(r[7] for r in rows if r[3] == "upload") != math.fsum(
-        r[7] for r in rows if r[3] == "upload"
-    )  # the order of the sum shows in its bits
+    uploads = [r[7] for r in rows if r[3] == "upload"]
+    assert _running_sum(uploads) != math.fsum(uploads)  # the order of the sum shows in its bits
     blocks.add(*rows[0])  # the partials extend left go on taking rows one by one
     one.add(*rows[0])
     assert blocks.energy_j == one.energy_j
     assert len(blocks) == len(one) == len(rows) + 1
+
+
+def test_each_flush_converts_only_its_new_rows(tmp_path, monkeypatch):
+    """Rows added one by one stay in one growing run: a checkpoint's flush converts the rows
+    since the last one, not the whole run again (a long run's checkpoints would slow down)."""
+    converted = []
+
+    def counting(rows):
+        converted.append(len(rows))
+        return block_of(rows)
+
+    monkeypatch.setattr(ledger_mod, "block_of", counting)
+    ledger, rows = Ledger(), _mixed_rows(300, seed=8)
+    for part in range(3):
+        for row in rows[100 * part : 100 * (part + 1)]:
+            ledger.add(*row)
+        ledger.flush(tmp_path / "journal.csv")
+    assert converted == [100, 100, 100]
+    monkeypatch.undo()
+    replayed = Ledger()
+    replayed.load_journal(tmp_path / "journal.csv", 300, (tmp_path / "journal.csv").stat().st_size)
+    _columns_equal(replayed.columns(), ledger.columns())
 
 
 def test_blocks_and_tuples_mixed_give_the_rows_journal_and_resume_of_tuples_alone(tmp_path):

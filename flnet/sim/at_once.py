@@ -46,7 +46,17 @@ from typing import TYPE_CHECKING, NamedTuple, cast
 import numpy as np
 
 from flnet.sim.channel import Channel, Schedule, SharedBand, TraceRateChannel
-from flnet.sim.ledger import NOBODY, OUTCOMES, SERVER, Block, Tag, block, block_of, joined
+from flnet.sim.ledger import (
+    KINDS,
+    NOBODY,
+    OUTCOMES,
+    SERVER,
+    Block,
+    Tag,
+    block,
+    block_of,
+    joined,
+)
 
 if TYPE_CHECKING:
     from flnet.sim.world import Fate, World
@@ -76,6 +86,8 @@ class _Ends(NamedTuple):
 
 
 OK, DROPPED = OUTCOMES.index("ok"), OUTCOMES.index("dropped")
+# a job's phase (0, 1, 2) is its ledger kind's code
+assert KINDS[:3] == ("download", "compute", "upload")
 _OUTCOME_NAMES = np.array(OUTCOMES, dtype=object)
 
 

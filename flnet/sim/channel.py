@@ -527,12 +527,11 @@ class SharedBandArrays(SharedBand):
 
 
 def _solve_lower(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, int]:
-    """x with a x = b, `a` lower triangular (its upper part unread), and LAPACK's info (> 0:
-    a zero on the diagonal): scipy's `solve_triangular(a, b, lower=True)` without its
-    checks, the same LAPACK call for either memory order of `a`."""
-    if a.flags.f_contiguous:
-        return dtrtrs(a, b, lower=1)
-    return dtrtrs(a.T, b, lower=0, trans=1)  # the transposed system, in Fortran order
+    """x with a x = b, `a` lower triangular in C order (its upper part unread; `solve_alone`
+    gathers its columns into one), and LAPACK's info (> 0: a zero on the diagonal): the
+    transposed system on `a`'s Fortran-order view, the LAPACK call scipy's
+    `solve_triangular(a, b, lower=True)` makes for a C-order `a`, without its checks."""
+    return dtrtrs(a.T, b, lower=0, trans=1)
 
 
 def timeout_at(env: simpy.Environment, at_s: float) -> simpy.Event:

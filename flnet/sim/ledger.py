@@ -189,13 +189,13 @@ class Ledger:
             part = self._parts[i]
             length = _length(part)
             if at + length > start:
-                if isinstance(part, list):
-                    converted = block_of(part)
-                    if part is not self._open:
-                        self._parts[i] = converted
-                    part = converted
-                skip = start - at
-                out.append({c: v[skip:] for c, v in part.items()} if skip > 0 else part)
+                skip = max(start - at, 0)
+                if part is self._open:  # still growing: only the rows asked for, each time
+                    out.append(block_of(part[skip:]))
+                else:
+                    if isinstance(part, list):
+                        part = self._parts[i] = block_of(part)
+                    out.append({c: v[skip:] for c, v in part.items()} if skip else part)
             at += length
         return out
 
@@ -354,8 +354,7 @@ def block(
         if isinstance(v, np.ndarray):
             out[c] = v if v.dtype == _DTYPES[c] else v.astype(_DTYPES[c])
         else:
-            out[c] = np.empty(m, dtype=_DTYPES[c])
-            out[c].fill(v)
+            out[c] = np.full(m, v, dtype=_DTYPES[c])
     return out
 
 

@@ -157,8 +157,9 @@ def round_trip(
 def _works(
     down_bits: np.ndarray, flops: np.ndarray, up_bits: np.ndarray
 ) -> Iterator[tuple[float, float, float]]:
-    """Each member's (down_bits, flops, up_bits), as floats, made as they are asked for."""
-    return zip(down_bits.tolist(), flops.tolist(), up_bits.tolist())
+    """Each member's (down_bits, flops, up_bits), as floats, made when first asked for (a
+    round computed at once with every fate sure asks for none)."""
+    yield from zip(down_bits.tolist(), flops.tolist(), up_bits.tolist())
 
 
 def _per_member(amount: Any, n: int) -> np.ndarray:

@@ -103,9 +103,9 @@ def one_blas_thread() -> contextlib.AbstractContextManager:
     """numpy's BLAS on one thread inside (as it was after): generating users one after another.
     A user's labels are one product ``x W_k`` of up to SYNTHETIC_CHUNK_ROWS rows, which
     OpenBLAS splits over threads once the rows pass a few hundred; its threads then spin
-    between the products: a million-client run took twice the CPU time of its wall time
-    (`benchmarks/bench.py --population` prints both). The same bits either way: threads split
-    the product's entries, not their sums."""
+    between the products, and a million-client run took far more CPU time than wall time
+    (`benchmarks/bench.py --population` prints both; they are now the same). The same bits
+    either way: threads split the product's entries, not their sums."""
     return _blas_threads().limit(limits=1, user_api="blas")
 
 
