@@ -829,3 +829,52 @@ def test_the_solve_calls_lapack_as_scipys_solve_triangular_does(n):
     assert np.array_equal(got, solve_triangular(a, b, lower=True, check_finite=False))
     upper_changed = a + np.triu(np.full((n, n), 7.0), 1)
     assert np.array_equal(_solve_lower(upper_changed, b)[0], got)
+
+
+def _fading_draws(monkeypatch):
+    """Every link a keyed fading draw is asked for, in order (a spy on `World._fading`)."""
+    asked = []
+    fading = World._fading
+
+    def spy(self, src, dst, tag, key):
+        asked.append((tag.step, src, dst, key))
+        return fading(self, src, dst, tag, key)
+
+    monkeypatch.setattr(World, "_fading", spy)
+    return asked
+
+
+def test_a_plan_given_up_after_its_fading_draws_leaves_the_event_path_its_draws(monkeypatch):
+    """A plan that returns None once it has drawn its members' fading (here: SimPy's order
+    would decide) leaves the draws' counts as it found them, so the event path that takes
+    over draws the values a run event by event draws."""
+    overrides = [*QUICK, "radio.rayleigh_fading=true"]
+    monkeypatch.setattr(at_once, "_ties", lambda end_s, kind: True)
+    fast, slow, planned = _both_ways(monkeypatch, "scenarios/quickstart.yaml", overrides)
+    assert planned and not any(planned)
+    assert fast.ledger.equals(slow.ledger)
+    assert fast.records.equals(slow.records)
+
+
+def test_a_plan_draws_fading_only_for_the_transfers_that_start(monkeypatch):
+    """A deadline that cuts downloads on a shared band with fading: the plan asks for the
+    fading of the same links, in the same order, as the events do (no upload's for a member
+    whose download never ended)."""
+    overrides = [
+        *QUICK,
+        "radio.rayleigh_fading=true",
+        "radio.downlink.sharing=shared",
+        "algorithm.cohort.deadline_s=0.05",
+    ]
+    planned = _plans(monkeypatch)
+    asked = _fading_draws(monkeypatch)
+    fast = flnet.run("scenarios/quickstart.yaml", overrides, write=False)
+    at_once_asked = list(asked)
+    assert planned and all(planned)
+    asked.clear()
+    monkeypatch.setattr(World, "trips_at_once", lambda self, *a, **k: None)
+    slow = flnet.run("scenarios/quickstart.yaml", overrides, write=False)
+    cut = fast.ledger[(fast.ledger.kind == "download") & (fast.ledger.outcome == "deadline")]
+    assert len(cut)  # some downloads never ended
+    assert sorted(at_once_asked) == sorted(asked)
+    assert fast.ledger.equals(slow.ledger)

@@ -169,9 +169,9 @@ def plan(
     down_end = down.end_s
     computed = down_end + compute_s  # SimPy: the download's end plus the duration
     # computes are scheduled as downloads complete: at one instant, in that order; a member
-    # dropped in its download, or whose session ended before it did, computes nothing
+    # whose download never ended (cut by the stop), was dropped in it, or whose session ended
+    # before it did, computes nothing
     compute_order = down.order[np.argsort(computed[down.order], kind="stable")]
-    compute_order = np.concatenate([compute_order, np.flatnonzero(down_end == inf)])
     uploaders = compute_order  # uploads start as computes complete
     if not sure:  # but for those dropped in their compute or whose session ended before it did
         computing = (drop >= 1) & ~(session_end < down_end)

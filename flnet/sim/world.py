@@ -744,8 +744,16 @@ class World:
         """`cohort`'s round trips starting now computed at once where what can stop them is
         known when they start (the server's `keep` arrivals and `deadline_s`, each member's
         fate (`trip_fates`): no battery; `flnet.sim.at_once`), with the ledger rows to write
-        at their end; None where they go event by event."""
-        return at_once.plan(self, cohort, down_bits, flops, up_bits, tag, deadline_s, keep, fates)
+        at their end; None where they go event by event. A plan given up leaves the fading
+        draws' counts as it found them: the events then draw what they would have alone."""
+        trips = (cohort, down_bits, flops, up_bits, tag, deadline_s, keep, fates)
+        if not self.radio.rayleigh_fading:
+            return at_once.plan(self, *trips)
+        counts = {step: dict(links) for step, links in self._fading_draws.items()}
+        plan = at_once.plan(self, *trips)
+        if plan is None:
+            self._fading_draws = counts
+        return plan
 
     def _drawn_fate(
         self,
