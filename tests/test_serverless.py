@@ -162,17 +162,31 @@ def test_an_unstable_beta_warns_when_the_run_starts(scenario):
 
 
 def test_oledfls_start_solves_ws_eigenvalues_once(scenario, monkeypatch):
-    """The records' spectral gap and the beta check both need W's eigenvalues (seconds at
-    1000 nodes): one dense solve, and each answer the one a solve of its own gives."""
+    """The records' spectral gap and the beta check both need round 1's W's eigenvalues
+    (seconds at 1000 nodes): one dense solve, kept by the schedule, and each answer the one a
+    solve of its own gives."""
+    from flnet.algorithms import decentralized
+    from flnet.runner import build
+
     solves, eigvalsh = [], np.linalg.eigvalsh
     monkeypatch.setattr(np.linalg, "eigvalsh", lambda a: solves.append(1) or eigvalsh(a))
-    ring = topo.from_edges(topo.graph_edges("ring", 6), 6)
-    states, world, _ = simulate(scenario, oledfl, "oledfl_sgd", 1, mixing=ring, beta=0.3)
+    sc = scenario(
+        algorithm={"name": "oledfl_sgd", "beta": 0.3, "topology": {"kind": "ring"}},
+        clients={"count": 6},
+    )
+    world, _ = build(sc)
+    gossip = oledfl.checked_gossip(world, sc.algorithm)
     assert len(solves) == 1
-    assert oledfl.smallest_eigenvalue(ring)[0] == pytest.approx(-1 / 3)
+    ring = gossip.at(1).w
+    assert gossip.figures(gossip.at(1))["spectral_gap"] == pytest.approx(1 / 3)  # 1 - 2/3
+    assert oledfl.smallest_eigenvalue(ring, gossip.eigenvalues)[0] == pytest.approx(-1 / 3)
     assert len(solves) == 1  # the same W again: kept
-    assert topo.spectral_gap(ring.dense()) == topo.spectral_gap(ring)
-    assert len(solves) == 2  # an array is solved afresh
+    assert oledfl.smallest_eigenvalue(ring) == oledfl.smallest_eigenvalue(ring, gossip.eigenvalues)
+    assert len(solves) == 2  # without the schedule: solved afresh
+    # a W given directly (no schedule): nothing kept
+    direct = decentralized.Gossip(world, sc.algorithm, algorithm="OledFL", mixing=ring)
+    direct.eigenvalues(ring), direct.eigenvalues(ring)
+    assert len(solves) == 4
 
 
 def test_dfl_is_tau1_local_steps_then_tau2_gossip_steps(scenario, x0):

@@ -106,6 +106,12 @@ class Gossip:
             self._last = Graph(self.nodes, w, w.links())
         return self._last
 
+    def eigenvalues(self, w: topology.Mixing) -> np.ndarray:
+        """W's eigenvalues, the schedule's kept ones (`topology.Schedule.eigenvalues`)."""
+        if self.schedule is not None:
+            return self.schedule.eigenvalues(w)
+        return topology.eigenvalues(w)
+
     def figures(self, g: Graph) -> dict[str, float]:
         """The round's W's spectral gap, for the records (`Schedule.figures`)."""
         return self.schedule.figures(g.w) if self.schedule is not None else {}

@@ -21,8 +21,10 @@ The paper's beta = 0.99 needs a W with an almost non-negative spectrum (a lazy W
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 from typing import TYPE_CHECKING, NamedTuple, Protocol
 
+import numpy as np
 import torch
 
 from flnet.algorithms import decentralized
@@ -79,22 +81,29 @@ def ole_start(x: torch.Tensor, z: torch.Tensor, beta: float) -> torch.Tensor:
     return x + beta * (x - z)
 
 
-def smallest_eigenvalue(w: topology.Mixing) -> tuple[float, bool]:
+def smallest_eigenvalue(
+    w: topology.Mixing, eigenvalues: Callable[[topology.Mixing], np.ndarray] = topology.eigenvalues
+) -> tuple[float, bool]:
     """(lambda_min of W, exact?). Exact (dense eigenvalues; real: W symmetric, or similar to a
     symmetric matrix as uniform weights on an undirected graph are) up to DENSE_EIGEN_NODES
     nodes; above, Gershgorin's bound min_i (2 W_ii - 1), never above lambda_min for a
     non-negative row-stochastic W (an iterative eigensolver can take minutes on a large ring,
-    whose spectrum clusters), and exact for an even ring."""
+    whose spectrum clusters), and exact for an even ring. (`eigenvalues`: a schedule's
+    kept ones, `decentralized.Gossip.eigenvalues`.)"""
     if w.num_nodes <= DENSE_EIGEN_NODES:
-        return float(topology.eigenvalues(w).real.min()), True
+        return float(eigenvalues(w).real.min()), True
     return float((2.0 * w.self_weight - 1.0).min()), False
 
 
-def stability_problem(w: topology.Mixing, beta: float) -> str | None:
+def stability_problem(
+    w: topology.Mixing,
+    beta: float,
+    eigenvalues: Callable[[topology.Mixing], np.ndarray] = topology.eigenvalues,
+) -> str | None:
     """Why (1 + beta) W - beta I does not contract disagreement, or None when it does."""
     if beta == 0 or w.num_nodes < 2:
         return None
-    lam, exact = smallest_eigenvalue(w)
+    lam, exact = smallest_eigenvalue(w, eigenvalues)
     if lam > (beta - 1) / (beta + 1):
         return None
     limit = (1 + lam) / (1 - lam)
@@ -117,7 +126,7 @@ def checked_gossip(
     """The rounds' W, round 1's checked as every gossip protocol's and for beta's stability
     (a warning)."""
     gossip = decentralized.Gossip(world, cfg, algorithm="OledFL", mixing=mixing)
-    if (problem := stability_problem(gossip.at(1).w, cfg.beta)) is not None:
+    if (problem := stability_problem(gossip.at(1).w, cfg.beta, gossip.eigenvalues)) is not None:
         if gossip.schedule is not None and gossip.schedule.varying:
             problem += (
                 " (this is round 1's W of a time-varying graph: the product of the rounds' "

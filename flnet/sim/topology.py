@@ -330,26 +330,22 @@ def spectral_gap(w: np.ndarray | Mixing) -> float:
     symmetric one (D^-1 (A + I)), so its eigenvalues are real too; any other W goes through the
     general `eigvals`.
     """
-    lam = eigenvalues(w)
+    return gap_of(eigenvalues(w))
+
+
+def gap_of(lam: np.ndarray) -> float:
+    """`spectral_gap` from W's eigenvalues."""
     if len(lam) == 1:
         return 1.0
     mod = np.sort(np.abs(lam))[::-1]
     return float(1.0 - mod[1])
 
 
-_EIGENVALUES: list[tuple[Mixing, np.ndarray]] = []  # the last Mixing's, by identity
-
-
 def eigenvalues(w: np.ndarray | Mixing) -> np.ndarray:
     """W's eigenvalues, dense (O(n^3)): `eigvalsh` where W is symmetric, else `eigvals`
-    (complex). A Mixing's are kept for the next question about the same object: the start's
-    spectral gap and OledFL's lambda_min both ask of round 1's W (O(n^3) each time)."""
+    (complex). (`Schedule.eigenvalues` keeps its last W's.)"""
     if isinstance(w, Mixing):
-        if _EIGENVALUES and _EIGENVALUES[0][0] is w:
-            return _EIGENVALUES[0][1]
-        lam = eigenvalues(w.dense())
-        _EIGENVALUES[:] = [(w, lam)]
-        return lam
+        w = w.dense()
     return np.linalg.eigvalsh(w) if is_symmetric(w, 1e-12) else np.linalg.eigvals(w)
 
 
@@ -588,6 +584,7 @@ class Schedule:
         self.varying = is_time_varying(cfg)
         self._static: Mixing | None = None
         self._last: tuple[int, Mixing] | None = None  # a time-varying graph's last W drawn
+        self._spectrum: tuple[Mixing, np.ndarray] | None = None  # the last W's eigenvalues
         if self.varying:
             needs = tuple(p for p in needs if p != "connected")
             first = self.at(1)
@@ -596,7 +593,7 @@ class Schedule:
             first = self._static = from_config(cfg, n, world.generator(Stream.TOPOLOGY), xy_m=xy)
         check_properties(first, algorithm=algorithm, needs=needs, assumes=assumes)
         limit = GAP_MAX_NODES_VARYING if self.varying else GAP_MAX_NODES
-        self._gap = spectral_gap(first) if n <= limit else None
+        self._gap = gap_of(self.eigenvalues(first)) if n <= limit else None
 
     def at(self, k: int) -> Mixing:
         """W of iteration k (a time-varying graph's drawn once however often it is asked: the
@@ -610,6 +607,13 @@ class Schedule:
         w = from_config(self.cfg, self.n, self.world.generator(Stream.NEIGHBOURS, k))
         self._last = (k, w)
         return w
+
+    def eigenvalues(self, w: Mixing) -> np.ndarray:
+        """`eigenvalues` of W, kept for the next question about the same W: the start's
+        spectral gap and OledFL's lambda_min both ask of round 1's (O(n^3) each time)."""
+        if self._spectrum is None or self._spectrum[0] is not w:
+            self._spectrum = (w, eigenvalues(w))
+        return self._spectrum[1]
 
     def figures(self, w: Mixing) -> dict[str, float]:
         """`spectral_gap` of W (this iteration's, for a time-varying graph) for the records:
