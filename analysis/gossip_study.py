@@ -76,7 +76,9 @@ OLE_BASE: dict[str, Any] = {
 OLE_TOPOLOGIES = {
     "ring": {"kind": "ring"},
     "erdos_renyi": {"kind": "erdos_renyi", "p": 0.3},
-    "random_k": {"kind": "random_k", "k": 3},  # the paper's default: fresh neighbours a round
+    # the paper's kind of topology, fresh neighbours a round, directed as DisPFL's code (the
+    # paper's text says bidirectional: directed: false, weights: metropolis_hastings)
+    "random_k": {"kind": "random_k", "k": 3},
 }
 OLE_FIXED_BETA = {"random_k": 0.99}  # the paper's (and the digest pilot's) beta there
 OLE_PAIRS = [("dfedavg", "oledfl_sgd"), ("dfedsam", "oledfl_sam")]

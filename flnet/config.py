@@ -402,9 +402,12 @@ class EdgesTopology(_TopologyCommon):
 
 class RandomKTopology(_TopologyCommon):
     """Time-varying: every iteration each node draws k distinct other nodes (stream NEIGHBOURS,
-    keyed by the iteration). directed (OledFL's code, DisPFL's `_benefit_choose`): node i mixes
-    the models of the k it drew, W[i, j] = 1 / (k + 1) on them and itself: row-stochastic, not
-    doubly stochastic. Undirected: the union of the draws as undirected edges, with `weights`."""
+    keyed by the iteration). directed (the default: DisPFL's code, `_benefit_choose`, on which
+    the OledFL digest says OledFL's experiments are built): node i mixes the models of the k it
+    drew, W[i, j] = 1 / (k + 1) on them and itself: row-stochastic, not doubly stochastic.
+    The OledFL paper's text calls its topology "random bidirectional" (l.275) and its
+    Definition 1 assumes W symmetric: that is directed: false, the union of the draws as
+    undirected edges (about 2k neighbours each), with weights: metropolis_hastings."""
 
     kind: Literal["random_k"]
     k: int = Field(ge=1, description="neighbours each node draws per iteration")

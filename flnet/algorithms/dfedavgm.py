@@ -6,6 +6,12 @@ Round t at every node i: y_0 = x_0 = x_i^t, then K local steps
 then the gossip mix of x_K as DFedAvg's. This is Nesterov's form, `torch.optim.SGD(nesterov=
 True)` step for step (`flnet.learn.optim.nesterov` shows it), not PyTorch's plain heavy ball;
 the momentum restarts every round (`local.optimizer_state: reset`; `persist` keeps it).
+
+Unverified: the form is the OledFL digest's recollection of Sun et al. (their paper is not in
+shared/papers and could not be read here). An audit recalled a heavy-ball step instead,
+y_{k+1} = y_k - eta g(y_k) + theta (y_k - y_{k-1}), y_{-1} = y_0 = x_i^t, sending y_K
+(`optim.sgd(lr, theta)` without Nesterov). Check Sun et al.'s Algorithm 1 before relying on
+DFedAvgM's figures.
 """
 
 from __future__ import annotations

@@ -20,6 +20,7 @@ The paper's beta = 0.99 needs a W with an almost non-negative spectrum (a lazy W
 
 from __future__ import annotations
 
+import math
 import warnings
 from collections.abc import Callable
 from typing import TYPE_CHECKING, NamedTuple, Protocol
@@ -84,15 +85,29 @@ def ole_start(x: torch.Tensor, z: torch.Tensor, beta: float) -> torch.Tensor:
 def smallest_eigenvalue(
     w: topology.Mixing, eigenvalues: Callable[[topology.Mixing], np.ndarray] = topology.eigenvalues
 ) -> tuple[float, bool]:
-    """(lambda_min of W, exact?). Exact (dense eigenvalues; real: W symmetric, or similar to a
-    symmetric matrix as uniform weights on an undirected graph are) up to DENSE_EIGEN_NODES
-    nodes; above, Gershgorin's bound min_i (2 W_ii - 1), never above lambda_min for a
-    non-negative row-stochastic W (an iterative eigensolver can take minutes on a large ring,
-    whose spectrum clusters), and exact for an even ring. (`eigenvalues`: a schedule's
-    kept ones, `decentralized.Gossip.eigenvalues`.)"""
+    """(lambda_min of W (its eigenvalues' smallest real part), exact?). Exact (dense
+    eigenvalues) up to DENSE_EIGEN_NODES nodes; above, Gershgorin's bound min_i (2 W_ii - 1),
+    never above lambda_min for a non-negative row-stochastic W (an iterative eigensolver can
+    take minutes on a large ring, whose spectrum clusters), and exact for an even ring.
+    (`eigenvalues`: a schedule's kept ones, `decentralized.Gossip.eigenvalues`.)"""
     if w.num_nodes <= DENSE_EIGEN_NODES:
         return float(eigenvalues(w).real.min()), True
     return float((2.0 * w.self_weight - 1.0).min()), False
+
+
+def beta_limit(lam: np.ndarray) -> float:
+    """The beta below which (1 + beta) W - beta I contracts every mode of W but consensus, from
+    W's eigenvalues: |(1 + beta) lambda - beta| < 1 for each lambda != 1, the positive root of
+    |lambda - 1|^2 beta^2 + 2 (|lambda|^2 - Re lambda) beta + |lambda|^2 - 1 = 0. For a real
+    lambda that is (1 + lambda) / (1 - lambda), least at lambda_min; a W that is not
+    symmetric (a directed random_k graph) can have complex eigenvalues, where lambda_min
+    alone does not decide."""
+    lam = np.asarray(lam, dtype=complex)
+    lam = lam[np.abs(lam - 1) > 1e-9]  # consensus (1 for a row-stochastic W) stays put
+    if not len(lam):
+        return math.inf
+    a, b, c = np.abs(lam - 1) ** 2, np.abs(lam) ** 2 - lam.real, np.abs(lam) ** 2 - 1
+    return float(((np.sqrt(np.maximum(b * b - a * c, 0.0)) - b) / a).min())
 
 
 def stability_problem(
@@ -103,15 +118,27 @@ def stability_problem(
     """Why (1 + beta) W - beta I does not contract disagreement, or None when it does."""
     if beta == 0 or w.num_nodes < 2:
         return None
-    lam, exact = smallest_eigenvalue(w, eigenvalues)
-    if lam > (beta - 1) / (beta + 1):
-        return None
-    limit = (1 + lam) / (1 - lam)
-    what = (
-        f"is unstable for this W: lambda_min(W) = {lam:.4g}"
-        if exact
-        else f"may be unstable for this W: lambda_min(W) >= {lam:.4g} (Gershgorin's bound)"
-    )
+    if w.num_nodes <= DENSE_EIGEN_NODES:
+        lam = eigenvalues(w)
+        limit = beta_limit(lam)
+        if beta < limit:
+            return None
+        if np.iscomplexobj(lam) and (np.abs(lam.imag) > 1e-12).any():
+            return (
+                f"algorithm.beta = {beta:g} is unstable for this W: it is not symmetric and "
+                "(1 + beta) W - beta I has a mode besides consensus of modulus >= 1 (W's "
+                f"eigenvalues are complex); use beta < {limit:.4g}, a lazy W "
+                "(algorithm.topology.laziness), or a symmetric one (random_k: directed: false, "
+                "weights: metropolis_hastings)"
+            )
+        lam_min = float(lam.real.min())
+        what = f"is unstable for this W: lambda_min(W) = {lam_min:.4g}"
+    else:
+        lam_min, _ = smallest_eigenvalue(w)
+        limit = (1 + lam_min) / (1 - lam_min)
+        if beta < limit:
+            return None
+        what = f"may be unstable for this W: lambda_min(W) >= {lam_min:.4g} (Gershgorin's bound)"
     return (
         f"algorithm.beta = {beta:g} {what}, and (1 + beta) W - beta I "
         f"contracts disagreement only if lambda_min > (beta - 1) / (beta + 1) = "
