@@ -17,21 +17,21 @@ from flnet.scenario import load_scenario, merge
 ROUNDS = 6
 
 
-def scaffold(out: Path):
-    """A run with per-client tables (SCAFFOLD's c_i, persisted momentum buffers), so both journals
-    grow, and a checkpoint every round."""
+def with_client_tables(out: Path):
+    """A run with per-client tables (FedDyn's lagged gradients, persisted momentum buffers), so
+    both journals grow, and a checkpoint every round."""
     return load_scenario(
         data=merge(
             BASE,
             {
                 "algorithm": {
-                    "name": "scaffold",
+                    "name": "feddyn",
                     "cohort": {"clients_per_round": 3},
                     "local": {
                         "steps": 2,
                         "batch_size": 8,
                         "lr": 0.01,
-                        "optimizer": {"name": "sgd", "momentum": 0.9},  # SCAFFOLD takes sgd only
+                        "optimizer": {"name": "sgd", "momentum": 0.9},
                         "optimizer_state": "persist",
                     },
                 },
@@ -77,7 +77,7 @@ def test_journals_are_synced_before_the_checkpoint_that_points_into_them(
         monkeypatch.setattr(journal, "COMPACT_FACTOR", 1)
     out = (tmp_path / "out").resolve()
     calls = record_syncs(monkeypatch)
-    result = run(scaffold(out))
+    result = run(with_client_tables(out))
     assert result.checkpoint_round == ROUNDS
     ckpt = str(out / "checkpoint.pt")
     ledger = str(out / "ledger-journal.csv")
@@ -99,7 +99,7 @@ def test_journals_are_synced_before_the_checkpoint_that_points_into_them(
         # the rename is made durable before anything else happens: the folder's fsync next
         assert calls[end + 1] == ("fsync", str(out)), calls[end : end + 3]
         start = end + 2
-    assert tables_synced >= ROUNDS - 1  # the c_i and momentum rows changed in every round
+    assert tables_synced >= ROUNDS - 1  # the g_i and momentum rows changed in every round
     if compact:
         # the old journal file goes only after the folder sync that put the new checkpoint's
         # name on disk

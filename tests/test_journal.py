@@ -178,7 +178,7 @@ def test_a_failed_write_keeps_the_position_and_the_rows_unsaved(tmp_path, monkey
 
 @pytest.mark.parametrize("compact", [False, True])
 def test_checkpoints_at_every_round_resume_to_the_uninterrupted_run(tmp_path, monkeypatch, compact):
-    """SCAFFOLD with persisted momentum buffers on 4 clients, 3 a round: each client's c_i and
+    """FedDyn with persisted momentum buffers on 4 clients, 3 a round: each client's g_i and
     optimizer rows are rewritten in most rounds and journaled at every checkpoint (compacted
     at almost every one with `compact`); resuming from round 5 gives the run never stopped."""
     from conftest import BASE
@@ -195,13 +195,13 @@ def test_checkpoints_at_every_round_resume_to_the_uninterrupted_run(tmp_path, mo
         {
             "data": {"dataset": "digits", "partition": {"kind": "dirichlet", "alpha": 0.3}},
             "algorithm": {
-                "name": "scaffold",
+                "name": "feddyn",
                 "cohort": {"clients_per_round": 3},
                 "local": {
                     "steps": 3,
                     "batch_size": 8,
                     "lr": 0.01,
-                    "optimizer": {"name": "sgd", "momentum": 0.9},  # SCAFFOLD takes sgd only
+                    "optimizer": {"name": "sgd", "momentum": 0.9},
                     "optimizer_state": "persist",
                 },
             },
@@ -222,8 +222,8 @@ def test_checkpoints_at_every_round_resume_to_the_uninterrupted_run(tmp_path, mo
     names = [f.name for f in out.iterdir() if f.name.startswith("tables-journal")]
     assert names == [ckpt.tables["file"]]
     _, rows = TableJournal.resume(out, ckpt.tables)
-    assert set(rows) == {"optimizer_states", "tables/scaffold.c_i"}
-    assert len(rows["tables/scaffold.c_i"]["clients"]) == 4  # every client has taken part
+    assert set(rows) == {"optimizer_states", "tables/feddyn.grad"}
+    assert len(rows["tables/feddyn.grad"]["clients"]) == 4  # every client has taken part
     resumed = run(scenario(str(out), 10), resume=True)
     assert resumed.records.equals(whole.records)
     assert resumed.ledger.equals(whole.ledger)

@@ -1,5 +1,6 @@
 """SCAFFOLD (option II): x, c and c_i by hand on a quadratic, the |S|/N factor, c_i after a lost
-upload, the three training paths, and a scenario on embedded data."""
+upload, the three training paths, the refused client optimizers, and a scenario on embedded
+data."""
 
 import numpy as np
 import pytest
@@ -197,6 +198,42 @@ def test_optimizers_without_a_learning_rate_are_refused():
                 },
             )
         )
+
+
+@pytest.mark.parametrize(
+    ("local", "field", "allowed"),
+    [
+        ({"optimizer": {"name": "sgd", "momentum": 0.9}}, "optimizer.momentum", "0"),
+        (
+            {"optimizer": {"name": "sgd", "momentum": 0.5}, "optimizer_state": "persist"},
+            "optimizer.momentum",
+            "0",
+        ),
+        ({"sam_rho": 0.05}, "sam_rho", "null"),
+        ({"optimizer": {"name": "adam"}}, "optimizer.name", "'sgd'"),
+    ],
+)
+def test_clients_other_than_plain_sgd_are_refused_by_field(local, field, allowed):
+    """Option II's (x - y) / (K eta_l) is the mean gradient only after K plain SGD steps:
+    momentum moves y by a velocity, SAM takes its gradients at perturbed points."""
+    with pytest.raises(ScenarioError, match=rf"algorithm\.local\.{field}: .*allowed: {allowed}"):
+        load_scenario(data=merge(BASE, {"algorithm": {"name": "scaffold", "local": local}}))
+
+
+def test_weight_decay_is_allowed():
+    """Plain SGD on f_i + (wd / 2) ||y||^2: option II holds for that objective."""
+    sc = load_scenario(
+        data=merge(
+            BASE,
+            {
+                "algorithm": {
+                    "name": "scaffold",
+                    "local": {"optimizer": {"name": "sgd", "weight_decay": 0.01}},
+                }
+            },
+        )
+    )
+    assert sc.algorithm.local.optimizer.weight_decay == 0.01
 
 
 def test_sigterm_mid_run_then_resume_gives_the_uninterrupted_run(tmp_path):

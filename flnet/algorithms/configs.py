@@ -121,6 +121,16 @@ class FedAsyncConfig(Strict):
     local: LocalConfig = LocalConfig()
 
 
+def _not_plain_sgd(field: str, value: object, allowed: str) -> PydanticCustomError:
+    """SCAFFOLD's refusal of a client optimizer other than plain SGD, naming the field."""
+    return PydanticCustomError(
+        "inconsistent",
+        "SCAFFOLD's option II control variates assume plain SGD steps of size eta_l; "
+        "{value} is not allowed; {allowed}",
+        {"field": field, "value": value, "allowed": allowed},
+    )
+
+
 class ScaffoldConfig(Strict):
     name: Literal["scaffold"] = "scaffold"
     server_lr: float = Field(1.0, gt=0, description="global step size eta_g (1: x += mean dy)")
@@ -133,17 +143,21 @@ class ScaffoldConfig(Strict):
     @model_validator(mode="after")
     def _plain_sgd_clients(self) -> ScaffoldConfig:
         """Option II's c_i+ = c_i - c + (x - y) / (K eta_l) assumes the clients took K plain
-        SGD steps of size eta_l (Algorithm 1 line 10); another optimizer breaks it."""
-        if self.local.optimizer.name != "sgd":
-            raise PydanticCustomError(
-                "inconsistent",
-                "SCAFFOLD's option II control variates assume SGD steps of size eta_l; "
-                "{name} is not allowed; allowed: 'sgd'",
-                {
-                    "field": "algorithm.local.optimizer.name",
-                    "name": repr(self.local.optimizer.name),
-                },
+        SGD steps of size eta_l (Algorithm 1 line 10): another optimizer, momentum (y moves by
+        the accumulated velocity, not eta_l times one gradient per step) or SAM (its gradients
+        are taken at perturbed points) gives wrong control variates. Weight decay is allowed:
+        it is plain SGD on f_i + (weight_decay / 2) ||y||^2, so option II holds for that f_i."""
+        local = self.local
+        if local.optimizer.name != "sgd":
+            raise _not_plain_sgd(
+                "algorithm.local.optimizer.name", repr(local.optimizer.name), "allowed: 'sgd'"
             )
+        if local.optimizer.momentum:
+            raise _not_plain_sgd(
+                "algorithm.local.optimizer.momentum", local.optimizer.momentum, "allowed: 0"
+            )
+        if local.sam_rho is not None:
+            raise _not_plain_sgd("algorithm.local.sam_rho", local.sam_rho, "allowed: null")
         return self
 
     @model_validator(mode="after")

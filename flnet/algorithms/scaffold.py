@@ -18,8 +18,11 @@ Choices where the paper is silent (documented, tested):
   (`optim.add_correction`); option II's formula takes eta_l as the optimizer's learning rate and K
   as each client's own local steps, exact for plain SGD (the paper's setting).
 - The means are unweighted, as in Algorithm 1 (FedAvg here weights by sample counts).
-- The clients must use plain SGD (`ScaffoldConfig` refuses another optimizer): option II's
-  formula divides by K eta_l, the distance K SGD steps of size eta_l travel.
+- The clients must use plain SGD (`ScaffoldConfig` refuses another optimizer, momentum and
+  SAM): option II's formula divides by K eta_l, the distance K plain SGD steps of size eta_l
+  travel; with momentum 0.9 (K = 10, eta_l = 0.05, a quadratic) c_i+ came out 5.7 times the
+  mean of the K gradients it stands for. Weight decay is
+  allowed: it is plain SGD on f_i plus an L2 term, and c_i estimates that objective's gradient.
 - With `server_optimizer` (Reddi et al. 2021, `flnet.learn.server_optim`), x takes that
   optimizer's step along the delivered dy in place of x + eta_g mean(dy); c is updated as above.
 """
