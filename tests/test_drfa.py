@@ -1,6 +1,6 @@
 """DRFA and DRDM: the simplex projection by hand, lambda on the simplex, the draws from lambda
-(chi-square), the bits and FLOPs of a round against FedAvg's, DRDM's correction on a
-quadratic, and checkpoint/resume of the four new algorithms."""
+(chi-square), the bits and FLOPs of a round against FedAvg's, a dual step with nobody online,
+DRDM's correction on a quadratic, and checkpoint/resume of the four new algorithms."""
 
 import numpy as np
 import pytest
@@ -175,6 +175,49 @@ def test_bits_and_flops_of_a_round_against_fedavgs(name):
     lam = drfa.lam_of(state.lam_n, state.lam_clients, state.lam_values, state.lam_rest).dense()
     assert (lam >= 0).all() and lam.sum() == pytest.approx(1.0)
     assert not np.allclose(lam, 1 / 6)  # the dual step moved it
+
+
+@pytest.mark.parametrize("name", ["drfa", "drdm"])
+def test_a_dual_step_with_nobody_online_keeps_lambda_and_the_run_goes_on(name, monkeypatch):
+    """The uniform draw U of the dual step finds nobody online (its stream only: training draws
+    as usual): no loss, no ascent direction, so lambda stays uniform (entropy ln 6, largest entry
+    1/6) through both rounds, while the model trains; the ledger holds no dual-step row."""
+    from flnet.rng import Stream
+
+    sc = load_scenario(
+        data=merge(
+            BASE,
+            merge(
+                SMALL,
+                {
+                    "algorithm": {"name": name, "clients_per_round": 3, "local": LOCAL},
+                    "run": {"rounds": 2, "eval_every": 1},
+                },
+            ),
+        )
+    )
+    sim = Run(sc, write=False)
+    sample = sim.world.sample_clients
+
+    def nobody_at_the_dual_step(k, round, over_selection=1.0, stream=Stream.SELECTION):
+        if stream == Stream.DUAL_SELECTION:
+            return np.zeros(0, dtype=np.int64)
+        return sample(k, round, over_selection, stream)
+
+    monkeypatch.setattr(sim.world, "sample_clients", nobody_at_the_dual_step)
+    sim.simulate()
+    res = sim.result()
+    assert res.records["round"].tolist()[-1] == 2
+    np.testing.assert_allclose(res.records.lambda_entropy, np.log(6), rtol=1e-12)
+    np.testing.assert_allclose(res.records.lambda_max, 1 / 6, rtol=1e-12)
+    assert res.records.test_loss.iloc[-1] != res.records.test_loss.iloc[0]  # w moved
+    work = res.ledger[res.ledger.kind != "evaluate"]
+    assert set(work["round"]) == {1, 2}  # both rounds trained
+    up, down = work[work.kind == "upload"], work[work.kind == "download"]
+    assert len(up) == len(down) and (up.bits == up.bits.iloc[0]).all()  # no 32-bit loss
+    evaluated = res.ledger[res.ledger.kind == "evaluate"].set_index("round").start_s
+    for r, rows in work.groupby("round"):  # the dual step took no time
+        assert evaluated[r] == rows.end_s.max()
 
 
 @pytest.mark.parametrize("sampling", ["without_replacement", "dedup_weighted", "with_replacement"])

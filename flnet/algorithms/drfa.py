@@ -32,7 +32,8 @@ Choices and fixes (documented, tested):
   an offline device cannot be trained); a draw that finds nobody online trains nobody.
 - Only delivered uploads count: the means run over the delivered clients (with their draws);
   a dual-step loss that is not delivered counts as v_i = 0; with no model delivered the round
-  leaves w and lambda as they were.
+  leaves w and lambda as they were. A dual step whose uniform draw finds nobody online leaves
+  lambda as it was (no loss, no ascent direction) and takes no time and no ledger row.
 - The records carry lambda's entropy (nats) and largest entry at every evaluation.
 - lambda is kept as `flnet.learn.simplex.Simplex`: an entry per client that has had a loss
   queried in a dual step, one shared value for all others, so neither memory nor time grows with
@@ -158,6 +159,11 @@ def dual_step(
     """Algorithm 3 as a round trip; its value is lambda^(s+1)."""
     n = world.num_clients
     uniform = world.sample_clients(cfg.clients_per_round, round, stream=Stream.DUAL_SELECTION)
+    if len(uniform) == 0:
+        # nobody online to report a loss of w(t'): no ascent direction (v = 0), so lambda stays.
+        # Nothing is sent or computed (no ledger row) and the clock does not move: the step is
+        # not retried, so waiting for someone to come online would serve nothing.
+        return lam
     batch = cfg.local.batch_size
     losses = learn.query_losses(uniform, w_snapshot, batch, round)  # line 5, [m]
     done = yield from round_trip(
