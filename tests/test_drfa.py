@@ -1,6 +1,7 @@
 """DRFA and DRDM: the simplex projection by hand, lambda on the simplex, the draws from lambda
 (chi-square), the bits and FLOPs of a round against FedAvg's, a dual step with nobody online,
-DRDM's correction on a quadratic, and checkpoint/resume of the four new algorithms."""
+DRDM's correction on a quadratic and its snapshot model w(t') by hand, and checkpoint/resume of
+the four new algorithms."""
 
 import numpy as np
 import pytest
@@ -8,6 +9,7 @@ import torch
 from conftest import BASE
 from hypothesis import given
 from hypothesis import strategies as st
+from tolerance import assert_tensors_close
 
 from flnet.algorithms import drdm, drfa, feddyn
 from flnet.learn import simplex
@@ -130,8 +132,8 @@ SMALL = {
 LOCAL = {"steps": 3, "batch_size": 4}
 
 
-def simulated(algorithm: dict):
-    sc = load_scenario(data=merge(BASE, merge(SMALL, {"algorithm": algorithm})))
+def simulated(algorithm: dict, seed: int = 0):
+    sc = load_scenario(data=merge(BASE, merge(SMALL, {"algorithm": algorithm, "seed": seed})))
     sim = Run(sc, write=False)
 
     class Last:
@@ -250,6 +252,46 @@ def test_drdm_round_by_hand(sampling):
     torch.testing.assert_close(sim.state.c, c)
     draws = torch.as_tensor(d.draws, dtype=w.dtype)[:, None]
     torch.testing.assert_close(sim.state.x, (draws * w).sum(0) / 6 - c / mu)
+
+
+@pytest.mark.parametrize("sampling", ["without_replacement", "dedup_weighted", "with_replacement"])
+def test_drdm_snapshot_model_by_hand(sampling, monkeypatch):
+    """Lines 17 and 19 of a round as `test_drdm_round_by_hand`'s: the snapshots w_i(t') are the
+    local models after t' = 2 < tau = 3 steps (trained again here with t' steps: the same
+    minibatches come first), c(t') = 0 - (mu / N) sum u_i (w_i(t') - x0) from c = 0 (not from
+    line 18's c), and the model the dual step evaluates is
+    w(t') = sum_i draws_i w_i(t') / m - c(t') / mu."""
+    mu, tau = 0.5, LOCAL["steps"]
+    passed = []
+    dual_step = drfa.dual_step
+
+    def spy(world, learn, cfg, lam, w_snapshot, round):
+        passed.append(w_snapshot.clone())
+        return (yield from dual_step(world, learn, cfg, lam, w_snapshot, round))
+
+    monkeypatch.setattr(drfa, "dual_step", spy)
+    sim = simulated(
+        {"name": "drdm", "mu": mu, "clients_per_round": 6, "sampling": sampling, "local": LOCAL},
+        seed=1,  # whose t' is 2 of tau = 3 (seed 0's is 3: w(t') would be w_bar)
+    )
+    learn, cfg = sim.learner, sim.scenario.algorithm
+    t_snap = drfa.snapshot_step(sim.world, 1, tau)
+    assert t_snap == 2
+    x0 = learn.model.init_params()
+    d = drfa.draw(sim.world, simplex.Simplex.uniform(6), 6, 1, sampling)
+    w_snap = learn.local_train(
+        d.clients,
+        x0,
+        cfg.local.model_copy(update={"steps": t_snap}),
+        1,
+        loss_fn=feddyn.dynamic_loss(mu, x0),
+        aux=torch.zeros(len(d.clients), len(x0)),
+    ).params
+    u = torch.as_tensor(d.state_updates, dtype=w_snap.dtype)[:, None]
+    c_snap = -(mu / 6) * (u * (w_snap - x0)).sum(0)
+    draws = torch.as_tensor(d.draws, dtype=w_snap.dtype)[:, None]
+    assert len(passed) == 1
+    assert_tensors_close(passed[0], (draws * w_snap).sum(0) / 6 - c_snap / mu)
 
 
 def test_dual_step_by_hand():
