@@ -176,6 +176,8 @@ def resume_command(args: argparse.Namespace) -> str:
     words = ["flnet", "run", args.file]
     for item in args.set or []:
         words += ["--set", item]
+    if args.rounds is not None:  # the checkpoint's scenario has them; the file may not
+        words += ["--rounds", str(args.rounds)]
     if args.out:
         words += ["--out", args.out]
     if args.quiet:

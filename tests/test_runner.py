@@ -99,6 +99,25 @@ def test_a_second_ctrl_c_stops_at_once_keeping_the_last_checkpoint(tmp_path):
     assert_same_tables(out, tmp_path / "whole")
 
 
+def test_the_continue_command_keeps_the_rounds_option(tmp_path):
+    """`--rounds 8` over a file's 3: the printed command carries it, so the resume runs to 8
+    (without it, the file's 3 rounds are below the checkpoint's 4 and the resume is refused)."""
+    path = write_scenario(tmp_path, rounds=3, checkpoint_every=1)
+    out = tmp_path / "out"
+    child = gated_run(tmp_path, 4, "run", path, "--rounds", "8", "--out", out, "--quiet")
+    child.wait_for("at the gate")
+    child.proc.send_signal(signal.SIGINT)
+    child.wait_for("stopping at the end of this round")
+    child.proc.send_signal(signal.SIGINT)
+    assert child.finish() == 130, child.text()
+    argv = resume_argv(child.message())
+    assert argv[argv.index("--rounds") + 1] == "8"
+    resumed = subprocess.run(argv, capture_output=True, text=True, cwd=tmp_path, env=ENV, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr
+    run(path, overrides=[f"output.dir={tmp_path / 'whole'}", "run.rounds=8"])
+    assert_same_tables(out, tmp_path / "whole")
+
+
 def test_a_second_ctrl_c_before_any_checkpoint_says_none_was_kept(tmp_path):
     path = write_scenario(tmp_path, rounds=8)
     out = tmp_path / "out"
