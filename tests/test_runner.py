@@ -112,7 +112,9 @@ def test_the_continue_command_keeps_the_rounds_option(tmp_path):
     assert child.finish() == 130, child.text()
     argv = resume_argv(child.message())
     assert argv[argv.index("--rounds") + 1] == "8"
-    resumed = subprocess.run(argv, capture_output=True, text=True, cwd=tmp_path, env=ENV, timeout=300)
+    resumed = subprocess.run(
+        argv, capture_output=True, text=True, cwd=tmp_path, env=ENV, timeout=300
+    )
     assert resumed.returncode == 0, resumed.stderr
     run(path, overrides=[f"output.dir={tmp_path / 'whole'}", "run.rounds=8"])
     assert_same_tables(out, tmp_path / "whole")
