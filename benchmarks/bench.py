@@ -166,8 +166,7 @@ def plain_loop(trainer, params: torch.Tensor, rows: torch.Tensor, lr: float):
 def im2col_ceiling(trainer, c: int, t: int, b: int):
     """The GEMMs of `ConvStack`'s im2col path alone, on preallocated tensors of its shapes and
     layouts: per step and layer the forward product, the weight gradient and (past the first
-    layer) the input gradient. (One client a call, the engine runs its forward convolutions
-    and the first layer's weight gradient through torch's kernel instead.)"""
+    layer) the input gradient."""
     from flnet.learn import conv
 
     products = []

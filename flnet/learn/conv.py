@@ -11,19 +11,12 @@ Layout: batch last. An image activation is ``[C, channels, H, W, B]`` and a dens
 weights are used in torch's own order, and Flatten is a view:
 
 - the input ``[C, B, Cin, H, W]`` is copied once to ``[C, Cin, H, W, B]``;
-- convolution forward, several clients a call: im2col copies the (zero-padded) input into
-  ``cols [C, Cin*kh*kw, Ho*Wo*B]`` through an `as_strided` view (runs of B contiguous floats),
-  then ``out [C, Cout, Ho*Wo*B] = W [C, Cout, Cin*kh*kw] @ cols`` (+ bias), already the next
-  layer's layout;
-- convolution forward, one client a call (what `path: auto` takes on the CPU): torch's own
-  kernel (oneDNN) on the same layout, with no copy (`_Native`): ``[Cin, H, W, B]`` is the
-  image ``[1, Cin, H, W*B]`` and a kernel step of one pixel is a step of B columns there, a
-  convolution with dilation (1, B) and padding (ph, pw*B) whose output is ``[Cout, Ho, Wo,
-  B]``. The first layer's weight and bias gradients come from torch's kernel too;
-- convolution backward (past the first layer, and every layer of a cohort): im2col of the
-  layer's input as above (kept from the forward pass where it was built there), ``dW = dOut @
-  cols^T``, ``db = sum dOut``, ``dcols = W^T @ dOut``, and col2im adds dcols back into the
-  padded input gradient, one shifted window per kernel offset in one `_foreach_add_`. The
+- convolution forward: im2col copies the (zero-padded) input into ``cols [C, Cin*kh*kw,
+  Ho*Wo*B]`` through an `as_strided` view (runs of B contiguous floats), then ``out [C, Cout,
+  Ho*Wo*B] = W [C, Cout, Cin*kh*kw] @ cols`` (+ bias), already the next layer's layout;
+- convolution backward: from the columns the forward pass kept, ``dW = dOut @ cols^T``, ``db =
+  sum dOut``; past the first layer ``dcols = W^T @ dOut``, and col2im adds dcols back into
+  the padded input gradient, one shifted window per kernel offset in one `_foreach_add_`. The
   first layer's input gradient is never needed and never computed;
 - max-pool: ``[C*ch, H, W, B]`` is a channels-last ``[N, B, H, W]`` image to torch, whose pool
   then vectorises over B (the NCHW pool is several times slower here); its argmax indices
@@ -43,16 +36,17 @@ Measured choices (one-off experiments against benchmarks/bench.py's workloads b 
 alternatives are not kept, so only the kept paths' rows can be printed again): a
 ``[C, ch, B, H, W]`` layout spent over a quarter of its time in NCHW max-pooling; true
 channels-last ``[C, B, H, W, ch]`` made the pool fast but the GEMMs (weights reordered each
-step) and the col2im adds (runs of ch floats) slower, hence batch last. For one client a call
-torch's convolution kernel was as fast as the im2col GEMMs on the MNIST CNN and faster on the
-CIFAR tutorial CNN (its first layer, 3 -> 6 channels on 32x32, is a GEMM of 6 rows over 25,088
-columns, which oneDNN runs without the columns); for the whole cohort in one call oneDNN's
-grouped convolution was slower than im2col, hence im2col there. oneDNN costs tens of
-microseconds a call whatever the size. The bench's (b) and (c) rows print the sequential (one
-client a call) and batched paths as they are.
+step) and the col2im adds (runs of ch floats) slower, hence batch last. For the whole cohort
+in one call oneDNN's grouped convolution was slower than im2col.
 
-Measured later (benchmarks/bench.py's (b) and (c), one client a call; 2-vCPU AMD EPYC with
-AVX-512, 1 MB L2 a core) and not kept, so that the next attempt starts from here:
+One client a call (what `path: auto` takes on the CPU) once took torch's own kernel (oneDNN)
+for its forward convolutions and the first layer's weight gradient, chosen on a 2-vCPU AMD
+EPYC, where it was as fast as im2col on (b) and faster on (c). On a 2-vCPU Intel Xeon
+(Sapphire Rapids) im2col was 14-20% faster a step on (b) and as fast or faster on (c)
+(one-off, interleaved repeats): oneDNN's 1 -> 10 first layer alone took 346 us forward and
+433 us for its weight gradient, against 269 us for im2col and its GEMM and 233 us for the
+GEMM on the kept columns. So every cohort size takes the im2col path (one path, less code).
+What was measured of oneDNN on the AMD EPYC, for the next attempt:
 
 - a (b) step costs about 400 us plus 32 us a sample (fitted over 1 to 32 samples); oneDNN's
   fixed cost is about 30 us a call (3 calls a step), the rest of the 400 is the other ~60
@@ -84,8 +78,8 @@ Every intermediate lives in buffers reused across calls of the same cohort and b
 faults; the plan also makes every view of them once, and its per-layer steps only call
 kernels (2-3% off a (b) step against making the views each call). Only float maths and ops
 that exist on every device are used, so the engine runs on CUDA as on the CPU (untested
-there: no GPU was lent; torch's kernel is taken on the CPU only). Short batches (PAD labels)
-are not handled here: `cohort.Trainer` routes those steps to autograd.
+there: no GPU was lent). Short batches (PAD labels) are not handled here: `cohort.Trainer`
+routes those steps to autograd.
 """
 
 from __future__ import annotations
@@ -241,42 +235,6 @@ def conv_layers(model: Model) -> list[Layer] | None:
 Step = Callable[[torch.Tensor, Any], torch.Tensor]  # (activation or gradient, layer's views)
 
 
-class _Native:
-    """A convolution of one client through torch's own kernel (oneDNN on the CPU), on the
-    batch-last layout as it is: ``[1, Cin, H, W, B]`` is the image ``[1, Cin, H, W*B]``, a
-    kernel column step of one pixel is a step of B there (dilation (1, B)), a padding of pw
-    pixels is pw*B zero columns, and the output is ``[1, Cout, Ho, Wo, B]``."""
-
-    def __init__(self, layer: _Conv, b: int) -> None:
-        (ph, pw), h, w = layer.padding, *layer.in_hw
-        self.layer, self.b = layer, b
-        self.args = ([1, 1], [ph, pw * b], [1, b], False, [0, 0], 1)
-        self.image = (1, layer.c_in, h, w * b)
-        self.out = (1, layer.c_out, *layer.out_hw, b)
-        self.dz = (1, layer.c_out, layer.out_hw[0], layer.out_hw[1] * b)
-        self.bias_sizes = [layer.c_out] if layer.bias is not None else None
-        self.mask = [False, True, layer.bias is not None]
-
-    def forward(self, a: torch.Tensor, views: _Views) -> torch.Tensor:
-        """a [1, Cin, H, W, B] -> [1, Cout, Ho, Wo, B]."""
-        z = torch.ops.aten.convolution(
-            a.view(self.image), views.kernels, views.flat_bias, *self.args
-        )
-        return z.view(self.out)
-
-    def weight_grads(self, a: torch.Tensor, dz: torch.Tensor, views: _Views) -> list:
-        """The weight's (and bias's) gradient [1, *] from the output's dz [1, Cout, Ho, Wo, B]."""
-        _, dw, db = torch.ops.aten.convolution_backward(
-            dz.view(self.dz),
-            a.view(self.image),
-            views.kernels,
-            self.bias_sizes,
-            *self.args,
-            self.mask,
-        )
-        return [dw.view(1, -1)] + ([db.view(1, -1)] if db is not None else [])
-
-
 class _Views(NamedTuple):
     """A layer's parameters viewing the flat ``[C, P]`` vector, in the shapes its kernels
     take them."""
@@ -284,8 +242,6 @@ class _Views(NamedTuple):
     w: torch.Tensor  # [C, out, in] (a convolution's in: Cin*kh*kw)
     bias: torch.Tensor | None  # [C, out, 1]
     w_t: torch.Tensor  # [C, in, out]
-    kernels: torch.Tensor | None  # [out, Cin, kh, kw] (a convolution of one client)
-    flat_bias: torch.Tensor | None  # [out] (the same)
 
 
 class _Plan:
@@ -301,9 +257,6 @@ class _Plan:
         def new(*shape: int, dtype: torch.dtype = dtype, zeros: bool = False) -> torch.Tensor:
             return (torch.zeros if zeros else torch.empty)(shape, dtype=dtype, device=device)
 
-        # one client a call (path auto on the CPU): convolutions through torch's kernel;
-        # several: im2col GEMMs over the cohort (oneDNN's grouped convolution is slower)
-        native = c == 1 and device.type == "cpu"
         first = layers[0]
         assert isinstance(first, _Conv)  # conv_layers starts every stack with one
         self.input = new(c, first.c_in, *first.in_hw, b)  # [C, Cin, H, W, B]
@@ -313,7 +266,7 @@ class _Plan:
         self.backward: list[tuple[int, Step]] = []  # last layer first
         for i, layer in enumerate(layers):
             if isinstance(layer, _Conv):
-                steps = self._conv(i, layer, c, b, new, native)
+                steps = self._conv(i, layer, c, b, new)
             elif isinstance(layer, _Pool):
                 steps = self._pool(i, layer, c, b, new)
             elif isinstance(layer, _ReLU):
@@ -334,24 +287,8 @@ class _Plan:
         self.parts.extend([dw] if db is None else [dw, db])
 
     def _conv(
-        self, i: int, layer: _Conv, c: int, b: int, new: Callable[..., torch.Tensor], native: bool
+        self, i: int, layer: _Conv, c: int, b: int, new: Callable[..., torch.Tensor]
     ) -> tuple[Step, Step]:
-        has_bias = layer.bias is not None
-        if native and not i:  # torch's kernel; the first layer's input gradient: never needed
-            nat = _Native(layer, b)
-            slot = len(self.parts)
-            self.parts.extend([None] * (1 + has_bias))  # torch's kernel returns new tensors
-
-            def first_forward(a: torch.Tensor, views: _Views) -> torch.Tensor:
-                self.saved[i] = a
-                return nat.forward(a, views)
-
-            def first_backward(d: torch.Tensor, views: _Views) -> torch.Tensor:
-                self.parts[slot : slot + 1 + has_bias] = nat.weight_grads(self.saved[i], d, views)
-                return d
-
-            return first_forward, first_backward
-
         (kh, kw), (ph, pw), (h, w), (ho, wo) = (
             layer.kernel,
             layer.padding,
@@ -373,51 +310,33 @@ class _Plan:
             strides = (sc, si, sh, sw, sh, sw, sb)
             cols_7.copy_(a.as_strided(window, strides, a.storage_offset()))
 
-        if native:  # torch's kernel; the columns are built in the backward pass
-            nat = _Native(layer, b)
+        z = new(c, layer.c_out, n)
+        z_5 = z.view(c, layer.c_out, ho, wo, b)
 
-            def forward(a: torch.Tensor, views: _Views) -> torch.Tensor:
-                self.saved[i] = a
-                return nat.forward(a, views)
-
-        else:
-            z = new(c, layer.c_out, n)
-            z_5 = z.view(c, layer.c_out, ho, wo, b)
-
-            def forward(a: torch.Tensor, views: _Views) -> torch.Tensor:
-                im2col(a)
-                batched_affine(z, views.w, cols, views.bias)
-                return z_5
+        def forward(a: torch.Tensor, views: _Views) -> torch.Tensor:
+            im2col(a)
+            batched_affine(z, views.w, cols, views.bias)
+            return z_5
 
         dw = new(c, layer.c_out, k)
-        db = new(c, layer.c_out) if has_bias else None
+        db = new(c, layer.c_out) if layer.bias is not None else None
         self._slot(dw.view(c, -1), db)
-        if not i:  # the first layer's input gradient is never needed
-
-            def first_backward(d: torch.Tensor, views: _Views) -> torch.Tensor:
-                dz = d.reshape(c, layer.c_out, n)
-                torch.bmm(dz, cols_t, out=dw)
-                if db is not None:
-                    torch.sum(dz, 2, out=db)
-                return d
-
-            return forward, first_backward
-
-        dcols = new(c, k, n)
-        dcols_7 = dcols.view(window)
-        dpad = new(c, layer.c_in, h + 2 * ph, w + 2 * pw, b)
-        d_in = new(c, layer.c_in, h, w, b) if ph or pw else dpad
-        # col2im: each kernel offset's columns add into the window they were copied from
-        windows = [dpad[:, :, p : p + ho, q : q + wo] for p in range(kh) for q in range(kw)]
-        offsets = [dcols_7[:, :, p, q] for p in range(kh) for q in range(kw)]
+        if i:  # the first layer's input gradient is never needed
+            dcols = new(c, k, n)
+            dcols_7 = dcols.view(window)
+            dpad = new(c, layer.c_in, h + 2 * ph, w + 2 * pw, b)
+            d_in = new(c, layer.c_in, h, w, b) if ph or pw else dpad
+            # col2im: each kernel offset's columns add into the window they were copied from
+            windows = [dpad[:, :, p : p + ho, q : q + wo] for p in range(kh) for q in range(kw)]
+            offsets = [dcols_7[:, :, p, q] for p in range(kh) for q in range(kw)]
 
         def backward(d: torch.Tensor, views: _Views) -> torch.Tensor:
             dz = d.reshape(c, layer.c_out, n)
-            if native:
-                im2col(self.saved[i])
-            torch.bmm(dz, cols_t, out=dw)
+            torch.bmm(dz, cols_t, out=dw)  # the columns the forward pass built
             if db is not None:
                 torch.sum(dz, 2, out=db)
+            if not i:
+                return d
             torch.bmm(views.w_t, dz, out=dcols)
             dpad.zero_()
             torch._foreach_add_(windows, offsets)  # one call; applied in order, so overlaps add
@@ -579,16 +498,8 @@ class ConvStack:
                     )
                     w = params[:, slice(*layer.weight)].view(c, *shape)
                     bias = None if layer.bias is None else params[:, slice(*layer.bias)]
-                    kernels = flat_bias = None  # torch's kernel's shapes (one client)
-                    if isinstance(layer, _Conv) and c == 1:
-                        kernels = w.view(layer.c_out, layer.c_in, *layer.kernel)
-                        flat_bias = None if bias is None else bias.view(-1)
                     views[i] = _Views(
-                        w,
-                        None if bias is None else bias.unsqueeze(2),
-                        w.transpose(1, 2),
-                        kernels,
-                        flat_bias,
+                        w, None if bias is None else bias.unsqueeze(2), w.transpose(1, 2)
                     )
             self._views = (key, views)
         return self._views[1]
