@@ -500,9 +500,8 @@ class Trainer:
         Through autograd, vmap turns the cohort's convolutions into one grouped convolution,
         which runs slower there than a loop. Through `ConvStack` (im2col GEMMs), one client a
         call was the fastest of 1, 2, 5, 10 and 50 for both paper CNNs, with two within noise
-        (one-off, Intel Xeon): the columns of more clients outgrow the caches (50 a call,
-        1.4x (b)'s time a client-step, 1.6x (c)'s); benchmarks/bench.py's rows (b) and (c)
-        print one client a call (sequential) against all 50 (batched)."""
+        (one-off timings): the columns of more clients outgrow the caches. benchmarks/bench.py's
+        rows (b) and (c) print one client a call (sequential) against all 50 (batched)."""
         if path == "batched":
             return num_clients
         if path == "sequential" or (self._has_conv and self.x_data.device.type == "cpu"):

@@ -42,11 +42,10 @@ in one call oneDNN's grouped convolution was slower than im2col.
 One client a call (what `path: auto` takes on the CPU) once took torch's own kernel (oneDNN)
 for its forward convolutions and the first layer's weight gradient, chosen on a 2-vCPU AMD
 EPYC, where it was as fast as im2col on (b) and faster on (c). On a 2-vCPU Intel Xeon
-(Sapphire Rapids) im2col was 14-20% faster a step on (b) and as fast or faster on (c)
-(one-off, interleaved repeats): oneDNN's 1 -> 10 first layer alone took 346 us forward and
-433 us for its weight gradient, against 269 us for im2col and its GEMM and 233 us for the
-GEMM on the kept columns. So every cohort size takes the im2col path (one path, less code).
-What was measured of oneDNN on the AMD EPYC, for the next attempt:
+(Sapphire Rapids) it was slower than im2col on (b) and no faster on (c): benchmarks/bench.py's
+(b) and (c) rows "path auto" print the change when run at a commit before and after it. So
+every cohort size takes the im2col path (one path, less code). What was measured of oneDNN
+on the AMD EPYC (one-off timings), for the next attempt:
 
 - a (b) step costs about 400 us plus 32 us a sample (fitted over 1 to 32 samples); oneDNN's
   fixed cost is about 30 us a call (3 calls a step), the rest of the 400 is the other ~60
