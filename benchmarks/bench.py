@@ -3,6 +3,7 @@ simulation around it costs. One command; it prints throughput and ratios and ass
 
     .venv/bin/python benchmarks/bench.py [--quick]        # or: make bench
     .venv/bin/python benchmarks/bench.py --w1 [--reps N]  # only W1 side by side
+    .venv/bin/python benchmarks/bench.py --training       # only the local-training table
 
 - the machine's single-thread float32 matmul peak (GFLOP/s);
 - local training throughput, batched vs sequential path, in samples and GFLOP per CPU-second
@@ -772,6 +773,11 @@ def main(argv=None) -> None:
         help="only W1 side by side: flnet, Flower's simulation runtime, plain torch loop and vmap",
     )
     p.add_argument(
+        "--training",
+        action="store_true",
+        help="only the matmul peak and the local-training table: (a) MLP, (b) and (c) CNNs",
+    )
+    p.add_argument(
         "--reps",
         type=int,
         help="fresh runs of each W1 variant, interleaved (default 5; 1 with --quick)",
@@ -800,6 +806,8 @@ def main(argv=None) -> None:
     peak = matmul_peak_gflops(reps=max(reps, 3))
     print(f"torch {torch.__version__}, 1 thread; float32 matmul peak: {peak:.1f} GFLOP/s\n")
     training_table(peak, reps)
+    if args.training:
+        return None
     print()
     channel_report(reps)
     print()

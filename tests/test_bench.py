@@ -149,3 +149,17 @@ def test_curve_agreement_counts_test_samples():
     assert bench.curve_agreement([same, same]) == "the same curve in all 2 runs"
     assert bench.curve_agreement([same, two_off]).startswith("DIFFERS: up to 2 test samples")
     assert bench.curve_agreement([same[:4]]).startswith("DIFFERS: not evaluated")
+
+
+def test_training_option_prints_the_training_table_and_nothing_else(monkeypatch, capsys):
+    ran = []
+    monkeypatch.setattr(torch, "set_num_threads", lambda n: None)  # main's; not the suite's
+    monkeypatch.setattr(bench, "matmul_peak_gflops", lambda reps: 100.0)
+    monkeypatch.setattr(bench, "training_table", lambda peak, reps: ran.append(("table", reps)))
+    for section in ("channel_report", "scenarios_report", "w1_side_by_side"):
+        monkeypatch.setattr(bench, section, lambda *a, name=section: ran.append((name,)))
+    bench.main(["--training"])
+    assert ran == [("table", 3)]
+    assert "float32 matmul peak: 100.0 GFLOP/s" in capsys.readouterr().out
+    bench.main([])  # the whole benchmark goes on past the table
+    assert ran[1:] == [("table", 3), ("channel_report",), ("scenarios_report",)]
