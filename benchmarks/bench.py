@@ -172,29 +172,35 @@ def plain_loop(trainer, params: torch.Tensor, rows: torch.Tensor, lr: float):
 
 def im2col_ceiling(trainer, c: int, t: int, b: int):
     """The GEMMs of `ConvStack`'s im2col path alone, on preallocated tensors of its shapes and
-    layouts: per step and layer the forward product, the weight gradient and (past the first
-    layer) the input gradient."""
+    layouts: per step and layer the forward product, the weight gradient (with the bias's
+    row of ones, over runs of `conv.COLUMNS_PER_PRODUCT` columns) and (past the first layer)
+    the input gradient."""
     from flnet.learn import conv
 
     products = []
     for i, layer in enumerate(trainer.default_value_and_grad.layers):
         if isinstance(layer, conv._Conv):
-            out, k = layer.c_out, layer.c_in * layer.kernel[0] * layer.kernel[1]
+            out = layer.c_out
+            k = layer.c_in * layer.kernel[0] * layer.kernel[1] + (layer.bias is not None)
             n = layer.out_hw[0] * layer.out_hw[1] * b
+            a = torch.randn(c, k, conv._row_stride(n))[:, :, :n]
         elif isinstance(layer, conv._Linear):
             (out, k), n = layer.shape, b
+            a = torch.randn(c, k, n)
         else:
             continue
-        w, a = torch.randn(c, out, k), torch.randn(c, k, n)
-        z, dw, da = torch.empty(c, out, n), torch.empty(c, out, k), torch.empty(c, k, n)
-        products += [(w, a, z), (z, a.transpose(1, 2), dw)]
+        w, z, dw, da = torch.randn(c, out, k), torch.empty(c, out, n), torch.empty(c, out, k), None
+        products.append(lambda w=w, a=a, z=z: torch.bmm(w, a, out=z))
+        runs = list(zip(z.split(conv.COLUMNS_PER_PRODUCT, 2), a.split(conv.COLUMNS_PER_PRODUCT, 2)))
+        products.append(lambda dw=dw, runs=runs: conv.weight_gradient(dw, runs))
         if i:
-            products.append((w.transpose(1, 2), z, da))
+            da = torch.empty(c, k, n)
+            products.append(lambda w=w, z=z, da=da: torch.bmm(w.transpose(1, 2), z, out=da))
 
     def gemms() -> None:
         for _ in range(t):
-            for left, right, out in products:
-                torch.bmm(left, right, out=out)
+            for product in products:
+                product()
 
     return gemms
 

@@ -13,11 +13,14 @@ weights are used in torch's own order, and Flatten is a view:
 - the input ``[C, B, Cin, H, W]`` is copied once to ``[C, Cin, H, W, B]``;
 - convolution forward: im2col copies the (zero-padded) input into ``cols [C, Cin*kh*kw,
   Ho*Wo*B]`` through an `as_strided` view (runs of B contiguous floats), then ``out [C, Cout,
-  Ho*Wo*B] = W [C, Cout, Cin*kh*kw] @ cols`` (+ bias), already the next layer's layout;
-- convolution backward: from the columns the forward pass kept, ``dW = dOut @ cols^T``, ``db =
-  sum dOut``; past the first layer ``dcols = W^T @ dOut``, and col2im adds dcols back into
-  the padded input gradient, one shifted window per kernel offset in one `_foreach_add_`. The
-  first layer's input gradient is never needed and never computed;
+  Ho*Wo*B] = W [C, Cout, Cin*kh*kw] @ cols``, already the next layer's layout. A bias is a
+  row of ones under the columns and a column beside W (copied there each call); the rows of
+  cols lie a little more than a multiple of 4 KiB apart where they would be one (`_row_stride`);
+- convolution backward: from the columns the forward pass kept, ``dW = dOut @ cols^T`` (its
+  last column, against the ones, is db), over runs of columns (`weight_gradient`); past the
+  first layer ``dcols = W^T @ dOut``, and col2im adds dcols back into the padded input
+  gradient, one shifted window per kernel offset in one `_foreach_add_`. The first layer's
+  input gradient is never needed and never computed;
 - max-pool: ``[C*ch, H, W, B]`` is a channels-last ``[N, B, H, W]`` image to torch, whose pool
   then vectorises over B (the NCHW pool is several times slower here); its argmax indices
   (the first maximum of a window, as autograd's) route the backward pass, through torch's
@@ -30,7 +33,8 @@ weights are used in torch's own order, and Flatten is a view:
   whose ReLU mask is 0, and the swapped order masks the pooled zero: 0 both ways
   (tests/test_conv.py checks ties in both orders);
 - Linear: ``[C, out, B] = W @ a`` (+ bias); the logits ``[C, K, B]`` reduce their softmax over
-  the middle dimension, as in `DenseStack`.
+  the middle dimension, as in `DenseStack`;
+- the gradient pieces are copied into ``[C, P]`` in one `_foreach_copy_`.
 
 Measured choices (one-off experiments against benchmarks/bench.py's workloads b and c; the
 alternatives are not kept, so only the kept paths' rows can be printed again): a
@@ -63,7 +67,10 @@ on the AMD EPYC (one-off timings), for the next attempt:
   window's argmax), as one [4 x 10, 4,608] x [4,608, 36] GEMM over stride-2 6x6 windows:
   ~245 us with its inputs built, against ~185 us for torch's kernel;
 - the im2col layers' bias gradient from a ones row of columns padded to a multiple of 16
-  (250 -> 256; MKL runs that product 5% faster): within noise, not kept;
+  (250 -> 256; MKL runs that product 5% faster): within noise there. On the Intel Xeon the
+  ones row (forward bias and bias gradient), the rows' stride and the weight gradient's runs
+  together took a (b) engine call (one client, profiled per kernel) from about 2,450 to
+  2,000 us, so they are kept;
 - two or five clients a call, torch's kernel per client (its outputs copied into the
   cohort's buffers) and everything else batched: 5% and 14% slower than one;
 - oneDNN's grouped convolution for 2 or 5 clients: 1.5 to 5.6 times slower per client,
@@ -84,7 +91,7 @@ routes those steps to autograd.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -234,6 +241,29 @@ def conv_layers(model: Model) -> list[Layer] | None:
 Step = Callable[[torch.Tensor, Any], torch.Tensor]  # (activation or gradient, layer's views)
 
 
+COLUMNS_PER_PRODUCT = 2048  # the most columns a weight gradient's product reduces over
+
+
+def weight_gradient(dw: torch.Tensor, runs: Iterable[tuple[torch.Tensor, torch.Tensor]]) -> None:
+    """``dw [C, out, K] = sum over runs of dz [C, out, n_r] @ cols [C, K, n_r]^T``: a convolution's
+    weight gradient over its columns in runs of at most `COLUMNS_PER_PRODUCT` (MKL's product
+    over one long run of a small CNN's first layer ran 1.5x slower: its operands outgrow the
+    L2 cache)."""
+    for j, (dz, cols) in enumerate(runs):
+        if j:
+            dw.baddbmm_(dz, cols.transpose(1, 2))
+        else:
+            torch.bmm(dz, cols.transpose(1, 2), out=dw)
+
+
+def _row_stride(n: int) -> int:
+    """The floats between rows of a ``[C, K, n]`` im2col matrix: n, and 16 more where n is
+    a multiple of 256 (1 KiB). Rows a multiple of 4 KiB apart share cache sets, and MKL's
+    products over them (the weight gradient's transposed columns above all) ran up to 20%
+    slower."""
+    return n + 16 if n % 256 == 0 else n
+
+
 class _Views(NamedTuple):
     """A layer's parameters viewing the flat ``[C, P]`` vector, in the shapes its kernels
     take them."""
@@ -260,7 +290,9 @@ class _Plan:
         assert isinstance(first, _Conv)  # conv_layers starts every stack with one
         self.input = new(c, first.c_in, *first.in_hw, b)  # [C, Cin, H, W, B]
         self.saved: list[Any] = [None] * len(layers)  # what layer i's backward needs
-        self.parts: list[Any] = []  # gradient pieces in the flat vector's order
+        self.grads: list[torch.Tensor] = []  # gradient pieces, in the flat vector's order
+        self.spans: list[Span] = []  # what each fills of the flat vector
+        self._slices: tuple[tuple, list[torch.Tensor]] = ((), [])  # the last out's
         self.forward: list[tuple[int, Step]] = []
         self.backward: list[tuple[int, Step]] = []  # last layer first
         for i, layer in enumerate(layers):
@@ -281,9 +313,23 @@ class _Plan:
         self.logp = new(c, last.shape[0], b)  # [C, K, B]
         self.minus = torch.full((c, 1, b), -1.0 / b, dtype=dtype, device=device)
 
-    def _slot(self, dw: torch.Tensor, db: torch.Tensor | None) -> None:
-        """A layer's gradient pieces in `parts`: its weight's, then its bias's."""
-        self.parts.extend([dw] if db is None else [dw, db])
+    def _slot(self, layer: _Conv | _Linear, dw: torch.Tensor, db: torch.Tensor | None) -> None:
+        """A layer's gradient pieces in `grads`, and the spans they fill in `spans`."""
+        self.grads.append(dw)
+        self.spans.append(layer.weight)
+        if layer.bias is not None:
+            assert db is not None  # a layer with a bias has its gradient
+            self.grads.append(db)
+            self.spans.append(layer.bias)
+
+    def slices(self, out: torch.Tensor) -> list[torch.Tensor]:
+        """Views of the gradient `out` [C, P] in the shapes of `grads`, made once per tensor
+        (the trainer's is the same each step)."""
+        key = (out.data_ptr(), out.device, out.dtype, out.shape, out.stride())
+        if self._slices[0] != key:
+            views = [out[:, slice(*span)].view(g.shape) for span, g in zip(self.spans, self.grads)]
+            self._slices = (key, views)
+        return self._slices[1]
 
     def _conv(
         self, i: int, layer: _Conv, c: int, b: int, new: Callable[..., torch.Tensor]
@@ -296,8 +342,16 @@ class _Plan:
         )
         k, n = layer.c_in * kh * kw, ho * wo * b
         window = (c, layer.c_in, kh, kw, ho, wo, b)
-        cols = new(c, k, n)  # [C, Cin*kh*kw, Ho*Wo*B]
-        cols_t, cols_7 = cols.transpose(1, 2), cols.view(window)
+        # [C, Cin*kh*kw (+ 1), Ho*Wo*B]: with a bias, a row of ones under the columns and the
+        # bias beside the weights make the forward product add the bias and the weight
+        # gradient's product give the bias gradient too (no bias pass, no sum)
+        biased = layer.bias is not None
+        cols_all = new(c, k + biased, _row_stride(n))[:, :, :n]
+        cols_all[:, k:].fill_(1)
+        cols = cols_all[:, :k]
+        cols_7 = cols.view(window)
+        w_all = new(c, layer.c_out, k + biased) if biased else None
+        w_parts = [w_all[:, :, :k], w_all[:, :, k:]] if w_all is not None else []
         padded = new(c, layer.c_in, h + 2 * ph, w + 2 * pw, b, zeros=True) if ph or pw else None
 
         def im2col(a: torch.Tensor) -> None:
@@ -314,12 +368,17 @@ class _Plan:
 
         def forward(a: torch.Tensor, views: _Views) -> torch.Tensor:
             im2col(a)
-            batched_affine(z, views.w, cols, views.bias)
+            if w_all is None:
+                torch.bmm(views.w, cols, out=z)
+            else:
+                assert views.bias is not None  # the layer has one (w_all)
+                torch._foreach_copy_(w_parts, [views.w, views.bias])
+                torch.bmm(w_all, cols_all, out=z)
             return z_5
 
-        dw = new(c, layer.c_out, k)
-        db = new(c, layer.c_out) if layer.bias is not None else None
-        self._slot(dw.view(c, -1), db)
+        dw_all = new(c, layer.c_out, k + biased)
+        self._slot(layer, dw_all[:, :, :k], dw_all[:, :, k] if biased else None)
+        cols_runs = cols_all.split(COLUMNS_PER_PRODUCT, 2)
         if i:  # the first layer's input gradient is never needed
             dcols = new(c, k, n)
             dcols_7 = dcols.view(window)
@@ -331,9 +390,8 @@ class _Plan:
 
         def backward(d: torch.Tensor, views: _Views) -> torch.Tensor:
             dz = d.reshape(c, layer.c_out, n)
-            torch.bmm(dz, cols_t, out=dw)  # the columns the forward pass built
-            if db is not None:
-                torch.sum(dz, 2, out=db)
+            # dW (and db) from the columns the forward pass built
+            weight_gradient(dw_all, zip(dz.split(COLUMNS_PER_PRODUCT, 2), cols_runs))
             if not i:
                 return d
             torch.bmm(views.w_t, dz, out=dcols)
@@ -396,7 +454,7 @@ class _Plan:
         z = new(c, layer.shape[0], b)  # [C, out, B]
         dw = new(c, *layer.shape)
         db = new(c, layer.shape[0]) if layer.bias is not None else None
-        self._slot(dw.view(c, -1), db)
+        self._slot(layer, dw, db)
         d_in = new(c, layer.shape[1], b)
 
         def forward(a: torch.Tensor, views: _Views) -> torch.Tensor:
@@ -476,8 +534,8 @@ class ConvStack:
         # ---- backward
         for i, backward in plan.backward:
             d = backward(d, views.get(i))
-        parts = plan.parts
-        grads = torch.cat(parts, 1, out=out) if out is not None else torch.cat(parts, 1)
+        grads = params.new_empty(params.shape) if out is None else out
+        torch._foreach_copy_(plan.slices(grads), plan.grads)
         return loss, grads
 
     def _param_views(self, params: torch.Tensor) -> dict[int, _Views]:
