@@ -171,31 +171,57 @@ def plain_loop(trainer, params: torch.Tensor, rows: torch.Tensor, lr: float):
 
 
 def im2col_ceiling(trainer, c: int, t: int, b: int):
-    """The GEMMs of `ConvStack`'s im2col path alone, on preallocated tensors of its shapes and
-    layouts: per step and layer the forward product, the weight gradient (with the bias's
-    row of ones, over runs of `conv.COLUMNS_PER_PRODUCT` columns) and (past the first layer)
-    the input gradient."""
+    """The GEMMs of `ConvStack` alone, on preallocated tensors of its shapes and layouts: per
+    step the first layer's im2col products (forward; weight gradient with the bias's row of
+    ones, over runs of `conv.COLUMNS_PER_PRODUCT` columns), each later convolution's
+    row-shifted products (per kernel row: forward, weight gradient, input gradient) and the
+    Linear layers' three."""
     from flnet.learn import conv
 
+    runs = conv.COLUMNS_PER_PRODUCT
     products = []
     for i, layer in enumerate(trainer.default_value_and_grad.layers):
         if isinstance(layer, conv._Conv):
-            out = layer.c_out
-            k = layer.c_in * layer.kernel[0] * layer.kernel[1] + (layer.bias is not None)
+            kh, kw = layer.kernel
+            out, bias = layer.c_out, layer.bias is not None
             n = layer.out_hw[0] * layer.out_hw[1] * b
-            a = torch.randn(c, k, conv._row_stride(n))[:, :, :n]
+            if not i:
+                k = layer.c_in * kh * kw + bias
+                a = torch.randn(c, k, conv._row_stride(n))[:, :, :n]
+                w, z, dw = torch.randn(c, out, k), torch.empty(c, out, n), torch.empty(c, out, k)
+                pairs = list(zip(z.split(runs, 2), [r.transpose(1, 2) for r in a.split(runs, 2)]))
+                products += [
+                    lambda w=w, a=a, z=z: torch.bmm(w, a, out=z),
+                    lambda dw=dw, pairs=pairs: conv.accumulate(dw, pairs),
+                ]
+                continue
+            k = layer.c_in * kw
+            length = (layer.in_hw[0] + 2 * layer.padding[0]) * layer.out_hw[1] * b
+            shifted = torch.randn(c, k + bias, conv._row_stride(length))[:, :, :length]
+            d_shifted = torch.randn(c, k, conv._row_stride(length))[:, :, :length]
+            row = layer.out_hw[1] * b
+            w, z = torch.randn(c, kh, out, k + bias), torch.randn(c, out, n)
+            z_t, dw = torch.randn(c, n, out), torch.empty(c, kh, k + bias, out)
+            for p in range(kh):
+                cols, d_cols = (
+                    shifted[:, :, p * row : p * row + n],
+                    d_shifted[:, :, p * row :][:, :, :n],
+                )
+                pairs = list(zip(cols.split(runs, 2), z_t.split(runs, 1)))
+                products += [
+                    lambda w=w[:, p], cols=cols, z=z: z.baddbmm_(w, cols),
+                    lambda dw=dw[:, p], pairs=pairs: conv.accumulate(dw, pairs),
+                    lambda w=w[:, p, :, :k], z=z, d=d_cols: d.baddbmm_(w.transpose(1, 2), z),
+                ]
         elif isinstance(layer, conv._Linear):
             (out, k), n = layer.shape, b
-            a = torch.randn(c, k, n)
-        else:
-            continue
-        w, z, dw, da = torch.randn(c, out, k), torch.empty(c, out, n), torch.empty(c, out, k), None
-        products.append(lambda w=w, a=a, z=z: torch.bmm(w, a, out=z))
-        runs = list(zip(z.split(conv.COLUMNS_PER_PRODUCT, 2), a.split(conv.COLUMNS_PER_PRODUCT, 2)))
-        products.append(lambda dw=dw, runs=runs: conv.weight_gradient(dw, runs))
-        if i:
-            da = torch.empty(c, k, n)
-            products.append(lambda w=w, z=z, da=da: torch.bmm(w.transpose(1, 2), z, out=da))
+            w, a, z = torch.randn(c, out, k), torch.randn(c, k, n), torch.empty(c, out, n)
+            dw, da = torch.empty(c, out, k), torch.empty(c, k, n)
+            products += [
+                lambda w=w, a=a, z=z: torch.bmm(w, a, out=z),
+                lambda z=z, a=a, dw=dw: torch.bmm(z, a.transpose(1, 2), out=dw),
+                lambda w=w, z=z, da=da: torch.bmm(w.transpose(1, 2), z, out=da),
+            ]
 
     def gemms() -> None:
         for _ in range(t):
@@ -230,7 +256,7 @@ def training_table(peak_gflops: float, reps: int) -> None:
             runs["plain per-client loop (nn.Module + torch.optim.SGD)"] = plain_loop(
                 trainer, params, rows, 0.05
             )
-            runs["im2col ceiling: the im2col path's GEMMs alone"] = im2col_ceiling(trainer, c, t, b)
+            runs["im2col ceiling: the engine's GEMMs alone"] = im2col_ceiling(trainer, c, t, b)
         for train in runs.values():
             train()
         # repeats interleaved, so that the machine's load weighs on every row alike; the peak
@@ -255,7 +281,7 @@ def training_table(peak_gflops: float, reps: int) -> None:
             f"path auto takes {auto} client{'s' * (auto > 1)} per call"
         )
         if isinstance(engine, conv.ConvStack):
-            ceiling = best["im2col ceiling: the im2col path's GEMMs alone"]
+            ceiling = best["im2col ceiling: the engine's GEMMs alone"]
             plain = best["plain per-client loop (nn.Module + torch.optim.SGD)"]
             auto_s = best["path auto"]
             print(

@@ -1,5 +1,6 @@
 """The hand-derived CNN engine: its losses and gradients are autograd's, for every paper CNN."""
 
+import math
 import sys
 from pathlib import Path
 
@@ -138,6 +139,30 @@ def test_max_pool_ties_take_autograds_first_maximum(name, dtype):
         assert_tensors_close(grad, ref_grad[rows])
 
 
+def test_first_layer_goes_window_major_only_before_a_pool_that_tiles_it():
+    """The first convolution's output goes window-major where the max-pool after it tiles
+    it (stride = kernel, dividing its height and width): 2x2 over 24x24, 3x3 over 6x9, not
+    2x2 over 25x25 (its last row in no window), a 3/2 pool (overlapping) or a 1x1 one."""
+
+    def tiles(pool: nn.MaxPool2d, side: tuple[int, int]) -> tuple[int, int] | None:
+        conv_out = (side[0] - 2, side[1] - 2)
+        k, s = pool.kernel_size, pool.stride
+        features = 2 * math.prod((size - k) // s + 1 for size in conv_out)
+        model = Model(
+            nn.Sequential(nn.Conv2d(1, 2, 3), pool, nn.Flatten(), nn.Linear(features, 3)),
+            (1, *side),
+        )
+        layers = conv.conv_layers(model)
+        assert layers is not None and layers[1].in_hw == conv_out
+        return conv._tiles(layers[1])
+
+    assert tiles(nn.MaxPool2d(2), (26, 26)) == (2, 2)
+    assert tiles(nn.MaxPool2d(3), (8, 11)) == (3, 3)
+    assert tiles(nn.MaxPool2d(2), (27, 27)) is None
+    assert tiles(nn.MaxPool2d(3, stride=2), (26, 26)) is None
+    assert tiles(nn.MaxPool2d(1), (26, 26)) is None
+
+
 def test_relu_before_a_max_pool_runs_after_it():
     """conv, ReLU, pool is computed as conv, pool, ReLU (the same maths on fewer elements);
     a ReLU with no pool after it stays where it is."""
@@ -209,7 +234,7 @@ def test_trainer_takes_the_conv_engine_and_routes_short_batches_to_autograd():
 
 def test_auto_path_counts_the_conv_engines_columns_against_its_memory():
     """On the CPU auto trains CNNs one client a call (faster there, whatever the engine); on
-    other devices it stacks what fits, the im2col columns included (meta tensors stand in)."""
+    other devices it stacks what fits, the engine's columns counted (meta tensors stand in)."""
     model = model_of("cnn_tutorial")
     x, y = torch.zeros(4, 3, 32, 32), torch.zeros(4, dtype=torch.long)
     assert cohort.Trainer(model, x, y).clients_per_call(10, 32, "auto", optim.sgd(1)) == 1
@@ -218,8 +243,9 @@ def test_auto_path_counts_the_conv_engines_columns_against_its_memory():
     assert trainer.clients_per_call(10, 32, "auto", optim.sgd(1)) == 10
     engine = trainer.default_value_and_grad
     assert isinstance(engine, conv.ConvStack)
-    assert engine.floats_per_sample() > model.training_cost_per_sample.floats  # here
-    per_client = 32 * engine.floats_per_sample() * 4
+    # whichever is more: the engine's columns and buffers, or autograd's activations
+    per_sample = max(engine.floats_per_sample(), model.training_cost_per_sample.floats)
+    per_client = 32 * per_sample * 4
     small = cohort.Trainer(model, x, y, memory_bytes=20 * per_client)
     assert small.clients_per_call(50, 32, "auto", optim.sgd(1)) < 20
     assert (

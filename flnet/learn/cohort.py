@@ -498,7 +498,7 @@ class Trainer:
 
         Except that auto trains models with convolutions one client at a time on the CPU.
         Through autograd, vmap turns the cohort's convolutions into one grouped convolution,
-        which runs slower there than a loop. Through `ConvStack` (im2col GEMMs), one client a
+        which runs slower there than a loop. Through `ConvStack` (its GEMMs), one client a
         call was the fastest of 1, 2, 5, 10 and 50 for both paper CNNs, with two within noise
         (one-off timings): the columns of more clients outgrow the caches. benchmarks/bench.py's
         rows (b) and (c) print one client a call (sequential) against all 50 (batched)."""

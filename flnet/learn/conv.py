@@ -11,20 +11,26 @@ Layout: batch last. An image activation is ``[C, channels, H, W, B]`` and a dens
 weights are used in torch's own order, and Flatten is a view:
 
 - the input ``[C, B, Cin, H, W]`` is copied once to ``[C, Cin, H, W, B]``;
-- convolution forward: im2col copies the (zero-padded) input into ``cols [C, Cin*kh*kw,
+- the first convolution: im2col copies the (zero-padded) input into ``cols [C, Cin*kh*kw,
   Ho*Wo*B]`` through an `as_strided` view (runs of B contiguous floats), then ``out [C, Cout,
-  Ho*Wo*B] = W [C, Cout, Cin*kh*kw] @ cols``, already the next layer's layout. A bias is a
-  row of ones under the columns and a column beside W (copied there each call); the rows of
-  cols lie a little more than a multiple of 4 KiB apart where they would be one (`_row_stride`);
-- convolution backward: from the columns the forward pass kept, ``dW = dOut @ cols^T`` (its
-  last column, against the ones, is db), over runs of columns (`weight_gradient`); past the
-  first layer ``dcols = W^T @ dOut``, and col2im adds dcols back into the padded input
-  gradient, one shifted window per kernel offset in one `_foreach_add_`. The first layer's
-  input gradient is never needed and never computed;
-- max-pool: ``[C*ch, H, W, B]`` is a channels-last ``[N, B, H, W]`` image to torch, whose pool
-  then vectorises over B (the NCHW pool is several times slower here); its argmax indices
-  (the first maximum of a window, as autograd's) route the backward pass, through torch's
-  ``max_pool2d_with_indices_backward``;
+  Ho*Wo*B] = W [C, Cout, Cin*kh*kw] @ cols``, already the next layer's layout, and backward
+  ``dW = dOut @ cols^T`` over runs of columns (`accumulate`); its input gradient is never
+  needed and never computed. Where a max-pool whose windows tile its output follows it, the
+  output positions go window-major and the pool is maxima of contiguous blocks
+  (`_Plan._window_pool`; torch's pool and its backward with the zeroing cost more);
+- later convolutions (`_Plan._conv_rows`): row-shifted columns, each (zero-padded) input row
+  shifted by each kernel column, of which kernel row p's columns are one contiguous slice:
+  ``out = sum_p W_p @ cols_p``, ``dW_p^T = cols_p @ dOut^T``, ``dcols_p += W_p^T @ dOut`` and
+  col2im is kw adds of shifted rows in one `_foreach_add_`; kh times less copied than im2col,
+  whose kh*kw col2im adds of a dcols that outgrew L2 cost more than these products' extra
+  passes (their forward is kh products instead of one);
+- a bias is a row of ones under the columns and a column beside W (copied there each call):
+  the forward product adds it and the weight gradient's product gives db. The columns' rows
+  lie a little more than a multiple of 4 KiB apart where they would be one (`_row_stride`);
+- max-pool otherwise: ``[C*ch, H, W, B]`` is a channels-last ``[N, B, H, W]`` image to torch,
+  whose pool then vectorises over B (the NCHW pool is several times slower here); its argmax
+  indices (the first maximum of a window, as autograd's) route the backward pass, through
+  torch's ``max_pool2d_with_indices_backward``;
 - ReLU runs in place and its backward masks by its output. A ReLU right before a max-pool
   runs after it instead, on a quarter of the elements for a 2x2 pool: the same numbers and
   gradients, ties included. relu(max x) = max relu(x); where the window's max is positive,
@@ -244,16 +250,15 @@ Step = Callable[[torch.Tensor, Any], torch.Tensor]  # (activation or gradient, l
 COLUMNS_PER_PRODUCT = 2048  # the most columns a weight gradient's product reduces over
 
 
-def weight_gradient(dw: torch.Tensor, runs: Iterable[tuple[torch.Tensor, torch.Tensor]]) -> None:
-    """``dw [C, out, K] = sum over runs of dz [C, out, n_r] @ cols [C, K, n_r]^T``: a convolution's
-    weight gradient over its columns in runs of at most `COLUMNS_PER_PRODUCT` (MKL's product
-    over one long run of a small CNN's first layer ran 1.5x slower: its operands outgrow the
-    L2 cache)."""
-    for j, (dz, cols) in enumerate(runs):
+def accumulate(out: torch.Tensor, products: Iterable[tuple[torch.Tensor, torch.Tensor]]) -> None:
+    """``out = sum of left @ right`` over `products`, batched over the cohort. A weight
+    gradient reduces over runs of at most `COLUMNS_PER_PRODUCT` columns: MKL's product over
+    one long run (a small CNN's first layer) ran 1.5x slower, its operands outgrowing L2."""
+    for j, (left, right) in enumerate(products):
         if j:
-            dw.baddbmm_(dz, cols.transpose(1, 2))
+            out.baddbmm_(left, right)
         else:
-            torch.bmm(dz, cols.transpose(1, 2), out=dw)
+            torch.bmm(left, right, out=out)
 
 
 def _row_stride(n: int) -> int:
@@ -262,6 +267,16 @@ def _row_stride(n: int) -> int:
     products over them (the weight gradient's transposed columns above all) ran up to 20%
     slower."""
     return n + 16 if n % 256 == 0 else n
+
+
+def _tiles(layer: Layer) -> tuple[int, int] | None:
+    """A max-pool's window where its windows tile its input (stride = kernel, dividing H and
+    W, more than one element), else None."""
+    if not isinstance(layer, _Pool) or layer.stride != layer.kernel or layer.kernel == (1, 1):
+        return None
+    if any(size % k for size, k in zip(layer.in_hw, layer.kernel)):
+        return None
+    return layer.kernel
 
 
 class _Views(NamedTuple):
@@ -295,9 +310,15 @@ class _Plan:
         self._slices: tuple[tuple, list[torch.Tensor]] = ((), [])  # the last out's
         self.forward: list[tuple[int, Step]] = []
         self.backward: list[tuple[int, Step]] = []  # last layer first
+        # the first layer's output in window-major order where a tiling max-pool follows it
+        tiles = _tiles(layers[1]) if len(layers) > 1 else None
         for i, layer in enumerate(layers):
-            if isinstance(layer, _Conv):
-                steps = self._conv(i, layer, c, b, new)
+            if isinstance(layer, _Conv) and i == 0:
+                steps = self._conv(layer, c, b, new, tiles)
+            elif isinstance(layer, _Conv):
+                steps = self._conv_rows(layer, c, b, new)
+            elif isinstance(layer, _Pool) and i == 1 and tiles:
+                steps = self._window_pool(i, layer, c, b, new)
             elif isinstance(layer, _Pool):
                 steps = self._pool(i, layer, c, b, new)
             elif isinstance(layer, _ReLU):
@@ -332,8 +353,17 @@ class _Plan:
         return self._slices[1]
 
     def _conv(
-        self, i: int, layer: _Conv, c: int, b: int, new: Callable[..., torch.Tensor]
+        self,
+        layer: _Conv,
+        c: int,
+        b: int,
+        new: Callable[..., torch.Tensor],
+        tiles: tuple[int, int] | None = None,
     ) -> tuple[Step, Step]:
+        """The first layer, through im2col; its input gradient is never needed. With `tiles`
+        (the window of a max-pool that tiles the output), the output positions, and so the
+        columns, go in window-major order: (row, column) in the window, then the window's
+        (row, column), then the sample."""
         (kh, kw), (ph, pw), (h, w), (ho, wo) = (
             layer.kernel,
             layer.padding,
@@ -341,7 +371,13 @@ class _Plan:
             layer.out_hw,
         )
         k, n = layer.c_in * kh * kw, ho * wo * b
-        window = (c, layer.c_in, kh, kw, ho, wo, b)
+        # the output positions' dimensions: sizes, and steps in rows or columns of the input
+        positions: tuple[int, ...] = (ho, wo)
+        steps: tuple[int, ...] = (1, 1)
+        if tiles is not None:
+            (th, tw), positions = tiles, (*tiles, ho // tiles[0], wo // tiles[1])
+            steps = (1, 1, th, tw)
+        window = (c, layer.c_in, kh, kw, *positions, b)
         # [C, Cin*kh*kw (+ 1), Ho*Wo*B]: with a bias, a row of ones under the columns and the
         # bias beside the weights make the forward product add the bias and the weight
         # gradient's product give the bias gradient too (no bias pass, no sum)
@@ -360,11 +396,16 @@ class _Plan:
                 padded[:, :, ph : ph + h, pw : pw + w].copy_(a)
                 a = padded
             sc, si, sh, sw, sb = a.stride()
-            strides = (sc, si, sh, sw, sh, sw, sb)
+            at = [step * (sh, sw)[j % 2] for j, step in enumerate(steps)]
+            strides = (sc, si, sh, sw, *at, sb)
             cols_7.copy_(a.as_strided(window, strides, a.storage_offset()))
 
         z = new(c, layer.c_out, n)
-        z_5 = z.view(c, layer.c_out, ho, wo, b)
+        z_5 = (
+            z.view(c, layer.c_out, ho, wo, b)
+            if tiles is None
+            else z.view(c, layer.c_out, tiles[0] * tiles[1], -1)  # [C, Cout, window, rest]
+        )
 
         def forward(a: torch.Tensor, views: _Views) -> torch.Tensor:
             im2col(a)
@@ -378,26 +419,89 @@ class _Plan:
 
         dw_all = new(c, layer.c_out, k + biased)
         self._slot(layer, dw_all[:, :, :k], dw_all[:, :, k] if biased else None)
-        cols_runs = cols_all.split(COLUMNS_PER_PRODUCT, 2)
-        if i:  # the first layer's input gradient is never needed
-            dcols = new(c, k, n)
-            dcols_7 = dcols.view(window)
-            dpad = new(c, layer.c_in, h + 2 * ph, w + 2 * pw, b)
-            d_in = new(c, layer.c_in, h, w, b) if ph or pw else dpad
-            # col2im: each kernel offset's columns add into the window they were copied from
-            windows = [dpad[:, :, p : p + ho, q : q + wo] for p in range(kh) for q in range(kw)]
-            offsets = [dcols_7[:, :, p, q] for p in range(kh) for q in range(kw)]
+        cols_runs = [run.transpose(1, 2) for run in cols_all.split(COLUMNS_PER_PRODUCT, 2)]
 
         def backward(d: torch.Tensor, views: _Views) -> torch.Tensor:
-            dz = d.reshape(c, layer.c_out, n)
             # dW (and db) from the columns the forward pass built
-            weight_gradient(dw_all, zip(dz.split(COLUMNS_PER_PRODUCT, 2), cols_runs))
-            if not i:
-                return d
-            torch.bmm(views.w_t, dz, out=dcols)
+            dz_runs = d.reshape(c, layer.c_out, n).split(COLUMNS_PER_PRODUCT, 2)
+            accumulate(dw_all, zip(dz_runs, cols_runs))
+            return d
+
+        return forward, backward
+
+    def _conv_rows(
+        self, layer: _Conv, c: int, b: int, new: Callable[..., torch.Tensor]
+    ) -> tuple[Step, Step]:
+        """A layer past the first, through row-shifted columns: ``shifted [C, Cin*kw (+ 1),
+        Hp*Wo*B]`` holds each (zero-padded) input row shifted by each kernel column (runs of
+        Wo*B floats), and kernel row p's columns are the contiguous slice of it that starts
+        p input rows in, ``[C, Cin*kw, Ho*Wo*B]``; so ``out = sum_p W_p @ shifted_p``, ``dW_p^T
+        = shifted_p @ dOut^T``, ``dshifted_p += W_p^T @ dOut`` and col2im is kw adds of whole
+        shifted rows. kh times less copied than im2col and kw adds instead of kh*kw; the
+        weights are reordered by kernel row each call (``[C, kh, Cout, Cin*kw]``). The bias:
+        the ones row, against kernel row 0's bias column (the other rows' stay 0)."""
+        (kh, kw), (ph, pw), (h, w), (ho, wo) = (
+            layer.kernel,
+            layer.padding,
+            layer.in_hw,
+            layer.out_hw,
+        )
+        c_in, c_out, hp, wp = layer.c_in, layer.c_out, h + 2 * ph, w + 2 * pw
+        k, n, length = c_in * kw, ho * wo * b, hp * wo * b
+        biased = layer.bias is not None
+        shifted_all = new(c, k + biased, _row_stride(length))[:, :, :length]
+        shifted_all[:, k:].fill_(1)
+        shifted = shifted_all[:, :k].view(c, c_in, kw, hp, wo, b)
+        row = wo * b  # floats from one input row to the next in `shifted`
+        cols = [shifted_all[:, :, p * row : p * row + n] for p in range(kh)]  # [C, k (+1), n]
+        padded = new(c, c_in, hp, wp, b, zeros=True) if ph or pw else None
+        w_rows = new(c, kh, c_out, k + biased, zeros=True)
+        w_parts = [w_rows[:, :, :, :k].view(c, kh, c_out, c_in, kw)]
+        if biased:
+            w_parts.append(w_rows[:, 0, :, k:])
+        z = new(c, c_out, n)
+        z_5 = z.view(c, c_out, ho, wo, b)
+
+        def forward(a: torch.Tensor, views: _Views) -> torch.Tensor:
+            if padded is not None:
+                padded[:, :, ph : ph + h, pw : pw + w].copy_(a)
+                a = padded
+            sc, si, sh, sw, sb = a.stride()
+            window = a.as_strided(shifted.shape, (sc, si, sw, sh, sw, sb), a.storage_offset())
+            shifted.copy_(window)
+            weights = views.w.view(c, c_out, c_in, kh, kw).permute(0, 3, 1, 2, 4)
+            torch._foreach_copy_(
+                w_parts, [weights] if views.bias is None else [weights, views.bias]
+            )
+            accumulate(z, ((w_rows[:, p], cols[p]) for p in range(kh)))
+            return z_5
+
+        dz_t = new(c, n, c_out)
+        dw_rows = new(c, kh, k + biased, c_out)  # [C, p, (cin, q) (+ 1), cout]
+        dw = dw_rows[:, :, :k].view(c, kh, c_in, kw, c_out).permute(0, 4, 2, 1, 3)
+        self._slot(layer, dw, dw_rows[:, 0, k] if biased else None)
+        dz_runs = dz_t.split(COLUMNS_PER_PRODUCT, 1)
+        col_runs = [col.split(COLUMNS_PER_PRODUCT, 2) for col in cols]
+        d_shifted = new(c, k, _row_stride(length))[:, :, :length]
+        d_cols = [d_shifted[:, :, p * row : p * row + n] for p in range(kh)]
+        w_t = [w_rows[:, p, :, :k].transpose(1, 2) for p in range(kh)]
+        dpad = new(c, c_in, hp, wp, b)
+        d_in = new(c, c_in, h, w, b) if padded is not None else dpad
+        # col2im: each kernel column's shifted rows add into the columns they were copied from
+        windows = [dpad[:, :, :, q : q + wo] for q in range(kw)]
+        offsets = list(d_shifted.view(c, c_in, kw, hp, wo, b).unbind(2))
+
+        def backward(d: torch.Tensor, views: _Views) -> torch.Tensor:
+            dz = d.reshape(c, c_out, n)
+            dz_t.copy_(dz.transpose(1, 2))
+            for p in range(kh):  # dW_p^T (and db) from the shifted rows the forward pass built
+                accumulate(dw_rows[:, p], zip(col_runs[p], dz_runs))
+            d_shifted.zero_()
+            for p in range(kh):
+                d_cols[p].baddbmm_(w_t[p], dz)
             dpad.zero_()
             torch._foreach_add_(windows, offsets)  # one call; applied in order, so overlaps add
-            if ph or pw:
+            if padded is not None:
                 d_in.copy_(dpad[:, :, ph : ph + h, pw : pw + w])
             return d_in
 
@@ -428,6 +532,41 @@ class _Plan:
             torch.ops.aten.max_pool2d_with_indices_backward.grad_input(
                 grad_out, self.saved[i], *args, idx, grad_input=d_in_4
             )
+            return d_in
+
+        return forward, backward
+
+    def _window_pool(
+        self, i: int, layer: _Pool, c: int, b: int, new: Callable[..., torch.Tensor]
+    ) -> tuple[Step, Step]:
+        """The max-pool of a window-major convolution output ``[C, ch, window, oh*ow*B]``:
+        each offset of the windows is a contiguous block, so the pool is elementwise maxima
+        of blocks, and its backward routes each window's gradient to its first maximum (as
+        autograd's) with masks, block by block. The `pooled` it compares with may since have
+        been clamped in place by a ReLU after it; where it was, that ReLU's backward has
+        zeroed the gradient, so the routing there changes nothing."""
+        (th, tw), rest = layer.kernel, layer.out_hw[0] * layer.out_hw[1] * b
+        pooled = new(c, layer.channels, *layer.out_hw, b)
+        flat = pooled.view(c, layer.channels, rest)
+        d_in = new(c, layer.channels, th * tw, rest)
+        d_blocks = d_in.unbind(2)
+        hit, left = new(c, layer.channels, rest), new(c, layer.channels, rest)
+
+        def forward(a: torch.Tensor, views: Any) -> torch.Tensor:
+            blocks = a.unbind(2)
+            torch.maximum(blocks[0], blocks[1], out=flat)
+            for block in blocks[2:]:
+                torch.maximum(flat, block, out=flat)
+            self.saved[i] = blocks
+            return pooled
+
+        def backward(d: torch.Tensor, views: Any) -> torch.Tensor:
+            src = d.reshape(c, layer.channels, rest)  # the gradient not yet routed
+            last = len(d_blocks) - 1
+            for j, (block, d_block) in enumerate(zip(self.saved[i][:last], d_blocks)):
+                torch.ge(block, flat, out=hit)  # where block j holds the maximum
+                torch.mul(src, hit, out=d_block)
+                src = torch.sub(src, d_block, out=d_blocks[last] if j == last - 1 else left)
             return d_in
 
         return forward, backward
@@ -481,16 +620,18 @@ class ConvStack:
         self._views: tuple[tuple, dict[int, _Views]] = ((), {})  # the last params' views
 
     def floats_per_sample(self) -> int:
-        """Elements this engine keeps per sample (activations, im2col columns, their
-        gradients): `cohort.Trainer.clients_per_call` sizes `path: auto` cohorts by it."""
+        """Elements this engine keeps per sample (activations, columns, their gradients):
+        `cohort.Trainer.clients_per_call` sizes `path: auto` cohorts by it."""
         total = 0
-        for layer in self.layers:
+        for i, layer in enumerate(self.layers):
             if isinstance(layer, _Conv):
-                ho, wo = layer.out_hw
-                h, w = layer.in_hw
-                cols = layer.c_in * math.prod(layer.kernel) * ho * wo
-                padded = layer.c_in * (h + 2 * layer.padding[0]) * (w + 2 * layer.padding[1])
-                total += 2 * cols + 2 * padded + 2 * layer.c_out * ho * wo
+                (ho, wo), (h, w), (kh, kw) = layer.out_hw, layer.in_hw, layer.kernel
+                hp, wp = h + 2 * layer.padding[0], w + 2 * layer.padding[1]
+                if i:  # row-shifted columns and their gradient, dOut^T
+                    total += 2 * layer.c_in * kw * hp * wo + 3 * layer.c_out * ho * wo
+                else:  # im2col columns
+                    total += layer.c_in * kh * kw * ho * wo + 2 * layer.c_out * ho * wo
+                total += 2 * layer.c_in * hp * wp
             elif isinstance(layer, _Pool):
                 total += 3 * layer.channels * math.prod(layer.out_hw)
             elif isinstance(layer, _Flatten):
