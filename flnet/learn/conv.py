@@ -269,6 +269,24 @@ def _row_stride(n: int) -> int:
     return n + 16 if n % 256 == 0 else n
 
 
+def _padder(
+    layer: _Conv, c: int, b: int, new: Callable[..., torch.Tensor]
+) -> Callable[[torch.Tensor], torch.Tensor]:
+    """What a convolution reads of its input ``a [C, Cin, H, W, B]``: `a` itself, or with
+    padding a copy of it inside a buffer whose zero border is written once."""
+    (ph, pw), (h, w) = layer.padding, layer.in_hw
+    if not (ph or pw):
+        return lambda a: a
+    padded = new(c, layer.c_in, h + 2 * ph, w + 2 * pw, b, zeros=True)
+    inner = padded[:, :, ph : ph + h, pw : pw + w]
+
+    def pad(a: torch.Tensor) -> torch.Tensor:
+        inner.copy_(a)
+        return padded
+
+    return pad
+
+
 def _tiles(layer: Layer) -> tuple[int, int] | None:
     """A max-pool's window where its windows tile its input (stride = kernel, dividing H and
     W, more than one element), else None."""
@@ -364,12 +382,7 @@ class _Plan:
         (the window of a max-pool that tiles the output), the output positions, and so the
         columns, go in window-major order: (row, column) in the window, then the window's
         (row, column), then the sample."""
-        (kh, kw), (ph, pw), (h, w), (ho, wo) = (
-            layer.kernel,
-            layer.padding,
-            layer.in_hw,
-            layer.out_hw,
-        )
+        (kh, kw), (ho, wo) = layer.kernel, layer.out_hw
         k, n = layer.c_in * kh * kw, ho * wo * b
         # the output positions' dimensions: sizes, and steps in rows or columns of the input
         positions: tuple[int, ...] = (ho, wo)
@@ -388,13 +401,11 @@ class _Plan:
         cols_7 = cols.view(window)
         w_all = new(c, layer.c_out, k + biased) if biased else None
         w_parts = [w_all[:, :, :k], w_all[:, :, k:]] if w_all is not None else []
-        padded = new(c, layer.c_in, h + 2 * ph, w + 2 * pw, b, zeros=True) if ph or pw else None
+        pad = _padder(layer, c, b, new)
 
         def im2col(a: torch.Tensor) -> None:
             """a [C, Cin, H, W, B] (any strides) -> cols: the windows copied, runs of B."""
-            if padded is not None:
-                padded[:, :, ph : ph + h, pw : pw + w].copy_(a)
-                a = padded
+            a = pad(a)
             sc, si, sh, sw, sb = a.stride()
             at = [step * (sh, sw)[j % 2] for j, step in enumerate(steps)]
             strides = (sc, si, sh, sw, *at, sb)
@@ -454,7 +465,7 @@ class _Plan:
         shifted = shifted_all[:, :k].view(c, c_in, kw, hp, wo, b)
         row = wo * b  # floats from one input row to the next in `shifted`
         cols = [shifted_all[:, :, p * row : p * row + n] for p in range(kh)]  # [C, k (+1), n]
-        padded = new(c, c_in, hp, wp, b, zeros=True) if ph or pw else None
+        pad = _padder(layer, c, b, new)
         w_rows = new(c, kh, c_out, k + biased, zeros=True)
         w_parts = [w_rows[:, :, :, :k].view(c, kh, c_out, c_in, kw)]
         if biased:
@@ -463,9 +474,7 @@ class _Plan:
         z_5 = z.view(c, c_out, ho, wo, b)
 
         def forward(a: torch.Tensor, views: _Views) -> torch.Tensor:
-            if padded is not None:
-                padded[:, :, ph : ph + h, pw : pw + w].copy_(a)
-                a = padded
+            a = pad(a)
             sc, si, sh, sw, sb = a.stride()
             window = a.as_strided(shifted.shape, (sc, si, sw, sh, sw, sb), a.storage_offset())
             shifted.copy_(window)
@@ -486,7 +495,7 @@ class _Plan:
         d_cols = [d_shifted[:, :, p * row : p * row + n] for p in range(kh)]
         w_t = [w_rows[:, p, :, :k].transpose(1, 2) for p in range(kh)]
         dpad = new(c, c_in, hp, wp, b)
-        d_in = new(c, c_in, h, w, b) if padded is not None else dpad
+        d_in = new(c, c_in, h, w, b) if ph or pw else dpad
         # col2im: each kernel column's shifted rows add into the columns they were copied from
         windows = [dpad[:, :, :, q : q + wo] for q in range(kw)]
         offsets = list(d_shifted.view(c, c_in, kw, hp, wo, b).unbind(2))
@@ -501,7 +510,7 @@ class _Plan:
                 d_cols[p].baddbmm_(w_t[p], dz)
             dpad.zero_()
             torch._foreach_add_(windows, offsets)  # one call; applied in order, so overlaps add
-            if padded is not None:
+            if ph or pw:
                 d_in.copy_(dpad[:, :, ph : ph + h, pw : pw + w])
             return d_in
 
