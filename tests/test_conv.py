@@ -233,11 +233,18 @@ def test_trainer_takes_the_conv_engine_and_routes_short_batches_to_autograd():
 
 
 def test_auto_path_counts_the_conv_engines_columns_against_its_memory():
-    """On the CPU auto trains CNNs one client a call (faster there, whatever the engine); on
-    other devices it stacks what fits, the engine's columns counted (meta tensors stand in)."""
+    """On the CPU auto trains CNNs two clients a call through the conv engine (faster there),
+    fewer where the memory allows fewer; on other devices it stacks what fits, the engine's
+    columns counted (meta tensors stand in)."""
     model = model_of("cnn_tutorial")
     x, y = torch.zeros(4, 3, 32, 32), torch.zeros(4, dtype=torch.long)
-    assert cohort.Trainer(model, x, y).clients_per_call(10, 32, "auto", optim.sgd(1)) == 1
+    on_cpu = cohort.Trainer(model, x, y)
+    assert on_cpu.clients_per_call(10, 32, "auto", optim.sgd(1)) == 2
+    assert on_cpu.clients_per_call(1, 32, "auto", optim.sgd(1)) == 1
+    assert (
+        cohort.Trainer(model, x, y, memory_bytes=1).clients_per_call(10, 32, "auto", optim.sgd(1))
+        == 1
+    )
     x, y = x.to("meta"), y.to("meta")
     trainer = cohort.Trainer(model, x, y)
     assert trainer.clients_per_call(10, 32, "auto", optim.sgd(1)) == 10

@@ -43,6 +43,10 @@ LossFn = Callable[[Model, torch.Tensor, torch.Tensor, torch.Tensor, Any], torch.
 ValueAndGrad = Callable[..., tuple[torch.Tensor, torch.Tensor]]
 
 BATCH_MEMORY_BYTES = 1 << 30  # `path: auto` stacks as many clients as fit in this
+# `path: auto` through `ConvStack` on the CPU: the most clients a call. Two beat one on a
+# 2-vCPU Intel Xeon (benchmarks/bench.py's (b) and (c) rows: path auto against sequential);
+# three or four were no faster than two on (b) and slower on (c).
+CPU_CONV_CLIENTS_PER_CALL = 2
 
 
 class CohortResult(NamedTuple):
@@ -494,27 +498,29 @@ class Trainer:
         own) takes: all (batched), one (sequential), or as many as fit in `memory_bytes`
         (auto): per client, parameters, gradients, updates and optimizer state (about
         3 + 2 * grads_per_step copies of P) and one minibatch's forward and backward tensors
-        (through `ConvStack`, its im2col columns where those are larger).
+        (through `ConvStack`, its columns and buffers where those are larger).
 
-        Except that auto trains models with convolutions one client at a time on the CPU.
-        Through autograd, vmap turns the cohort's convolutions into one grouped convolution,
-        which runs slower there than a loop. Through `ConvStack` (its GEMMs), one client a
-        call was the fastest of 1, 2, 5, 10 and 50 for both paper CNNs, with two within noise
-        (one-off timings): the columns of more clients outgrow the caches. benchmarks/bench.py's
-        rows (b) and (c) print one client a call (sequential) against all 50 (batched)."""
+        Except that auto trains models with convolutions on the CPU in small calls: one
+        client a call through autograd, where vmap turns the cohort's convolutions into one
+        grouped convolution, which runs slower there than a loop; at most
+        `CPU_CONV_CLIENTS_PER_CALL` through `ConvStack`, whose buffers for more clients
+        outgrow the caches (benchmarks/bench.py's rows (b) and (c) print one client a call,
+        sequential, against all 50, batched, and path auto)."""
         if path == "batched":
             return num_clients
-        if path == "sequential" or (self._has_conv and self.x_data.device.type == "cpu"):
-            return 1
         engine = engine or self.default_value_and_grad
         hand = engine if isinstance(engine, ConvStack) else None
+        on_cpu_conv = self._has_conv and self.x_data.device.type == "cpu"
+        if path == "sequential" or (on_cpu_conv and hand is None):
+            return 1
         m = self.model
         per_sample = m.training_cost_per_sample.floats
         if hand is not None:
             per_sample = max(per_sample, hand.floats_per_sample())
         floats = m.num_params * (3 + 2 * optimizer.grads_per_step) + batch_size * per_sample
         per_client = floats * self.x_data.element_size()
-        return max(1, min(num_clients, self.memory_bytes // max(1, math.ceil(per_client))))
+        fit = max(1, min(num_clients, self.memory_bytes // max(1, math.ceil(per_client))))
+        return min(fit, CPU_CONV_CLIENTS_PER_CALL) if on_cpu_conv else fit
 
     def train(
         self,

@@ -49,7 +49,7 @@ channels-last ``[C, B, H, W, ch]`` made the pool fast but the GEMMs (weights reo
 step) and the col2im adds (runs of ch floats) slower, hence batch last. For the whole cohort
 in one call oneDNN's grouped convolution was slower than im2col.
 
-One client a call (what `path: auto` takes on the CPU) once took torch's own kernel (oneDNN)
+One client a call (what `path: auto` then took on the CPU) once took torch's own kernel (oneDNN)
 for its forward convolutions and the first layer's weight gradient, chosen on a 2-vCPU AMD
 EPYC, where it was as fast as im2col on (b) and faster on (c). On a 2-vCPU Intel Xeon
 (Sapphire Rapids) it was slower than im2col on (b) and no faster on (c): benchmarks/bench.py's
