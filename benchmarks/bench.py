@@ -11,9 +11,9 @@ simulation around it costs. One command; it prints throughput and ratios and ass
   through the generic vmap + autograd engine); (b) a small CNN (the Delta-SGD paper's MNIST
   CNN, without dropout) on 28x28 inputs and (c) the CIFAR tutorial CNN on 3x32x32, 50 clients x
   10 steps of batch 32 each, through `conv.ConvStack` and the generic engine, against a plain
-  per-client loop (nn.Module + torch.optim.SGD) and the "im2col ceiling" (the GEMMs of the
-  engine's im2col path alone, same shapes and layouts, on preallocated tensors), repeats of
-  the rows interleaved;
+  per-client loop (nn.Module + torch.optim.SGD) and the "im2col ceiling" (the engine's GEMMs
+  alone, same shapes, layouts and clients a call, on preallocated tensors), repeats of the
+  rows interleaved;
 - a shared band's cost per transfer with 10, 100 and 1000 transfers under way at once, kept as
   Python floats and as numpy arrays (`flnet.sim.channel.band` picks floats up to 128 users);
 - W1 side by side (BENCHMARKS.md), each run a fresh process, 5 interleaved runs of each
@@ -170,53 +170,64 @@ def plain_loop(trainer, params: torch.Tensor, rows: torch.Tensor, lr: float):
     return train
 
 
-def im2col_ceiling(trainer, c: int, t: int, b: int):
-    """The GEMMs of `ConvStack` alone, on preallocated tensors of its shapes and layouts: per
-    step the first layer's im2col products (forward; weight gradient with the bias's row of
-    ones, over runs of `conv.COLUMNS_PER_PRODUCT` columns), each later convolution's
-    row-shifted products (per kernel row: forward, weight gradient, input gradient) and the
-    Linear layers' three."""
+def im2col_ceiling(trainer, c: int, t: int, b: int, per_call: int):
+    """The GEMMs of `ConvStack` alone, on preallocated tensors of its shapes and layouts for
+    `per_call` clients a call (path auto's), as many calls as make `c` clients: per step the
+    first layer's im2col products (forward; weight gradient with the bias's row of ones, over
+    runs of `conv.COLUMNS_PER_PRODUCT` columns), each later convolution's row-shifted
+    products (per kernel row: forward, weight gradient, input gradient) and the Linear
+    layers' three."""
     from flnet.learn import conv
 
-    runs = conv.COLUMNS_PER_PRODUCT
+    def runs(x: torch.Tensor, dim: int) -> tuple[torch.Tensor, ...]:
+        return x.split(conv.COLUMNS_PER_PRODUCT, dim)
+
+    def columns(rows: int, n: int) -> torch.Tensor:
+        return torch.randn(per_call, rows, conv._row_stride(n))[:, :, :n]
+
     products = []
     for i, layer in enumerate(trainer.default_value_and_grad.layers):
         if isinstance(layer, conv._Conv):
-            kh, kw = layer.kernel
-            out, bias = layer.c_out, layer.bias is not None
+            (kh, kw), out, bias = layer.kernel, layer.c_out, layer.bias is not None
             n = layer.out_hw[0] * layer.out_hw[1] * b
             if not i:
                 k = layer.c_in * kh * kw + bias
-                a = torch.randn(c, k, conv._row_stride(n))[:, :, :n]
-                w, z, dw = torch.randn(c, out, k), torch.empty(c, out, n), torch.empty(c, out, k)
-                pairs = list(zip(z.split(runs, 2), [r.transpose(1, 2) for r in a.split(runs, 2)]))
+                cols, w, z = (
+                    columns(k, n),
+                    torch.randn(per_call, out, k),
+                    torch.randn(per_call, out, n),
+                )
+                dw = torch.empty(per_call, out, k)
+                pairs = list(zip(runs(z, 2), [r.transpose(1, 2) for r in runs(cols, 2)]))
                 products += [
-                    lambda w=w, a=a, z=z: torch.bmm(w, a, out=z),
+                    lambda w=w, cols=cols, z=z: torch.bmm(w, cols, out=z),
                     lambda dw=dw, pairs=pairs: conv.accumulate(dw, pairs),
                 ]
                 continue
-            k = layer.c_in * kw
-            length = (layer.in_hw[0] + 2 * layer.padding[0]) * layer.out_hw[1] * b
-            shifted = torch.randn(c, k + bias, conv._row_stride(length))[:, :, :length]
-            d_shifted = torch.randn(c, k, conv._row_stride(length))[:, :, :length]
-            row = layer.out_hw[1] * b
-            w, z = torch.randn(c, kh, out, k + bias), torch.randn(c, out, n)
-            z_t, dw = torch.randn(c, n, out), torch.empty(c, kh, k + bias, out)
+            k, row = layer.c_in * kw, layer.out_hw[1] * b
+            length = (layer.in_hw[0] + 2 * layer.padding[0]) * row
+            shifted, d_shifted = columns(k + bias, length), columns(k, length)
+            w, z = torch.randn(per_call, kh, out, k + bias), torch.randn(per_call, out, n)
+            z_t, dw = torch.randn(per_call, n, out), torch.empty(per_call, kh, k + bias, out)
+            rows = [slice(p * row, p * row + n) for p in range(kh)]
+            forward = [(w[:, p], shifted[:, :, rows[p]]) for p in range(kh)]
+            products.append(lambda z=z, forward=forward: conv.accumulate(z, forward))
             for p in range(kh):
-                cols, d_cols = (
-                    shifted[:, :, p * row : p * row + n],
-                    d_shifted[:, :, p * row :][:, :, :n],
-                )
-                pairs = list(zip(cols.split(runs, 2), z_t.split(runs, 1)))
+                pairs = list(zip(runs(shifted[:, :, rows[p]], 2), runs(z_t, 1)))
                 products += [
-                    lambda w=w[:, p], cols=cols, z=z: z.baddbmm_(w, cols),
                     lambda dw=dw[:, p], pairs=pairs: conv.accumulate(dw, pairs),
-                    lambda w=w[:, p, :, :k], z=z, d=d_cols: d.baddbmm_(w.transpose(1, 2), z),
+                    lambda w=w[:, p, :, :k], z=z, d=d_shifted[:, :, rows[p]]: d.baddbmm_(
+                        w.transpose(1, 2), z
+                    ),
                 ]
         elif isinstance(layer, conv._Linear):
             (out, k), n = layer.shape, b
-            w, a, z = torch.randn(c, out, k), torch.randn(c, k, n), torch.empty(c, out, n)
-            dw, da = torch.empty(c, out, k), torch.empty(c, k, n)
+            w, a = torch.randn(per_call, out, k), torch.randn(per_call, k, n)
+            z, dw, da = (
+                torch.randn(per_call, out, n),
+                torch.empty(per_call, out, k),
+                torch.empty(per_call, k, n),
+            )
             products += [
                 lambda w=w, a=a, z=z: torch.bmm(w, a, out=z),
                 lambda z=z, a=a, dw=dw: torch.bmm(z, a.transpose(1, 2), out=dw),
@@ -224,7 +235,7 @@ def im2col_ceiling(trainer, c: int, t: int, b: int):
             ]
 
     def gemms() -> None:
-        for _ in range(t):
+        for _ in range(t * -(-c // per_call)):
             for product in products:
                 product()
 
@@ -256,7 +267,10 @@ def training_table(peak_gflops: float, reps: int) -> None:
             runs["plain per-client loop (nn.Module + torch.optim.SGD)"] = plain_loop(
                 trainer, params, rows, 0.05
             )
-            runs["im2col ceiling: the engine's GEMMs alone"] = im2col_ceiling(trainer, c, t, b)
+            per_call = trainer.clients_per_call(c, b, "auto", optim.sgd(0.05))
+            runs["im2col ceiling: the engine's GEMMs alone"] = im2col_ceiling(
+                trainer, c, t, b, per_call
+            )
         for train in runs.values():
             train()
         # repeats interleaved, so that the machine's load weighs on every row alike; the peak
