@@ -109,7 +109,7 @@ def test_conv_engine_is_the_autograd_maths(name, dtype):
     assert grad2.data_ptr() == out.data_ptr()
     assert_tensors_close(loss2, ref_loss.flip(0))
     assert_tensors_close(grad2, ref_grad.flip(0))
-    # other cohort sizes (one client: what `path: auto` takes on the CPU), fewer plans
+    # other cohort sizes (one and two clients: what `path: auto` takes on the CPU), fewer plans
     for rows in (slice(0, 1), slice(1, 3), slice(0, 3), slice(2, 3)):
         part_loss, part_grad = engine(params[rows], x[rows], y[rows])
         assert_tensors_close(part_loss, ref_loss[rows])

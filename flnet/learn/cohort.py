@@ -44,8 +44,8 @@ ValueAndGrad = Callable[..., tuple[torch.Tensor, torch.Tensor]]
 
 BATCH_MEMORY_BYTES = 1 << 30  # `path: auto` stacks as many clients as fit in this
 # `path: auto` through `ConvStack` on the CPU: the most clients a call. Two beat one on a
-# 2-vCPU Intel Xeon (benchmarks/bench.py's (b) and (c) rows: path auto against sequential);
-# three or four were no faster than two on (b) and slower on (c).
+# 2-vCPU Intel Xeon on (b) and matched it on (c) (benchmarks/bench.py's rows: path auto
+# against sequential).
 CPU_CONV_CLIENTS_PER_CALL = 2
 
 

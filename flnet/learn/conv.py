@@ -75,8 +75,8 @@ on the AMD EPYC (one-off timings), for the next attempt:
 - the im2col layers' bias gradient from a ones row of columns padded to a multiple of 16
   (250 -> 256; MKL runs that product 5% faster): within noise there. On the Intel Xeon the
   ones row (forward bias and bias gradient), the rows' stride and the weight gradient's runs
-  together took a (b) engine call (one client, profiled per kernel) from about 2,450 to
-  2,000 us, so they are kept;
+  together made (b) faster, so they are kept (bench.py's (b) row "path auto" at commits
+  d831f72 and cc4163a prints the change);
 - two or five clients a call, torch's kernel per client (its outputs copied into the
   cohort's buffers) and everything else batched: 5% and 14% slower than one;
 - oneDNN's grouped convolution for 2 or 5 clients: 1.5 to 5.6 times slower per client,
@@ -253,7 +253,7 @@ COLUMNS_PER_PRODUCT = 2048  # the most columns a weight gradient's product reduc
 def accumulate(out: torch.Tensor, products: Iterable[tuple[torch.Tensor, torch.Tensor]]) -> None:
     """``out = sum of left @ right`` over `products`, batched over the cohort. A weight
     gradient reduces over runs of at most `COLUMNS_PER_PRODUCT` columns: MKL's product over
-    one long run (a small CNN's first layer) ran 1.5x slower, its operands outgrowing L2."""
+    one long run (a small CNN's first layer) ran slower, its operands outgrowing L2."""
     for j, (left, right) in enumerate(products):
         if j:
             out.baddbmm_(left, right)
@@ -264,8 +264,7 @@ def accumulate(out: torch.Tensor, products: Iterable[tuple[torch.Tensor, torch.T
 def _row_stride(n: int) -> int:
     """The floats between rows of a ``[C, K, n]`` im2col matrix: n, and 16 more where n is
     a multiple of 256 (1 KiB). Rows a multiple of 4 KiB apart share cache sets, and MKL's
-    products over them (the weight gradient's transposed columns above all) ran up to 20%
-    slower."""
+    products over them (the weight gradient's transposed columns above all) ran slower."""
     return n + 16 if n % 256 == 0 else n
 
 
@@ -304,6 +303,11 @@ class _Views(NamedTuple):
     w: torch.Tensor  # [C, out, in] (a convolution's in: Cin*kh*kw)
     bias: torch.Tensor | None  # [C, out, 1]
     w_t: torch.Tensor  # [C, in, out]
+
+    def beside(self, weights: torch.Tensor) -> list[torch.Tensor]:
+        """`weights` (W in some order) and the bias if any: what a convolution copies into
+        its weights-and-bias-column buffer each call."""
+        return [weights] if self.bias is None else [weights, self.bias]
 
 
 class _Plan:
@@ -397,10 +401,9 @@ class _Plan:
         biased = layer.bias is not None
         cols_all = new(c, k + biased, _row_stride(n))[:, :, :n]
         cols_all[:, k:].fill_(1)
-        cols = cols_all[:, :k]
-        cols_7 = cols.view(window)
-        w_all = new(c, layer.c_out, k + biased) if biased else None
-        w_parts = [w_all[:, :, :k], w_all[:, :, k:]] if w_all is not None else []
+        cols_7 = cols_all[:, :k].view(window)
+        w_all = new(c, layer.c_out, k + biased)
+        w_parts = [w_all[:, :, :k], w_all[:, :, k:]][: 1 + biased]
         pad = _padder(layer, c, b, new)
 
         def im2col(a: torch.Tensor) -> None:
@@ -420,12 +423,8 @@ class _Plan:
 
         def forward(a: torch.Tensor, views: _Views) -> torch.Tensor:
             im2col(a)
-            if w_all is None:
-                torch.bmm(views.w, cols, out=z)
-            else:
-                assert views.bias is not None  # the layer has one (w_all)
-                torch._foreach_copy_(w_parts, [views.w, views.bias])
-                torch.bmm(w_all, cols_all, out=z)
+            torch._foreach_copy_(w_parts, views.beside(views.w))
+            torch.bmm(w_all, cols_all, out=z)
             return z_5
 
         dw_all = new(c, layer.c_out, k + biased)
@@ -479,9 +478,7 @@ class _Plan:
             window = a.as_strided(shifted.shape, (sc, si, sw, sh, sw, sb), a.storage_offset())
             shifted.copy_(window)
             weights = views.w.view(c, c_out, c_in, kh, kw).permute(0, 3, 1, 2, 4)
-            torch._foreach_copy_(
-                w_parts, [weights] if views.bias is None else [weights, views.bias]
-            )
+            torch._foreach_copy_(w_parts, views.beside(weights))
             accumulate(z, ((w_rows[:, p], cols[p]) for p in range(kh)))
             return z_5
 
