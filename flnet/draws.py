@@ -27,11 +27,12 @@ import numpy as np
 from numpy.random.bit_generator import ISeedSequence
 
 _U32 = 0xFFFFFFFF
-_LOW32 = np.uint64(_U32)
 _WORD = 1 << 32
-# SeedSequence's constants (numpy/random/bit_generator.pyx), pool of 4 words
+# SeedSequence's constants (numpy/random/bit_generator.pyx), pool of 4 words; its arithmetic
+# is on uint32, which wraps mod 2**32 as SeedSequence's does
 _INIT_A, _MULT_A, _INIT_B, _MULT_B = 0x43B0D7E5, 0x931E8875, 0x8B51F9DD, 0x58F38DED
-_MIX_MULT_L, _MIX_MULT_R, _XSHIFT, _POOL_SIZE = 0xCA01F9DD, 0x4973F715, np.uint64(16), 4
+_MIX_MULT_L, _MIX_MULT_R = np.uint32(0xCA01F9DD), np.uint32(0x4973F715)
+_XSHIFT, _POOL_SIZE = np.uint32(16), 4
 
 
 class _SeedStates(ISeedSequence):
@@ -50,26 +51,26 @@ class _SeedStates(ISeedSequence):
 
 @functools.cache
 def _hash_consts(init: int, mult: int, n: int) -> tuple[np.ndarray, np.ndarray]:
-    """[n, 1] each: the constant SeedSequence's k-th hash xors in, and the one it multiplies
-    by (the hash constant advances once per hash, whatever it hashes)."""
+    """[n, 1] uint32 each: the constant SeedSequence's k-th hash xors in, and the one it
+    multiplies by (the hash constant advances once per hash, whatever it hashes)."""
     xors, mults, h = [], [], init
     for _ in range(n):
         xors.append(h)
         h = (h * mult) & _U32
         mults.append(h)
-    out = np.array(xors, np.uint64)[:, None], np.array(mults, np.uint64)[:, None]
+    out = np.array(xors, np.uint32)[:, None], np.array(mults, np.uint32)[:, None]
     for a in out:
         a.setflags(write=False)  # cached, shared by every call
     return out
 
 
 def _hash(value: np.ndarray, xors: np.ndarray, mults: np.ndarray) -> np.ndarray:
-    value = ((value ^ xors) * mults) & _LOW32
+    value = (value ^ xors) * mults
     return value ^ (value >> _XSHIFT)
 
 
-def _mix(x: np.ndarray, y: np.ndarray) -> np.ndarray:  # (L x - R y) mod 2**32, unsigned
-    r = (np.uint64(_MIX_MULT_L) * x + np.uint64(_MIX_MULT_R) * (np.uint64(_WORD) - y)) & _LOW32
+def _mix(x: np.ndarray, y: np.ndarray) -> np.ndarray:  # L x - R y, mod 2**32
+    r = _MIX_MULT_L * x - _MIX_MULT_R * y
     return r ^ (r >> _XSHIFT)
 
 
@@ -81,9 +82,9 @@ def seed_states(words: np.ndarray) -> np.ndarray:
     words are independent of one another, so each runs as one [3 or 4, C] block; likewise
     the 8 output words."""
     c, length = words.shape
-    words = words.astype(np.uint64).T  # [L, C]
+    words = words.astype(np.uint32).T  # [L, C]
     xors, mults = _hash_consts(_INIT_A, _MULT_A, 4 * 4 + 4 * max(0, length - _POOL_SIZE))
-    pool = np.zeros((_POOL_SIZE, c), dtype=np.uint64)
+    pool = np.zeros((_POOL_SIZE, c), dtype=np.uint32)
     pool[: min(length, _POOL_SIZE)] = words[:_POOL_SIZE]
     pool = _hash(pool, xors[:4], mults[:4])
     k = _POOL_SIZE
@@ -94,9 +95,10 @@ def seed_states(words: np.ndarray) -> np.ndarray:
     for src in range(_POOL_SIZE, length):
         pool = _mix(pool, _hash(words[src], xors[k : k + 4], mults[k : k + 4]))
         k += 4
-    xors, mults = _hash_consts(_INIT_B, _MULT_B, 2 * 4)  # 8 words, read as 4 little-endian uint64
-    out = _hash(pool[[0, 1, 2, 3, 0, 1, 2, 3]], xors, mults)
-    return np.ascontiguousarray((out[0::2] | (out[1::2] << np.uint64(32))).T)  # PCG64 reads rows
+    xors, mults = _hash_consts(_INIT_B, _MULT_B, 2 * 4)  # 8 words, read as 4 uint64
+    out = _hash(pool[[0, 1, 2, 3, 0, 1, 2, 3]], xors, mults)  # [8, C]
+    # each uint64 is two consecutive words, the first its low half: rows of little-endian pairs
+    return np.ascontiguousarray(out.T, dtype="<u4").view("<u8").astype(np.uint64, copy=False)
 
 
 # below this many rows numpy's own generators cost less than the block's fixed cost (its
