@@ -373,7 +373,7 @@ def scenario_child(path: str, overrides: list[str], write: bool) -> None:
     import torch.utils.serialization  # noqa: F401
 
     from flnet import runner
-    from flnet.algorithms import MODULES  # imported on first use: every algorithm's module
+    from flnet.algorithms import MODULES, fedavg  # MODULES: imported below, out of the timing
     from flnet.learn import cohort, data, evaluate, local
     from flnet.sim import world
 
@@ -400,8 +400,10 @@ def scenario_child(path: str, overrides: list[str], write: bool) -> None:
     timed(local.Learner, "local_train", "train")  # those, plus drawing and gathering minibatches
     for key, (owner, name) in {  # parts of what lies outside the trainer (OUTSIDE_PARTS)
         "build": (runner.Run, "__init__"),
+        "sampling": (world.World, "sample_clients"),
         "draws": (data, "minibatches"),
         "rounds": (world.World, "trips_at_once"),
+        "server": (fedavg, "server_step"),  # FedAvg's protocol looks it up each round
         "evaluation": (evaluate.Evaluator, "__call__"),
         "results": (runner.Run, "result"),
     }.items():
@@ -410,6 +412,10 @@ def scenario_child(path: str, overrides: list[str], write: bool) -> None:
         wall, cpu = time.perf_counter(), time.process_time()
         res = runner.run(path, [*overrides, f"output.dir={out}"], write=write)
         spent.update(wall_s=time.perf_counter() - wall, cpu_s=time.process_time() - cpu)
+    for clock in ("wall", "cpu"):  # local_train's own work: what is neither its steps nor draws
+        spent[f"local_{clock}_s"] = (
+            spent[f"train_{clock}_s"] - spent[f"trainer_{clock}_s"] - spent[f"draws_{clock}_s"]
+        )
     acc = res.records.set_index("round").test_accuracy
     spent.update(
         accuracy={int(r): round(float(a), 4) for r, a in acc.items() if r % 10 == 0},
@@ -420,8 +426,11 @@ def scenario_child(path: str, overrides: list[str], write: bool) -> None:
 
 OUTSIDE_PARTS = (  # what a scenario's child times apart outside the trainer
     "build",  # runner.Run: data, model, world, the initial evaluation
+    "sampling",  # World.sample_clients: a round's cohort
     "draws",  # data.minibatches: a round's minibatch rows (one PCG64 per client)
+    "local",  # the rest of Learner.local_train: optimizer states, FLOPs, its result
     "rounds",  # World.trips_at_once: a round's transfers and computes at once
+    "server",  # fedavg.server_step: the weighted mean of the delivered models (FedAvg's)
     "evaluation",  # Evaluator.__call__
     "results",  # Run.result: the records, ledger and summary
 )
