@@ -428,7 +428,8 @@ OUTSIDE_PARTS = (  # what a scenario's child times apart outside the trainer
     "build",  # runner.Run: data, model, world, the initial evaluation
     "sampling",  # World.sample_clients: a round's cohort
     "draws",  # data.minibatches: a round's minibatch rows (one PCG64 per client)
-    "local",  # the rest of Learner.local_train: optimizer states, FLOPs, its result
+    "local",  # the rest of Learner.local_train: optimizer states, FLOPs, its result (and
+    # with local.epochs, its epochs' draws: data.epoch_batches)
     "rounds",  # World.trips_at_once: a round's transfers and computes at once
     "server",  # fedavg.server_step: the weighted mean of the delivered models (FedAvg's)
     "evaluation",  # Evaluator.__call__
