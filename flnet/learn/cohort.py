@@ -43,9 +43,9 @@ LossFn = Callable[[Model, torch.Tensor, torch.Tensor, torch.Tensor, Any], torch.
 ValueAndGrad = Callable[..., tuple[torch.Tensor, torch.Tensor]]
 
 BATCH_MEMORY_BYTES = 1 << 30  # `path: auto` stacks as many clients as fit in this
-# `path: auto` through `ConvStack` on the CPU: the most clients a call. Two beat one on a
-# 2-vCPU Intel Xeon on (b) and matched it on (c) (benchmarks/bench.py's rows: path auto
-# against sequential).
+# `path: auto` through `ConvStack` on the CPU: the most clients a call. On a 2-vCPU Intel
+# Xeon two were no slower than one on (b) and (c), three or four no faster (one-off)
+# (benchmarks/bench.py's rows "path auto" against "sequential" print two against one).
 CPU_CONV_CLIENTS_PER_CALL = 2
 
 

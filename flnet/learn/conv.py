@@ -380,7 +380,7 @@ class _Plan:
         c: int,
         b: int,
         new: Callable[..., torch.Tensor],
-        tiles: tuple[int, int] | None = None,
+        tiles: tuple[int, int] | None,
     ) -> tuple[Step, Step]:
         """The first layer, through im2col; its input gradient is never needed. With `tiles`
         (the window of a max-pool that tiles the output), the output positions, and so the
