@@ -356,8 +356,8 @@ class SharedBand(Channel):
         floor = 1e-9 * b + 1e-6  # _finished's tolerance
         rate, arriving = self._rates_alone(snr_hz)  # [population - 1, transfer]
         # while arriving: j + 1 transfers (0..j) share the band from a[j] to a[j + 1] (the
-        # rates' lower triangle times the gaps: tril of their product, x 0.0 for the others)
-        sent = (arriving * np.diff(a)[:, None]).sum(0)
+        # rates' lower triangle times the gaps; 0.0 for those not arrived yet)
+        sent = np.diff(a) @ arriving
         remaining = b - sent
         if not (remaining > floor).all():
             return None
@@ -368,24 +368,24 @@ class SharedBand(Channel):
         order = np.argsort(remaining / by_gap[0], kind="stable")
         for _ in range(SOLVE_GUESSES):
             # (the solver reads only the lower triangle)
-            gaps, info = _solve_lower(by_gap[:, order].T, remaining[order])
+            in_order = by_gap[:, order]  # [gap, i]: the rate of the i-th to finish
+            gaps, info = _solve_lower(in_order.T, remaining[order])
             if info:
                 return None  # a rate of 0 on the diagonal
+            # what each has sent only grows, so it finished before its turn only if it had by
+            # the gap just before its own: if what it sends in its own gap (its bits less
+            # those it had sent before) is within _finished's tolerance of nothing
+            last = np.diagonal(in_order) * gaps
+            if (
+                (gaps >= 0).all()
+                and np.isfinite(last).all()
+                and (last[1:] > floor[order[1:]]).all()
+            ):
+                break
             # [gap, transfer]: what each has sent by the end of each gap
-            sent = np.cumsum(by_gap * gaps[:, None], axis=0)
+            left = remaining - np.cumsum(by_gap * gaps[:, None], axis=0)
             rank = np.empty(n, dtype=np.int64)
             rank[order] = np.arange(n)
-            if (gaps >= 0).all() and np.isfinite(gaps).all():
-                # what each has sent only grows, so it finished before its turn only if it had
-                # by the gap just before its own
-                # (rank 0 reads the last row: finite like the others, and its check is masked)
-                sent_before = sent[rank - 1, np.arange(n)]
-                if (
-                    np.isfinite(sent_before).all()
-                    and not ((rank > 0) & (remaining - sent_before <= floor)).any()
-                ):
-                    break
-            left = remaining - sent
             early = (left <= floor) & (np.arange(n)[:, None] < rank[None, :])  # before its turn
             if not early.any():
                 break
