@@ -118,11 +118,12 @@ def _raw(keys: np.ndarray, words: int) -> np.ndarray:
     """[C, words] uint64: the first `words` raw outputs of ``PCG64(SeedSequence(row))`` for
     each row of `keys` (one 32-bit word per entry)."""
     seeds = _SeedStates(seed_states(keys))
-    out = np.empty((len(keys), words), dtype=np.uint64)
-    for row in out:
-        # numpy's stubs name SeedSequence; PCG64 takes any ISeedSequence
-        row[:] = np.random.PCG64(seeds).random_raw(words)  # type: ignore[arg-type]
-    return out
+    # numpy's stubs name SeedSequence; PCG64 takes any ISeedSequence
+    rows = [
+        np.random.PCG64(seeds).random_raw(words)  # type: ignore[arg-type]
+        for _ in range(len(keys))
+    ]
+    return np.concatenate(rows).reshape(len(keys), words)
 
 
 def integers(keys: np.ndarray, highs: np.ndarray, count: int) -> np.ndarray:
@@ -145,9 +146,10 @@ def integers(keys: np.ndarray, highs: np.ndarray, count: int) -> np.ndarray:
         # large temporaries each call cost their pages' faults more than the arithmetic
         whole = len(rows) == len(highs)
         m = np.multiply(halves, n, out=out.view(np.uint64) if whole else None)
-        # Lemire rejects a leftover (m's low half) below (2**32 - n) mod n
-        threshold = ((np.uint64(_WORD) - n) % n).astype(np.uint32)
-        rejected = (m.astype("<u8", copy=False).view("<u4")[:, 0::2] < threshold).any(1)
+        # Lemire rejects a leftover (m's low half) below (2**32 - n) mod n: a row has one if
+        # its least leftover is (a minimum is one pass over the row; a comparison, a second)
+        threshold = ((np.uint64(_WORD) - n[:, 0]) % n[:, 0]).astype(np.uint32)
+        rejected = m.astype("<u8", copy=False).view("<u4")[:, 0::2].min(1) < threshold
         np.right_shift(m, np.uint64(32), out=m)  # each < 2**32
         if not whole:
             out[rows] = m.view(np.int64)
