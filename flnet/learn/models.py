@@ -255,34 +255,39 @@ class Model:
         """[C, P], [C, B, *input] -> [C, B, classes]."""
         return self._forward_stacked(params, x)
 
-    @functools.cached_property
+    @property
     def training_cost_per_sample(self) -> TrainingCost:
         """Forward + backward (weight gradients) of one sample, counted by running the model."""
-        return self._cost_per_sample(backward=True)
+        return self._costs_per_sample[1]
+
+    @property
+    def forward_cost_per_sample(self) -> TrainingCost:
+        """The forward pass alone of one sample (a loss query, MOON's extra forwards); its
+        floats are those of a forward that keeps what the backward needs."""
+        return self._costs_per_sample[0]
 
     @functools.cached_property
-    def forward_cost_per_sample(self) -> TrainingCost:
-        """The forward pass alone of one sample (a loss query, MOON's extra forwards)."""
-        return self._cost_per_sample(backward=False)
-
-    def _cost_per_sample(self, backward: bool) -> TrainingCost:
+    def _costs_per_sample(self) -> tuple[TrainingCost, TrainingCost]:
+        """(forward, forward + backward) of one sample, from one run of the model on a batch:
+        the forward's are the counts before its backward (its FLOPs are those of the same
+        forward without gradients)."""
         batch = 8
         device = next(self.module.parameters()).device
         x = torch.zeros((batch, *self.input_shape), device=device)
-        params = self.init_params().requires_grad_(backward)
+        params = self.init_params().requires_grad_(True)
         threads = torch.get_num_threads()
         torch.set_num_threads(1)  # a batch of 8 needs no thread pool, and starting one costs
         try:
-            with _WorkCounter() as counter, torch.set_grad_enabled(backward):
+            with _WorkCounter() as counter, torch.enable_grad():
                 logits = self.forward(params, x)
                 loss = nn.functional.cross_entropy(
                     logits, torch.zeros(batch, dtype=torch.long, device=device)
                 )
-                if backward:
-                    torch.autograd.grad(loss, params)
+                forward = TrainingCost(counter.flops / batch, counter.floats / batch)
+                torch.autograd.grad(loss, params)
         finally:
             torch.set_num_threads(threads)
-        return TrainingCost(counter.flops / batch, counter.floats / batch)
+        return forward, TrainingCost(counter.flops / batch, counter.floats / batch)
 
     def training_flops_per_sample(self) -> float:
         return self.training_cost_per_sample.flops
