@@ -15,12 +15,14 @@ numpy/random/src; ``SeedSequence.mix_entropy`` and ``generate_state`` in bit_gen
 A word Lemire would reject (probability below n / 2**32 per draw), a bound outside that range
 or a key that is not one 32-bit word per column sends its row to numpy itself. `uniforms` is
 the same for ``random(count)``: each double is one raw word's top 53 bits. Tests check the
-equality against ``default_rng(key).integers`` and ``.random`` directly.
+equality against ``default_rng(key).integers`` and ``.random`` directly. `generators` gives the
+generators themselves, their seeds hashed together, for draws numpy makes one at a time.
 """
 
 from __future__ import annotations
 
 import functools
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -124,6 +126,20 @@ def _raw(keys: np.ndarray, words: int) -> np.ndarray:
         for _ in range(len(keys))
     ]
     return np.concatenate(rows).reshape(len(keys), words)
+
+
+def generators(keys: np.ndarray) -> Iterator[np.random.Generator]:
+    """``np.random.default_rng(row)`` for each row of `keys` ([C, L] non-negative ints), in
+    turn, their SeedSequences hashed as one block (`seed_states`): for draws numpy's
+    algorithms make one generator at a time (a Poisson count, say). Made as they are asked
+    for: a generator holds about a kilobyte."""
+    keys = np.asarray(keys, dtype=np.int64)
+    usual = _blockwise(keys)
+    seeds = _SeedStates(seed_states(keys[usual]))
+    for block, key in zip(usual.tolist(), keys):
+        seed = seeds if block else key.tolist()
+        # numpy's stubs name SeedSequence; PCG64 takes any ISeedSequence
+        yield np.random.Generator(np.random.PCG64(seed))  # type: ignore[arg-type]
 
 
 def integers(keys: np.ndarray, highs: np.ndarray, count: int) -> np.ndarray:

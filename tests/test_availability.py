@@ -72,6 +72,44 @@ def test_diurnal_online_fraction_by_local_hour_is_the_configured_curve():
         assert abs(share - pi) < 4 * math.sqrt(pi * (1 - pi) / n), (utc_h, share)
 
 
+@pytest.mark.parametrize(
+    "curve",
+    [
+        {"time_zones_h": [-5, 0, 5.5], "time_zone_weights": [1, 2, 3.5]},
+        {"hourly_online": np.linspace(0.05, 0.7, 24).tolist(), "session_mean_s": 600.0},
+    ],
+)
+def test_diurnal_draws_made_in_blocks_are_each_clients_own(curve):
+    """Zones and sessions are drawn for many clients at once (their generators hashed together,
+    one thinning of all their candidate starts): each is what the docstring's definition gives
+    one client and one day at a time, with that client's own generators."""
+    from flnet.sim.availability import MAX_SESSION_S
+
+    cfg = DiurnalAvailability(kind="diurnal", **curve)
+    model = Diurnal(cfg, seed=5)
+    clients = np.arange(0, 10**6, 6007)[:120].tolist()  # more than one block
+    zones = Diurnal(cfg, seed=5).zones_h_of(clients)
+    pairs = [(c, d) for c in clients for d in (-1, 0, 6)]
+    drawn = model.sessions_of(pairs, [z for z in zones for _ in range(3)])
+    bound = model.rate_bound_hz
+    for i, c in enumerate(clients):
+        p = np.asarray(cfg.time_zone_weights or [1.0] * len(cfg.time_zones_h), dtype=float)
+        pick = generator(5, Stream.ZONES, c).choice(len(cfg.time_zones_h), p=p / p.sum())
+        assert zones[i] == cfg.time_zones_h[pick]
+        for d in (-1, 0, 6):
+            rng = generator(5, Stream.SESSIONS, c, d + 1)
+            n = rng.poisson(bound * DAY_S)
+            starts = d * DAY_S + np.sort(rng.uniform(0.0, DAY_S, n))
+            keep = rng.random(n) * bound < model.start_rate_hz(starts / HOUR_S + zones[i])
+            ends = starts + np.minimum(rng.exponential(cfg.session_mean_s, n), MAX_SESSION_S)
+            want = np.stack([starts, ends], axis=1)[keep]
+            np.testing.assert_array_equal(drawn[pairs.index((c, d))], want)
+    t = 6 * DAY_S + 5 * HOUR_S
+    together = model.online_until(np.array(clients), t, 0)
+    alone = [Diurnal(cfg, seed=5).online_until(np.array([c]), t, 0)[0] for c in clients]
+    np.testing.assert_array_equal(together, alone)
+
+
 def test_a_clients_timeline_is_the_same_on_every_query_and_crosses_midnight():
     cfg = DiurnalAvailability(kind="diurnal", session_mean_s=4 * 3600.0)
     a, b = Diurnal(cfg, seed=1), Diurnal(cfg, seed=1)  # b: a resumed run's fresh model

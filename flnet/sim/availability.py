@@ -20,13 +20,14 @@ of the same interface (the `trace` kind).
 
 from __future__ import annotations
 
+import itertools
 import math
 from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
 from flnet import draws
-from flnet.rng import Stream, generator, stream_keys
+from flnet.rng import Stream, key_rows, stream_key, stream_keys
 from flnet.sim.traces import replay_from
 
 if TYPE_CHECKING:
@@ -36,6 +37,7 @@ DAY_S = 86_400.0
 HOUR_S = 3_600.0
 MAX_SESSION_S = DAY_S - 1.0  # sessions are cut below a day, so only yesterday's reach today
 SESSIONS_KEPT = 4096  # (client, day) session draws kept (a few hundred bytes each), and zones
+CLIENTS_PER_BLOCK = 32  # clients whose zones and sessions are drawn as one block
 
 
 class Availability(Protocol):
@@ -110,6 +112,9 @@ class Diurnal:
             self.hourly = None
             self.mean, self.amplitude, self.peak_h = cfg.mean_online, cfg.amplitude, cfg.peak_hour
         self.rate_bound_hz = self._rate_bound_hz()
+        # numpy's choice with p: a uniform placed in p's cumulative sum over its last entry
+        self._zone_cdf = self.zone_p.cumsum()
+        self._zone_cdf /= self._zone_cdf[-1]
         # (session end, zone) of the clients found online at one instant: selection asks,
         # then each started client's fate asks again and a battery asks its zone. Kept until
         # the clock moves, so never more than the online clients asked at one instant. A
@@ -159,49 +164,85 @@ class Diurnal:
             g_dot = float((self._slope_per_h(grid) / (1.0 - pi)).max()) / HOUR_S * 1.001
         return g_max / self.session_s + max(float(g_dot), 0.0) + 1e-12
 
-    # one client's timeline ----------------------------------------------------------------
+    # the clients' timelines -----------------------------------------------------------------
 
     def zone_h(self, client: int) -> float:
-        known = self._memo.get(client)
-        if known is not None:
-            return known[1]
-        zone = self._zones.get(client)
-        if zone is None:
-            rng = generator(self.seed, Stream.ZONES, client)
-            zone = float(self.zones_h[rng.choice(len(self.zones_h), p=self.zone_p)])
-            if len(self._zones) >= SESSIONS_KEPT:
+        return self.zones_h_of([client])[0]
+
+    def zones_h_of(self, clients: list[int]) -> list[float]:
+        """Each client's time zone: ``generator(seed, ZONES, c).choice(zones, p=weights)``,
+        the clients not asked lately drawn as one block (numpy's choice with p: one uniform
+        double, placed in the weights' normalised cumulative sum by searchsorted)."""
+        known = {c: hit[1] for c in clients if (hit := self._memo.get(c)) is not None}
+        known.update((c, self._zones[c]) for c in clients if c in self._zones)
+        new = [c for c in dict.fromkeys(clients) if c not in known]
+        if new:
+            u = draws.uniforms(key_rows(stream_key(self.seed, Stream.ZONES), new), 1)[:, 0]
+            zones = self.zones_h[self._zone_cdf.searchsorted(u, side="right")].tolist()
+            if len(self._zones) + len(new) > SESSIONS_KEPT:
                 self._zones.clear()
-            self._zones[client] = zone
-        return zone
+            self._zones.update(itertools.islice(zip(new, zones), SESSIONS_KEPT))
+            known.update(zip(new, zones))
+        return [known[c] for c in clients]
 
     def sessions(self, client: int, day: int, zone_h: float | None = None) -> np.ndarray:
         """[S, 2] (start_s, end_s) of the sessions starting in UTC day `day`, by start
         (read-only: kept for the next question about that day)."""
-        if day < -1:
-            raise ValueError(f"day {day}: simulated time starts at 0")
-        known = self._days.get((client, day))
-        if known is not None:
-            return known
         zone = self.zone_h(client) if zone_h is None else zone_h
-        rng = generator(self.seed, Stream.SESSIONS, client, day + 1)
-        n = int(rng.poisson(self.rate_bound_hz * DAY_S))
-        starts = day * DAY_S + np.sort(rng.uniform(0.0, DAY_S, n))
-        keep = rng.random(n) * self.rate_bound_hz < self.start_rate_hz(starts / HOUR_S + zone)
-        lengths = np.minimum(rng.exponential(self.session_s, n), MAX_SESSION_S)
-        drawn = np.stack([starts, starts + lengths], axis=1)[keep]
-        drawn.setflags(write=False)
-        if len(self._days) >= SESSIONS_KEPT:
+        return self.sessions_of([(client, day)], [zone])[0]
+
+    def sessions_of(self, pairs: list[tuple[int, int]], zones_h: list[float]) -> list[np.ndarray]:
+        """`sessions` of each (client, day) in `pairs` (its client's zone listed alike). Those
+        not asked lately are drawn together: their generators hashed as one block, each
+        generator's own draws (a Poisson count of candidate starts at the curve's bound, their
+        times, uniforms, lengths), then one thinning of all the candidates by the curve's rate.
+        The rate is elementwise, so a start's rate is the same whatever else is drawn with it
+        (tests/test_availability.py checks it against one pair at a time)."""
+        if any(day < -1 for _, day in pairs):
+            raise ValueError(f"day {min(d for _, d in pairs)}: simulated time starts at 0")
+        found = {p: hit for p in pairs if (hit := self._days.get(p)) is not None}
+        new = [p for p in dict.fromkeys(pairs) if p not in found]
+        if new:
+            zone_of = dict(zip(pairs, zones_h))
+            found.update(zip(new, self._draw_days(new, [zone_of[p] for p in new])))
+        return [found[p] for p in pairs]
+
+    def _draw_days(self, pairs: list[tuple[int, int]], zones_h: list[float]) -> list[np.ndarray]:
+        """`sessions` of each (client, day) in `pairs`, drawn as one block: each pair's
+        generator draws, in its own order, its number of candidate starts (Poisson at the
+        curve's bound), their times in the day, a uniform each and a length each; then the
+        block's starts are sorted within each pair and thinned by the curve's rate at once."""
+        clients, days = (np.array(col, dtype=np.int64) for col in zip(*pairs))
+        keys = key_rows(stream_key(self.seed, Stream.SESSIONS), clients, days + 1)
+        counts, offsets, uniforms, lengths = [], [], [], []
+        for rng in draws.generators(keys):
+            n = int(rng.poisson(self.rate_bound_hz * DAY_S))
+            counts.append(n)
+            offsets.append(rng.uniform(0.0, DAY_S, n))
+            uniforms.append(rng.random(n))
+            lengths.append(rng.exponential(self.session_s, n))
+        pair = np.repeat(np.arange(len(pairs)), counts)
+        offset = np.concatenate(offsets)
+        starts = np.repeat(days * DAY_S, counts) + offset[np.lexsort((offset, pair))]
+        hours = starts / HOUR_S + np.repeat(zones_h, counts)
+        keep = np.concatenate(uniforms) * self.rate_bound_hz < self.start_rate_hz(hours)
+        ends = starts + np.minimum(np.concatenate(lengths), MAX_SESSION_S)
+        kept = np.stack([starts, ends], axis=1)[keep]
+        kept.setflags(write=False)
+        bounds = np.cumsum(np.bincount(pair[keep], minlength=len(pairs))).tolist()
+        drawn = [kept[a:b] for a, b in zip([0, *bounds], bounds)]
+        if len(self._days) + len(pairs) > SESSIONS_KEPT:
             self._days.clear()
-        self._days[(client, day)] = drawn
+        self._days.update(itertools.islice(zip(pairs, drawn), SESSIONS_KEPT))
         return drawn
 
-    def _until(self, client: int, t_s: float, zone: float) -> float:
-        day = math.floor(t_s / DAY_S)
-        seen = np.concatenate([self.sessions(client, d, zone) for d in (day - 1, day)])
+    def _until(self, client: int, t_s: float, zone: float, seen: np.ndarray) -> float:
+        """The end of `client`'s online session holding `t_s` (`t_s`: offline), from `seen`,
+        its sessions of the day before `t_s`'s and of that day."""
         holding = seen[(seen[:, 0] <= t_s) & (t_s < seen[:, 1])]
         if not len(holding):
             return t_s
-        end, last_day = float(holding[:, 1].max()), day
+        end, last_day = float(holding[:, 1].max()), math.floor(t_s / DAY_S)
         while True:  # merge sessions that start before the current end and last beyond it
             while last_day < math.floor(end / DAY_S):
                 last_day += 1
@@ -215,21 +256,28 @@ class Diurnal:
         return self.online_until(clients, t_s, draw) > t_s
 
     def online_until(self, clients: np.ndarray, t_s: float, draw: int) -> np.ndarray:
+        """The clients not found online at `t_s` already have their zones and their sessions
+        of the day before and of the day drawn in blocks (`zones_h_of`, `sessions_of`) of
+        CLIENTS_PER_BLOCK: a block's draws take tens of kilobytes, whatever the number asked."""
         if t_s != self._memo_s:
             self._memo_s, self._memo = t_s, {}
         memo = self._memo
-        out = []
-        for c in np.asarray(clients).tolist():
-            known = memo.get(c)
-            if known is None:
-                zone = self.zone_h(c)
-                until = self._until(c, t_s, zone)
-                if until > t_s:
-                    memo[c] = (until, zone)
-            else:
-                until = known[0]
-            out.append(until)
-        return np.array(out, dtype=float)
+        asked = np.asarray(clients).tolist()
+        new = [c for c in dict.fromkeys(asked) if c not in memo]
+        until = {c: hit[0] for c in asked if (hit := memo.get(c)) is not None}
+        day = math.floor(t_s / DAY_S)
+        for i in range(0, len(new), CLIENTS_PER_BLOCK):
+            block = new[i : i + CLIENTS_PER_BLOCK]
+            zones = self.zones_h_of(block)
+            days = self.sessions_of(
+                [(c, d) for c in block for d in (day - 1, day)],
+                [z for z in zones for _ in range(2)],
+            )
+            for j, (c, zone) in enumerate(zip(block, zones)):
+                until[c] = end = self._until(c, t_s, zone, np.concatenate(days[2 * j : 2 * j + 2]))
+                if end > t_s:
+                    memo[c] = (end, zone)
+        return np.array([until[c] for c in asked], dtype=float)
 
 
 def build(cfg: AvailabilityConfig, seed: int) -> Availability:
