@@ -418,11 +418,14 @@ class World:
         which leave numpy's code cold in the CPU caches. numpy's ``choice`` without
         replacement costs O(k), not O(N), while k <= N / 50 above 10,000 clients (Floyd's
         method; a permutation of all N only when k is a larger share), so a round's selection
-        from 10,000,000 clients allocates kilobytes (tests/test_population.py).
+        from 10,000,000 clients allocates kilobytes (tests/test_population.py). A draw of all N
+        clients is every client, sorted, whatever it draws: no draw is made for it.
         """
         m = min(self.num_clients, math.ceil(k * over_selection - 1e-9))
         if self.battery is not None or not isinstance(self.availability, availability_mod.Always):
             return self._sample_online(m, round, stream)
+        if m == self.num_clients:
+            return np.arange(m, dtype=np.int64)
         if (stream, m, round) not in self._selections:
             kept = {key: v for key, v in self._selections.items() if key[0] != stream}
             self._selections = kept | {
