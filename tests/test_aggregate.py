@@ -155,3 +155,21 @@ def test_delivered_rows_copies_only_when_someone_is_missing():
     rows = torch.arange(12.0).view(4, 3)
     assert delivered_rows(rows, np.arange(4)) is rows
     torch.testing.assert_close(delivered_rows(rows, np.array([0, 2])), rows[[0, 2]])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_weighted_mean_by_hand_and_its_weights_as_torch_casts_them(dtype):
+    """sum_k n_k x_k / sum n_k; the sample counts cast to the models' dtype on the host give
+    torch's own cast of them, counts past float32's integers included."""
+    from flnet.learn.aggregate import weighted_mean
+
+    x = torch.tensor([[1.0, 2.0], [3.0, -4.0], [0.5, 0.0]], dtype=dtype)
+    got = weighted_mean(x, np.array([1, 2, 5]))
+    want = torch.tensor([(1 + 6 + 2.5) / 8, (2 - 8 + 0) / 8], dtype=torch.float64)
+    torch.testing.assert_close(
+        got.double(), want, rtol=1e-2 if dtype == torch.bfloat16 else 1e-6, atol=0
+    )
+    counts = np.array([3, 2**24 + 1, 2**40 + 12345, 7])
+    rows = torch.randn(4, 5, generator=torch.Generator().manual_seed(0)).to(dtype)
+    w = torch.as_tensor(counts, dtype=dtype)
+    assert torch.equal(weighted_mean(rows, counts), (w @ rows) / w.sum())
