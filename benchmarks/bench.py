@@ -643,6 +643,12 @@ def compare_w1(other: Path, reps: int = 7) -> None:
             v = [r[key] for r in rs]
             medians[name, key] = statistics.median(v)
             print(f"  {key}: median {medians[name, key]:.3f} [{min(v):.3f}-{max(v):.3f}]")
+        # the share outside cohort.Trainer.train, run by run, as the W1 report's
+        share = [100 * (1 - r["trainer_wall_s"] / r["wall_s"]) for r in rs]
+        print(
+            f"  outside the trainer: median {statistics.median(share):.1f}% of wall "
+            f"[{min(share):.1f}-{max(share):.1f}]"
+        )
     for key in ("wall_s", "cpu_s"):
         print(f"this / other, median {key}: {medians['this', key] / medians['other', key]:.3f}")
 
