@@ -110,6 +110,30 @@ def test_diurnal_draws_made_in_blocks_are_each_clients_own(curve):
     np.testing.assert_array_equal(together, alone)
 
 
+def test_diurnal_thins_a_pair_near_its_rate_by_its_own_starts(monkeypatch):
+    """A coin near its rate sends its (client, day) to the definition's own thinning (the
+    pair's starts as one array), in case a CPU rounds an element of the block's array by where
+    it sits. Every pair sent there: the same sessions, also where the block's rates are off."""
+    from flnet.sim import availability
+
+    cfg = DiurnalAvailability(kind="diurnal", time_zones_h=[-5, 0, 5.5])
+    pairs = [(c, d) for c in range(0, 10**6, 9973)[:60] for d in (0, 1)]
+    zones = Diurnal(cfg, seed=8).zones_h_of([c for c, _ in pairs])
+    want = Diurnal(cfg, seed=8).sessions_of(pairs, zones)
+    exact = Diurnal.start_rate_hz
+    # a pair has about 10 candidate starts (the rate's bound x a day), the block about 1,200
+    assert 5 < Diurnal(cfg, seed=8).rate_bound_hz * DAY_S < 20
+
+    def off_in_blocks(self, hour):  # the block's rates 1% off, each pair's own exact
+        return exact(self, hour) * (1.01 if len(hour) > 200 else 1.0)
+
+    monkeypatch.setattr(Diurnal, "start_rate_hz", off_in_blocks)
+    monkeypatch.setattr(availability, "THIN_TOLERANCE", 1.0)
+    got = Diurnal(cfg, seed=8).sessions_of(pairs, zones)
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w)
+
+
 def test_a_clients_timeline_is_the_same_on_every_query_and_crosses_midnight():
     cfg = DiurnalAvailability(kind="diurnal", session_mean_s=4 * 3600.0)
     a, b = Diurnal(cfg, seed=1), Diurnal(cfg, seed=1)  # b: a resumed run's fresh model

@@ -38,6 +38,7 @@ HOUR_S = 3_600.0
 MAX_SESSION_S = DAY_S - 1.0  # sessions are cut below a day, so only yesterday's reach today
 SESSIONS_KEPT = 4096  # (client, day) session draws kept (a few hundred bytes each), and zones
 CLIENTS_PER_BLOCK = 32  # clients whose zones and sessions are drawn as one block
+THIN_TOLERANCE = 1e-9  # of the rate's bound: a coin this near its rate is thinned pair by pair
 
 
 class Availability(Protocol):
@@ -225,7 +226,16 @@ class Diurnal:
         offset = np.concatenate(offsets)
         starts = np.repeat(days * DAY_S, counts) + offset[np.lexsort((offset, pair))]
         hours = starts / HOUR_S + np.repeat(zones_h, counts)
-        keep = np.concatenate(uniforms) * self.rate_bound_hz < self.start_rate_hz(hours)
+        coin = np.concatenate(uniforms) * self.rate_bound_hz
+        rate = self.start_rate_hz(hours)
+        keep = coin < rate
+        # the definition thins a pair by the rates of its own starts, as one array; a CPU's
+        # elementwise cos or log1p may round an element by where it sits in an array (a SIMD
+        # body or tail), so a pair with a coin within THIN_TOLERANCE of its rate is thinned so
+        first = np.cumsum([0, *counts])
+        for p in np.unique(pair[np.abs(coin - rate) <= THIN_TOLERANCE * self.rate_bound_hz]):
+            own = slice(first[p], first[p + 1])
+            keep[own] = coin[own] < self.start_rate_hz(hours[own].copy())
         ends = starts + np.minimum(np.concatenate(lengths), MAX_SESSION_S)
         kept = np.stack([starts, ends], axis=1)[keep]
         kept.setflags(write=False)
@@ -258,7 +268,7 @@ class Diurnal:
     def online_until(self, clients: np.ndarray, t_s: float, draw: int) -> np.ndarray:
         """The clients not found online at `t_s` already have their zones and their sessions
         of the day before and of the day drawn in blocks (`zones_h_of`, `sessions_of`) of
-        CLIENTS_PER_BLOCK: a block's draws take tens of kilobytes, whatever the number asked."""
+        CLIENTS_PER_BLOCK: memory holds one block's draws at a time, whatever the number asked."""
         if t_s != self._memo_s:
             self._memo_s, self._memo = t_s, {}
         memo = self._memo
