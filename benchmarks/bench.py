@@ -177,7 +177,7 @@ def im2col_ceiling(trainer, c: int, t: int, b: int, per_call: int):
     runs of `conv.COLUMNS_PER_PRODUCT` columns), each later convolution's row-shifted
     products (per kernel row: forward, weight gradient, input gradient) and the Linear
     layers' three."""
-    from flnet.learn import conv
+    from flnet.learn.kernels import conv
 
     def runs(x: torch.Tensor, dim: int) -> tuple[torch.Tensor, ...]:
         return x.split(conv.COLUMNS_PER_PRODUCT, dim)
@@ -243,7 +243,8 @@ def im2col_ceiling(trainer, c: int, t: int, b: int, per_call: int):
 
 
 def training_table(peak_gflops: float, reps: int) -> None:
-    from flnet.learn import cohort, conv, optim
+    from flnet.learn import cohort, optim
+    from flnet.learn.kernels import conv, dense
 
     print(f"{'':64} {'samples/CPU-s':>14} {'GFLOP/CPU-s':>12} {'% of peak':>10}")
     product, product_gflop = matmul_product()
@@ -256,7 +257,7 @@ def training_table(peak_gflops: float, reps: int) -> None:
             "batched": cohort_run(trainer, params, rows, path="batched"),
             "sequential": cohort_run(trainer, params, rows, path="sequential"),
         }
-        if isinstance(engine, cohort.DenseStack | conv.ConvStack):
+        if isinstance(engine, dense.DenseStack | conv.ConvStack):
             # the same maths through the generic engine (vmap + autograd), for comparison
             for path in ("batched", "sequential")[: 1 + isinstance(engine, conv.ConvStack)]:
                 runs[f"{path}, generic engine"] = cohort_run(

@@ -7,6 +7,7 @@ from tolerance import assert_tensors_close
 from torch import nn
 
 from flnet.learn import cohort, optim
+from flnet.learn.kernels.dense import DenseStack
 from flnet.learn.local import OptimizerStates
 from flnet.learn.models import Model
 from flnet.runner import Run, run
@@ -53,66 +54,6 @@ def start(model: Model) -> torch.Tensor:
 
 def batches() -> torch.Tensor:
     return torch.randint(0, N, (C, T, B), generator=torch.Generator().manual_seed(4))
-
-
-@pytest.mark.parametrize("bias", [True, False])
-def test_dense_fast_path_is_the_autograd_maths(bias):
-    model = mlp(bias)
-    layers = cohort.dense_layers(model)
-    assert layers is not None and [layer.relu for layer in layers] == [True, True, False]
-    x, y = dataset(model)
-    rows = batches()[:, 0]
-    params = start(model)
-    fast_loss, fast_grad = cohort.DenseStack(layers)(params, x[rows], y[rows])
-    loss, grad = cohort.autograd_value_and_grad(model)(params, x[rows], y[rows])
-    assert_tensors_close(fast_loss, loss)
-    assert_tensors_close(fast_grad, grad)
-
-
-@pytest.mark.parametrize("bias", [True, False])
-def test_dense_fast_path_of_one_linear_layer_is_the_autograd_maths(bias):
-    """No hidden layer: the minibatch itself is the logits' input and the weights' factor."""
-    torch.manual_seed(0)
-    model = Model(nn.Sequential(nn.Flatten(), nn.Linear(12, 3, bias=bias)), (3, 4))
-    x, y = dataset(model)
-    rows = batches()[:, 0]
-    params = start(model)
-    fast_loss, fast_grad = cohort.DenseStack(cohort.dense_layers(model))(params, x[rows], y[rows])
-    loss, grad = cohort.autograd_value_and_grad(model)(params, x[rows], y[rows])
-    assert_tensors_close(fast_loss, loss)
-    assert_tensors_close(fast_grad, grad)
-
-
-def test_dense_fast_path_follows_its_parameters_between_calls():
-    """The stack keeps its views of the last parameter tensor: they must see that tensor's
-    in-place steps, and another tensor of the same shape must get its own gradients."""
-    model = mlp()
-    x, y = dataset(model)
-    rows = batches()[:, 0]
-    dense = cohort.DenseStack(cohort.dense_layers(model))
-    reference = cohort.autograd_value_and_grad(model)
-    params = start(model)
-    other = params + 0.05
-
-    def check(p):
-        fast_loss, fast_grad = dense(p, x[rows], y[rows])
-        loss, grad = reference(p, x[rows], y[rows])
-        assert_tensors_close(fast_loss, loss)
-        assert_tensors_close(fast_grad, grad)
-
-    check(params)
-    params.add_(0.1)  # an in-place step, as the trainer takes
-    check(params)
-    check(other)
-    check(params)
-
-
-def test_only_dense_stacks_take_the_fast_path():
-    assert cohort.dense_layers(cnn()) is None
-    relu_last = Model(nn.Sequential(nn.Linear(4, 3), nn.ReLU()), (4,))
-    assert cohort.dense_layers(relu_last) is None
-    unflattened_image = Model(nn.Sequential(nn.Linear(4, 3)), (2, 4))
-    assert cohort.dense_layers(unflattened_image) is None
 
 
 @pytest.mark.parametrize("make_model", [mlp, cnn], ids=["dense", "generic"])
@@ -449,7 +390,7 @@ def test_in_place_steps_train_as_the_updates_added(make_opt, steps):
 
 @pytest.mark.parametrize("bias", [True, False])
 @pytest.mark.parametrize("case", ["uniform", "masked", "short", "snapshot"])
-def test_dense_stack_takes_the_plain_sgd_step_itself(bias, case, monkeypatch):
+def test_dense_stack_descend_equals_sgd_on_its_gradient(bias, case, monkeypatch):
     """Plain SGD (`plain_lr`) is stepped by `DenseStack.descend` on its own layout of the
     parameters (`split`), each weight's step fused into its gradient's GEMM, without a [C, P]
     gradient; the same as the gradient assembled and stepped by the optimizer, up to float
@@ -467,8 +408,8 @@ def test_dense_stack_takes_the_plain_sgd_step_itself(bias, case, monkeypatch):
         sizes[1, 2], sizes[3, 4] = 3, 5
     assert optim.sgd(0.1).plain_lr == 0.1
     descents = []
-    descend = cohort.DenseStack.descend
-    monkeypatch.setattr(cohort.DenseStack, "descend", lambda *a: descents.append(1) or descend(*a))
+    descend = DenseStack.descend
+    monkeypatch.setattr(DenseStack, "descend", lambda *a: descents.append(1) or descend(*a))
     snap = torch.tensor([3, 1, T, 2]) if case == "snapshot" else None
     fast = trainer.train(p0, rows, steps, optim.sgd(0.1), sizes=sizes, snapshot_at=snap)
     assert len(descents) == T - (case == "short") * 2
@@ -537,9 +478,9 @@ def test_a_proximal_loss_takes_the_plain_sgd_step_through_the_dense_engine(case,
     steps = torch.tensor([T, 2, T, 1] if case == "masked" else [T] * C)
     prox = cohort.ProximalLoss(0.3, p0.mean(0) + 0.2)
     gradients = []
-    call = cohort.DenseStack.__call__
+    call = DenseStack.__call__
     monkeypatch.setattr(
-        cohort.DenseStack, "__call__", lambda *a, **k: gradients.append(1) or call(*a, **k)
+        DenseStack, "__call__", lambda *a, **k: gradients.append(1) or call(*a, **k)
     )
     fast = trainer.train(p0, rows, steps, optim.sgd(0.1), loss_fn=prox)
     assert not gradients  # no [C, P] gradient assembled

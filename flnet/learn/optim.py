@@ -34,7 +34,7 @@ rounds once), not bit for bit.
 A transform whose whole step is plain descent, ``params -= lr * grads`` with no state and no
 other input (`scale_by_learning_rate`, or a `chain` of it alone: `sgd` without momentum or
 weight decay), says so in ``plain_lr``; an engine that computes the gradient piece by piece
-may then take that step itself, without a [C, P] gradient read back (`cohort.DenseStack.descend`:
+may then take that step itself, without a [C, P] gradient read back (`DenseStack.descend`:
 each weight's step fused into the GEMM of its gradient; equal within float rounding).
 
 The sign flip of descent happens only in `scale_by_learning_rate`. A gradient-only term

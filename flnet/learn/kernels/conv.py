@@ -1,10 +1,17 @@
 """A hand-derived engine for small CNNs: the cohort's losses and gradients without autograd.
 
-`ConvStack` is to convolutional ``nn.Sequential`` models what `cohort.DenseStack` is to MLPs:
-the mean cross-entropy ``[C]`` and its gradient ``[C, P]`` for every client of a cohort, the same
-maths as `cohort.autograd_value_and_grad` (tests/test_conv.py checks each paper CNN), written
+`ConvStack` is to convolutional ``nn.Sequential`` models what `dense.DenseStack` is to MLPs:
+the mean cross-entropy ``[C]`` and its gradient ``[C, P]`` for every client of a cohort, written
 out without autograd or vmap. It takes stacks of Conv2d (stride 1, zero padding, groups 1,
 with or without bias), ReLU, MaxPool2d (no padding or dilation), one Flatten and Linear layers.
+
+Accelerates `cohort.autograd_value_and_grad(model)`, the readable path: autograd through
+`Model.forward_stacked` (torch.func's vmap of the plain ``nn.Module``) and
+`cohort.cross_entropy`. `ConvStack` must equal it within tests/tolerance.py's
+`assert_tensors_close` (relative 1e-5, absolute 1e-6): in float64 for every paper CNN (their
+float32 gradients sum thousands of products in another order, and a few entries near zero
+miss the absolute bound), in float32 for the benchmark's CNN; tests/test_kernels_conv.py
+checks each, max-pool ties included.
 
 Layout: batch last. An image activation is ``[C, channels, H, W, B]`` and a dense one
 ``[C, features, B]``, so that every layer is one bmm over the cohort with no transposes, the
@@ -37,7 +44,7 @@ weights are used in torch's own order, and Flatten is a view:
   its first maximum is the same in x and in relu(x) and the mask passes; where it is not,
   relu(x) is all zeros there, autograd routes the window's gradient to its first element,
   whose ReLU mask is 0, and the swapped order masks the pooled zero: 0 both ways
-  (tests/test_conv.py checks ties in both orders);
+  (tests/test_kernels_conv.py checks ties in both orders);
 - Linear: ``[C, out, B] = W @ a`` (+ bias); the logits ``[C, K, B]`` reduce their softmax over
   the middle dimension, as in `DenseStack`;
 - the gradient pieces are copied into ``[C, P]`` in one `_foreach_copy_`.
@@ -109,7 +116,7 @@ from flnet.learn.models import Model
 
 def batched_affine(out: torch.Tensor, left: torch.Tensor, right: torch.Tensor, bias: Any) -> None:
     """``out = left @ right (+ bias)`` batched over the cohort, into `out` (one kernel either
-    way): a layer's forward pass in `ConvStack` and `cohort.DenseStack`."""
+    way): a layer's forward pass in `ConvStack` and `dense.DenseStack`."""
     if bias is None:
         torch.bmm(left, right, out=out)
     else:

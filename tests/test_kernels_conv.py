@@ -1,4 +1,6 @@
-"""The hand-derived CNN engine: its losses and gradients are autograd's, for every paper CNN."""
+"""`kernels.conv.ConvStack` equals its readable path, `cohort.autograd_value_and_grad` (autograd
+through the plain module), for every paper CNN: losses and gradients within tests/tolerance.py's
+`assert_tensors_close` (relative 1e-5, absolute 1e-6), and runs within `assert_records_close`."""
 
 import math
 import sys
@@ -10,7 +12,8 @@ import torch
 from tolerance import assert_records_close, assert_tensors_close
 from torch import nn
 
-from flnet.learn import cohort, conv, models, optim
+from flnet.learn import cohort, models, optim
+from flnet.learn.kernels import conv
 from flnet.learn.models import Model
 from flnet.runner import run
 
@@ -90,7 +93,7 @@ def cohort_inputs(model: Model, c: int = 3, b: int = 4, dtype=torch.float32):
     "name,dtype",
     [(name, torch.float64) for name in sorted(CASES)] + [("paper_cnn", torch.float32)],
 )
-def test_conv_engine_is_the_autograd_maths(name, dtype):
+def test_conv_stack_equals_autograd_on_every_cnn(name, dtype):
     """In float64 for the paper CNNs: their float32 gradients sum thousands of products in
     another order than autograd's kernels and a few entries near zero miss PARAM_ATOL."""
     model = model_of(name)
@@ -121,7 +124,7 @@ def test_conv_engine_is_the_autograd_maths(name, dtype):
     "name,dtype",
     [("paper_cnn", torch.float32), ("cnn_tutorial", torch.float64), ("odd_cnn", torch.float64)],
 )
-def test_max_pool_ties_take_autograds_first_maximum(name, dtype):
+def test_conv_stack_equals_autograd_at_max_pool_ties(name, dtype):
     """Constant image regions (MNIST's background) give equal conv outputs in a pool window;
     the gradient goes to one of them, the one autograd picks. paper_cnn pools before its
     ReLU; cnn_tutorial and odd_cnn (an overlapping 3/2 pool) have ReLU then pool, which the
@@ -163,7 +166,7 @@ def test_first_layer_goes_window_major_only_before_a_pool_that_tiles_it():
     assert tiles(nn.MaxPool2d(1), (26, 26)) is None
 
 
-def test_relu_before_a_max_pool_runs_after_it():
+def test_conv_stack_runs_a_relu_after_its_max_pool_and_equals_autograd():
     """conv, ReLU, pool is computed as conv, pool, ReLU (the same maths on fewer elements);
     a ReLU with no pool after it stays where it is."""
     kinds = [type(layer).__name__ for layer in conv.conv_layers(model_of("cnn_tutorial"))]
@@ -212,7 +215,7 @@ def test_only_supported_stacks_take_the_conv_engine():
     assert not accepts(nn.Conv2d(1, 2, 3), nn.MaxPool2d(2, ceil_mode=True), *head)
 
 
-def test_trainer_takes_the_conv_engine_and_routes_short_batches_to_autograd():
+def test_training_through_conv_stack_equals_autograd_short_batches_through_autograd():
     model = model_of("cnn_dfl_mnist")
     g = torch.Generator().manual_seed(5)
     x, y = torch.randn(40, 1, 28, 28, generator=g), torch.randint(0, 10, (40,), generator=g)
@@ -261,7 +264,7 @@ def test_auto_path_counts_the_conv_engines_columns_against_its_memory():
     )
 
 
-def test_a_cnn_run_learns_the_same_through_both_engines(scenario, monkeypatch):
+def test_a_cnn_run_through_conv_stack_equals_the_run_through_autograd(scenario, monkeypatch):
     def go():
         return run(
             scenario(model={"kind": "cnn_dfl_mnist"}, run={"rounds": 2, "eval_every": 1}),
