@@ -137,29 +137,20 @@ def add_decayed_weights(weight_decay: float) -> GradientTransformation:
 
 def trace(momentum: float) -> GradientTransformation:
     """Heavy-ball buffer b = momentum * b + g (b starts at 0), as `torch.optim.SGD`."""
-
-    def init(params: torch.Tensor) -> TraceState:
-        return TraceState(torch.zeros_like(params))
-
-    def update(
-        grads: torch.Tensor,
-        state: TraceState,
-        params: torch.Tensor,
-        *,
-        grad_fn: GradFn | None = None,
-        loss: torch.Tensor | None = None,
-        aux: Any = None,
-    ) -> tuple[torch.Tensor, TraceState]:
-        buf = state.momentum.mul(momentum).add_(grads)
-        return grads.copy_(buf), TraceState(buf)
-
-    return GradientTransformation(init, update)
+    return _momentum(momentum, lambda grads, buf: grads.copy_(buf))
 
 
 def nesterov(momentum: float) -> GradientTransformation:
     """Nesterov's momentum as `torch.optim.SGD(nesterov=True)`: b = momentum * b + g, step
     along g + momentum * b (b starts at 0). With x -= lr * that, this is y_{k+1} = x_k - lr g_k,
     x_{k+1} = y_{k+1} + momentum (y_{k+1} - y_k): DFedAvgM's local step (Sun et al.)."""
+    return _momentum(momentum, lambda grads, buf: grads.add_(buf, alpha=momentum))
+
+
+def _momentum(
+    momentum: float, along: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+) -> GradientTransformation:
+    """The buffer b = momentum * b + g (b starts at 0) and the step `along(g, b)`, into g."""
 
     def init(params: torch.Tensor) -> TraceState:
         return TraceState(torch.zeros_like(params))
@@ -174,7 +165,7 @@ def nesterov(momentum: float) -> GradientTransformation:
         aux: Any = None,
     ) -> tuple[torch.Tensor, TraceState]:
         buf = state.momentum.mul(momentum).add_(grads)
-        return grads.add_(buf, alpha=momentum), TraceState(buf)
+        return along(grads, buf), TraceState(buf)
 
     return GradientTransformation(init, update)
 
@@ -415,6 +406,14 @@ def sam(inner: GradientTransformation, rho: float) -> GradientTransformation:
         norm = grads.norm(dim=1, keepdim=True).clamp_min(1e-12)
         return grad_fn(params + (rho / norm) * grads)
 
+    def sam_inputs(
+        params: torch.Tensor, grads: torch.Tensor, grad_fn: GradFn | None
+    ) -> tuple[torch.Tensor, GradFn]:
+        """The SAM gradient at `params` and a `grad_fn` answering with SAM gradients."""
+        if grad_fn is None:
+            raise ValueError("sam needs grad_fn (the gradient at the ascent point)")
+        return ascent(params, grads, grad_fn), lambda p: ascent(p, grad_fn(p), grad_fn)
+
     def update(
         grads: torch.Tensor,
         state: Any,
@@ -424,12 +423,8 @@ def sam(inner: GradientTransformation, rho: float) -> GradientTransformation:
         loss: torch.Tensor | None = None,
         aux: Any = None,
     ) -> tuple[torch.Tensor, Any]:
-        if grad_fn is None:
-            raise ValueError("sam needs grad_fn (the gradient at the ascent point)")
-        sam_grad_fn = lambda p: ascent(p, grad_fn(p), grad_fn)  # noqa: E731
-        return inner.update(
-            ascent(params, grads, grad_fn), state, params, grad_fn=sam_grad_fn, loss=loss, aux=aux
-        )
+        grads, sam_grad_fn = sam_inputs(params, grads, grad_fn)
+        return inner.update(grads, state, params, grad_fn=sam_grad_fn, loss=loss, aux=aux)
 
     def apply(
         grads: torch.Tensor,
@@ -440,13 +435,9 @@ def sam(inner: GradientTransformation, rho: float) -> GradientTransformation:
         loss: torch.Tensor | None = None,
         aux: Any = None,
     ) -> Any:
-        if grad_fn is None:
-            raise ValueError("sam needs grad_fn (the gradient at the ascent point)")
         assert inner.apply is not None  # offered only then
-        sam_grad_fn = lambda p: ascent(p, grad_fn(p), grad_fn)  # noqa: E731
-        return inner.apply(
-            ascent(params, grads, grad_fn), state, params, grad_fn=sam_grad_fn, loss=loss, aux=aux
-        )
+        grads, sam_grad_fn = sam_inputs(params, grads, grad_fn)
+        return inner.apply(grads, state, params, grad_fn=sam_grad_fn, loss=loss, aux=aux)
 
     return GradientTransformation(
         inner.init, update, 2 * inner.grads_per_step, apply if inner.apply is not None else None
