@@ -3,6 +3,9 @@
 ``load_scenario(path)`` reads YAML (safely), follows ``extends:`` chains, applies ``--set``
 overrides and validates. Every mistake becomes one `ScenarioError` whose lines name the field
 (``radio.uplink.bandwidth_hz``) and what is allowed.
+
+The sections' types live in `flnet.schema` (below sim/ and learn/, which use them); this module
+joins them into `Scenario` with the checks across sections, and re-exports them.
 """
 
 from __future__ import annotations
