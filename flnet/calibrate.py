@@ -21,6 +21,7 @@ import torch
 
 from flnet.dists import Constant
 from flnet.errors import ScenarioError
+from flnet.runner import build
 from flnet.scenario import Scenario
 
 
@@ -40,8 +41,6 @@ def measure(
 ) -> Measurement:
     """Time `repeats` local works of client 0 after one untimed warm-up (rounds 1..repeats, so
     each draws its own minibatches)."""
-    from flnet.runner import build
-
     local = getattr(scenario.algorithm, "local", None)
     if local is None:
         raise ScenarioError("has no local training to time", field="algorithm")

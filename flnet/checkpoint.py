@@ -22,16 +22,14 @@ import numbers
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple, cast
+from typing import Any, NamedTuple, cast
 
 import numpy as np
 import torch
 
 from flnet import output
 from flnet.errors import FlnetError
-
-if TYPE_CHECKING:  # for annotations only
-    from flnet.scenario import Scenario
+from flnet.scenario import Scenario
 
 FORMAT = 4  # 3: per-client state as ClientTable rows; 4: those rows in the table journal
 FILE = output.CHECKPOINT

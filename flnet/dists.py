@@ -16,6 +16,7 @@ from pydantic.functional_validators import BeforeValidator
 from pydantic.json_schema import WithJsonSchema
 
 from flnet.config import Strict
+from flnet.errors import ScenarioError
 
 
 class Lognormal(Strict):
@@ -94,8 +95,6 @@ class PerClient(Strict):
 
     def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
         if n != len(self.values):
-            from flnet.errors import ScenarioError
-
             raise ScenarioError(f"per_client lists {len(self.values)} values for {n} clients")
         return np.asarray(self.values, dtype=float)
 

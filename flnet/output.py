@@ -436,9 +436,9 @@ def _write_parquet(df: pd.DataFrame, path: Path) -> None:
     """On one thread (a pool costs more than it saves on tables of this size), and with
     dictionary encoding for labels only: on columns of numbers it saves little space, and its
     hash tables made a process's first ledger write take 15-25 ms instead of 2."""
-    import pandas as pd
-    import pyarrow as pa
-    import pyarrow.parquet as pq
+    import pandas as pd  # start-up speed: the CLI imports this module
+    import pyarrow as pa  # start-up speed
+    import pyarrow.parquet as pq  # start-up speed
 
     labels = [c for c in df.columns if not pd.api.types.is_numeric_dtype(df[c])]
     pq.write_table(

@@ -48,16 +48,19 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
+from flnet import output
 from flnet.errors import FlnetError, ScenarioError
 from flnet.output import run_status
+from flnet.run_folders import finished, identity
+from flnet.scenario import Scenario, load_scenario
+from flnet.sim.ledger import NOBODY, SERVER, Tag
 from flnet.sim.patterns import Packet, round_trip
 from flnet.sim.world import AbstractWorld, Progress, World
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Generator
 
-    from flnet.runner import Result
-    from flnet.scenario import Scenario
+    from flnet.runner import Result  # loads torch: for annotations only
 
     Work = Callable[[int, np.ndarray], tuple[Any, Any, Any]]
 
@@ -126,8 +129,6 @@ def _drop(tree: dict, path: str) -> dict:
 def group_key(data: dict) -> str:
     """The hash of a resolved scenario without its costs-only fields: points with the same
     group key compute the same thing."""
-    from flnet.sweeps import identity
-
     for path in COSTS_ONLY:
         data = _drop(data, path)
     return identity({**data, "radio": None})
@@ -246,7 +247,7 @@ class _PlannedWork:
         sizes: np.ndarray,
         forward_flops_per_sample: float = 0.0,
     ) -> None:
-        from flnet.learn import optim
+        from flnet.learn import optim  # start-up speed: torch
 
         cfg: Any = scenario.algorithm  # a round-trip algorithm's config
         self.local = cfg.local
@@ -318,8 +319,7 @@ class CostRecorder:
     def on_progress(
         self, world: AbstractWorld, progress: Progress, stopping: str | None
     ) -> str | None:
-        from flnet.runner import record_row
-        from flnet.sim.ledger import NOBODY, SERVER, Tag
+        from flnet.runner import record_row  # start-up speed: torch
 
         t = progress.step
         reason = None
@@ -353,7 +353,7 @@ def _simulate(
     end: tuple[int, str] | None = None,
     flops_per_sample: float | None = None,
 ) -> tuple[World, CostRecorder]:
-    from flnet.runner import StopRules, check_sampled
+    from flnet.runner import StopRules, check_sampled  # start-up speed: torch
 
     world = World(
         scenario.clients, scenario.radio, scenario.seed, flops_per_sample=flops_per_sample
@@ -371,8 +371,7 @@ def _simulate(
 
 
 def _write(result: Result, partition: pd.DataFrame) -> None:
-    from flnet import output
-    from flnet.runner import write_inputs, write_results
+    from flnet.runner import write_inputs, write_results  # start-up speed: torch
 
     with output.open_folder(result.scenario.output_dir()) as folder:
         result.output_dir = folder.path
@@ -383,8 +382,8 @@ def _write(result: Result, partition: pd.DataFrame) -> None:
 def replay(scenario: Scenario, source: Source, *, write: bool = True) -> Result:
     """The point `scenario` replayed on `source`'s training: a `runner.Result` whose ledger and
     cost columns are a full run's. Raises NotReusable when it is not the point's run."""
-    from flnet.checkpoint import input_digests
-    from flnet.runner import Result, input_files
+    from flnet.checkpoint import input_digests  # start-up speed: torch
+    from flnet.runner import Result, input_files  # start-up speed: torch
 
     problem = why_not(scenario.model_dump(mode="json")) or source_problem(source)
     if problem is not None:
@@ -439,9 +438,9 @@ def replay(scenario: Scenario, source: Source, *, write: bool = True) -> Result:
 def timing_only(scenario: Scenario, *, write: bool = True, force: bool = False) -> Result:
     """Run the time side of `scenario` alone (see the module doc): a `runner.Result` with cost
     columns only."""
-    from flnet.learn import data as data_mod
-    from flnet.learn import models, references
-    from flnet.runner import Result, resolve_device
+    from flnet.learn import data as data_mod  # start-up speed: torch
+    from flnet.learn import models, references  # start-up speed: torch
+    from flnet.runner import Result, resolve_device  # start-up speed: torch
 
     algo: Any = scenario.algorithm  # every algorithm's config has a name
     name: str = algo.name
@@ -496,8 +495,7 @@ def timing_only(scenario: Scenario, *, write: bool = True, force: bool = False) 
     if not write:
         result.output_dir = None
         return result
-    from flnet import output
-    from flnet.runner import write_inputs, write_results
+    from flnet.runner import write_inputs, write_results  # start-up speed: torch
 
     with output.open_folder(scenario.output_dir(), force=force) as folder:
         result.output_dir = folder.path
@@ -529,8 +527,6 @@ def scenario_data(job: dict | Job) -> dict:
 
 def run_job(job: dict | Job, *, write: bool = True) -> Result:
     """Run a sweep point: a replay when it has a source and can be, else in full."""
-    from flnet.scenario import load_scenario
-
     if not isinstance(job, Job):
         job = Job(job)
     scenario = load_scenario(data=job.data)
@@ -544,8 +540,6 @@ def run_job(job: dict | Job, *, write: bool = True) -> Result:
     if note is not None:
         result.summary["reuse_note"] = note
         if write:
-            from flnet import output
-
             output.write_text(
                 (result.output_dir or scenario.output_dir()) / "summary.json",
                 output.summary_text(result.summary),
@@ -557,7 +551,7 @@ def _run_in_full(scenario: Scenario, write: bool, resume: bool) -> Result:
     """The point's run; with `resume`, from its checkpoint if that fits, else afresh (the
     folder's earlier files deleted). Which of the two, and why, goes to standard error (a
     local worker's goes to the sweep's log)."""
-    from flnet.runner import resume_problem, run
+    from flnet.runner import resume_problem, run  # start-up speed: torch
 
     if not (resume and write):
         return run(scenario, write=write)
@@ -583,8 +577,6 @@ class Schedule:
 
 
 def _full_run(folder: Path) -> bool:
-    from flnet.sweeps import finished
-
     summary = finished(folder)
     return (
         summary is not None
@@ -637,8 +629,6 @@ def replay_jobs(
     """The second phase's jobs, once the trajectories have run: each a replay of its
     trajectory, or a full run saying why not (the trajectory failed or did something timing
     decided). `data_of(point)` is the scenario dict the worker runs."""
-    from flnet.sweeps import finished
-
     jobs = []
     for key, points in replays.items():
         source: Source | None = None

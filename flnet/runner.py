@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import pyarrow
 import torch
 import yaml
 
@@ -777,8 +778,6 @@ def arrow_allocates_with_malloc() -> Iterator[None]:
     if os.environ.get("ARROW_DEFAULT_MEMORY_POOL"):
         yield
         return
-    import pyarrow
-
     chosen = pyarrow.default_memory_pool()
     pyarrow.set_memory_pool(pyarrow.system_memory_pool())
     try:

@@ -14,7 +14,6 @@ that is inconsistent (``sps`` with an ``lr``) is reported and skipped.
 
 from __future__ import annotations
 
-import hashlib
 import itertools
 import json
 import math
@@ -29,13 +28,15 @@ import pandas as pd
 import yaml
 from pydantic import ValidationError
 
+from flnet import reuse
+from flnet import workers as pool
 from flnet.columns import REUSE_COLUMNS, SUMMARY_COLUMNS
 from flnet.config import AdagradConfig, AdamConfig, DeltaSgdConfig, SgdConfig, SpsConfig
 from flnet.errors import FlnetError, ScenarioError
 from flnet.output import CHECKPOINT, KILLED, RUNNING, killed_note, lock_holder, run_status
+from flnet.run_folders import finished, format_of, identity
 from flnet.scenario import Scenario, describe, merge, nest, parse_override, resolve
 
-FINISHED = ("completed", "diverged")  # a folder holding one of these is not run again
 LR = "algorithm.local.lr"
 OPTIMIZER = "algorithm.local.optimizer"
 DEFAULT_LR = {
@@ -263,17 +264,6 @@ def get(tree: dict, path: str, missing: Any = None) -> Any:
     return tree
 
 
-def identity(data: dict) -> str:
-    """Hash of a resolved scenario minus where and how often it writes: the point's name."""
-    data = {
-        **data,
-        "output": None,
-        "run": {k: v for k, v in data["run"].items() if not k.startswith("checkpoint")},
-    }
-    text = json.dumps(data, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(text.encode()).hexdigest()[:12]
-
-
 def _related(a: str, b: str) -> bool:
     """Whether one dotted path is the other or lies inside it."""
     return (
@@ -367,23 +357,10 @@ def plan(base: dict, spec: Spec) -> list[Point]:
 # ---------------------------------------------------------------- results on disk
 
 
-def finished(folder: Path) -> dict | None:
-    """The summary of a finished run in `folder`, or None (absent, interrupted, failed,
-    running or killed)."""
-    try:
-        summary = json.loads((folder / "summary.json").read_text())
-    except (OSError, ValueError):
-        return None
-    fmt = summary.get("format") or _format_of(folder)
-    if summary.get("status") not in FINISHED or fmt is None:
-        return None
-    return summary
-
-
 def stale_inputs(summary: dict, data: dict) -> list[str]:
     """The input files a finished point read (its summary's digests) whose bytes differ now,
     for the point's scenario `data`; none for a run that kept no digests."""
-    from flnet.checkpoint import input_digests
+    from flnet.checkpoint import input_digests  # loads torch: only for such runs
     from flnet.runner import changed_inputs, input_files  # loads torch: only for such runs
 
     if not summary.get("inputs"):
@@ -412,12 +389,8 @@ def left_behind(folder: Path) -> dict | None:
     return {"status": shown, "error": summary.get("error")}
 
 
-def _format_of(folder: Path) -> str | None:
-    return next((f for f in ("parquet", "csv") if (folder / f"records.{f}").exists()), None)
-
-
 def read_records(folder: Path) -> pd.DataFrame:
-    fmt = _format_of(folder)
+    fmt = format_of(folder)
     return (
         pd.read_parquet(folder / "records.parquet")
         if fmt == "parquet"
@@ -552,9 +525,6 @@ def run_sweep(
     as points finish. Ctrl-C stops the workers, writes the tables of what finished, and
     raises KeyboardInterrupt. With `reuse_runs`, points that differ only in radio or device
     settings replay one training run where they can (`flnet.reuse`)."""
-    from flnet import reuse
-    from flnet import workers as pool
-
     start = time.perf_counter()
     base, file_spec = load_base(scenario)
     spec = combine(file_spec, spec)

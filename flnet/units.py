@@ -21,11 +21,10 @@ The table below is also in the README (scenario reference, "Plausible ranges").
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
-if TYPE_CHECKING:  # for annotations only (scenario imports this module)
-    from flnet.dists import AnyDist
-    from flnet.scenario import Scenario
+from flnet.config import Strict
+from flnet.dists import AnyDist
 
 REFERENCE_DISTANCE_M = 1.0
 MACRO_MIN_DISTANCE_M = 35.0
@@ -122,8 +121,9 @@ def _hint(field: str, value: float, r: Range) -> str:
     return f" (typical: {num(r.typical)} {r.unit})"
 
 
-def implausible(scenario: Scenario) -> list[str]:
-    """One line per field whose value is far outside its plausible range."""
+def implausible(scenario: Strict) -> list[str]:
+    """One line per field whose value is far outside its plausible range (`scenario`: a
+    validated `flnet.scenario.Scenario`; its fields are read by their dotted names)."""
     lines = []
     for field, r in PLAUSIBLE.items():
         node: Any = scenario

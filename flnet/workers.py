@@ -23,6 +23,7 @@ from multiprocessing.connection import wait
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
+from flnet import reuse
 from flnet.errors import FlnetError
 
 if TYPE_CHECKING:  # for annotations only: the runner loads torch
@@ -40,8 +41,6 @@ def run_point(data: Any, write: bool = True) -> tuple[dict, Result | None]:
     Returns (outcome, result): outcome is {"status", "error"}; result is the run's Result
     (None when it failed).
     """
-    from flnet import reuse
-
     try:
         result = reuse.run_job(data, write=write)
     except FlnetError as e:
@@ -86,7 +85,7 @@ def serve() -> None:
     answers = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)  # anything printed goes to the log, never into the answers
     signal.signal(signal.SIGTERM, signal.default_int_handler)
-    import torch
+    import torch  # the worker process's: the sweep's own process never loads torch
 
     torch.set_num_threads(1)
     requests = sys.stdin.buffer
@@ -212,7 +211,7 @@ def run_here(tasks: list[tuple[str, Any]], follow: Follow | None = None) -> Iter
 
 def ray_point(data: Any) -> tuple[dict, Result | None]:
     """A Ray task: run without writing (the node may not share our disk); the driver writes."""
-    import torch
+    import torch  # the Ray worker's: the sweep's own process never loads torch
 
     torch.set_num_threads(1)
     return run_point(data, write=False)
@@ -225,11 +224,10 @@ def run_ray(
     started in this process if there is one, else connects to `address` (None: a new local
     instance, shut down at the end)."""
     try:
-        import ray
+        import ray  # optional, heavy: only for the Ray backend
     except ImportError:
         raise FlnetError("the Ray backend needs the ray package: pip install ray") from None
-    from flnet.reuse import scenario_data
-    from flnet.runner import write_inputs, write_results
+    from flnet.runner import write_inputs, write_results  # start-up speed: torch
 
     own = not ray.is_initialized()
     if own:
@@ -262,7 +260,7 @@ def run_ray(
                     None,
                 )
             if result is not None:
-                result.output_dir = Path(scenario_data(data)["output"]["dir"])
+                result.output_dir = Path(reuse.scenario_data(data)["output"]["dir"])
                 result.output_dir.mkdir(parents=True, exist_ok=True)  # the driver writes here
                 write_inputs(result.scenario, result.partition, result.output_dir)
                 write_results(result)

@@ -6,15 +6,15 @@ import numpy as np
 import pytest
 import torch
 
-from flnet.algorithms.configs import (
+from flnet.learn import compress as cp
+from flnet.rng import Stream
+from flnet.schema import (
     IdentityCompression,
     QsgdCompression,
     RandKCompression,
     RandomGossipCompression,
     TopKCompression,
 )
-from flnet.learn import compress as cp
-from flnet.rng import Stream
 
 
 def gens(n, key=0):

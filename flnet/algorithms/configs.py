@@ -4,7 +4,7 @@ re-exports its own as `Config`; a new algorithm adds its class here and to `CONF
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Literal
 
 from pydantic import Field, model_validator
 from pydantic_core import PydanticCustomError
@@ -22,6 +22,7 @@ from flnet.config import (
     Strict,
     TopologyConfig,
 )
+from flnet.schema.compression import CompressionConfig, IdentityCompression
 
 PARTIAL_WORK = Field(
     None,
@@ -400,44 +401,6 @@ class DflConfig(_Decentralized, _Timeout):
     name: Literal["dfl"] = "dfl"
     local: LocalConfig = LocalConfig(steps=4)
     gossip_steps: int = Field(4, ge=1, le=10_000, description="tau2: gossip steps per round")
-
-
-class IdentityCompression(Strict):
-    kind: Literal["identity"] = "identity"
-
-
-class TopKCompression(Strict):
-    kind: Literal["top_k"]
-    fraction: float = Field(
-        gt=0, le=1, description="delta = k / d: the share of coordinates kept (largest |x|)"
-    )
-
-
-class RandKCompression(Strict):
-    kind: Literal["rand_k"]
-    fraction: float = Field(
-        gt=0, le=1, description="delta = k / d: the share of coordinates kept (uniform draw)"
-    )
-
-
-class QsgdCompression(Strict):
-    kind: Literal["qsgd"]
-    levels: int = Field(ge=1, le=2**20, description="s: quantisation levels")
-
-
-class RandomGossipCompression(Strict):
-    kind: Literal["random_gossip"]
-    p: float = Field(gt=0, le=1, description="a node sends its message with probability p")
-
-
-CompressionConfig = Annotated[
-    IdentityCompression
-    | TopKCompression
-    | RandKCompression
-    | QsgdCompression
-    | RandomGossipCompression,
-    Field(discriminator="kind"),
-]
 
 
 class CdflConfig(_Decentralized):

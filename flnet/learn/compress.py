@@ -25,15 +25,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple
 
 import numpy as np
 import torch
 
 from flnet.rng import Stream
-
-if TYPE_CHECKING:  # the scenario's section, for annotations only
-    from flnet.algorithms.configs import CompressionConfig
+from flnet.schema import CompressionConfig
 
 VALUE_BITS = 32
 SEED_BITS = 64

@@ -6,12 +6,13 @@ a `Learner` only says how many FLOPs each client's work took.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
+from flnet.config import LocalConfig
 from flnet.learn import cohort, optim, references
 from flnet.learn import data as data_mod
 from flnet.learn.data import FederatedData
@@ -21,9 +22,6 @@ from flnet.learn.references import Charged
 from flnet.learn.table import ClientTable, Keep
 from flnet.learn.wire import Wire
 from flnet.rng import Stream
-
-if TYPE_CHECKING:  # the scenario's section, for annotations only
-    from flnet.config import LocalConfig
 
 OPTIMIZER_STATES = "optimizer_states"  # state_dict key of the persisted optimizer states
 TABLES = "tables/"  # state_dict key prefix of the algorithms' tables

@@ -34,7 +34,7 @@ import copy
 import functools
 import math
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
 import torch
 from torch import nn
@@ -44,9 +44,7 @@ from torch.utils._pytree import tree_leaves
 from torch.utils.flop_counter import flop_registry
 
 from flnet.errors import ScenarioError
-
-if TYPE_CHECKING:  # the scenario's section, for annotations only
-    from flnet.scenario import ModelConfig
+from flnet.schema import ModelConfig
 
 
 def _mlp(in_features: int, hidden: list[int], num_classes: int) -> list[nn.Module]:

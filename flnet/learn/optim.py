@@ -47,12 +47,11 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
 import torch
 
-if TYPE_CHECKING:  # the scenario's section, for annotations only
-    from flnet.config import LocalConfig
+from flnet.config import LocalConfig
 
 GradFn = Callable[[torch.Tensor], torch.Tensor]
 

@@ -7,24 +7,19 @@ reference's parameter count and training FLOPs per sample are not typed in: they
 by the same code as the model a run trains (`flnet.learn.models.Model`), on a module built at
 the reference's input shape.
 
-This module loads without torch (the scenario schema takes `REFERENCES`' names); `charged`
-builds the reference model, so it imports the models module when called.
+The names are the schema's (`flnet.schema.ReferenceName`, light); this module builds the
+models, so it loads torch.
 """
 
 from __future__ import annotations
 
 import functools
-from typing import Any, Literal, NamedTuple
+from typing import Any, NamedTuple
 
-ReferenceName = Literal[
-    "cnn_kmnist",
-    "logistic_mnist",
-    "cnn_mcmahan",
-    "cnn_dfl_mnist",
-    "cnn_dfl_cifar",
-    "cnn_tutorial",
-    "resnet18",
-]  # the keys of REFERENCES (tests/test_costs.py checks), for the schema
+from pydantic import TypeAdapter
+
+from flnet.learn import models
+from flnet.schema import ModelConfig, ReferenceName
 
 
 class Reference(NamedTuple):
@@ -36,7 +31,7 @@ class Reference(NamedTuple):
     source: str
 
 
-REFERENCES: dict[str, Reference] = {
+REFERENCES: dict[ReferenceName, Reference] = {  # every ReferenceName, no more
     # DRDM Sec. 4.1: conv 3x3x16, pool, conv 3x3x32, pool, FC 32x7x7 -> 500, ReLU, FC 10 on
     # 28x28 KMNIST; padding 1 and 2x2 pools (the paper's 32x7x7 needs them), see models.py
     "cnn_kmnist": Reference("cnn_kmnist", (1, 28, 28), 10, "DRDM's KMNIST CNN (Sec. 4.1)"),
@@ -66,14 +61,9 @@ def own(model: Any) -> Charged:
 
 
 @functools.cache
-def charged(name: str) -> Charged:
+def charged(name: ReferenceName) -> Charged:
     """The reference `name`'s parameters, training and forward FLOPs per sample, counted by
     building it (on the CPU, seed 0: the count does not depend on the weights)."""
-    from pydantic import TypeAdapter
-
-    from flnet.learn import models
-    from flnet.scenario import ModelConfig  # here: the scenario imports this module
-
     ref = REFERENCES[name]
     config = TypeAdapter(ModelConfig).validate_python({"kind": ref.kind})
     with models.seeded(0):

@@ -29,17 +29,15 @@ to aggregate (a round without one takes no step).
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
 
+from flnet.config import ServerOptimizerConfig
 from flnet.learn import optim
 from flnet.learn.aggregate import weighted_mean
 from flnet.learn.optim import GradFn, GradientTransformation
-
-if TYPE_CHECKING:  # the scenario's section, for annotations only
-    from flnet.config import ServerOptimizerConfig
 
 
 class MomentsState(NamedTuple):

@@ -22,16 +22,14 @@ from __future__ import annotations
 
 import itertools
 import math
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 import numpy as np
 
 from flnet import draws
 from flnet.rng import Stream, key_rows, stream_key, stream_keys
+from flnet.schema import AvailabilityConfig, DiurnalAvailability
 from flnet.sim.traces import replay_from
-
-if TYPE_CHECKING:
-    from flnet.scenario import AvailabilityConfig, DiurnalAvailability
 
 DAY_S = 86_400.0
 HOUR_S = 3_600.0

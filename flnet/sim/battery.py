@@ -22,16 +22,14 @@ from __future__ import annotations
 import bisect
 import math
 from collections.abc import Callable
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple
 
 import numpy as np
 
 from flnet.dists import AnyDist, PerClient, sample
 from flnet.rng import Stream, generator
+from flnet.schema import BatteryConfig
 from flnet.sim.availability import HOUR_S
-
-if TYPE_CHECKING:
-    from flnet.scenario import BatteryConfig
 
 
 class Cell(NamedTuple):

@@ -13,22 +13,19 @@ by hand (`add_link`, tests) are kept for good; `graph` shows both as a networkx 
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple
 
 import networkx as nx
 import numpy as np
 import simpy
 
 from flnet.dists import sample
+from flnet.schema import D2D, LogDistance, Radio
 from flnet.sim.channel import Channel, TraceRateChannel, band
 from flnet.sim.ledger import SERVER
 from flnet.sim.population import Population
 from flnet.sim.radio import dbm_to_w, shannon_rate_bps, snr_hz_direct, snr_hz_physical
 from flnet.sim.traces import TraceSpeeds
-
-if TYPE_CHECKING:  # the scenario's sections, for annotations only
-    from flnet.scenario import D2D, LogDistance, Radio
-
 
 D2D_LINKS_KEPT = 1_000_000  # device-to-device links made from the radio cached at most (~200 MB)
 

@@ -14,17 +14,15 @@ CLASS_DEVICES keyed by the class's index (in that order)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple
 
 import numpy as np
 
 from flnet.dists import sample
 from flnet.errors import ScenarioError
 from flnet.rng import Stream, generator
+from flnet.schema import ClientsConfig, Radio
 from flnet.sim.radio import dbm_to_w, path_loss_db, shannon_rate_bps, snr_hz_direct, snr_hz_physical
-
-if TYPE_CHECKING:  # the scenario's sections, for annotations only
-    from flnet.scenario import ClientsConfig, Radio
 
 
 class Population(NamedTuple):

@@ -31,15 +31,13 @@ import math
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal, NamedTuple, TypeVar
+from typing import Literal, NamedTuple, TypeVar
 
 import numpy as np
 
 from flnet.errors import ScenarioError
 from flnet.rng import Stream, generator
-
-if TYPE_CHECKING:  # the scenario's sections, for annotations only
-    from flnet.scenario import CapacityTraceConfig, TraceAvailability
+from flnet.schema import CapacityTraceConfig, TraceAvailability
 
 MAX_TRACE_BYTES = 1 << 30  # a trace larger than this is refused before it is read
 AVAILABILITY_COLUMNS = ("client", "online_from_s", "online_until_s")

@@ -29,7 +29,6 @@ import functools
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -43,9 +42,7 @@ from flnet.learn.data.embedded import Source
 from flnet.learn.data.lazy import LazyClients
 from flnet.learn.data.views import ClientViews
 from flnet.rng import Stream, generator, key_rows, minibatch_key, stream_key, stream_keys
-
-if TYPE_CHECKING:  # the scenario's sections, for annotations only
-    from flnet.scenario import DataConfig, Partition
+from flnet.schema import DataConfig, Partition
 
 # Sub-streams of Stream.PARTITION; the Hsu Dirichlet split keeps the bare stream. Synthetic
 # client k draws from (seed, PARTITION, SYNTHETIC_CLIENT, k), its size from SYNTHETIC.

@@ -10,15 +10,15 @@ import hashlib
 import json
 import random
 from collections.abc import Callable, Iterator
+from importlib.metadata import version
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
+from threadpoolctl import ThreadpoolController
 
 from flnet import cache
-
-if TYPE_CHECKING:  # the scenario's section, for annotations only
-    from flnet.scenario import SyntheticConfig
+from flnet.schema import SyntheticConfig
 
 
 class Source(NamedTuple):
@@ -60,11 +60,10 @@ def digits() -> Source:
     """scikit-learn's 8x8 digits as [1, 8, 8] images / 16, the fixed stratified 80/20 split of
     W1 (1437 train, 360 test). Parsing the CSV and splitting take a fresh process longer than
     reading the split back, so the split is cached (keyed by scikit-learn's version)."""
-    from importlib.metadata import version
 
     def make() -> dict[str, np.ndarray]:
-        from sklearn.datasets import load_digits
-        from sklearn.model_selection import train_test_split
+        from sklearn.datasets import load_digits  # start-up speed: seconds, once per cache
+        from sklearn.model_selection import train_test_split  # start-up speed
 
         x, y = load_digits(return_X_y=True)
         x = (x / 16.0).astype(np.float32).reshape(-1, 1, 8, 8)
@@ -94,9 +93,7 @@ def synthetic_train_sizes(sizes: np.ndarray, cfg: SyntheticConfig) -> np.ndarray
 
 @functools.cache
 def _blas_threads() -> Any:
-    from threadpoolctl import ThreadpoolController  # scans the loaded libraries: ms, once
-
-    return ThreadpoolController()
+    return ThreadpoolController()  # scans the loaded libraries: ms, once
 
 
 def one_blas_thread() -> contextlib.AbstractContextManager:
@@ -193,7 +190,7 @@ def mnist1d(num_samples: int, seed: int) -> Source:
 
     Generating takes seconds, so the arrays are cached in the user's cache folder
     (`flnet.cache`), keyed by every generator argument and the package's version."""
-    from mnist1d.data import get_dataset_args, make_dataset  # imports matplotlib: only here
+    from mnist1d.data import get_dataset_args, make_dataset  # start-up speed: imports matplotlib
 
     args = get_dataset_args()
     args.num_samples, args.seed = num_samples, seed
@@ -207,8 +204,6 @@ def mnist1d(num_samples: int, seed: int) -> Source:
 
 
 def _mnist1d_cache_path(args: dict) -> Path:
-    from importlib.metadata import version
-
     key = json.dumps(
         {**{k: v for k, v in args.items() if k != "url"}, "mnist1d": version("mnist1d")},
         sort_keys=True,

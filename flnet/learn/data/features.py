@@ -20,16 +20,14 @@ from __future__ import annotations
 
 import functools
 import zipfile
-from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
 from flnet.errors import DataError
 from flnet.learn.data.embedded import Source
-
-if TYPE_CHECKING:  # the scenario's section, for annotations only
-    from flnet.scenario import Features, RandomReluFeatures, Resnet18Features
+from flnet.learn.models import resnet18_trunk, seeded
+from flnet.schema import Features, RandomReluFeatures, Resnet18Features
 
 
 def _random_relu(x: np.ndarray, dim: int, seed: int) -> np.ndarray:
@@ -41,8 +39,6 @@ def _random_relu(x: np.ndarray, dim: int, seed: int) -> np.ndarray:
 
 
 def _resnet18(x: np.ndarray, seed: int, chunk: int = 256) -> np.ndarray:
-    from flnet.learn.models import resnet18_trunk, seeded
-
     with seeded(seed):
         trunk = resnet18_trunk(x.shape[1]).eval()
     with torch.inference_mode():

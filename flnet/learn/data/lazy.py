@@ -7,7 +7,6 @@ a client), not their rows.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -18,9 +17,7 @@ from flnet.learn.data.embedded import (
     synthetic_sizes,
     synthetic_train_sizes,
 )
-
-if TYPE_CHECKING:  # the scenario's section, for annotations only
-    from flnet.scenario import SyntheticConfig
+from flnet.schema import SyntheticConfig
 
 
 class LazyClients:

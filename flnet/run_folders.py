@@ -1,0 +1,39 @@
+"""A sweep point's folder as both the sweep and trajectory reuse see it: its name (a hash of
+the point's resolved scenario) and whether it holds a finished run."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+FINISHED = ("completed", "diverged")  # a folder holding one of these is not run again
+
+
+def identity(data: dict) -> str:
+    """Hash of a resolved scenario minus where and how often it writes: the point's name."""
+    data = {
+        **data,
+        "output": None,
+        "run": {k: v for k, v in data["run"].items() if not k.startswith("checkpoint")},
+    }
+    text = json.dumps(data, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def finished(folder: Path) -> dict | None:
+    """The summary of a finished run in `folder`, or None (absent, interrupted, failed,
+    running or killed)."""
+    try:
+        summary = json.loads((folder / "summary.json").read_text())
+    except (OSError, ValueError):
+        return None
+    fmt = summary.get("format") or format_of(folder)
+    if summary.get("status") not in FINISHED or fmt is None:
+        return None
+    return summary
+
+
+def format_of(folder: Path) -> str | None:
+    """The format of the records `folder` holds (None: none written)."""
+    return next((f for f in ("parquet", "csv") if (folder / f"records.{f}").exists()), None)

@@ -1,0 +1,168 @@
+"""The scenario's `radio` section: the access point's bands and path loss, and the
+client-to-client (D2D) links."""
+
+from __future__ import annotations
+
+import math
+from typing import Annotated, Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from flnet import units
+from flnet.config import Strict
+from flnet.dists import AnyDist, Dist, NonNegativeDist, PositiveDist, Uniform
+from flnet.schema.checks import inconsistent
+
+
+class Band(Strict):
+    bandwidth_hz: float = Field(gt=0)
+    sharing: Literal["shared", "dedicated"] = Field(
+        "shared",
+        description="shared: concurrent transfers split the band equally; "
+        "dedicated: every transfer gets the whole band",
+    )
+
+    @field_validator("bandwidth_hz")
+    @classmethod
+    def _rates_stay_finite(cls, hz: float) -> float:
+        if hz < units.MIN_BANDWIDTH_HZ:
+            raise ValueError(
+                f"{hz:g} Hz is below {units.MIN_BANDWIDTH_HZ:g} Hz: no radio "
+                "band is that narrow, and its rate b log2(1 + SNR) overflows"
+            )
+        return hz
+
+
+class LogDistance(Strict):
+    """Log-distance path loss with log-normal shadowing (Rappaport, Wireless Communications,
+    2nd ed., section 4.9, eqs. 4.68-4.69): PL(d) = PL(d0) + 10 n log10(d / d0) + X_sigma, with
+    PL(d0) free-space (Friis) at the reference distance d0. Defaults: n = 3 (Rappaport's Table
+    4.2 gives 2.7-3.5 for urban cellular, 3-5 shadowed urban; 2 is free space), sigma = 4 dB,
+    2.4 GHz, d0 = 1 m; noise -174 dBm/Hz thermal plus a 9 dB device noise figure (3GPP's usual
+    UE assumption). Distances below d0 count as d0 (the model's far-field limit)."""
+
+    kind: Literal["log_distance"] = "log_distance"
+    exponent: float = Field(3.0, gt=0, le=10, description="path-loss exponent n")
+    shadowing_std_db: float = Field(
+        4.0, ge=0, description="sigma of X_sigma, drawn once per unordered pair (reciprocal)"
+    )
+    carrier_hz: float = Field(2.4e9, gt=0, description="sets the free-space loss at d0")
+    reference_m: float = Field(1.0, gt=0, description="d0")
+    noise_psd_dbm_hz: float = Field(-174.0, description="thermal noise density")
+    noise_figure_db: float = Field(9.0, ge=0, description="the receiver's noise figure")
+
+
+class D2D(Strict):
+    """Client-to-client links (gossip), reciprocal: a pair's channel is drawn once for both
+    directions. The SNR is given in dB over the D2D band (`snr_db`, drawn per unordered pair),
+    or comes from the clients' positions through `path_loss` and the sender's transmit power.
+    The sender is charged its tx power (+ circuit), each receiver its rx power, each on its
+    own ledger row, for the airtime of the transmission. See the README's gossip radio."""
+
+    bandwidth_hz: float = Field(1.0e6, gt=0)
+    sharing: Literal["shared", "dedicated", "tdma"] = Field(
+        "dedicated",
+        description="dedicated: orthogonal links, each transmission has the whole band (an "
+        "exchange takes its slowest link); shared: concurrent transmissions split one band "
+        "equally; tdma: one band, one transmission at a time (an exchange takes the sum of "
+        "its airtimes)",
+    )
+    snr_db: Dist = Field(  # type: ignore[assignment]  # number -> Constant
+        20.0, description="per unordered pair, over the D2D band (when path_loss is none)"
+    )
+    path_loss: LogDistance | None = Field(
+        None, description="SNR from clients.positions and tx_power_dbm instead of snr_db"
+    )
+    transmission: Literal["unicast", "broadcast"] = Field(
+        "unicast",
+        description="unicast: one transmission per neighbour; broadcast: one transmission to "
+        "all a sender's neighbours at the weakest one's rate",
+    )
+    half_duplex: bool = Field(
+        False,
+        description="a node's radio sends or receives, one transmission at a time; "
+        "transmissions start in request order as soon as their sender and receivers are free",
+    )
+    loss_probability: float = Field(
+        0.0,
+        ge=0,
+        lt=1,
+        description="each message is lost with this probability, independently per "
+        "receiver; its airtime is still charged",
+    )
+
+
+class _RadioCommon(Strict):
+    tx_power_dbm: Dist = Field(  # type: ignore[assignment]  # number -> Constant
+        10.0, description="client transmit power"
+    )
+    tx_circuit_power_w: NonNegativeDist = Field(  # type: ignore[assignment]  # number -> Constant
+        0.0, description="radio electronics power while transmitting, on top of tx power"
+    )
+    rx_power_w: NonNegativeDist = Field(  # type: ignore[assignment]  # number -> Constant
+        0.0, description="client power while receiving"
+    )
+    rayleigh_fading: bool = Field(False, description="|h|^2 ~ Exp(1) drawn per transfer")
+    uplink: Band = Band(bandwidth_hz=20e6, sharing="shared")
+    downlink: Band = Band(bandwidth_hz=20e6, sharing="dedicated")
+    d2d: D2D = D2D()
+
+
+class PhysicalRadio(_RadioCommon):
+    """SNR from geometry: path loss 128.1 + 37.6 log10(d_km) dB plus lognormal shadowing."""
+
+    mode: Literal["physical"] = "physical"
+    distance_m: PositiveDist = Field(
+        Uniform(kind="uniform", low=50.0, high=500.0), description="client to access point"
+    )
+    path_loss_at_1km_db: float = 128.1
+    path_loss_slope_db: float = Field(37.6, description="dB per decade of distance")
+    shadowing_std_db: float = Field(8.0, ge=0, description="per client, drawn once")
+    noise_psd_dbm_hz: float = -174.0
+    ap_tx_power_dbm: float = Field(30.0, description="access point power; sets downlink SNR")
+
+    @field_validator("distance_m")
+    @classmethod
+    def _far_field(cls, d: AnyDist) -> AnyDist:
+        nearest = units.nearest_distance_m(d)
+        if nearest < units.REFERENCE_DISTANCE_M:
+            tail = " (its 6-sigma tail)" if d.kind == "lognormal" else ""
+            km = (
+                "; did you mean km?"
+                if not tail and nearest * 1e3 >= units.REFERENCE_DISTANCE_M
+                else ""
+            )
+            raise ValueError(
+                f"reaches {nearest:.3g} m{tail}, below the path-loss model's reference "
+                f"distance of {units.REFERENCE_DISTANCE_M:g} m (the log-distance model's gain "
+                f"grows without bound as d -> 0){km}"
+            )
+        return d
+
+    @model_validator(mode="after")
+    def _gain_below_one(self) -> PhysicalRadio:
+        for d in (
+            units.nearest_distance_m(self.distance_m),
+            units.farthest_distance_m(self.distance_m),
+        ):
+            loss_db = self.path_loss_at_1km_db + self.path_loss_slope_db * math.log10(d / 1e3)
+            if not loss_db >= 0:
+                raise inconsistent(
+                    "radio.path_loss_at_1km_db",
+                    f"with path_loss_slope_db = "
+                    f"{self.path_loss_slope_db:g} the path loss at {d:.4g} m is "
+                    f"{loss_db:.4g} dB, below 0 dB: a receiver would get more "
+                    "power than was sent",
+                )
+        return self
+
+
+class DirectRadio(_RadioCommon):
+    """SNR given directly, in dB over each link's whole band."""
+
+    mode: Literal["direct"]
+    uplink_snr_db: Dist = 20.0  # type: ignore[assignment]  # number -> Constant
+    downlink_snr_db: Dist = 20.0  # type: ignore[assignment]  # number -> Constant
+
+
+Radio = Annotated[PhysicalRadio | DirectRadio, Field(discriminator="mode")]
