@@ -15,6 +15,7 @@ import flnet
 from flnet.sim import at_once
 from flnet.sim import availability as availability_mod
 from flnet.sim.channel import ARRAYS_ABOVE_USERS, SharedBand, SharedBandArrays
+from flnet.sim.costs import Costs
 from flnet.sim.world import World
 
 
@@ -769,9 +770,9 @@ def _sure_or_not(monkeypatch):
     seen = []
     plan = at_once.plan
 
-    def spying(world, *args, **kwargs):
-        result = plan(world, *args, **kwargs)
-        seen.append((result is not None, world.fates_sure))
+    def spying(network, costs, now_s, sure, *args, **kwargs):
+        result = plan(network, costs, now_s, sure, *args, **kwargs)
+        seen.append((result is not None, sure))
         return result
 
     monkeypatch.setattr(at_once, "plan", spying)
@@ -832,15 +833,15 @@ def test_the_solve_calls_lapack_as_scipys_solve_triangular_does(n):
 
 
 def _fading_draws(monkeypatch):
-    """Every link a keyed fading draw is asked for, in order (a spy on `World._fading`)."""
+    """Every link a keyed fading draw is asked for, in order (a spy on `Costs.fading`)."""
     asked = []
-    fading = World._fading
+    fading = Costs.fading
 
     def spy(self, src, dst, tag, key):
         asked.append((tag.step, src, dst, key))
         return fading(self, src, dst, tag, key)
 
-    monkeypatch.setattr(World, "_fading", spy)
+    monkeypatch.setattr(Costs, "fading", spy)
     return asked
 
 

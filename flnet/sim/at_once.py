@@ -41,11 +41,13 @@ tests/test_at_once.py compares both paths.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, NamedTuple, cast
+from typing import NamedTuple, cast
 
 import numpy as np
 
 from flnet.sim.channel import Channel, Schedule, SharedBand, TraceRateChannel
+from flnet.sim.costs import Costs
+from flnet.sim.fate import Fate
 from flnet.sim.ledger import (
     KINDS,
     NOBODY,
@@ -57,9 +59,7 @@ from flnet.sim.ledger import (
     block_of,
     joined,
 )
-
-if TYPE_CHECKING:
-    from flnet.sim.world import Fate, World
+from flnet.sim.network import Network
 
 DEDICATED = (Channel, TraceRateChannel)
 
@@ -92,7 +92,10 @@ _OUTCOME_NAMES = np.array(OUTCOMES, dtype=object)
 
 
 def plan(
-    world: World,
+    network: Network,
+    costs: Costs,
+    now_s: float,
+    sure: bool,
     cohort: np.ndarray,
     down_bits: np.ndarray,
     flops: np.ndarray,
@@ -102,23 +105,23 @@ def plan(
     keep: int,
     fates: list[Fate],
 ) -> Plan | None:
-    """The round trip of `cohort` starting now (each member's bits and FLOPs [C]), its
+    """The round trip of `cohort` starting at `now_s` on `network`'s bands (each member's bits
+    and FLOPs [C], their seconds, joules and fading from `costs`; `sure`: every fate SURE), its
     members' `fates` drawn as their trips start (`World.trip_fates`), with its ledger rows to
     write when the clock gets to its end (an interrupted run keeps no row from beyond its
     clock); None where it must be simulated event by event. The server stops waiting once
     `keep` members have delivered (the rest: cancelled), everyone has arrived or dropped, or
     at `deadline_s` (the rest: deadline). Per-member Python runs only where fates are drawn
     (or fading, or someone is stopped): the rest is array arithmetic, the event path's."""
-    net = world.network
+    net = network
     down_band, up_band = net.downlink, net.uplink
-    if not (world.fates_known and _closed(down_band) and _closed(up_band)):
+    if not (_closed(down_band) and _closed(up_band)):
         return None
     n = len(cohort)
     inf = math.inf
     down_bits, flops, up_bits = (np.asarray(x, dtype=float) for x in (down_bits, flops, up_bits))
     # each member's fate, as its trip draws it; the work it runs of each phase, as
     # `_Trip` starts it (its share of the drop phase's bits or FLOPs, x 1.0 elsewhere)
-    sure = world.fates_sure  # every fate SURE: nothing to draw or share
     judges: list | None = None  # check at_completion: each upload's judge
     if sure:
         drop, session_end = np.full(n, 3), np.full(n, inf)  # 3: it never drops
@@ -135,7 +138,7 @@ def plan(
     if not (np.concatenate((down_bits, up_bits, flops)) > 0).all():
         return None  # zero-length jobs end at their start instant: ties by construction
     sessions = judges is not None or session_end.min() < inf
-    t0 = world.env.now
+    t0 = now_s
     # a band that may be stopped early, or whose instants a session's end or a judge is
     # compared with, needs its step-by-step state and instants (not the solve's, 1e-12 off)
     may_stop = keep < n or deadline_s is not None or sessions
@@ -143,9 +146,9 @@ def plan(
     clients = cohort.tolist()
     down_q, down_w = net.star(cohort, down=True)  # lists: SNRs (or rates), powers
     up_q, up_w = net.star(cohort, down=False)
-    fading = world.radio.rayleigh_fading  # draws keyed as the transfers' own
+    fading = costs.rayleigh_fading  # draws keyed as the transfers' own
     down_snr = (
-        [q * world._fading(SERVER, c, tag, None) for q, c in zip(down_q, clients)]
+        [q * costs.fading(SERVER, c, tag, None) for q, c in zip(down_q, clients)]
         if fading
         else down_q
     )
@@ -163,7 +166,7 @@ def plan(
     )
     if down is None:
         return None
-    compute_s = world._compute_times_s(flops, cohort)  # _Compute's durations
+    compute_s = costs.compute_times_s(flops, cohort)  # _Compute's durations
     if not sure:  # _Compute's `duration * slowdown`
         compute_s = compute_s * np.array([f.slowdown for f in fates])
     down_end = down.end_s
@@ -183,7 +186,7 @@ def plan(
     if fading:
         up_snr = [0.0] * n
         for pos in uploaders.tolist():  # in the order the uploads start
-            up_snr[pos] = up_q[pos] * world._fading(clients[pos], SERVER, tag, None)
+            up_snr[pos] = up_q[pos] * costs.fading(clients[pos], SERVER, tag, None)
     up_start = computed[uploaders]
     up_order_bits = up_bits[uploaders]
     up_order_snr = np.asarray(up_snr)[uploaders].tolist()
@@ -278,7 +281,7 @@ def plan(
         if computed[p] > at_s:  # its compute
             start, duration = float(down_end[p]), float(compute_s[p])
             work = flops[p] * (min(1.0, (at_s - start) / duration) if duration > 0 else 0.0)
-            energy = world._compute_energy_j(c, work)
+            energy = costs.compute_energy_j(c, work)
             return (tag, c, NOBODY, "compute", start, at_s, energy, 0.0, work, outcome)
         start = float(computed[p])
         left = up.cancelled if cut else up_left
@@ -293,7 +296,7 @@ def plan(
     # and position: gathered for the jobs that end, a transfer's joules its power x time
     jobs = np.zeros((5, 3, n))
     jobs[0, 0], jobs[0, 1], jobs[0, 2] = t0, down_end, computed
-    jobs[1, 0], jobs[1, 1], jobs[1, 2] = down_w, world._compute_energies_j(cohort, flops), up_w
+    jobs[1, 0], jobs[1, 1], jobs[1, 2] = down_w, costs.compute_energies_j(cohort, flops), up_w
     jobs[2, 0], jobs[2, 2], jobs[3, 1] = down_bits, up_bits, flops
     jobs[4, :2] = OK
     if not sure:

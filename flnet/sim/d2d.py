@@ -26,16 +26,13 @@ first grant takes the medium).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 import simpy
 
 from flnet.sim.channel import Transmission
-from flnet.sim.ledger import BROADCAST, Tag
-
-if TYPE_CHECKING:  # the World, for annotations only (it imports this module)
-    from flnet.sim.network import Link
-    from flnet.sim.world import World
+from flnet.sim.costs import Costs
+from flnet.sim.ledger import BROADCAST, Ledger, Tag
+from flnet.sim.network import Link
 
 MEDIUM = -10  # the shared medium as a resource (node ids are >= 0)
 NOTHING: frozenset[int] = frozenset()  # what a transmission needs on orthogonal full-duplex links
@@ -61,7 +58,7 @@ class Airwaves:
         if not job.needs:
             job.start()
         elif self.waiting and self.tdma or not job.needs.isdisjoint(self.busy):
-            job.event, job.waited = job.world.signal(), True  # fires when its airtime ends
+            job.event, job.waited = job.env.event(), True  # fires when its airtime ends
             self.waiting.append(job)
         else:
             self._grant(job)
@@ -95,7 +92,10 @@ class Airing:
     `delivered[r]` says whether receiver r got it."""
 
     __slots__ = (
-        "world",
+        "env",
+        "ledger",
+        "costs",
+        "airwaves",
         "src",
         "receivers",
         "bits",
@@ -112,24 +112,31 @@ class Airing:
 
     def __init__(
         self,
-        world: World,
+        env: simpy.Environment,
+        ledger: Ledger,
+        costs: Costs,
+        airwaves: Airwaves,
         src: int,
         receivers: list[int],
+        links: list[Link],
         bits: float,
         tag: Tag,
         lost: list[bool] | None,
         then: Callable[[Airing], None] | None,
     ) -> None:
-        self.world, self.src, self.receivers, self.bits, self.tag = world, src, receivers, bits, tag
+        """`links`: from `src` to each of `receivers`; `airwaves` schedules it on the air,
+        `costs` draws each receiver's fading, `ledger` gets its rows."""
+        self.env, self.ledger, self.costs, self.airwaves = env, ledger, costs, airwaves
+        self.src, self.receivers, self.bits, self.tag = src, receivers, bits, tag
         self.lost = lost if lost is not None else [False] * len(receivers)
         self.then = then
-        self.links: list[Link] = [world.link(src, r) for r in receivers]
+        self.links = links
         self.tx: Transmission | None = None
         self.event: simpy.Event  # set when granted (the transmission's) or queued (its own)
         self.waited = False  # queued before it was granted
         self.outcome: str | None = None
-        self.needs = world.airwaves.needs(src, receivers)
-        world.airwaves.request(self)
+        self.needs = airwaves.needs(src, receivers)
+        airwaves.request(self)
 
     @property
     def delivered(self) -> list[bool]:
@@ -138,12 +145,12 @@ class Airing:
 
     def start(self) -> None:
         """Granted the air: send at the weakest receiver's rate (each receiver's fading drawn)."""
-        world, src, tag = self.world, self.src, self.tag
+        fading, src, tag = self.costs.fading, self.src, self.tag
         if len(self.links) == 1:  # unicast
-            snr_hz = self.links[0].snr_hz * world._fading(src, self.receivers[0], tag, None)
+            snr_hz = self.links[0].snr_hz * fading(src, self.receivers[0], tag, None)
         else:
             snr_hz = min(
-                link.snr_hz * world._fading(src, r, tag, None)
+                link.snr_hz * fading(src, r, tag, None)
                 for r, link in zip(self.receivers, self.links)
             )
         self.tx = tx = self.links[0].channel.transmit(self.bits, snr_hz)
@@ -154,7 +161,7 @@ class Airing:
     def _done(self, _event: simpy.Event) -> None:
         if self.outcome is None:
             self._charge("ok")
-            self.world.airwaves.release(self)
+            self.airwaves.release(self)
             if self.waited:
                 self.event.succeed()
             if self.then is not None:
@@ -164,20 +171,20 @@ class Airing:
         if self.outcome is not None:
             return
         if self.tx is None:
-            self.world.airwaves.withdraw(self)
+            self.airwaves.withdraw(self)
         else:
             self.tx.cancel()
-            self.world.airwaves.release(self)
+            self.airwaves.release(self)
         self._charge(cause)
 
     def _charge(self, outcome: str) -> None:
         self.outcome = outcome
-        world, now = self.world, self.world.env.now
+        ledger, now = self.ledger, self.env.now
         start = self.tx.start_s if self.tx is not None else now
         sent = self.tx.sent_bits if self.tx is not None else 0.0
         airtime = now - start
         peer = self.receivers[0] if len(self.receivers) == 1 else BROADCAST
-        world.ledger.add(
+        ledger.add(
             self.tag,
             self.src,
             peer,
@@ -191,7 +198,7 @@ class Airing:
         )
         for r, link, lost in zip(self.receivers, self.links, self.lost):
             got = "lost" if lost and outcome == "ok" else outcome
-            world.ledger.add(
+            ledger.add(
                 self.tag,
                 r,
                 self.src,

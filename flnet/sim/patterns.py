@@ -37,8 +37,9 @@ import simpy
 
 from flnet.errors import FlnetError
 from flnet.rng import Stream
+from flnet.sim.fate import Fate
 from flnet.sim.ledger import SERVER, Tag
-from flnet.sim.world import SELECTION_TRIES, AbstractWorld, Fate, Job
+from flnet.sim.world import SELECTION_TRIES, AbstractWorld, Job
 
 
 class Packet(NamedTuple):

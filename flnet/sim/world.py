@@ -41,9 +41,10 @@ from flnet.sim.availability import Availability, Diurnal
 from flnet.sim.battery import Battery
 from flnet.sim.channel import Channel, SharedBand, Transmission, band, timeout_at
 from flnet.sim.classes import ClassEnergy
+from flnet.sim.costs import Costs, Devices
 from flnet.sim.cuts import Cuts
 from flnet.sim.d2d import Airing, Airwaves
-from flnet.sim.device import compute_energy_j, compute_time_s
+from flnet.sim.fate import SURE, Ends, Fate
 from flnet.sim.ledger import NOBODY, Ledger, Tag
 from flnet.sim.network import Link, Network, d2d_link
 from flnet.sim.traces import TraceError, TraceReplay, TraceSpeeds, speeds_from
@@ -54,47 +55,6 @@ if TYPE_CHECKING:  # the scenario's sections, for annotations only
 SELECTION_AHEAD = 16  # rounds of client selection drawn at once
 SELECTION_TRIES = 64  # under availability: candidates examined per client wanted, at most
 INTERRUPTED = "interrupted"  # the stop reason of `request_stop` from a signal
-
-
-class Devices(NamedTuple):
-    """Per-client compute profile, each [N]."""
-
-    cpu_hz: np.ndarray
-    flops_per_cycle: np.ndarray
-    kappa: np.ndarray
-
-
-Ends = str | Callable[[], str]  # a job's outcome if it runs to its end (or how to judge it then)
-
-
-class Fate(NamedTuple):
-    """How one client's piece of work will go, known when it starts (`World.fate`).
-
-    Every way a member's work can fail ends it the same way: the member's `stop(outcome)` at
-    that instant, charging the job under way up to then. `cut_s` is when its online session
-    ends (outcome `interrupted`; inf: never). A dropout happens at a point of the work's
-    progress: phase `drop_phase` (0 download, 1 compute, 2 upload; 3: no dropout) after
-    `drop_fraction` of its bits or FLOPs, so that job is started with that share of its work
-    and ends as `dropped`. `judge` (check at_completion) gives the upload's outcome at its end.
-    """
-
-    cut_s: float = math.inf
-    drop_phase: int = 3
-    drop_fraction: float = 1.0
-    slowdown: float = 1.0
-    judge: Callable[..., str] | None = None  # (t_s: the upload's end; default now) -> outcome
-    cut_outcome: str = "interrupted"  # battery: the cut is where the battery runs empty
-
-    def portion(self, phase: int) -> tuple[float, Ends]:
-        """(share of the phase's work to run, its outcome if it runs to its end)."""
-        if phase == self.drop_phase:
-            return self.drop_fraction, "dropped"
-        if phase == 2 and self.judge is not None:
-            return 1.0, self.judge
-        return 1.0, "ok"
-
-
-SURE = Fate()  # work that nothing cuts, slows or drops
 
 
 class Progress(NamedTuple):
@@ -320,6 +280,7 @@ class World:
             if flops_per_sample is None:
                 raise ValueError("a capacity trace needs the model's flops_per_sample")
             self.speeds = speeds_from(clients.capacity_trace, seed, flops_per_sample, clients.count)
+        self.costs = Costs(self.devices, self.speeds, clients.count, seed, radio.rayleigh_fading)
         self.network = Network(self.env, radio, pop, self.speeds)
         self.availability: Availability = availability_mod.build(clients.availability, seed)
         self._cuts = Cuts(self.env)  # work to end when its session does
@@ -341,7 +302,6 @@ class World:
         self.observers: list[Observer] = []
         self._stop_reason: str | None = None
         self._stop_requested: str | None = None
-        self._fading_draws: dict[int, dict[tuple, int]] = {}  # step -> link -> draws so far
         self._selections: dict[tuple[int, int, int], np.ndarray] = {}  # (stream, size, round)
         self._d2d_channel: Channel | None = None  # made when the first D2D link is
         self.airwaves = Airwaves(radio.d2d.sharing == "tdma", radio.d2d.half_duplex)
@@ -540,7 +500,9 @@ class World:
         net = self.network
         return Alone(
             net.alone_s(down_bits, clients, down=True),
-            self._compute_times_s(flops, clients),  # a capacity trace's times when there is one
+            self.costs.compute_times_s(
+                flops, clients
+            ),  # a capacity trace's times when there is one
             net.alone_s(up_bits, clients),
         )
 
@@ -549,21 +511,11 @@ class World:
         without fading."""
         net = self.network
         total = (
-            net.alone_s(down_bits, down=True) + net.alone_s(up_bits) + self._compute_times_s(flops)
+            net.alone_s(down_bits, down=True)
+            + net.alone_s(up_bits)
+            + self.costs.compute_times_s(flops)
         )
         return float(total.min())
-
-    def _compute_times_s(
-        self, flops: float | np.ndarray, clients: np.ndarray | None = None
-    ) -> np.ndarray:
-        """[C] seconds `flops` (one number, or [C]) of local work take on each client (every
-        client if None)."""
-        if self.speeds is not None:
-            rows = self.speeds.mapping(np.arange(self.num_clients) if clients is None else clients)
-            return flops * self.speeds.s_per_flop[rows]
-        dev = self.devices
-        pick = slice(None) if clients is None else clients
-        return np.asarray(compute_time_s(flops, dev.cpu_hz[pick], dev.flops_per_cycle[pick]))
 
     # ------------------------------------------------------------------ primitives
 
@@ -749,13 +701,25 @@ class World:
         fate (`trip_fates`): no battery; `flnet.sim.at_once`), with the ledger rows to write
         at their end; None where they go event by event. A plan given up leaves the fading
         draws' counts as it found them: the events then draw what they would have alone."""
-        trips = (cohort, down_bits, flops, up_bits, tag, deadline_s, keep, fates)
-        if not self.radio.rayleigh_fading:
-            return at_once.plan(self, *trips)
-        counts = {step: dict(links) for step, links in self._fading_draws.items()}
-        plan = at_once.plan(self, *trips)
-        if plan is None:
-            self._fading_draws = counts
+        if not self.fates_known:
+            return None
+        counts = self.costs.fading_counts() if self.radio.rayleigh_fading else None
+        plan = at_once.plan(
+            self.network,
+            self.costs,
+            self.env.now,
+            self.fates_sure,
+            cohort,
+            down_bits,
+            flops,
+            up_bits,
+            tag,
+            deadline_s,
+            keep,
+            fates,
+        )
+        if plan is None and counts is not None:
+            self.costs.restore_fading_counts(counts)
         return plan
 
     def _drawn_fate(
@@ -826,7 +790,7 @@ class World:
         net = self.network
         return (
             float(net.alone_s(down_bits, ids, down=True)[0]),
-            self._compute_time_s(client, flops),
+            self.costs.compute_time_s(client, flops),
             float(net.alone_s(up_bits, ids)[0]),
         )
 
@@ -850,7 +814,7 @@ class World:
             (down_s, down.power_w),
             (
                 compute_s * slowdown,
-                self._compute_energy_j(client, flops) / compute_s / slowdown
+                self.costs.compute_energy_j(client, flops) / compute_s / slowdown
                 if compute_s > 0
                 else 0.0,
             ),
@@ -885,7 +849,20 @@ class World:
         several: broadcast, at the weakest one's rate), scheduled on the air by
         `self.airwaves`; `lost[r]` marks receiver r's copy lost (still charged). `then(job)`
         runs when its airtime ends (`flnet.sim.d2d`)."""
-        return Airing(self, src, receivers, bits, tag, lost, then)
+        links = [self.link(src, r) for r in receivers]
+        return Airing(
+            self.env,
+            self.ledger,
+            self.costs,
+            self.airwaves,
+            src,
+            receivers,
+            links,
+            bits,
+            tag,
+            lost,
+            then,
+        )
 
     def transfer(self, src: int, dst: int, packet: Any, tag: Tag) -> simpy.Process:
         """A process that sends `packet` (anything with `bits`) and ends with its outcome; an
@@ -983,21 +960,6 @@ class World:
 
     # ------------------------------------------------------------------ costs
 
-    def _fading(self, src: int, dst: int, tag: Tag, key: tuple[int, ...] | None) -> float:
-        if not self.radio.rayleigh_fading:
-            return 1.0
-        if key is not None:
-            rng = generator(self.seed, Stream.FADING_KEYED, *key, src + 2, dst + 2)
-        else:
-            step = tag.step
-            draws = self._fading_draws.setdefault(step, {})
-            if len(self._fading_draws) > 2:  # only the current and the previous step transfer
-                del self._fading_draws[min(self._fading_draws)]
-            count = draws.get((src, dst), 0)
-            draws[(src, dst)] = count + 1
-            rng = generator(self.seed, Stream.FADING, step, src + 2, dst + 2, count)
-        return max(float(rng.exponential()), 1e-300)  # a draw of 0 would stall the transfer
-
     def _charge_transfer(
         self, tag: Tag, src: int, dst: int, link: Link, tx: Transmission, outcome: str
     ) -> None:
@@ -1061,40 +1023,10 @@ class World:
             return
         if stopped:
             flops *= min(1.0, (self.env.now - start_s) / duration_s) if duration_s > 0 else 0.0
-        energy_j = self._compute_energy_j(node, flops)
+        energy_j = self.costs.compute_energy_j(node, flops)
         self.ledger.add(
             tag, node, NOBODY, "compute", start_s, self.env.now, energy_j, 0.0, flops, outcome
         )
-
-    def _compute_energy_j(self, node: int, flops: float) -> float:
-        if self.speeds is not None:  # the work's own seconds: a slowdown costs no more joules
-            return self.speeds.compute_power_w * self._compute_time_s(node, flops)
-        dev = self.devices
-        return float(
-            compute_energy_j(
-                flops,
-                float(dev.cpu_hz[node]),
-                float(dev.flops_per_cycle[node]),
-                float(dev.kappa[node]),
-            )
-        )
-
-    def _compute_energies_j(self, clients: np.ndarray, flops: np.ndarray) -> np.ndarray:
-        """[C] `_compute_energy_j` of each client's `flops`, bit for bit, at once."""
-        if self.speeds is not None:
-            return self.speeds.compute_power_w * self._compute_times_s(flops, clients)
-        dev = self.devices
-        return np.asarray(
-            compute_energy_j(
-                flops, dev.cpu_hz[clients], dev.flops_per_cycle[clients], dev.kappa[clients]
-            )
-        )
-
-    def _compute_time_s(self, node: int, flops: float) -> float:
-        if self.speeds is not None:
-            return float(self._compute_times_s(flops, np.array([node]))[0])
-        dev = self.devices
-        return compute_time_s(flops, float(dev.cpu_hz[node]), float(dev.flops_per_cycle[node]))
 
 
 def _until_done(job: Job) -> Generator[simpy.Event, Any, str | None]:
@@ -1128,7 +1060,7 @@ class _Transfer:
         self.tx = (
             tx
             if tx is not None
-            else link.channel.transmit(bits, link.snr_hz * world._fading(src, dst, tag, key))
+            else link.channel.transmit(bits, link.snr_hz * world.costs.fading(src, dst, tag, key))
         )
         self.event = self.tx.done
         self.outcome: str | None = None
@@ -1179,7 +1111,7 @@ class _Compute:
         self.ends = ends_as
         if resume is None:
             self.start_s = world.env.now
-            self.duration_s = world._compute_time_s(node, flops) * slowdown
+            self.duration_s = world.costs.compute_time_s(node, flops) * slowdown
             self.event: simpy.Event = world.env.timeout(self.duration_s)
         else:  # thawed: it ends when it would have (SimPy added the duration to the start)
             self.start_s, self.duration_s = resume
