@@ -269,7 +269,6 @@ class World:
         self.radio = radio
         self.seed = seed
         self.env = simpy.Environment(initial_time=start_time_s)
-        self.ledger = Ledger()
         self.events = 0
         # every per-client attribute is an [N] column; links are made from them when used
         self.population = population_mod.build(clients, radio, seed)
@@ -297,8 +296,8 @@ class World:
         if clients.device_classes:
             names = [c.name for c in clients.device_classes]
             self.class_energy = ClassEnergy(names, pop.device_class)
-        if self.battery is not None or self.class_energy is not None:
-            self.ledger.on_row = self._on_row
+        # a client's ledger row drains its battery and adds to its class's energy
+        self.ledger = Ledger([sub for sub in (self.battery, self.class_energy) if sub is not None])
         self.observers: list[Observer] = []
         self._stop_reason: str | None = None
         self._stop_requested: str | None = None
@@ -344,9 +343,7 @@ class World:
     def end(self) -> None:
         for obs in self.observers:
             obs.on_end(self, self._stop_reason)
-        # no row comes after the end: the ledger lets go of the world (a run's Result holds
-        # the ledger until its table is read, not the world's columns and batteries)
-        self.ledger.on_row = None
+        self.ledger.unsubscribe()
 
     def publish(self, progress: Progress) -> None:
         """A step is done: stamp time and events, let observers evaluate, record, checkpoint,
@@ -604,15 +601,6 @@ class World:
                 field="clients.battery.charging",
             )
         return replay.charging_until
-
-    def _on_row(self, node: int, end_s: float, energy_j: float, outcome: str) -> None:
-        """A client's ledger row: drain its battery, add to its class's energy."""
-        if node >= self.num_clients:
-            return
-        if self.battery is not None:
-            self.battery.spend(node, end_s, energy_j, outcome)
-        if self.class_energy is not None:
-            self.class_energy.add(node, energy_j)
 
     def fate(
         self,
