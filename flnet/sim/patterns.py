@@ -1,6 +1,8 @@
 """Communication patterns, built only on the World's primitives: who sends what to whom, and
 when a step is over. An algorithm is maths plus one of these shapes; each is a plain SimPy
-generator used as ``result = yield from pattern(world, ...)``.
+generator used as ``result = yield from pattern(world, ...)``. The algorithm hands its pattern
+the World it holds (`AbstractWorld`, the narrow part); the pattern uses the rest
+(`PatternWorld`: jobs, fates, cuts, the round plan).
 
 - `round_trip`: server -> cohort -> server, with a deadline and over-selection (FedAvg's).
 - `exchange`: every node sends to its out-neighbours and goes on once the messages it needs have
@@ -39,7 +41,7 @@ from flnet.errors import FlnetError
 from flnet.rng import Stream
 from flnet.sim.fate import Fate
 from flnet.sim.ledger import SERVER, Tag
-from flnet.sim.world import SELECTION_TRIES, AbstractWorld, Job
+from flnet.sim.world import SELECTION_TRIES, AbstractWorld, Job, PatternWorld, pattern_side
 
 
 class Packet(NamedTuple):
@@ -113,6 +115,7 @@ def round_trip(
     judge; no battery), the World computes the whole round at once (`World.trips_at_once`,
     `flnet.sim.at_once`): the same rows, outcomes and instants.
     """
+    world = pattern_side(world)
     start = world.now
     n = len(cohort)
     if n == 0:  # nobody online to take part: the server looks for clients again later
@@ -175,7 +178,7 @@ class _Gather:
     """The server's side of a round trip: arrivals in order; `done` fires once `keep` clients
     have delivered or nobody is left to wait for. Arrivals after it closes are not used."""
 
-    def __init__(self, world: AbstractWorld, n: int, keep: int) -> None:
+    def __init__(self, world: PatternWorld, n: int, keep: int) -> None:
         self.outcomes = [""] * n
         self.delivered: list[int] = []
         self.waiting = n
@@ -218,7 +221,7 @@ class _Trip:
 
     def __init__(
         self,
-        world: AbstractWorld,
+        world: PatternWorld,
         gather: _Gather,
         pos: int,
         client: int,
@@ -344,6 +347,7 @@ def exchange(
     without availability. `present` ([N] bool) is that answer when the caller asked it already
     (to train only the nodes online: `flnet.algorithms.decentralized.train_online`).
     """
+    world = pattern_side(world)
     start = world.now
     step = Tag("exchange", tag)
     ids, flops = nodes.tolist(), np.asarray(work_flops, dtype=float).tolist()
@@ -443,7 +447,7 @@ class _Countdown:
 
     __slots__ = ("left", "done")
 
-    def __init__(self, world: AbstractWorld, n: int) -> None:
+    def __init__(self, world: PatternWorld, n: int) -> None:
         self.left = n
         self.done = world.signal()
         if n == 0:
@@ -528,6 +532,7 @@ def stream(
     bands included). `stream(..., resume=state.flight)` continues exactly where it was.
     Uploads' payloads must be tensors (or plain numbers) to go through a checkpoint.
     """
+    world = pattern_side(world)
     flight = _Flight(world, server)
     counts: dict[int, int] = {}
     launches = 0
@@ -586,7 +591,7 @@ IDLE_GIVE_UP_S = 7 * 86400.0  # a stream idle this long fails (nobody will come 
 
 
 def _pick_idle(
-    world: AbstractWorld, pool: range | list[int], busy: set[int], launches: int
+    world: PatternWorld, pool: range | list[int], busy: set[int], launches: int
 ) -> int | None:
     """A uniform idle client online now (availability drawn with key `launches`), or None
     when none of SELECTION_TRIES candidates is."""
@@ -605,7 +610,7 @@ def _pick_idle(
 class _Flight:
     """The works under way in a stream and the arrivals not yet handed to the server."""
 
-    def __init__(self, world: AbstractWorld, server: StreamServer) -> None:
+    def __init__(self, world: PatternWorld, server: StreamServer) -> None:
         self.world, self.server = world, server
         self.under_way: list[_Work] = []
         self.arrived: list[Arrival] = []

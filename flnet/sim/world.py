@@ -1,12 +1,13 @@
 """The World: devices, links and the ledger on a SimPy clock, and the primitives built on them.
 
 Primitives are all an algorithm's time is made of: a transfer of a message from one node to
-another (`transfer`, or `start_transfer` for callback chains), local compute of some FLOPs
-(`compute`, `start_compute`) and waiting (`wait`). Each transfer and compute writes its ledger row
-(time, joules, bits, outcome) when it ends, completed or stopped. The communication shapes
-(`round_trip`, `exchange`, `stream`) are built on these in `flnet.sim.patterns`; algorithms import
-the `AbstractWorld` interface, never this class's internals. Nothing here imports torch: the World
-sees bits and FLOPs, never tensors.
+another (`start_transfer`), local compute of some FLOPs (`start_compute`), a D2D transmission
+(`start_d2d`), each a job that calls its `then` when it ends, and waiting (`wait`). Each job
+writes its ledger row (time, joules, bits, outcome) when it ends, completed or stopped. The
+communication shapes (`round_trip`, `exchange`, `stream`) are built on these in
+`flnet.sim.patterns`, which see the World as a `PatternWorld`; algorithms see only the
+narrower `AbstractWorld`. Nothing here imports torch: the World sees bits and FLOPs, never
+tensors.
 
 Who is online when (`availability`, `flnet.sim.availability`) and how a started client's work
 goes (`fate`: its session's end, a slowdown, a dropout point) are the World's too; patterns
@@ -23,8 +24,8 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable, Generator, Iterable, Iterator
-from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, cast
+from collections.abc import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, cast, runtime_checkable
 
 import numpy as np
 import simpy
@@ -124,11 +125,10 @@ class Job(Protocol):
 
 
 class AbstractWorld(Protocol):
-    """What algorithms and patterns may use of the World."""
-
-    env: simpy.Environment
-    ledger: Ledger
-    events: int  # client results delivered so far (patterns count them)
+    """What an algorithm may use of the World: its size, clock and random streams, who takes
+    part, and publishing its steps (and what it hands the World to: `flnet.sim.topology`'s
+    `Schedule` reads `generator` and `positions_m`). Time passes only through a pattern
+    (`flnet.sim.patterns`), which is the sim's own and sees the rest (`PatternWorld`)."""
 
     @property
     def num_clients(self) -> int: ...
@@ -136,14 +136,9 @@ class AbstractWorld(Protocol):
     @property
     def now(self) -> float: ...
 
-    @property
-    def stop_reason(self) -> str | None: ...
-
     def steps(self, start: int = 0) -> Iterator[int]: ...
 
     def publish(self, progress: Progress) -> None: ...
-
-    def request_stop(self, reason: str) -> None: ...
 
     def sample_clients(
         self,
@@ -157,11 +152,29 @@ class AbstractWorld(Protocol):
         self, m: int, round: int, weights: Weights, replace: bool = True
     ) -> np.ndarray: ...
 
-    def link(self, src: int, dst: int) -> Link: ...
+    def online_clients(self, clients: np.ndarray, draw: int) -> np.ndarray: ...
 
     def alone_s(
         self, clients: np.ndarray, down_bits: float, flops: float, up_bits: float
     ) -> Alone: ...
+
+    def generator(self, stream: Stream, *keys: int) -> np.random.Generator: ...
+
+    def positions_m(self, nodes: np.ndarray) -> np.ndarray: ...
+
+
+@runtime_checkable
+class PatternWorld(AbstractWorld, Protocol):
+    """What the patterns use of the World besides the algorithms' part: jobs (transfers,
+    computes, D2D airings) and waiting, each member's fate and the cuts that end its work,
+    the round plan, freezing work under way for a checkpoint, the ledger and the count of
+    results delivered."""
+
+    ledger: Ledger
+    events: int  # client results delivered so far (patterns count them)
+
+    @property
+    def stop_reason(self) -> str | None: ...
 
     def start_transfer(
         self,
@@ -186,6 +199,26 @@ class AbstractWorld(Protocol):
         ends_as: Ends = "ok",
     ) -> Job: ...
 
+    @property
+    def d2d(self) -> D2D: ...
+
+    def start_d2d(
+        self,
+        src: int,
+        receivers: list[int],
+        bits: float,
+        tag: Tag,
+        *,
+        lost: list[bool] | None = None,
+        then: Callable[[Airing], None] | None = None,
+    ) -> Airing: ...
+
+    def wait_until(self, t_s: float) -> simpy.Event: ...
+
+    def wait(self, seconds: float) -> simpy.Event: ...
+
+    def signal(self) -> simpy.Event: ...
+
     def fate(
         self,
         client: int,
@@ -202,26 +235,6 @@ class AbstractWorld(Protocol):
 
     def cancel_end(self, token: int) -> None: ...
 
-    def online_clients(self, clients: np.ndarray, draw: int) -> np.ndarray: ...
-
-    @property
-    def d2d(self) -> D2D: ...
-
-    def start_d2d(
-        self,
-        src: int,
-        receivers: list[int],
-        bits: float,
-        tag: Tag,
-        *,
-        lost: list[bool] | None = None,
-        then: Callable[[Airing], None] | None = None,
-    ) -> Airing: ...
-
-    def transfer(self, src: int, dst: int, packet: Any, tag: Tag) -> simpy.Process: ...
-
-    def compute(self, node: int, flops: float, tag: Tag) -> simpy.Process: ...
-
     def trips_at_once(
         self,
         cohort: np.ndarray,
@@ -234,21 +247,26 @@ class AbstractWorld(Protocol):
         fates: list[Fate],
     ) -> Plan | None: ...
 
-    def wait_until(self, t_s: float) -> simpy.Event: ...
-
-    def wait(self, seconds: float) -> simpy.Event: ...
-
-    def signal(self) -> simpy.Event: ...
-
-    def generator(self, stream: Stream, *keys: int) -> np.random.Generator: ...
-
-    def positions_m(self, nodes: np.ndarray) -> np.ndarray: ...
-
     def freeze(self, jobs: list[Job]) -> dict: ...
 
     def thaw(
         self, frozen: dict, thens: list[Callable[[Job], None]], ends: list[Ends] | None = None
     ) -> list[Job]: ...
+
+
+_PATTERN_WORLDS: set[type] = set()  # classes checked to implement PatternWorld
+
+
+def pattern_side(world: AbstractWorld) -> PatternWorld:
+    """The World an algorithm handed a pattern, as the pattern sees it (the World implements
+    both interfaces; a stand-in an algorithm made would lack the patterns' part). A protocol's
+    isinstance costs ~0.1 ms: each class is checked once."""
+    if type(world) in _PATTERN_WORLDS:
+        return cast(PatternWorld, world)
+    if not isinstance(world, PatternWorld):
+        raise TypeError(f"{type(world).__name__} is not a World: it lacks the patterns' part")
+    _PATTERN_WORLDS.add(type(world))
+    return world
 
 
 class World:
@@ -852,15 +870,6 @@ class World:
             then,
         )
 
-    def transfer(self, src: int, dst: int, packet: Any, tag: Tag) -> simpy.Process:
-        """A process that sends `packet` (anything with `bits`) and ends with its outcome; an
-        interrupt stops it, charging it up to then, with the interrupt's cause as outcome."""
-        return self.env.process(_until_done(self.start_transfer(src, dst, packet.bits, tag)))
-
-    def compute(self, node: int, flops: float, tag: Tag) -> simpy.Process:
-        """A process that runs `flops` on `node` and ends with its outcome (as `transfer`)."""
-        return self.env.process(_until_done(self.start_compute(node, flops, tag)))
-
     def wait_until(self, t_s: float) -> simpy.Event:
         """An event at exactly `t_s` (not now + a delay rounded to its neighbour)."""
         return timeout_at(self.env, t_s)
@@ -1015,14 +1024,6 @@ class World:
         self.ledger.add(
             tag, node, NOBODY, "compute", start_s, self.env.now, energy_j, 0.0, flops, outcome
         )
-
-
-def _until_done(job: Job) -> Generator[simpy.Event, Any, str | None]:
-    try:
-        yield job.event
-    except simpy.Interrupt as stop:
-        job.stop(cast(str, stop.cause))  # the interrupter names the outcome
-    return job.outcome
 
 
 class _Transfer:
