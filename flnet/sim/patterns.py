@@ -39,6 +39,7 @@ import simpy
 
 from flnet.errors import FlnetError
 from flnet.rng import Stream
+from flnet.sim.at_once import Trips
 from flnet.sim.fate import Fate
 from flnet.sim.ledger import SERVER, Tag
 from flnet.sim.world import SELECTION_TRIES, AbstractWorld, Job, PatternWorld, pattern_side
@@ -112,7 +113,7 @@ def round_trip(
     round looks for clients again, so the clock moves on to when someone is online.
     Where what can stop the members' work is known when it starts (their fates, drawn as
     their trips start: `World.trip_fates`: slowdowns, dropouts, a session's end, an upload's
-    judge; no battery), the World computes the whole round at once (`World.trips_at_once`,
+    judge; no battery), the World computes the whole round at once (`World.round_plan`,
     `flnet.sim.at_once`): the same rows, outcomes and instants.
     """
     world = pattern_side(world)
@@ -127,7 +128,9 @@ def round_trip(
     flops = _per_member(work_flops, n)
     # each member's fate, drawn as its trip starts (the cohort's at once), for either path
     fates = world.trip_fates(cohort.tolist(), step, _works(down_bits, flops, up_bits))
-    plan = world.trips_at_once(cohort, down_bits, flops, up_bits, step, deadline_s, keep, fates)
+    plan = world.round_plan.plan(
+        Trips(cohort, down_bits, flops, up_bits, step, deadline_s, keep, fates)
+    )
     if plan is not None:  # nothing but the server could stop anyone: computed at once
         yield world.wait_until(plan.end_s)
         world.ledger.extend(plan.rows)

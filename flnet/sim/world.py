@@ -34,10 +34,9 @@ from flnet import draws
 from flnet.dists import AnyDist
 from flnet.errors import ScenarioError
 from flnet.rng import Stream, generator, stream_keys
-from flnet.sim import at_once
 from flnet.sim import availability as availability_mod
 from flnet.sim import population as population_mod
-from flnet.sim.at_once import Plan
+from flnet.sim.at_once import AtOnce, EventByEvent, RoundPlan
 from flnet.sim.availability import Availability, Diurnal
 from flnet.sim.battery import Battery
 from flnet.sim.channel import Channel, SharedBand, Transmission, band, timeout_at
@@ -172,6 +171,7 @@ class PatternWorld(AbstractWorld, Protocol):
 
     ledger: Ledger
     events: int  # client results delivered so far (patterns count them)
+    round_plan: RoundPlan  # round trips computed at once where it can (`flnet.sim.at_once`)
 
     @property
     def stop_reason(self) -> str | None: ...
@@ -234,18 +234,6 @@ class PatternWorld(AbstractWorld, Protocol):
     def end_at(self, t_s: float, stop: Callable[[str], None], outcome: str) -> int: ...
 
     def cancel_end(self, token: int) -> None: ...
-
-    def trips_at_once(
-        self,
-        cohort: np.ndarray,
-        down_bits: np.ndarray,
-        flops: np.ndarray,
-        up_bits: np.ndarray,
-        tag: Tag,
-        deadline_s: float | None,
-        keep: int,
-        fates: list[Fate],
-    ) -> Plan | None: ...
 
     def freeze(self, jobs: list[Job]) -> dict: ...
 
@@ -316,6 +304,12 @@ class World:
             self.class_energy = ClassEnergy(names, pop.device_class)
         # a client's ledger row drains its battery and adds to its class's energy
         self.ledger = Ledger([sub for sub in (self.battery, self.class_energy) if sub is not None])
+        # the accelerator of round trips: at once, where every fate is known when it starts
+        self.round_plan: RoundPlan = (
+            AtOnce(self.network, self.costs, self.env, self.fates_sure)
+            if self.fates_known
+            else EventByEvent()
+        )
         self.observers: list[Observer] = []
         self._stop_reason: str | None = None
         self._stop_requested: str | None = None
@@ -690,43 +684,6 @@ class World:
             and self.clients.availability.kind == "always"
             and not self._draws_fates
         )
-
-    def trips_at_once(
-        self,
-        cohort: np.ndarray,
-        down_bits: np.ndarray,
-        flops: np.ndarray,
-        up_bits: np.ndarray,
-        tag: Tag,
-        deadline_s: float | None,
-        keep: int,
-        fates: list[Fate],
-    ) -> Plan | None:
-        """`cohort`'s round trips starting now computed at once where what can stop them is
-        known when they start (the server's `keep` arrivals and `deadline_s`, each member's
-        fate (`trip_fates`): no battery; `flnet.sim.at_once`), with the ledger rows to write
-        at their end; None where they go event by event. A plan given up leaves the fading
-        draws' counts as it found them: the events then draw what they would have alone."""
-        if not self.fates_known:
-            return None
-        counts = self.costs.fading_counts() if self.radio.rayleigh_fading else None
-        plan = at_once.plan(
-            self.network,
-            self.costs,
-            self.env.now,
-            self.fates_sure,
-            cohort,
-            down_bits,
-            flops,
-            up_bits,
-            tag,
-            deadline_s,
-            keep,
-            fates,
-        )
-        if plan is None and counts is not None:
-            self.costs.restore_fading_counts(counts)
-        return plan
 
     def _drawn_fate(
         self,
