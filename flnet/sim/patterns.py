@@ -374,9 +374,9 @@ def exchange(
     receivers = pairs[:, 1].tolist()
     arrived = np.zeros(m, dtype=bool)
     computed = np.zeros(len(ids), dtype=bool)
-    airings: list[Job | None] = [None] * sum(len(g) for g in groups)
-    remaining = _Countdown(world, int(present.sum()) + len(airings))
-    first = np.cumsum([0] + [len(g) for g in groups]).tolist()  # node -> its first airing
+    sends: list[Job | None] = [None] * sum(len(g) for g in groups)  # D2D jobs, by transmission
+    remaining = _Countdown(world, int(present.sum()) + len(sends))
+    first = np.cumsum([0] + [len(g) for g in groups]).tolist()  # node -> its first transmission
 
     def aired(group: list[int]) -> Callable[[Any], None]:
         def then(job: Any) -> None:
@@ -388,7 +388,7 @@ def exchange(
 
     def send(pos: int) -> None:
         for t, group in enumerate(groups[pos], first[pos]):
-            airings[t] = world.start_d2d(
+            sends[t] = world.start_d2d(
                 ids[pos],
                 [ids[receivers[e]] for e in group],
                 bits[group[0]] if len(group) == 1 else max(bits[e] for e in group),
@@ -414,9 +414,9 @@ def exchange(
         yield remaining.done | world.wait(start + timeout_s - world.now)
     for job in computes:
         job.stop("timeout")  # nothing for those that completed
-    for airing in airings:
-        if airing is not None:
-            airing.stop("timeout")
+    for sent in sends:
+        if sent is not None:
+            sent.stop("timeout")
     if client_state is not None:
         client_state.commit(np.flatnonzero(computed))
     world.events += int(arrived.sum())

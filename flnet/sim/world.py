@@ -42,11 +42,11 @@ from flnet.sim.battery import Battery
 from flnet.sim.channel import Channel, SharedBand, Transmission, band, timeout_at
 from flnet.sim.classes import ClassEnergy
 from flnet.sim.costs import Costs, Devices
-from flnet.sim.cuts import Cuts
-from flnet.sim.d2d import Airing, Airwaves
+from flnet.sim.d2d import AirScheduler, D2DJob
 from flnet.sim.fate import SURE, Ends, Fate
 from flnet.sim.ledger import NOBODY, Ledger, Tag
 from flnet.sim.network import Link, Network, d2d_link
+from flnet.sim.stops import ScheduledStops
 from flnet.sim.traces import TraceError, TraceReplay, TraceSpeeds, speeds_from
 
 if TYPE_CHECKING:  # the scenario's sections, for annotations only
@@ -165,7 +165,7 @@ class AbstractWorld(Protocol):
 @runtime_checkable
 class PatternWorld(AbstractWorld, Protocol):
     """What the patterns use of the World besides the algorithms' part: jobs (transfers,
-    computes, D2D airings) and waiting, each member's fate and the cuts that end its work,
+    computes, D2D jobs) and waiting, each member's fate and the cuts that end its work,
     the round plan, freezing work under way for a checkpoint, the ledger and the count of
     results delivered."""
 
@@ -210,8 +210,8 @@ class PatternWorld(AbstractWorld, Protocol):
         tag: Tag,
         *,
         lost: list[bool] | None = None,
-        then: Callable[[Airing], None] | None = None,
-    ) -> Airing: ...
+        then: Callable[[D2DJob], None] | None = None,
+    ) -> D2DJob: ...
 
     def wait_until(self, t_s: float) -> simpy.Event: ...
 
@@ -288,7 +288,7 @@ class World:
         self.costs = Costs(self.devices, self.speeds, clients.count, seed, radio.rayleigh_fading)
         self.network = Network(self.env, radio, pop, self.speeds)
         self.availability: Availability = availability_mod.build(clients.availability, seed)
-        self._cuts = Cuts(self.env)  # work to end when its session does
+        self._stops = ScheduledStops(self.env)  # work to end when its session does
         self.battery: Battery | None = None
         if clients.battery is not None:
             self.battery = Battery(
@@ -315,7 +315,7 @@ class World:
         self._stop_requested: str | None = None
         self._selections: dict[tuple[int, int, int], np.ndarray] = {}  # (stream, size, round)
         self._d2d_channel: Channel | None = None  # made when the first D2D link is
-        self.airwaves = Airwaves(radio.d2d.sharing == "tdma", radio.d2d.half_duplex)
+        self.air_scheduler = AirScheduler(radio.d2d.sharing == "tdma", radio.d2d.half_duplex)
 
     @property
     def num_clients(self) -> int:
@@ -788,10 +788,10 @@ class World:
     def end_at(self, t_s: float, stop: Callable[[str], None], outcome: str) -> int:
         """Call `stop(outcome)` at `t_s` (if finite): the member's work ends there with that
         outcome. The token lets a member that is over first cancel it (`cancel_end`)."""
-        return self._cuts.add(t_s, stop, outcome)
+        return self._stops.add(t_s, stop, outcome)
 
     def cancel_end(self, token: int) -> None:
-        self._cuts.cancel(token)
+        self._stops.cancel(token)
 
     @property
     def d2d(self) -> D2D:
@@ -806,18 +806,18 @@ class World:
         tag: Tag,
         *,
         lost: list[bool] | None = None,
-        then: Callable[[Airing], None] | None = None,
-    ) -> Airing:
+        then: Callable[[D2DJob], None] | None = None,
+    ) -> D2DJob:
         """Start one D2D transmission of `bits` from `src` to `receivers` (one: unicast;
         several: broadcast, at the weakest one's rate), scheduled on the air by
-        `self.airwaves`; `lost[r]` marks receiver r's copy lost (still charged). `then(job)`
+        `self.air_scheduler`; `lost[r]` marks receiver r's copy lost (still charged). `then(job)`
         runs when its airtime ends (`flnet.sim.d2d`)."""
         links = [self.link(src, r) for r in receivers]
-        return Airing(
+        return D2DJob(
             self.env,
             self.ledger,
             self.costs,
-            self.airwaves,
+            self.air_scheduler,
             src,
             receivers,
             links,
