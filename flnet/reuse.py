@@ -313,12 +313,10 @@ class CostRecorder:
         self.end = end
         self.out: list[dict] = []
 
-    def on_start(self, world: AbstractWorld) -> None:
+    def on_start(self, world: World) -> None:
         pass
 
-    def on_progress(
-        self, world: AbstractWorld, progress: Progress, stopping: str | None
-    ) -> str | None:
+    def on_progress(self, world: World, progress: Progress, stopping: str | None) -> str | None:
         from flnet.runner import record_row  # start-up speed: torch
 
         t = progress.step
@@ -342,7 +340,7 @@ class CostRecorder:
             self.out.append({**base, **{c: costs[c] for c in COST_COLUMNS}})
         return reason
 
-    def on_end(self, world: AbstractWorld, reason: str | None) -> None:
+    def on_end(self, world: World, reason: str | None) -> None:
         pass
 
 

@@ -1,8 +1,9 @@
-"""Round trips computed at once (flnet.sim.at_once) against the event-by-event simulation: the
-same ledger rows in the same order, their instants bit for bit where the band is replayed step
-by step and within tests/tolerance.py's COST_RTOL where a shared band is solved at once; the
-event-by-event path wherever something could interrupt a round or SimPy's order of simultaneous
-events would decide."""
+"""Round trips computed at once (the round plan, flnet.sim.at_once) against the event-by-event
+simulation (patterns.round_trip's trips on the World's jobs): the same ledger rows in the same
+order, their instants bit for bit where the band is replayed step by step and within
+tests/tolerance.py's COST_RTOL where a shared band is solved at once; the event-by-event path
+wherever something could interrupt a round or SimPy's order of simultaneous events would
+decide."""
 
 import math
 
@@ -12,9 +13,11 @@ import simpy
 from tolerance import COST_RTOL, assert_ledgers_close, assert_records_close
 
 import flnet
+from flnet.scenario import load_scenario
 from flnet.sim import at_once
 from flnet.sim import availability as availability_mod
 from flnet.sim.channel import ARRAYS_ABOVE_USERS, SharedBand, SharedBandArrays
+from flnet.sim.costs import Costs
 from flnet.sim.world import World
 
 
@@ -227,6 +230,20 @@ def test_ties_are_between_kinds_of_event_only():
     assert not at_once._ties(np.array([1.0, inf, inf]), np.array([0, 1, 2]))
 
 
+@pytest.mark.parametrize(
+    "path, picked",
+    [
+        ("scenarios/quickstart.yaml", at_once.AtOnce),
+        ("scenarios/battery.yaml", at_once.EventByEvent),
+    ],
+)
+def test_the_world_picks_the_round_plan_only_where_every_fate_is_known(path, picked):
+    """A battery's cut is an estimate and the others' rows drain it: no round plan then."""
+    sc = load_scenario(path)
+    world = World(sc.clients, sc.radio, sc.seed)
+    assert type(world.round_plan) is picked
+
+
 def _plans(monkeypatch):
     """Whether each round from now on was planned at once (a spy on `at_once.plan`)."""
     planned = []
@@ -245,7 +262,7 @@ def _both_ways(monkeypatch, scenario_or_path, overrides=()):
     """The run with round trips at once (counting the rounds planned) and event by event."""
     planned = _plans(monkeypatch)
     fast = flnet.run(scenario_or_path, list(overrides), write=False)
-    monkeypatch.setattr(World, "trips_at_once", lambda self, *a, **k: None)
+    monkeypatch.setattr(at_once.AtOnce, "plan", lambda self, trips: None)
     slow = flnet.run(scenario_or_path, list(overrides), write=False)
     return fast, slow, planned
 
@@ -273,14 +290,14 @@ WIDE = [  # more than ARRAYS_ABOVE_USERS users on a band: its state in arrays
     ],
     ids=["default", "shared-down", "dedicated-up", "fading", "deadline", "scaffold"],
 )
-def test_round_trips_at_once_equal_event_by_event(monkeypatch, overrides):
+def test_round_plan_equals_event_by_event(monkeypatch, overrides):
     fast, slow, planned = _both_ways(monkeypatch, "scenarios/quickstart.yaml", [*QUICK, *overrides])
     assert planned and all(planned)
     assert_ledgers_close(fast.ledger, slow.ledger)  # rows and their order; times, joules
     assert_records_close(fast.records, slow.records, eval_rows=1)
 
 
-def test_a_few_transfers_on_a_shared_band_are_replayed_to_the_bit(monkeypatch):
+def test_round_plan_equals_event_by_event_with_a_few_transfers_replayed_to_the_bit(monkeypatch):
     """Up to `replays_up_to` transfers the replay is quicker than the solve: taken, and exact."""
     few = SharedBand.replays_up_to
     overrides = [*QUICK, f"algorithm.cohort.clients_per_round={few}"]
@@ -295,7 +312,7 @@ def test_a_few_transfers_on_a_shared_band_are_replayed_to_the_bit(monkeypatch):
     [[], ["clients.slowdown_probability=0.3", "clients.dropout_probability=0.3"]],
     ids=["sure", "slowdowns-dropouts"],
 )
-def test_capacity_traces_rates_and_seconds_at_once_to_the_bit(monkeypatch, fates):
+def test_round_plan_equals_event_by_event_under_capacity_traces_to_the_bit(monkeypatch, fates):
     """Measured link rates (dedicated) and a capacity trace's compute seconds (a slowed
     compute: its seconds times the slowdown, its joules the trace's power times its own)."""
     overrides = ["run.rounds=4", "clients.availability={kind: always}", *fates]
@@ -306,7 +323,9 @@ def test_capacity_traces_rates_and_seconds_at_once_to_the_bit(monkeypatch, fates
     assert fast.records.equals(slow.records)
 
 
-def test_identical_clients_keep_simpys_order_of_simultaneous_events(monkeypatch, scenario):
+def test_round_plan_equals_event_by_event_for_identical_clients_in_simpys_order(
+    monkeypatch, scenario
+):
     """Every download, compute and upload ends at one instant with the others of its kind:
     rows in the order SimPy completes them (downloads by position, the rest as their
     predecessors completed). Uploads that finish together are replayed step by step: to the
@@ -409,7 +428,7 @@ DROPOUTS = ["clients.dropout_probability=0.6", "radio.downlink.bandwidth_hz=2e6"
         "wide-both-deadline-over-shared-down",
     ],
 )
-def test_drawn_fates_at_once_equal_event_by_event_to_the_bit(monkeypatch, overrides):
+def test_round_plan_equals_event_by_event_under_drawn_fates_to_the_bit(monkeypatch, overrides):
     """Slowdowns and dropouts drawn when a trip starts (availability always, no battery):
     the rounds go at once, with the event path's rows, records and models, to the bit."""
     models = _models(monkeypatch)
@@ -488,7 +507,9 @@ def test_a_slowdown_at_once_stretches_its_compute_for_the_same_joules(monkeypatc
     ],
     ids=["over-selection", "deadline", "both", "deadline-shared-down", "over-dedicated-up"],
 )
-def test_the_servers_own_stops_are_computed_at_once_to_the_bit(monkeypatch, overrides):
+def test_round_plan_equals_event_by_event_at_the_servers_own_stops_to_the_bit(
+    monkeypatch, overrides
+):
     """Over-selection cancels the late, a deadline cuts them: their jobs charged up to the stop
     (a stopped band replayed step by step), the same rows and instants as event by event."""
     quick = [*QUICK, "run.rounds=6", "algorithm.cohort.clients_per_round=10"]
@@ -524,7 +545,9 @@ def test_the_servers_own_stops_are_computed_at_once_to_the_bit(monkeypatch, over
     ],
     ids=["over-selection", "deadline-fading", "both-shared-down", "few-kept-shared-down"],
 )
-def test_a_stopped_band_of_more_than_128_transfers_at_once_to_the_bit(monkeypatch, overrides):
+def test_round_plan_equals_event_by_event_on_a_stopped_band_of_over_128_transfers(
+    monkeypatch, overrides
+):
     """140 transfers on a SharedBandArrays, stopped by over-selection, a deadline or both:
     replayed by the band's own (array) steps, the same rows, sent bits, joules and instants
     as event by event."""
@@ -551,7 +574,7 @@ def test_a_stopped_band_of_more_than_128_transfers_at_once_to_the_bit(monkeypatc
     assert part.any()  # stopped mid-transfer: some bits sent, not all
 
 
-def test_drawn_fates_on_a_shared_band_solved_at_once_agree_within_tolerance(monkeypatch):
+def test_round_plan_equals_event_by_event_within_tolerance_on_a_solved_band(monkeypatch):
     """Nobody stopped and more than `replays_up_to` transfers: the shared bands are solved at
     once (dropped transfers with their shares of the bits), within COST_RTOL."""
     overrides = [*WIDE, *SLOWDOWNS, "clients.dropout_probability=0.3"]
@@ -612,7 +635,7 @@ DEDICATED = ["radio.uplink.sharing=dedicated"]
         "bernoulli-at-completion-fates-fading",
     ],
 )
-def test_sessions_at_once_equal_event_by_event_to_the_bit(monkeypatch, overrides):
+def test_round_plan_equals_event_by_event_under_sessions_to_the_bit(monkeypatch, overrides):
     """Availability with either check (no battery): a session's end (during) is known when a
     trip starts and an upload's judge (at_completion) asks the model about the upload's end
     alone, so every round goes at once on dedicated bands (and on shared ones where nobody is
@@ -695,7 +718,9 @@ def test_an_upload_ending_offline_at_once_is_lost(monkeypatch):
     ],
     ids=["shared-up", "fates-stops-shared-down", "wide-shared-down"],
 )
-def test_a_session_ending_mid_transfer_on_a_shared_band_at_once_to_the_bit(monkeypatch, overrides):
+def test_round_plan_equals_event_by_event_with_a_session_ending_mid_transfer(
+    monkeypatch, overrides
+):
     """A member cut mid-transfer on a shared band leaves it, and the others' rates change from
     then on: the band's replay cancels it at its session's end (`schedule_alone`'s
     `cancel_s`), so such rounds go at once too, with the event path's rows (its bits sent up
@@ -725,7 +750,9 @@ def test_a_session_ending_mid_transfer_on_a_shared_band_at_once_to_the_bit(monke
     ],
     ids=["diurnal", "diurnal-at-completion", "trace", "trace-fates-stops"],
 )
-def test_the_availability_scenarios_go_at_once_to_the_bit(monkeypatch, scenario_path, overrides):
+def test_round_plan_equals_event_by_event_on_the_availability_scenarios(
+    monkeypatch, scenario_path, overrides
+):
     """scenarios/diurnal.yaml (hour-long sessions, over-selection, a deadline, dropouts and
     slowdowns, a shared uplink) and a replayed availability trace: every round at once, the
     event path's ledger and records to the bit."""
@@ -769,9 +796,9 @@ def _sure_or_not(monkeypatch):
     seen = []
     plan = at_once.plan
 
-    def spying(world, *args, **kwargs):
-        result = plan(world, *args, **kwargs)
-        seen.append((result is not None, world.fates_sure))
+    def spying(network, costs, now_s, sure, trips):
+        result = plan(network, costs, now_s, sure, trips)
+        seen.append((result is not None, sure))
         return result
 
     monkeypatch.setattr(at_once, "plan", spying)
@@ -832,15 +859,15 @@ def test_the_solve_calls_lapack_as_scipys_solve_triangular_does(n):
 
 
 def _fading_draws(monkeypatch):
-    """Every link a keyed fading draw is asked for, in order (a spy on `World._fading`)."""
+    """Every link a keyed fading draw is asked for, in order (a spy on `Costs.fading`)."""
     asked = []
-    fading = World._fading
+    fading = Costs.fading
 
     def spy(self, src, dst, tag, key):
         asked.append((tag.step, src, dst, key))
         return fading(self, src, dst, tag, key)
 
-    monkeypatch.setattr(World, "_fading", spy)
+    monkeypatch.setattr(Costs, "fading", spy)
     return asked
 
 
@@ -872,7 +899,7 @@ def test_a_plan_draws_fading_only_for_the_transfers_that_start(monkeypatch):
     at_once_asked = list(asked)
     assert planned and all(planned)
     asked.clear()
-    monkeypatch.setattr(World, "trips_at_once", lambda self, *a, **k: None)
+    monkeypatch.setattr(at_once.AtOnce, "plan", lambda self, trips: None)
     slow = flnet.run("scenarios/quickstart.yaml", overrides, write=False)
     cut = fast.ledger[(fast.ledger.kind == "download") & (fast.ledger.outcome == "deadline")]
     assert len(cut)  # some downloads never ended

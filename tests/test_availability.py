@@ -375,7 +375,7 @@ def test_members_that_finish_before_their_session_ends_leave_nothing_scheduled(s
     world.availability = EndsAt(3600.0)
     for r in range(1, 51):
         one_round(world, np.arange(40), tag=r)
-    assert len(world._cuts) == 0 and len(world._cuts._heap) < 200
+    assert len(world._stops) == 0 and len(world._stops._heap) < 200
     assert len(world.env._queue) <= 2  # the one timer, for the earliest session end
 
 

@@ -49,6 +49,7 @@ LATE = {
     ("flnet.output", "pyarrow"): "start-up speed: the CLI imports this module",
     ("flnet.plot", "matplotlib"): "start-up speed: matplotlib only when a figure is drawn",
     ("flnet.plot", "pyarrow"): "start-up speed: parquet only when a table is read",
+    ("flnet.sim.ledger", "pyarrow"): "start-up speed: the ledger's text columns, at write time",
     ("flnet.report", "selenium"): "start-up speed, and optional: only for screenshots",
     ("flnet.reuse", "flnet.runner"): "start-up speed: a sweep's own process loads no torch",
     ("flnet.reuse", "flnet.checkpoint"): "start-up speed: torch",
@@ -64,9 +65,7 @@ LATE = {
 PENDING_ARROWS = {
     ("flnet.learn.aggregate", "flnet.sim.topology"),  # pending: delivery helper
 }
-PENDING_CYCLES = [
-    {"flnet.sim.at_once", "flnet.sim.d2d", "flnet.sim.world"},  # pending: world helper
-]
+PENDING_CYCLES = []
 PENDING_LATE = {
     ("flnet.algorithms", "flnet.algorithms.base"): "pending: records helper",
     ("flnet.cli", "flnet"): "pending: compare helper (the package is loaded already)",
@@ -77,11 +76,10 @@ PENDING_LATE = {
     ("flnet.plot", "io"): "pending: compare helper",
     ("flnet.report", "os"): "pending: compare helper",
     ("flnet.report", "shutil"): "pending: compare helper",
-    ("flnet.sim.ledger", "pyarrow"): "pending: world helper",
     ("flnet.sim.topology", "scipy"): "pending: delivery helper",
     ("flnet.sim.topology", "flnet.rng"): "pending: delivery helper",
 }
-PENDING_SCENARIO_USERS = {"flnet.sim.world"}  # pending: world helper (sections from flnet.schema)
+PENDING_SCENARIO_USERS: set[str] = set()
 
 
 def module_name(path: Path) -> str:

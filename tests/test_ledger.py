@@ -56,6 +56,13 @@ def test_total_energy_is_fsum_of_the_rows_bit_for_bit():
     assert _running_sum(joules) != math.fsum(joules)  # else it could not tell a naive running sum
 
 
+class _Heard(list):
+    """A ledger subscriber that lists what it hears."""
+
+    def spend(self, client, t_s, energy_j, outcome):
+        self.append((client, t_s, energy_j, outcome))
+
+
 def _mixed_rows(n=400, seed=3):
     """Rows of mixed kinds and outcomes, joules of both signs."""
     kinds, outcomes = ["download", "compute", "upload"], ["ok", "dropped", "deadline"]
@@ -124,13 +131,11 @@ def test_each_flush_converts_only_its_new_rows(tmp_path, monkeypatch):
 
 def test_blocks_and_tuples_mixed_give_the_rows_journal_and_resume_of_tuples_alone(tmp_path):
     """Runs of `add` between blocks (`extend`), flushed at checkpoints in between: the same
-    columns, frame, journal bytes, totals and `on_row` calls as every row added alone, and
+    columns, frame, journal bytes, totals and subscribers' calls as every row added alone, and
     a journal that resumes to the same ledger."""
     rows, rng = _mixed_rows(300, seed=5), random.Random(6)
-    one, mixed = Ledger(), Ledger()
-    seen_one, seen_mixed = [], []
-    one.on_row = lambda *a: seen_one.append(a)
-    mixed.on_row = lambda *a: seen_mixed.append(a)
+    seen_one, seen_mixed = _Heard(), _Heard()
+    one, mixed = Ledger([seen_one]), Ledger([seen_mixed])
     paths = tmp_path / "one.csv", tmp_path / "mixed.csv"
     cut = sorted(rng.sample(range(1, len(rows)), 12))
     for i, (a, b) in enumerate(zip([0, *cut], [*cut, len(rows)])):

@@ -148,7 +148,6 @@ def test_device_to_device_transfer_charges_each_device_on_its_own_row(scenario):
     from flnet.sim.channel import band as open_band
     from flnet.sim.ledger import Tag
     from flnet.sim.network import Link
-    from flnet.sim.patterns import Packet
 
     sim = Run(three_clients(scenario), write=False)
     world = sim.world
@@ -159,8 +158,8 @@ def test_device_to_device_transfer_charges_each_device_on_its_own_row(scenario):
             a, b, Link(band, snr_hz, power_w=0.2 + 0.05, kind="d2d", rx_power_w=0.1)
         )
     start = world.now
-    p1 = world.transfer(0, 1, Packet(None, BITS), Tag("exchange", 1))
-    p2 = world.transfer(1, 2, Packet(None, BITS), Tag("exchange", 1))
+    p1 = _process(world, world.start_transfer(0, 1, BITS, Tag("exchange", 1)))
+    p2 = _process(world, world.start_transfer(1, 2, BITS, Tag("exchange", 1)))
     world.env.run(until=p1 & p2)
     half = 0.5e6 * math.log2(1 + 2 * 10)  # two transfers share the band
     assert world.now - start == pytest.approx(BITS / half)
@@ -174,23 +173,38 @@ def test_device_to_device_transfer_charges_each_device_on_its_own_row(scenario):
     assert world.ledger.bits["d2d"] == 2 * BITS
 
 
+def _process(world, job):
+    """A SimPy process that waits for `job` (a transfer or compute under way) and ends with its
+    outcome; an interrupt stops the job, charging it up to then, its cause the outcome."""
+    import simpy
+
+    def until_done():
+        try:
+            yield job.event
+        except simpy.Interrupt as stop:
+            job.stop(stop.cause)
+        return job.outcome
+
+    return world.env.process(until_done())
+
+
 def _pipeline_processes(world, clients, flops, bits, deadline_s):
-    """The round trip as one SimPy process per client over the World's `transfer` and `compute`
-    processes, stopped by interrupts: what `round_trip`'s callbacks must match."""
+    """The round trip as one SimPy process per client over the World's jobs (`start_transfer`,
+    `start_compute`), each waited for by a process and stopped by interrupts: what
+    `round_trip`'s callbacks must match."""
     import simpy
 
     from flnet.sim.ledger import SERVER, Tag
-    from flnet.sim.patterns import Packet
 
-    tag, msg = Tag("round_trip", 1), Packet(None, bits)
+    tag = Tag("round_trip", 1)
 
     def pipeline(c, f):
-        step = world.transfer(SERVER, c, msg, tag)
+        step = _process(world, world.start_transfer(SERVER, c, bits, tag))
         outcome = yield from _forward(step)
         if outcome == "ok":
-            outcome = yield from _forward(world.compute(c, f, tag))
+            outcome = yield from _forward(_process(world, world.start_compute(c, f, tag)))
         if outcome == "ok":
-            yield from _forward(world.transfer(c, SERVER, msg, tag))
+            yield from _forward(_process(world, world.start_transfer(c, SERVER, bits, tag)))
 
     def _forward(proc):
         """Wait for a primitive's process, passing an interrupt on to it."""

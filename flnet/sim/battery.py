@@ -149,7 +149,8 @@ class Battery:
         return Level(max(t, lv.t_s), charge, locked)
 
     def spend(self, client: int, t_s: float, energy_j: float, outcome: str) -> None:
-        """A ledger row of `energy_j` on `client` that ended at `t_s` (the ledger's hook)."""
+        """A ledger row of `energy_j` on `client` that ended at `t_s` (a
+        `flnet.sim.ledger.Subscriber`)."""
         if client not in self._drawn:
             self._drawn[client] = (self._draw(client), math.nan)
         cell = self.cell(client)

@@ -1,6 +1,6 @@
 """Device-to-device transmissions: unicast or broadcast, scheduled on the air, lost or not.
 
-An `Airing` is one transmission from a sender to one receiver (unicast) or several (broadcast):
+A `D2DJob` is one transmission from a sender to one receiver (unicast) or several (broadcast):
 it goes out once, at the rate of its weakest intended receiver (the smallest SNR after
 fading), so every receiver can decode it. The sender pays its transmit power for the airtime
 once; each receiver its receive power for the same airtime, on its own ledger row. A message
@@ -8,7 +8,7 @@ drawn lost (`lost`, per receiver) still takes its airtime and is charged: the re
 and could not decode it (outcome `lost` on its row); the receiver learns it at the end of the
 airtime, so nobody waits for it longer than that.
 
-`Airwaves` decides when a transmission may start. What a transmission needs:
+`AirScheduler` decides when a transmission may start. What a transmission needs:
 - the medium, under TDMA (`radio.d2d.sharing: tdma`): one transmission on the band at a time,
   each with the whole band, so a set of transmissions takes the sum of their airtimes;
 - its sender's and receivers' radios, when nodes are half-duplex (`radio.d2d.half_duplex`):
@@ -26,28 +26,25 @@ first grant takes the medium).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 import simpy
 
 from flnet.sim.channel import Transmission
-from flnet.sim.ledger import BROADCAST, Tag
-
-if TYPE_CHECKING:  # the World, for annotations only (it imports this module)
-    from flnet.sim.network import Link
-    from flnet.sim.world import World
+from flnet.sim.costs import Costs
+from flnet.sim.ledger import BROADCAST, Ledger, Tag
+from flnet.sim.network import Link
 
 MEDIUM = -10  # the shared medium as a resource (node ids are >= 0)
 NOTHING: frozenset[int] = frozenset()  # what a transmission needs on orthogonal full-duplex links
 
 
-class Airwaves:
+class AirScheduler:
     """Grants transmissions what they need (see the module docstring)."""
 
     def __init__(self, tdma: bool, half_duplex: bool) -> None:
         self.tdma, self.half_duplex = tdma, half_duplex
         self.busy: set[int] = set()
-        self.waiting: list[Airing] = []
+        self.waiting: list[D2DJob] = []
 
     def needs(self, src: int, receivers: list[int]) -> frozenset[int]:
         if not (self.tdma or self.half_duplex):
@@ -57,20 +54,20 @@ class Airwaves:
             need.update((src, *receivers))
         return frozenset(need)
 
-    def request(self, job: Airing) -> None:
+    def request(self, job: D2DJob) -> None:
         if not job.needs:
             job.start()
         elif self.waiting and self.tdma or not job.needs.isdisjoint(self.busy):
-            job.event, job.waited = job.world.signal(), True  # fires when its airtime ends
+            job.event, job.waited = job.env.event(), True  # fires when its airtime ends
             self.waiting.append(job)
         else:
             self._grant(job)
 
-    def release(self, job: Airing) -> None:
+    def release(self, job: D2DJob) -> None:
         if not job.needs:
             return
         self.busy -= job.needs
-        still: list[Airing] = []
+        still: list[D2DJob] = []
         for i, w in enumerate(self.waiting):
             if self.tdma and MEDIUM in self.busy:
                 still.extend(self.waiting[i:])
@@ -81,21 +78,24 @@ class Airwaves:
                 still.append(w)
         self.waiting = still
 
-    def withdraw(self, job: Airing) -> None:
+    def withdraw(self, job: D2DJob) -> None:
         self.waiting.remove(job)
 
-    def _grant(self, job: Airing) -> None:
+    def _grant(self, job: D2DJob) -> None:
         self.busy |= job.needs
         job.start()
 
 
-class Airing:
+class D2DJob:
     """One D2D transmission under way (a `flnet.sim.world.Job`): `event` fires when its airtime
     ends; `stop` ends it early (charged up to now; nothing if it had not started);
     `delivered[r]` says whether receiver r got it."""
 
     __slots__ = (
-        "world",
+        "env",
+        "ledger",
+        "costs",
+        "scheduler",
         "src",
         "receivers",
         "bits",
@@ -112,24 +112,31 @@ class Airing:
 
     def __init__(
         self,
-        world: World,
+        env: simpy.Environment,
+        ledger: Ledger,
+        costs: Costs,
+        scheduler: AirScheduler,
         src: int,
         receivers: list[int],
+        links: list[Link],
         bits: float,
         tag: Tag,
         lost: list[bool] | None,
-        then: Callable[[Airing], None] | None,
+        then: Callable[[D2DJob], None] | None,
     ) -> None:
-        self.world, self.src, self.receivers, self.bits, self.tag = world, src, receivers, bits, tag
+        """`links`: from `src` to each of `receivers`; `scheduler` schedules it on the air,
+        `costs` draws each receiver's fading, `ledger` gets its rows."""
+        self.env, self.ledger, self.costs, self.scheduler = env, ledger, costs, scheduler
+        self.src, self.receivers, self.bits, self.tag = src, receivers, bits, tag
         self.lost = lost if lost is not None else [False] * len(receivers)
         self.then = then
-        self.links: list[Link] = [world.link(src, r) for r in receivers]
+        self.links = links
         self.tx: Transmission | None = None
         self.event: simpy.Event  # set when granted (the transmission's) or queued (its own)
         self.waited = False  # queued before it was granted
         self.outcome: str | None = None
-        self.needs = world.airwaves.needs(src, receivers)
-        world.airwaves.request(self)
+        self.needs = scheduler.needs(src, receivers)
+        scheduler.request(self)
 
     @property
     def delivered(self) -> list[bool]:
@@ -138,12 +145,12 @@ class Airing:
 
     def start(self) -> None:
         """Granted the air: send at the weakest receiver's rate (each receiver's fading drawn)."""
-        world, src, tag = self.world, self.src, self.tag
+        fading, src, tag = self.costs.fading, self.src, self.tag
         if len(self.links) == 1:  # unicast
-            snr_hz = self.links[0].snr_hz * world._fading(src, self.receivers[0], tag, None)
+            snr_hz = self.links[0].snr_hz * fading(src, self.receivers[0], tag, None)
         else:
             snr_hz = min(
-                link.snr_hz * world._fading(src, r, tag, None)
+                link.snr_hz * fading(src, r, tag, None)
                 for r, link in zip(self.receivers, self.links)
             )
         self.tx = tx = self.links[0].channel.transmit(self.bits, snr_hz)
@@ -154,7 +161,7 @@ class Airing:
     def _done(self, _event: simpy.Event) -> None:
         if self.outcome is None:
             self._charge("ok")
-            self.world.airwaves.release(self)
+            self.scheduler.release(self)
             if self.waited:
                 self.event.succeed()
             if self.then is not None:
@@ -164,20 +171,20 @@ class Airing:
         if self.outcome is not None:
             return
         if self.tx is None:
-            self.world.airwaves.withdraw(self)
+            self.scheduler.withdraw(self)
         else:
             self.tx.cancel()
-            self.world.airwaves.release(self)
+            self.scheduler.release(self)
         self._charge(cause)
 
     def _charge(self, outcome: str) -> None:
         self.outcome = outcome
-        world, now = self.world, self.world.env.now
+        ledger, now = self.ledger, self.env.now
         start = self.tx.start_s if self.tx is not None else now
         sent = self.tx.sent_bits if self.tx is not None else 0.0
         airtime = now - start
         peer = self.receivers[0] if len(self.receivers) == 1 else BROADCAST
-        world.ledger.add(
+        ledger.add(
             self.tag,
             self.src,
             peer,
@@ -191,7 +198,7 @@ class Airing:
         )
         for r, link, lost in zip(self.receivers, self.links, self.lost):
             got = "lost" if lost and outcome == "ok" else outcome
-            world.ledger.add(
+            ledger.add(
                 self.tag,
                 r,
                 self.src,

@@ -17,9 +17,9 @@ import errno
 import math
 import os
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 import pandas as pd
@@ -68,8 +68,18 @@ class Tag(NamedTuple):
 Block = dict[str, np.ndarray]  # rows as columns, as `Ledger.columns` gives them
 
 
+class Subscriber(Protocol):
+    """What hears of each client's energy as its rows are added, replayed ones included
+    (`flnet.sim.battery.Battery` drains, `flnet.sim.classes.ClassEnergy` sums by class)."""
+
+    def spend(self, client: int, t_s: float, energy_j: float, outcome: str) -> None:
+        """A row of `energy_j` on `client` that ended at `t_s` with `outcome`."""
+
+
 class Ledger:
-    def __init__(self) -> None:
+    def __init__(self, subscribers: Sequence[Subscriber] = ()) -> None:
+        """`subscribers` hear of every client's row (node >= 0), in their order, until
+        `unsubscribe`."""
         # the rows in order: runs of tuples (`add`) and blocks (`extend`)
         self._parts: list[list[tuple] | Block] = []
         self._open: list[tuple] | None = None  # the run of tuples `add` appends to
@@ -79,9 +89,7 @@ class Ledger:
         self._unsummed: list[Block] = []  # blocks not in the totals yet (until they are read)
         self._flushed = 0  # rows already in the journal
         self._flushed_from = (0, 0)  # the part the journal's end is in, and the rows before it
-        # (node, end_s, energy_j, outcome) of each client's row as it is added, replayed
-        # ones included: what a battery drains (flnet.sim.battery)
-        self.on_row: Callable[[int, float, float, str], None] | None = None
+        self._subscribers = list(subscribers)
 
     def add(
         self,
@@ -106,8 +114,9 @@ class Ledger:
         if energy_j:
             _add_exact(self._partials[kind], energy_j)
         self._bits[kind] += bits
-        if self.on_row is not None and node >= 0:
-            self.on_row(node, end_s, energy_j, outcome)
+        if node >= 0:
+            for subscriber in self._subscribers:
+                subscriber.spend(node, end_s, energy_j, outcome)
 
     def extend(self, block: Block) -> None:
         """Append the rows of `block` (every column, as `columns` gives them), in order: the
@@ -119,13 +128,19 @@ class Ledger:
         self._parts.append(block)
         self._open = None
         self._unsummed.append(block)
-        if self.on_row is not None:
+        if self._subscribers:
             names = [OUTCOMES[o] for o in block["outcome"].tolist()]
             for node, end_s, joules, outcome in zip(
                 block["node"].tolist(), block["end_s"].tolist(), block["energy_j"].tolist(), names
             ):
                 if node >= 0:
-                    self.on_row(node, end_s, joules, outcome)
+                    for subscriber in self._subscribers:
+                        subscriber.spend(node, end_s, joules, outcome)
+
+    def unsubscribe(self) -> None:
+        """No row comes after the run's end: let go of the subscribers (a run's result holds
+        the ledger until its table is read, not the batteries)."""
+        self._subscribers = []
 
     def _sum_blocks(self) -> None:
         """Add the blocks not in the totals yet: each kind's bits in row order, its joules to

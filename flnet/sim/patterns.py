@@ -1,6 +1,8 @@
 """Communication patterns, built only on the World's primitives: who sends what to whom, and
 when a step is over. An algorithm is maths plus one of these shapes; each is a plain SimPy
-generator used as ``result = yield from pattern(world, ...)``.
+generator used as ``result = yield from pattern(world, ...)``. The algorithm hands its pattern
+the World it holds (`AbstractWorld`, the narrow part); the pattern uses the rest
+(`PatternWorld`: jobs, fates, cuts, the round plan).
 
 - `round_trip`: server -> cohort -> server, with a deadline and over-selection (FedAvg's).
 - `exchange`: every node sends to its out-neighbours and goes on once the messages it needs have
@@ -37,8 +39,10 @@ import simpy
 
 from flnet.errors import FlnetError
 from flnet.rng import Stream
+from flnet.sim.at_once import Trips
+from flnet.sim.fate import Fate
 from flnet.sim.ledger import SERVER, Tag
-from flnet.sim.world import SELECTION_TRIES, AbstractWorld, Fate, Job
+from flnet.sim.world import SELECTION_TRIES, AbstractWorld, Job, PatternWorld, pattern_side
 
 
 class Packet(NamedTuple):
@@ -109,9 +113,10 @@ def round_trip(
     round looks for clients again, so the clock moves on to when someone is online.
     Where what can stop the members' work is known when it starts (their fates, drawn as
     their trips start: `World.trip_fates`: slowdowns, dropouts, a session's end, an upload's
-    judge; no battery), the World computes the whole round at once (`World.trips_at_once`,
+    judge; no battery), the World computes the whole round at once (`World.round_plan`,
     `flnet.sim.at_once`): the same rows, outcomes and instants.
     """
+    world = pattern_side(world)
     start = world.now
     n = len(cohort)
     if n == 0:  # nobody online to take part: the server looks for clients again later
@@ -123,7 +128,9 @@ def round_trip(
     flops = _per_member(work_flops, n)
     # each member's fate, drawn as its trip starts (the cohort's at once), for either path
     fates = world.trip_fates(cohort.tolist(), step, _works(down_bits, flops, up_bits))
-    plan = world.trips_at_once(cohort, down_bits, flops, up_bits, step, deadline_s, keep, fates)
+    plan = world.round_plan.plan(
+        Trips(cohort, down_bits, flops, up_bits, step, deadline_s, keep, fates)
+    )
     if plan is not None:  # nothing but the server could stop anyone: computed at once
         yield world.wait_until(plan.end_s)
         world.ledger.extend(plan.rows)
@@ -174,7 +181,7 @@ class _Gather:
     """The server's side of a round trip: arrivals in order; `done` fires once `keep` clients
     have delivered or nobody is left to wait for. Arrivals after it closes are not used."""
 
-    def __init__(self, world: AbstractWorld, n: int, keep: int) -> None:
+    def __init__(self, world: PatternWorld, n: int, keep: int) -> None:
         self.outcomes = [""] * n
         self.delivered: list[int] = []
         self.waiting = n
@@ -217,7 +224,7 @@ class _Trip:
 
     def __init__(
         self,
-        world: AbstractWorld,
+        world: PatternWorld,
         gather: _Gather,
         pos: int,
         client: int,
@@ -343,6 +350,7 @@ def exchange(
     without availability. `present` ([N] bool) is that answer when the caller asked it already
     (to train only the nodes online: `flnet.algorithms.decentralized.train_online`).
     """
+    world = pattern_side(world)
     start = world.now
     step = Tag("exchange", tag)
     ids, flops = nodes.tolist(), np.asarray(work_flops, dtype=float).tolist()
@@ -366,9 +374,9 @@ def exchange(
     receivers = pairs[:, 1].tolist()
     arrived = np.zeros(m, dtype=bool)
     computed = np.zeros(len(ids), dtype=bool)
-    airings: list[Job | None] = [None] * sum(len(g) for g in groups)
-    remaining = _Countdown(world, int(present.sum()) + len(airings))
-    first = np.cumsum([0] + [len(g) for g in groups]).tolist()  # node -> its first airing
+    sends: list[Job | None] = [None] * sum(len(g) for g in groups)  # D2D jobs, by transmission
+    remaining = _Countdown(world, int(present.sum()) + len(sends))
+    first = np.cumsum([0] + [len(g) for g in groups]).tolist()  # node -> its first transmission
 
     def aired(group: list[int]) -> Callable[[Any], None]:
         def then(job: Any) -> None:
@@ -380,7 +388,7 @@ def exchange(
 
     def send(pos: int) -> None:
         for t, group in enumerate(groups[pos], first[pos]):
-            airings[t] = world.start_d2d(
+            sends[t] = world.start_d2d(
                 ids[pos],
                 [ids[receivers[e]] for e in group],
                 bits[group[0]] if len(group) == 1 else max(bits[e] for e in group),
@@ -406,9 +414,9 @@ def exchange(
         yield remaining.done | world.wait(start + timeout_s - world.now)
     for job in computes:
         job.stop("timeout")  # nothing for those that completed
-    for airing in airings:
-        if airing is not None:
-            airing.stop("timeout")
+    for sent in sends:
+        if sent is not None:
+            sent.stop("timeout")
     if client_state is not None:
         client_state.commit(np.flatnonzero(computed))
     world.events += int(arrived.sum())
@@ -442,7 +450,7 @@ class _Countdown:
 
     __slots__ = ("left", "done")
 
-    def __init__(self, world: AbstractWorld, n: int) -> None:
+    def __init__(self, world: PatternWorld, n: int) -> None:
         self.left = n
         self.done = world.signal()
         if n == 0:
@@ -527,6 +535,7 @@ def stream(
     bands included). `stream(..., resume=state.flight)` continues exactly where it was.
     Uploads' payloads must be tensors (or plain numbers) to go through a checkpoint.
     """
+    world = pattern_side(world)
     flight = _Flight(world, server)
     counts: dict[int, int] = {}
     launches = 0
@@ -585,7 +594,7 @@ IDLE_GIVE_UP_S = 7 * 86400.0  # a stream idle this long fails (nobody will come 
 
 
 def _pick_idle(
-    world: AbstractWorld, pool: range | list[int], busy: set[int], launches: int
+    world: PatternWorld, pool: range | list[int], busy: set[int], launches: int
 ) -> int | None:
     """A uniform idle client online now (availability drawn with key `launches`), or None
     when none of SELECTION_TRIES candidates is."""
@@ -604,7 +613,7 @@ def _pick_idle(
 class _Flight:
     """The works under way in a stream and the arrivals not yet handed to the server."""
 
-    def __init__(self, world: AbstractWorld, server: StreamServer) -> None:
+    def __init__(self, world: PatternWorld, server: StreamServer) -> None:
         self.world, self.server = world, server
         self.under_way: list[_Work] = []
         self.arrived: list[Arrival] = []

@@ -1,12 +1,13 @@
 """The World: devices, links and the ledger on a SimPy clock, and the primitives built on them.
 
 Primitives are all an algorithm's time is made of: a transfer of a message from one node to
-another (`transfer`, or `start_transfer` for callback chains), local compute of some FLOPs
-(`compute`, `start_compute`) and waiting (`wait`). Each transfer and compute writes its ledger row
-(time, joules, bits, outcome) when it ends, completed or stopped. The communication shapes
-(`round_trip`, `exchange`, `stream`) are built on these in `flnet.sim.patterns`; algorithms import
-the `AbstractWorld` interface, never this class's internals. Nothing here imports torch: the World
-sees bits and FLOPs, never tensors.
+another (`start_transfer`), local compute of some FLOPs (`start_compute`), a D2D transmission
+(`start_d2d`), each a job that calls its `then` when it ends, and waiting (`wait`). Each job
+writes its ledger row (time, joules, bits, outcome) when it ends, completed or stopped. The
+communication shapes (`round_trip`, `exchange`, `stream`) are built on these in
+`flnet.sim.patterns`, which see the World as a `PatternWorld`; algorithms see only the
+narrower `AbstractWorld`. Nothing here imports torch: the World sees bits and FLOPs, never
+tensors.
 
 Who is online when (`availability`, `flnet.sim.availability`) and how a started client's work
 goes (`fate`: its session's end, a slowdown, a dropout point) are the World's too; patterns
@@ -23,8 +24,8 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable, Generator, Iterable, Iterator
-from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, cast
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, NamedTuple, Protocol, cast, runtime_checkable
 
 import numpy as np
 import simpy
@@ -33,68 +34,25 @@ from flnet import draws
 from flnet.dists import AnyDist
 from flnet.errors import ScenarioError
 from flnet.rng import Stream, generator, stream_keys
-from flnet.sim import at_once
+from flnet.schema import D2D, ClientsConfig, Radio
 from flnet.sim import availability as availability_mod
 from flnet.sim import population as population_mod
-from flnet.sim.at_once import Plan
+from flnet.sim.at_once import AtOnce, EventByEvent, RoundPlan
 from flnet.sim.availability import Availability, Diurnal
 from flnet.sim.battery import Battery
 from flnet.sim.channel import Channel, SharedBand, Transmission, band, timeout_at
 from flnet.sim.classes import ClassEnergy
-from flnet.sim.cuts import Cuts
-from flnet.sim.d2d import Airing, Airwaves
-from flnet.sim.device import compute_energy_j, compute_time_s
+from flnet.sim.costs import Costs, Devices
+from flnet.sim.d2d import AirScheduler, D2DJob
+from flnet.sim.fate import SURE, Ends, Fate
 from flnet.sim.ledger import NOBODY, Ledger, Tag
 from flnet.sim.network import Link, Network, d2d_link
+from flnet.sim.stops import ScheduledStops
 from flnet.sim.traces import TraceError, TraceReplay, TraceSpeeds, speeds_from
-
-if TYPE_CHECKING:  # the scenario's sections, for annotations only
-    from flnet.scenario import D2D, ClientsConfig, Radio
 
 SELECTION_AHEAD = 16  # rounds of client selection drawn at once
 SELECTION_TRIES = 64  # under availability: candidates examined per client wanted, at most
 INTERRUPTED = "interrupted"  # the stop reason of `request_stop` from a signal
-
-
-class Devices(NamedTuple):
-    """Per-client compute profile, each [N]."""
-
-    cpu_hz: np.ndarray
-    flops_per_cycle: np.ndarray
-    kappa: np.ndarray
-
-
-Ends = str | Callable[[], str]  # a job's outcome if it runs to its end (or how to judge it then)
-
-
-class Fate(NamedTuple):
-    """How one client's piece of work will go, known when it starts (`World.fate`).
-
-    Every way a member's work can fail ends it the same way: the member's `stop(outcome)` at
-    that instant, charging the job under way up to then. `cut_s` is when its online session
-    ends (outcome `interrupted`; inf: never). A dropout happens at a point of the work's
-    progress: phase `drop_phase` (0 download, 1 compute, 2 upload; 3: no dropout) after
-    `drop_fraction` of its bits or FLOPs, so that job is started with that share of its work
-    and ends as `dropped`. `judge` (check at_completion) gives the upload's outcome at its end.
-    """
-
-    cut_s: float = math.inf
-    drop_phase: int = 3
-    drop_fraction: float = 1.0
-    slowdown: float = 1.0
-    judge: Callable[..., str] | None = None  # (t_s: the upload's end; default now) -> outcome
-    cut_outcome: str = "interrupted"  # battery: the cut is where the battery runs empty
-
-    def portion(self, phase: int) -> tuple[float, Ends]:
-        """(share of the phase's work to run, its outcome if it runs to its end)."""
-        if phase == self.drop_phase:
-            return self.drop_fraction, "dropped"
-        if phase == 2 and self.judge is not None:
-            return 1.0, self.judge
-        return 1.0, "ok"
-
-
-SURE = Fate()  # work that nothing cuts, slows or drops
 
 
 class Progress(NamedTuple):
@@ -164,11 +122,10 @@ class Job(Protocol):
 
 
 class AbstractWorld(Protocol):
-    """What algorithms and patterns may use of the World."""
-
-    env: simpy.Environment
-    ledger: Ledger
-    events: int  # client results delivered so far (patterns count them)
+    """What an algorithm may use of the World: its size, clock and random streams, who takes
+    part, and publishing its steps (and what it hands the World to: `flnet.sim.topology`'s
+    `Schedule` reads `generator` and `positions_m`). Time passes only through a pattern
+    (`flnet.sim.patterns`), which is the sim's own and sees the rest (`PatternWorld`)."""
 
     @property
     def num_clients(self) -> int: ...
@@ -176,14 +133,9 @@ class AbstractWorld(Protocol):
     @property
     def now(self) -> float: ...
 
-    @property
-    def stop_reason(self) -> str | None: ...
-
     def steps(self, start: int = 0) -> Iterator[int]: ...
 
     def publish(self, progress: Progress) -> None: ...
-
-    def request_stop(self, reason: str) -> None: ...
 
     def sample_clients(
         self,
@@ -197,11 +149,30 @@ class AbstractWorld(Protocol):
         self, m: int, round: int, weights: Weights, replace: bool = True
     ) -> np.ndarray: ...
 
-    def link(self, src: int, dst: int) -> Link: ...
+    def online_clients(self, clients: np.ndarray, draw: int) -> np.ndarray: ...
 
     def alone_s(
         self, clients: np.ndarray, down_bits: float, flops: float, up_bits: float
     ) -> Alone: ...
+
+    def generator(self, stream: Stream, *keys: int) -> np.random.Generator: ...
+
+    def positions_m(self, nodes: np.ndarray) -> np.ndarray: ...
+
+
+@runtime_checkable
+class PatternWorld(AbstractWorld, Protocol):
+    """What the patterns use of the World besides the algorithms' part: jobs (transfers,
+    computes, D2D jobs) and waiting, each member's fate and the cuts that end its work,
+    the round plan, freezing work under way for a checkpoint, the ledger and the count of
+    results delivered."""
+
+    ledger: Ledger
+    events: int  # client results delivered so far (patterns count them)
+    round_plan: RoundPlan  # round trips computed at once where it can (`flnet.sim.at_once`)
+
+    @property
+    def stop_reason(self) -> str | None: ...
 
     def start_transfer(
         self,
@@ -226,6 +197,26 @@ class AbstractWorld(Protocol):
         ends_as: Ends = "ok",
     ) -> Job: ...
 
+    @property
+    def d2d(self) -> D2D: ...
+
+    def start_d2d(
+        self,
+        src: int,
+        receivers: list[int],
+        bits: float,
+        tag: Tag,
+        *,
+        lost: list[bool] | None = None,
+        then: Callable[[D2DJob], None] | None = None,
+    ) -> D2DJob: ...
+
+    def wait_until(self, t_s: float) -> simpy.Event: ...
+
+    def wait(self, seconds: float) -> simpy.Event: ...
+
+    def signal(self) -> simpy.Event: ...
+
     def fate(
         self,
         client: int,
@@ -242,53 +233,26 @@ class AbstractWorld(Protocol):
 
     def cancel_end(self, token: int) -> None: ...
 
-    def online_clients(self, clients: np.ndarray, draw: int) -> np.ndarray: ...
-
-    @property
-    def d2d(self) -> D2D: ...
-
-    def start_d2d(
-        self,
-        src: int,
-        receivers: list[int],
-        bits: float,
-        tag: Tag,
-        *,
-        lost: list[bool] | None = None,
-        then: Callable[[Airing], None] | None = None,
-    ) -> Airing: ...
-
-    def transfer(self, src: int, dst: int, packet: Any, tag: Tag) -> simpy.Process: ...
-
-    def compute(self, node: int, flops: float, tag: Tag) -> simpy.Process: ...
-
-    def trips_at_once(
-        self,
-        cohort: np.ndarray,
-        down_bits: np.ndarray,
-        flops: np.ndarray,
-        up_bits: np.ndarray,
-        tag: Tag,
-        deadline_s: float | None,
-        keep: int,
-        fates: list[Fate],
-    ) -> Plan | None: ...
-
-    def wait_until(self, t_s: float) -> simpy.Event: ...
-
-    def wait(self, seconds: float) -> simpy.Event: ...
-
-    def signal(self) -> simpy.Event: ...
-
-    def generator(self, stream: Stream, *keys: int) -> np.random.Generator: ...
-
-    def positions_m(self, nodes: np.ndarray) -> np.ndarray: ...
-
     def freeze(self, jobs: list[Job]) -> dict: ...
 
     def thaw(
         self, frozen: dict, thens: list[Callable[[Job], None]], ends: list[Ends] | None = None
     ) -> list[Job]: ...
+
+
+_PATTERN_WORLDS: set[type] = set()  # classes checked to implement PatternWorld
+
+
+def pattern_side(world: AbstractWorld) -> PatternWorld:
+    """The World an algorithm handed a pattern, as the pattern sees it (the World implements
+    both interfaces; a stand-in an algorithm made would lack the patterns' part). A protocol's
+    isinstance costs ~0.1 ms: each class is checked once."""
+    if type(world) in _PATTERN_WORLDS:
+        return cast(PatternWorld, world)
+    if not isinstance(world, PatternWorld):
+        raise TypeError(f"{type(world).__name__} is not a World: it lacks the patterns' part")
+    _PATTERN_WORLDS.add(type(world))
+    return world
 
 
 class World:
@@ -309,7 +273,6 @@ class World:
         self.radio = radio
         self.seed = seed
         self.env = simpy.Environment(initial_time=start_time_s)
-        self.ledger = Ledger()
         self.events = 0
         # every per-client attribute is an [N] column; links are made from them when used
         self.population = population_mod.build(clients, radio, seed)
@@ -320,9 +283,10 @@ class World:
             if flops_per_sample is None:
                 raise ValueError("a capacity trace needs the model's flops_per_sample")
             self.speeds = speeds_from(clients.capacity_trace, seed, flops_per_sample, clients.count)
+        self.costs = Costs(self.devices, self.speeds, clients.count, seed, radio.rayleigh_fading)
         self.network = Network(self.env, radio, pop, self.speeds)
         self.availability: Availability = availability_mod.build(clients.availability, seed)
-        self._cuts = Cuts(self.env)  # work to end when its session does
+        self._stops = ScheduledStops(self.env)  # work to end when its session does
         self.battery: Battery | None = None
         if clients.battery is not None:
             self.battery = Battery(
@@ -336,15 +300,20 @@ class World:
         if clients.device_classes:
             names = [c.name for c in clients.device_classes]
             self.class_energy = ClassEnergy(names, pop.device_class)
-        if self.battery is not None or self.class_energy is not None:
-            self.ledger.on_row = self._on_row
+        # a client's ledger row drains its battery and adds to its class's energy
+        self.ledger = Ledger([sub for sub in (self.battery, self.class_energy) if sub is not None])
+        # the accelerator of round trips: at once, where every fate is known when it starts
+        self.round_plan: RoundPlan = (
+            AtOnce(self.network, self.costs, self.env, self.fates_sure)
+            if self.fates_known
+            else EventByEvent()
+        )
         self.observers: list[Observer] = []
         self._stop_reason: str | None = None
         self._stop_requested: str | None = None
-        self._fading_draws: dict[int, dict[tuple, int]] = {}  # step -> link -> draws so far
         self._selections: dict[tuple[int, int, int], np.ndarray] = {}  # (stream, size, round)
         self._d2d_channel: Channel | None = None  # made when the first D2D link is
-        self.airwaves = Airwaves(radio.d2d.sharing == "tdma", radio.d2d.half_duplex)
+        self.air_scheduler = AirScheduler(radio.d2d.sharing == "tdma", radio.d2d.half_duplex)
 
     @property
     def num_clients(self) -> int:
@@ -384,9 +353,7 @@ class World:
     def end(self) -> None:
         for obs in self.observers:
             obs.on_end(self, self._stop_reason)
-        # no row comes after the end: the ledger lets go of the world (a run's Result holds
-        # the ledger until its table is read, not the world's columns and batteries)
-        self.ledger.on_row = None
+        self.ledger.unsubscribe()
 
     def publish(self, progress: Progress) -> None:
         """A step is done: stamp time and events, let observers evaluate, record, checkpoint,
@@ -540,7 +507,9 @@ class World:
         net = self.network
         return Alone(
             net.alone_s(down_bits, clients, down=True),
-            self._compute_times_s(flops, clients),  # a capacity trace's times when there is one
+            self.costs.compute_times_s(
+                flops, clients
+            ),  # a capacity trace's times when there is one
             net.alone_s(up_bits, clients),
         )
 
@@ -549,21 +518,11 @@ class World:
         without fading."""
         net = self.network
         total = (
-            net.alone_s(down_bits, down=True) + net.alone_s(up_bits) + self._compute_times_s(flops)
+            net.alone_s(down_bits, down=True)
+            + net.alone_s(up_bits)
+            + self.costs.compute_times_s(flops)
         )
         return float(total.min())
-
-    def _compute_times_s(
-        self, flops: float | np.ndarray, clients: np.ndarray | None = None
-    ) -> np.ndarray:
-        """[C] seconds `flops` (one number, or [C]) of local work take on each client (every
-        client if None)."""
-        if self.speeds is not None:
-            rows = self.speeds.mapping(np.arange(self.num_clients) if clients is None else clients)
-            return flops * self.speeds.s_per_flop[rows]
-        dev = self.devices
-        pick = slice(None) if clients is None else clients
-        return np.asarray(compute_time_s(flops, dev.cpu_hz[pick], dev.flops_per_cycle[pick]))
 
     # ------------------------------------------------------------------ primitives
 
@@ -653,15 +612,6 @@ class World:
             )
         return replay.charging_until
 
-    def _on_row(self, node: int, end_s: float, energy_j: float, outcome: str) -> None:
-        """A client's ledger row: drain its battery, add to its class's energy."""
-        if node >= self.num_clients:
-            return
-        if self.battery is not None:
-            self.battery.spend(node, end_s, energy_j, outcome)
-        if self.class_energy is not None:
-            self.class_energy.add(node, energy_j)
-
     def fate(
         self,
         client: int,
@@ -733,31 +683,6 @@ class World:
             and not self._draws_fates
         )
 
-    def trips_at_once(
-        self,
-        cohort: np.ndarray,
-        down_bits: np.ndarray,
-        flops: np.ndarray,
-        up_bits: np.ndarray,
-        tag: Tag,
-        deadline_s: float | None,
-        keep: int,
-        fates: list[Fate],
-    ) -> Plan | None:
-        """`cohort`'s round trips starting now computed at once where what can stop them is
-        known when they start (the server's `keep` arrivals and `deadline_s`, each member's
-        fate (`trip_fates`): no battery; `flnet.sim.at_once`), with the ledger rows to write
-        at their end; None where they go event by event. A plan given up leaves the fading
-        draws' counts as it found them: the events then draw what they would have alone."""
-        trips = (cohort, down_bits, flops, up_bits, tag, deadline_s, keep, fates)
-        if not self.radio.rayleigh_fading:
-            return at_once.plan(self, *trips)
-        counts = {step: dict(links) for step, links in self._fading_draws.items()}
-        plan = at_once.plan(self, *trips)
-        if plan is None:
-            self._fading_draws = counts
-        return plan
-
     def _drawn_fate(
         self,
         client: int,
@@ -826,7 +751,7 @@ class World:
         net = self.network
         return (
             float(net.alone_s(down_bits, ids, down=True)[0]),
-            self._compute_time_s(client, flops),
+            self.costs.compute_time_s(client, flops),
             float(net.alone_s(up_bits, ids)[0]),
         )
 
@@ -850,7 +775,7 @@ class World:
             (down_s, down.power_w),
             (
                 compute_s * slowdown,
-                self._compute_energy_j(client, flops) / compute_s / slowdown
+                self.costs.compute_energy_j(client, flops) / compute_s / slowdown
                 if compute_s > 0
                 else 0.0,
             ),
@@ -861,10 +786,10 @@ class World:
     def end_at(self, t_s: float, stop: Callable[[str], None], outcome: str) -> int:
         """Call `stop(outcome)` at `t_s` (if finite): the member's work ends there with that
         outcome. The token lets a member that is over first cancel it (`cancel_end`)."""
-        return self._cuts.add(t_s, stop, outcome)
+        return self._stops.add(t_s, stop, outcome)
 
     def cancel_end(self, token: int) -> None:
-        self._cuts.cancel(token)
+        self._stops.cancel(token)
 
     @property
     def d2d(self) -> D2D:
@@ -879,22 +804,26 @@ class World:
         tag: Tag,
         *,
         lost: list[bool] | None = None,
-        then: Callable[[Airing], None] | None = None,
-    ) -> Airing:
+        then: Callable[[D2DJob], None] | None = None,
+    ) -> D2DJob:
         """Start one D2D transmission of `bits` from `src` to `receivers` (one: unicast;
         several: broadcast, at the weakest one's rate), scheduled on the air by
-        `self.airwaves`; `lost[r]` marks receiver r's copy lost (still charged). `then(job)`
+        `self.air_scheduler`; `lost[r]` marks receiver r's copy lost (still charged). `then(job)`
         runs when its airtime ends (`flnet.sim.d2d`)."""
-        return Airing(self, src, receivers, bits, tag, lost, then)
-
-    def transfer(self, src: int, dst: int, packet: Any, tag: Tag) -> simpy.Process:
-        """A process that sends `packet` (anything with `bits`) and ends with its outcome; an
-        interrupt stops it, charging it up to then, with the interrupt's cause as outcome."""
-        return self.env.process(_until_done(self.start_transfer(src, dst, packet.bits, tag)))
-
-    def compute(self, node: int, flops: float, tag: Tag) -> simpy.Process:
-        """A process that runs `flops` on `node` and ends with its outcome (as `transfer`)."""
-        return self.env.process(_until_done(self.start_compute(node, flops, tag)))
+        links = [self.link(src, r) for r in receivers]
+        return D2DJob(
+            self.env,
+            self.ledger,
+            self.costs,
+            self.air_scheduler,
+            src,
+            receivers,
+            links,
+            bits,
+            tag,
+            lost,
+            then,
+        )
 
     def wait_until(self, t_s: float) -> simpy.Event:
         """An event at exactly `t_s` (not now + a delay rounded to its neighbour)."""
@@ -983,21 +912,6 @@ class World:
 
     # ------------------------------------------------------------------ costs
 
-    def _fading(self, src: int, dst: int, tag: Tag, key: tuple[int, ...] | None) -> float:
-        if not self.radio.rayleigh_fading:
-            return 1.0
-        if key is not None:
-            rng = generator(self.seed, Stream.FADING_KEYED, *key, src + 2, dst + 2)
-        else:
-            step = tag.step
-            draws = self._fading_draws.setdefault(step, {})
-            if len(self._fading_draws) > 2:  # only the current and the previous step transfer
-                del self._fading_draws[min(self._fading_draws)]
-            count = draws.get((src, dst), 0)
-            draws[(src, dst)] = count + 1
-            rng = generator(self.seed, Stream.FADING, step, src + 2, dst + 2, count)
-        return max(float(rng.exponential()), 1e-300)  # a draw of 0 would stall the transfer
-
     def _charge_transfer(
         self, tag: Tag, src: int, dst: int, link: Link, tx: Transmission, outcome: str
     ) -> None:
@@ -1061,48 +975,10 @@ class World:
             return
         if stopped:
             flops *= min(1.0, (self.env.now - start_s) / duration_s) if duration_s > 0 else 0.0
-        energy_j = self._compute_energy_j(node, flops)
+        energy_j = self.costs.compute_energy_j(node, flops)
         self.ledger.add(
             tag, node, NOBODY, "compute", start_s, self.env.now, energy_j, 0.0, flops, outcome
         )
-
-    def _compute_energy_j(self, node: int, flops: float) -> float:
-        if self.speeds is not None:  # the work's own seconds: a slowdown costs no more joules
-            return self.speeds.compute_power_w * self._compute_time_s(node, flops)
-        dev = self.devices
-        return float(
-            compute_energy_j(
-                flops,
-                float(dev.cpu_hz[node]),
-                float(dev.flops_per_cycle[node]),
-                float(dev.kappa[node]),
-            )
-        )
-
-    def _compute_energies_j(self, clients: np.ndarray, flops: np.ndarray) -> np.ndarray:
-        """[C] `_compute_energy_j` of each client's `flops`, bit for bit, at once."""
-        if self.speeds is not None:
-            return self.speeds.compute_power_w * self._compute_times_s(flops, clients)
-        dev = self.devices
-        return np.asarray(
-            compute_energy_j(
-                flops, dev.cpu_hz[clients], dev.flops_per_cycle[clients], dev.kappa[clients]
-            )
-        )
-
-    def _compute_time_s(self, node: int, flops: float) -> float:
-        if self.speeds is not None:
-            return float(self._compute_times_s(flops, np.array([node]))[0])
-        dev = self.devices
-        return compute_time_s(flops, float(dev.cpu_hz[node]), float(dev.flops_per_cycle[node]))
-
-
-def _until_done(job: Job) -> Generator[simpy.Event, Any, str | None]:
-    try:
-        yield job.event
-    except simpy.Interrupt as stop:
-        job.stop(cast(str, stop.cause))  # the interrupter names the outcome
-    return job.outcome
 
 
 class _Transfer:
@@ -1128,7 +1004,7 @@ class _Transfer:
         self.tx = (
             tx
             if tx is not None
-            else link.channel.transmit(bits, link.snr_hz * world._fading(src, dst, tag, key))
+            else link.channel.transmit(bits, link.snr_hz * world.costs.fading(src, dst, tag, key))
         )
         self.event = self.tx.done
         self.outcome: str | None = None
@@ -1179,7 +1055,7 @@ class _Compute:
         self.ends = ends_as
         if resume is None:
             self.start_s = world.env.now
-            self.duration_s = world._compute_time_s(node, flops) * slowdown
+            self.duration_s = world.costs.compute_time_s(node, flops) * slowdown
             self.event: simpy.Event = world.env.timeout(self.duration_s)
         else:  # thawed: it ends when it would have (SimPy added the duration to the start)
             self.start_s, self.duration_s = resume

@@ -17,7 +17,7 @@ import simpy
 from flnet.sim.channel import timeout_at
 
 
-class Cuts:
+class ScheduledStops:
     """Calls `stop(outcome)` at each registered instant unless cancelled first."""
 
     def __init__(self, env: simpy.Environment) -> None:
