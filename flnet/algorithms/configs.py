@@ -11,10 +11,12 @@ from pydantic_core import PydanticCustomError
 
 from flnet.config import (
     SERVER_OPTIMIZER_DESCRIPTION,
+    SERVER_RULE_DESCRIPTION,
     CohortConfig,
     GraphTopology,
     LocalConfig,
     NoServerOptimizer,
+    OptionalServerRule,
     PartialWorkConfig,
     PolynomialStaleness,
     ServerOptimizerConfig,
@@ -52,6 +54,7 @@ class FedAvgConfig(_PartialWorkNeedsADeadline):
     server_optimizer: ServerOptimizerConfig = Field(
         NoServerOptimizer(), description=SERVER_OPTIMIZER_DESCRIPTION
     )
+    server: OptionalServerRule = Field(None, description=SERVER_RULE_DESCRIPTION)
     partial_work: PartialWorkConfig | None = PARTIAL_WORK
 
 
@@ -63,6 +66,7 @@ class FedProxConfig(_PartialWorkNeedsADeadline):
     server_optimizer: ServerOptimizerConfig = Field(
         NoServerOptimizer(), description=SERVER_OPTIMIZER_DESCRIPTION
     )
+    server: OptionalServerRule = Field(None, description=SERVER_RULE_DESCRIPTION)
     partial_work: PartialWorkConfig | None = PARTIAL_WORK
 
 
@@ -139,6 +143,7 @@ class ScaffoldConfig(Strict):
     server_optimizer: ServerOptimizerConfig = Field(
         NoServerOptimizer(), description=SERVER_OPTIMIZER_DESCRIPTION + " (replaces eta_g)"
     )
+    server: OptionalServerRule = Field(None, description=SERVER_RULE_DESCRIPTION)
 
     @model_validator(mode="after")
     def _plain_sgd_clients(self) -> ScaffoldConfig:
@@ -198,6 +203,7 @@ class MoonConfig(Strict):
     server_optimizer: ServerOptimizerConfig = Field(
         NoServerOptimizer(), description=SERVER_OPTIMIZER_DESCRIPTION
     )
+    server: OptionalServerRule = Field(None, description=SERVER_RULE_DESCRIPTION)
 
 
 AVERAGING_DESCRIPTION = (
@@ -219,6 +225,7 @@ class MmPsgdConfig(Strict):
     averaging_base: float = AVERAGING_BASE
     cohort: CohortConfig = CohortConfig()
     local: LocalConfig = LocalConfig()
+    server: OptionalServerRule = Field(None, description=SERVER_RULE_DESCRIPTION)
 
 
 class McPsgdConfig(Strict):
@@ -241,6 +248,7 @@ class McPsgdConfig(Strict):
     )
     cohort: CohortConfig = CohortConfig()
     local: LocalConfig = LocalConfig()
+    server: OptionalServerRule = Field(None, description=SERVER_RULE_DESCRIPTION)
 
     @model_validator(mode="after")
     def _fresh_optimizers(self) -> McPsgdConfig:
