@@ -374,7 +374,7 @@ def scenario_child(path: str, overrides: list[str], write: bool) -> None:
     import torch.utils.serialization  # noqa: F401
 
     from flnet import runner
-    from flnet.algorithms import MODULES, fedavg  # MODULES: imported below, out of the timing
+    from flnet.algorithms import MODULES, server  # MODULES: imported below, out of the timing
     from flnet.learn import cohort, data, evaluate, local
     from flnet.sim import at_once, world
 
@@ -404,7 +404,7 @@ def scenario_child(path: str, overrides: list[str], write: bool) -> None:
         "sampling": (world.World, "sample_clients"),
         "draws": (data, "minibatches"),
         "rounds": (at_once.AtOnce, "plan"),
-        "server": (fedavg, "server_step"),  # FedAvg's protocol looks it up each round
+        "server": (server, "step"),  # FedAvg's rounds look it up each round
         "evaluation": (evaluate.Evaluator, "__call__"),
         "results": (runner.Run, "result"),
     }.items():
@@ -432,7 +432,7 @@ OUTSIDE_PARTS = (  # what a scenario's child times apart outside the trainer
     "local",  # the rest of Learner.local_train: optimizer states, FLOPs, its result (and
     # with local.epochs, its epochs' draws: data.epoch_batches)
     "rounds",  # at_once.AtOnce.plan: a round's transfers and computes at once
-    "server",  # fedavg.server_step: the weighted mean of the delivered models (FedAvg's)
+    "server",  # algorithms.server.step: the weighted mean of the delivered models (FedAvg's)
     "evaluation",  # Evaluator.__call__
     "results",  # Run.result: the records, ledger and summary
 )

@@ -11,7 +11,15 @@ import types
 from decimal import ROUND_HALF_UP, Decimal
 from typing import Annotated, Any, ClassVar, Literal, Union, get_args, get_origin
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 from pydantic_core import PydanticCustomError
 
 
@@ -273,6 +281,71 @@ ServerOptimizerConfig = Annotated[
 SERVER_OPTIMIZER_DESCRIPTION = (
     "a server optimizer over the pseudo-gradient -Delta_t (Reddi et al. 2021): none, "
     "fedavgm, fedadam, fedyogi, fedadagrad"
+)
+
+
+class ServerRuleConfig(Strict):
+    """How the server combines the delivered models (`flnet.learn.aggregate.combine`):
+    weighted_mean, sum_k n_k x_k / sum_k n_k with n_k the sample counts (FedAvg's line 8);
+    mean, each client weighing the same; median, coordinate-wise; trimmed_mean, per coordinate
+    the mean without the floor(trim_fraction * D) largest and as many smallest of the D
+    delivered values (the last two: Yin et al., "Byzantine-Robust Distributed Learning", ICML
+    2018; each client weighs the same, its sample count being its own claim)."""
+
+    rule: Literal["weighted_mean", "mean", "median", "trimmed_mean"] = Field(
+        description="weighted_mean, mean, median or trimmed_mean"
+    )
+    trim_fraction: float | None = Field(
+        None,
+        ge=0,
+        lt=0.5,
+        description="trimmed_mean only (and required there): the share dropped at each end",
+    )
+
+    @model_validator(mode="after")
+    def _trim_with_trimmed_mean(self) -> ServerRuleConfig:
+        if self.rule == "trimmed_mean" and self.trim_fraction is None:
+            raise PydanticCustomError(
+                "inconsistent",
+                "trimmed_mean needs a trim_fraction in [0, 0.5) (Yin et al. 2018 take 0.1)",
+                {"field": "algorithm.server.trim_fraction"},
+            )
+        if self.rule != "trimmed_mean" and self.trim_fraction is not None:
+            raise PydanticCustomError(
+                "inconsistent",
+                "only trimmed_mean trims; remove trim_fraction (rule {rule})",
+                {"field": "algorithm.server.trim_fraction", "rule": self.rule},
+            )
+        return self
+
+
+def _not_with_a_server_optimizer(
+    rule: ServerRuleConfig | None, info: ValidationInfo
+) -> ServerRuleConfig | None:
+    """A server rule and a server optimizer are two answers to one question (what the server
+    does with the delivered models): the optimizer steps along its own mean of the deltas
+    (variant reddi: plain, flower: sample-weighted), so the pair is refused, not guessed at.
+    Needs the algorithm's `server` field declared after its `server_optimizer`."""
+    optimizer = info.data.get("server_optimizer")
+    if rule is not None and optimizer is not None and optimizer.name != "none":
+        raise PydanticCustomError(
+            "inconsistent",
+            "a server optimizer ({optimizer}) steps along its own mean of the deltas; give "
+            "algorithm.server or algorithm.server_optimizer, not both",
+            {"field": "algorithm.server", "optimizer": optimizer.name},
+        )
+    return rule
+
+
+# an algorithm's `server` field: null is its own rule
+OptionalServerRule = Annotated[
+    ServerRuleConfig | None, AfterValidator(_not_with_a_server_optimizer)
+]
+SERVER_RULE_DESCRIPTION = (
+    "how the server combines the delivered models: weighted_mean (by sample counts), mean, "
+    "median or trimmed_mean (coordinate-wise, each client weighing the same); null: the "
+    "algorithm's own (FedAvg, FedProx, MOON: weighted_mean; SCAFFOLD (its dy), MM-PSGD, "
+    "MC-PSGD: mean). Not with a server_optimizer"
 )
 
 

@@ -8,8 +8,9 @@ import pytest
 import torch
 from tolerance import assert_tensors_close
 
-from flnet.learn.aggregate import consensus_distance, effective_mixing, mix
+from flnet.learn.aggregate import consensus_distance, mix
 from flnet.sim import topology as topo
+from flnet.sim.topology import effective_mixing
 
 
 def path3() -> topo.Mixing:
@@ -50,13 +51,15 @@ def test_a_missing_message_leaves_its_weight_on_the_receiver():
     np.testing.assert_allclose(w_t.sum(1), 1.0, rtol=0, atol=1e-15)
     assert effective_mixing(m, None) is m
     x = torch.tensor([[3.0], [0.0], [6.0]], dtype=torch.float64)
-    assert_tensors_close(mix(m, x, arrived), torch.tensor([[2.0], [1.0], [4.0]]))
+    assert_tensors_close(mix(effective_mixing(m, arrived), x), torch.tensor([[2.0], [1.0], [4.0]]))
 
 
 def test_a_link_lost_both_ways_keeps_the_average():
     m = topo.from_config(topo_ring(), 5, np.random.default_rng(0))
     x = torch.randn(5, 7, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
-    assert_tensors_close(mix(m, x, arrived_but(m, (1, 2), (2, 1))).mean(0), x.mean(0))
+    assert_tensors_close(
+        mix(effective_mixing(m, arrived_but(m, (1, 2), (2, 1))), x).mean(0), x.mean(0)
+    )
     one_way = effective_mixing(m, arrived_but(m, (2, 1))).dense()  # only 2 -> 1 lost
     assert not np.allclose(one_way.sum(0), 1.0)  # W_t is no longer column-stochastic
 
@@ -82,7 +85,9 @@ def test_sparse_mix_is_the_dense_w_t_times_x_on_random_graphs_and_losses(kind, n
             lost[m.receiver[~arrived], m.sender[~arrived]] = True
             w_t = dense_w_t(m.dense(), lost)
             x = torch.randn(n, 33, generator=torch.Generator().manual_seed(n), dtype=torch.float32)
-            assert_tensors_close(mix(m, x, arrived), torch.tensor(w_t) @ x.double())
+            assert_tensors_close(
+                mix(effective_mixing(m, arrived), x), torch.tensor(w_t) @ x.double()
+            )
             np.testing.assert_allclose(
                 effective_mixing(m, arrived).dense(), w_t, rtol=0, atol=1e-15
             )
@@ -95,8 +100,10 @@ def test_a_hand_given_asymmetric_matrix_mixes_as_its_dense_self():
     lost = np.zeros((4, 4), dtype=bool)
     lost[1, 3] = lost[3, 0] = True
     x = torch.randn(4, 5, generator=torch.Generator().manual_seed(4), dtype=torch.float64)
-    assert_tensors_close(mix(m, x, arrived), torch.tensor(dense_w_t(w, lost)) @ x)
-    assert torch.equal(mix(m, x, ~arrived_but(m)), x)  # node 3 lost everything, W_t = I
+    assert_tensors_close(mix(effective_mixing(m, arrived), x), torch.tensor(dense_w_t(w, lost)) @ x)
+    assert torch.equal(
+        mix(effective_mixing(m, ~arrived_but(m)), x), x
+    )  # node 3 lost everything, W_t = I
 
 
 def test_edges_out_of_row_major_order_are_refused():
@@ -119,14 +126,15 @@ def test_mixing_a_100k_ring_stays_far_below_the_dense_size():
         from flnet.config import GraphTopology
         from flnet.learn.aggregate import mix
         from flnet.sim import topology
+        from flnet.sim.topology import effective_mixing
         def build(n):
             return topology.from_config(GraphTopology(kind="ring"), n, np.random.default_rng(0))
         small = build(10)
-        mix(small, torch.ones(10, 4), np.arange(20) % 2 == 0)
+        mix(effective_mixing(small, np.arange(20) % 2 == 0), torch.ones(10, 4))
         before = peak_mib()
         m = build(100_000)
         arrived = np.random.default_rng(1).random(len(m.sender)) < 0.9
-        y = mix(m, torch.ones(100_000, 4), arrived)
+        y = mix(effective_mixing(m, arrived), torch.ones(100_000, 4))
         assert len(m.sender) == 200_000 and y.shape == (100_000, 4)
         print(peak_mib() - before)
         """

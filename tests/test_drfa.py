@@ -11,8 +11,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 from tolerance import assert_tensors_close
 
-from flnet.algorithms import drdm, drfa, feddyn
+from flnet.algorithms import distributional, drdm
 from flnet.learn import simplex
+from flnet.learn.dynamic import dynamic_loss
 from flnet.runner import Run, run
 from flnet.scenario import load_scenario, merge
 from flnet.sim.world import World
@@ -104,13 +105,13 @@ def test_draw_counts_follow_lambda():
     assert np.array_equal(
         world.sample_weighted(20, 7, lam), world_of(4).sample_weighted(20, 7, lam)
     )
-    d = drfa.draw(world, lam, 20, 3, "dedup_weighted")
+    d = distributional.draw(world, lam, 20, 3, "dedup_weighted")
     assert d.draws.sum() == 20 and (d.state_updates == 1).all()
     assert np.array_equal(d.clients, np.unique(d.clients))
-    r = drfa.draw(world, lam, 20, 3, "with_replacement")
+    r = distributional.draw(world, lam, 20, 3, "with_replacement")
     assert np.array_equal(r.state_updates, r.draws)
     half = simplex.Simplex.of(np.array([0.5, 0.5, 0, 0]))
-    assert drfa.draw(world, half, 3, 3, "without_replacement").clients.tolist() == [0, 1]
+    assert distributional.draw(world, half, 3, 3, "without_replacement").clients.tolist() == [0, 1]
 
 
 def test_the_dual_draw_has_its_own_key():
@@ -174,7 +175,9 @@ def test_bits_and_flops_of_a_round_against_fedavgs(name):
     assert down == [model_bits] * m + [model_bits + 32] * participants
     forward = 4 * sim.learner.model.forward_flops_per_sample()
     assert flops == pytest.approx([forward] * m + [train_flops] * participants, rel=1e-12)
-    lam = drfa.lam_of(state.lam_n, state.lam_clients, state.lam_values, state.lam_rest).dense()
+    lam = distributional.lam_of(
+        state.lam_n, state.lam_clients, state.lam_values, state.lam_rest
+    ).dense()
     assert (lam >= 0).all() and lam.sum() == pytest.approx(1.0)
     assert not np.allclose(lam, 1 / 6)  # the dual step moved it
 
@@ -234,7 +237,7 @@ def test_drdm_round_by_hand(sampling):
     )
     learn, cfg = sim.learner, sim.scenario.algorithm
     x0 = learn.model.init_params()
-    d = drfa.draw(sim.world, simplex.Simplex.uniform(6), 6, 1, sampling)
+    d = distributional.draw(sim.world, simplex.Simplex.uniform(6), 6, 1, sampling)
     if sampling == "without_replacement":
         assert d.draws.tolist() == [1] * 6
     w = learn.local_train(
@@ -242,7 +245,7 @@ def test_drdm_round_by_hand(sampling):
         x0,
         cfg.local,
         1,
-        loss_fn=feddyn.dynamic_loss(mu, x0),
+        loss_fn=dynamic_loss(mu, x0),
         aux=torch.zeros(len(d.clients), len(x0)),
     ).params
     u = torch.as_tensor(d.state_updates, dtype=w.dtype)[:, None]
@@ -263,28 +266,28 @@ def test_drdm_snapshot_model_by_hand(sampling, monkeypatch):
     w(t') = sum_i draws_i w_i(t') / m - c(t') / mu."""
     mu, tau = 0.5, LOCAL["steps"]
     passed = []
-    dual_step = drfa.dual_step
+    dual_step = distributional.dual_step
 
     def spy(world, learn, cfg, lam, w_snapshot, round):
         passed.append(w_snapshot.clone())
         return (yield from dual_step(world, learn, cfg, lam, w_snapshot, round))
 
-    monkeypatch.setattr(drfa, "dual_step", spy)
+    monkeypatch.setattr(distributional, "dual_step", spy)
     sim = simulated(
         {"name": "drdm", "mu": mu, "clients_per_round": 6, "sampling": sampling, "local": LOCAL},
         seed=1,  # whose t' is 2 of tau = 3 (seed 0's is 3: w(t') would be w_bar)
     )
     learn, cfg = sim.learner, sim.scenario.algorithm
-    t_snap = drfa.snapshot_step(sim.world, 1, tau)
+    t_snap = distributional.snapshot_step(sim.world, 1, tau)
     assert t_snap == 2
     x0 = learn.model.init_params()
-    d = drfa.draw(sim.world, simplex.Simplex.uniform(6), 6, 1, sampling)
+    d = distributional.draw(sim.world, simplex.Simplex.uniform(6), 6, 1, sampling)
     w_snap = learn.local_train(
         d.clients,
         x0,
         cfg.local.model_copy(update={"steps": t_snap}),
         1,
-        loss_fn=feddyn.dynamic_loss(mu, x0),
+        loss_fn=dynamic_loss(mu, x0),
         aux=torch.zeros(len(d.clients), len(x0)),
     ).params
     u = torch.as_tensor(d.state_updates, dtype=w_snap.dtype)[:, None]
@@ -306,7 +309,7 @@ def test_dual_step_by_hand():
     learn, world, cfg = sim.learner, sim.world, sim.scenario.algorithm
     w = learn.model.init_params() * 0.5
     lam = simplex.Simplex.of(np.array([0.3, 0.1, 0.1, 0.2, 0.2, 0.1]))
-    proc = world.env.process(drfa.dual_step(world, learn, cfg, lam, w, 9))
+    proc = world.env.process(distributional.dual_step(world, learn, cfg, lam, w, 9))
     world.env.run(proc)
     uniform = world.sample_clients(3, 9, stream=Stream.DUAL_SELECTION)
     data = learn.data

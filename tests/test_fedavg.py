@@ -3,7 +3,7 @@ import pytest
 import torch
 from tolerance import accuracy_close
 
-from flnet.algorithms.fedavg import weighted_mean
+from flnet.learn.aggregate import weighted_mean
 from flnet.runner import run
 
 

@@ -49,6 +49,7 @@ LATE = {
     ("flnet.output", "pyarrow"): "start-up speed: the CLI imports this module",
     ("flnet.plot", "matplotlib"): "start-up speed: matplotlib only when a figure is drawn",
     ("flnet.plot", "pyarrow"): "start-up speed: parquet only when a table is read",
+    ("flnet.sim.topology", "scipy"): "start-up speed: scipy only where a gossip graph is built",
     ("flnet.sim.ledger", "pyarrow"): "start-up speed: the ledger's text columns, at write time",
     ("flnet.report", "selenium"): "start-up speed, and optional: only for screenshots",
     ("flnet.reuse", "flnet.runner"): "start-up speed: a sweep's own process loads no torch",
@@ -62,9 +63,7 @@ LATE = {
 }
 
 # Temporary: modules other helpers of issue 40 are reshaping now; the lead removes these at merge.
-PENDING_ARROWS = {
-    ("flnet.learn.aggregate", "flnet.sim.topology"),  # pending: delivery helper
-}
+PENDING_ARROWS = {}
 PENDING_CYCLES = []
 PENDING_LATE = {
     ("flnet.algorithms", "flnet.algorithms.base"): "pending: records helper",
@@ -76,8 +75,6 @@ PENDING_LATE = {
     ("flnet.plot", "io"): "pending: compare helper",
     ("flnet.report", "os"): "pending: compare helper",
     ("flnet.report", "shutil"): "pending: compare helper",
-    ("flnet.sim.topology", "scipy"): "pending: delivery helper",
-    ("flnet.sim.topology", "flnet.rng"): "pending: delivery helper",
 }
 PENDING_SCENARIO_USERS: set[str] = set()
 

@@ -11,10 +11,12 @@ from pydantic_core import PydanticCustomError
 
 from flnet.config import (
     SERVER_OPTIMIZER_DESCRIPTION,
+    SERVER_RULE_DESCRIPTION,
     CohortConfig,
     GraphTopology,
     LocalConfig,
     NoServerOptimizer,
+    OptionalServerRule,
     PartialWorkConfig,
     PolynomialStaleness,
     ServerOptimizerConfig,
@@ -53,6 +55,7 @@ class FedAvgConfig(_PartialWorkNeedsADeadline):
     server_optimizer: ServerOptimizerConfig = Field(
         NoServerOptimizer(), description=SERVER_OPTIMIZER_DESCRIPTION
     )
+    server: OptionalServerRule = Field(None, description=SERVER_RULE_DESCRIPTION)
     partial_work: PartialWorkConfig | None = PARTIAL_WORK
 
 
@@ -64,6 +67,7 @@ class FedProxConfig(_PartialWorkNeedsADeadline):
     server_optimizer: ServerOptimizerConfig = Field(
         NoServerOptimizer(), description=SERVER_OPTIMIZER_DESCRIPTION
     )
+    server: OptionalServerRule = Field(None, description=SERVER_RULE_DESCRIPTION)
     partial_work: PartialWorkConfig | None = PARTIAL_WORK
 
 
@@ -140,6 +144,7 @@ class ScaffoldConfig(Strict):
     server_optimizer: ServerOptimizerConfig = Field(
         NoServerOptimizer(), description=SERVER_OPTIMIZER_DESCRIPTION + " (replaces eta_g)"
     )
+    server: OptionalServerRule = Field(None, description=SERVER_RULE_DESCRIPTION)
 
     @model_validator(mode="after")
     def _plain_sgd_clients(self) -> ScaffoldConfig:
@@ -199,6 +204,7 @@ class MoonConfig(Strict):
     server_optimizer: ServerOptimizerConfig = Field(
         NoServerOptimizer(), description=SERVER_OPTIMIZER_DESCRIPTION
     )
+    server: OptionalServerRule = Field(None, description=SERVER_RULE_DESCRIPTION)
 
 
 AVERAGING_DESCRIPTION = (
@@ -220,6 +226,7 @@ class MmPsgdConfig(Strict):
     averaging_base: float = AVERAGING_BASE
     cohort: CohortConfig = CohortConfig()
     local: LocalConfig = LocalConfig()
+    server: OptionalServerRule = Field(None, description=SERVER_RULE_DESCRIPTION)
 
 
 class McPsgdConfig(Strict):
@@ -242,6 +249,7 @@ class McPsgdConfig(Strict):
     )
     cohort: CohortConfig = CohortConfig()
     local: LocalConfig = LocalConfig()
+    server: OptionalServerRule = Field(None, description=SERVER_RULE_DESCRIPTION)
 
     @model_validator(mode="after")
     def _fresh_optimizers(self) -> McPsgdConfig:

@@ -5,9 +5,9 @@ A round t: every node i starts its local work from a point its algorithm chooses
 DFedAvg, the opposite lookahead point for OledFL), takes ``local`` steps on minibatches keyed
 (seed, t, i), and once its compute is done sends the result z_i to its out-neighbours
 (`exchange` with ``send_after_work``); then it mixes what arrived, x_i <- sum_j W_t[i, j] z_j
-(`flnet.learn.aggregate.mix`: a lost message's weight stays on the node's own model). DFL adds
-tau2 - 1 pure gossip steps, each one more exchange without compute; C-DFL sends compressed
-innovations instead of models. Every step's ledger rows carry the round t.
+(`flnet.sim.topology.effective_mixing`: a lost message's weight stays on the node's own
+model). DFL adds tau2 - 1 pure gossip steps, each one more exchange without compute; C-DFL sends
+compressed innovations instead of models. Every step's ledger rows carry the round t.
 
 The model judged is the nodes' average x_bar = (1/n) sum_i x_i of the post-mix models (OledFL's
 output, DFL's u_t); records add the consensus distance (1/n) sum_i ||x_i - x_bar||^2 and the
@@ -277,7 +277,7 @@ def local_then_mix(
     )
     if not sent.computed.all():
         z = torch.where(torch.as_tensor(sent.computed, device=z.device).unsqueeze(1), z, start)
-    mixed = hold(sent.present, mix(g.w, z, sent.arrived), x)
+    mixed = hold(sent.present, mix(topology.effective_mixing(g.w, sent.arrived), z), x)
     return hold(sent.present, z, start if last_z is None else last_z), mixed, sent.present
 
 
@@ -295,7 +295,7 @@ def gossip(
     sent = yield from send(
         world, g, x, learn.bits(ModelMessage(x[0])), 0.0, t, timeout_s, substep=substep
     )
-    return hold(sent.present, mix(g.w, x, sent.arrived), x)
+    return hold(sent.present, mix(topology.effective_mixing(g.w, sent.arrived), x), x)
 
 
 def progress(t: int, x: torch.Tensor, state: Any, figures: dict | None = None) -> Progress:

@@ -5,22 +5,21 @@ No server: every client is a node of the graph W. Round t, at every node i in pa
   x_{i,0} = x_i^t;                                   start from the post-mix model
   K local SGD steps x_{i,k+1} = x_{i,k} - eta g_i(x_{i,k}; eps_{i,k});
   z_i = x_{i,K}, sent to the neighbours;
-  x_i^{t+1} = sum_j W_ij z_j.                        mix (`decentralized.local_then_mix`)
+  x_i^{t+1} = sum_j W_ij z_j.                        mix (`gossip_rounds`)
 In matrix form X^{t+1} = W Z^t. The model judged is the nodes' average.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING
 
-import torch
-
-from flnet.algorithms import decentralized
+from flnet.algorithms import decentralized, gossip_rounds
 from flnet.algorithms.base import Steps
 from flnet.algorithms.configs import DfedavgConfig as Config
+from flnet.algorithms.gossip_rounds import State, init, progress
 from flnet.learn.cohort import LossFn
 from flnet.sim import topology
-from flnet.sim.world import AbstractWorld, Progress
+from flnet.sim.world import AbstractWorld
 
 if TYPE_CHECKING:
     from flnet.learn.local import Learner
@@ -28,19 +27,6 @@ if TYPE_CHECKING:
 NAME = "DFedAvg"  # as its messages name it
 
 __all__ = ["Config", "State", "init", "progress", "protocol", "check"]
-
-
-class State(NamedTuple):
-    round: int  # rounds done
-    x: torch.Tensor  # [n, P] every node's post-mix model
-
-
-def init(learn: Learner, cfg: decentralized.TimedGossipConfig) -> State:
-    return State(0, decentralized.same_start(learn))
-
-
-def progress(state: State) -> Progress:
-    return decentralized.progress(state.round, state.x, state)
 
 
 def check(world: AbstractWorld, learn: Learner, cfg: decentralized.TimedGossipConfig) -> None:
@@ -56,13 +42,6 @@ def protocol(
     loss_fn: LossFn | None = None,
     mixing: topology.Mixing | None = None,
 ) -> Steps:
-    """`loss_fn` and `mixing` (W given directly, any real weights) are for tests."""
-    gossip = decentralized.Gossip(world, cfg, algorithm=NAME, mixing=mixing)
-    x = state.x
-    for t in world.steps(state.round):
-        g = gossip.at(t)
-        _, x, present = yield from decentralized.local_then_mix(
-            world, learn, cfg.local, g, x, t, cfg.timeout_s, loss_fn=loss_fn
-        )
-        figures = gossip.figures(g) | decentralized.offline(present)
-        world.publish(decentralized.progress(t, x, State(t, x), figures))
+    """K local steps, one mix (`gossip_rounds.rounds`); `loss_fn` and `mixing` (W given
+    directly, any real weights) are for tests."""
+    return gossip_rounds.rounds(world, learn, cfg, state, NAME, loss_fn=loss_fn, mixing=mixing)

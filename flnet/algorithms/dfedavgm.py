@@ -18,10 +18,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from flnet.algorithms import decentralized
+from flnet.algorithms import decentralized, gossip_rounds
 from flnet.algorithms.base import Steps
 from flnet.algorithms.configs import DfedavgmConfig as Config
-from flnet.algorithms.dfedavg import State, init, progress
+from flnet.algorithms.gossip_rounds import State, init, progress
 from flnet.learn import optim
 from flnet.learn.cohort import LossFn
 from flnet.sim import topology
@@ -57,12 +57,14 @@ def protocol(
     loss_fn: LossFn | None = None,
     mixing: topology.Mixing | None = None,
 ) -> Steps:
-    gossip = decentralized.Gossip(world, cfg, algorithm=NAME, mixing=mixing)
-    opt, x = local_optimizer(cfg), state.x
-    for t in world.steps(state.round):
-        g = gossip.at(t)
-        _, x, present = yield from decentralized.local_then_mix(
-            world, learn, cfg.local, g, x, t, cfg.timeout_s, optimizer=opt, loss_fn=loss_fn
-        )
-        figures = gossip.figures(g) | decentralized.offline(present)
-        world.publish(decentralized.progress(t, x, State(t, x), figures))
+    """DFedAvg's rounds (`gossip_rounds.rounds`) with the momentum steps of `local_optimizer`."""
+    return gossip_rounds.rounds(
+        world,
+        learn,
+        cfg,
+        state,
+        NAME,
+        optimizer=local_optimizer(cfg),
+        loss_fn=loss_fn,
+        mixing=mixing,
+    )

@@ -12,16 +12,15 @@ gossip step (a doubly stochastic C); the model judged is that average u_t.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING
 
-import torch
-
-from flnet.algorithms import decentralized
+from flnet.algorithms import decentralized, gossip_rounds
 from flnet.algorithms.base import Steps
 from flnet.algorithms.configs import DflConfig as Config
+from flnet.algorithms.gossip_rounds import State, init, progress
 from flnet.learn.cohort import LossFn
 from flnet.sim import topology
-from flnet.sim.world import AbstractWorld, Progress
+from flnet.sim.world import AbstractWorld
 
 if TYPE_CHECKING:
     from flnet.learn.local import Learner
@@ -29,19 +28,6 @@ if TYPE_CHECKING:
 NAME = "DFL"  # as its messages name it
 
 __all__ = ["Config", "State", "init", "progress", "protocol", "check"]
-
-
-class State(NamedTuple):
-    round: int  # rounds done
-    x: torch.Tensor  # [n, P] every node's model after the round's last gossip step
-
-
-def init(learn: Learner, cfg: Config) -> State:
-    return State(0, decentralized.same_start(learn))
-
-
-def progress(state: State) -> Progress:
-    return decentralized.progress(state.round, state.x, state)
 
 
 def check(world: AbstractWorld, learn: Learner, cfg: Config) -> None:
@@ -57,14 +43,14 @@ def protocol(
     loss_fn: LossFn | None = None,
     mixing: topology.Mixing | None = None,
 ) -> Steps:
-    gossip = decentralized.Gossip(world, cfg, algorithm=NAME, mixing=mixing)
-    x = state.x
-    for t in world.steps(state.round):
-        g = gossip.at(t)
-        _, x, present = yield from decentralized.local_then_mix(  # tau1 local steps, step 1
-            world, learn, cfg.local, g, x, t, cfg.timeout_s, loss_fn=loss_fn
-        )
-        for s in range(1, cfg.gossip_steps):  # gossip steps 2..tau2
-            x = yield from decentralized.gossip(world, learn, g, x, t, cfg.timeout_s, s)
-        figures = gossip.figures(g) | decentralized.offline(present)
-        world.publish(decentralized.progress(t, x, State(t, x), figures))
+    """tau1 local steps, then tau2 gossip steps (`gossip_rounds.rounds`)."""
+    return gossip_rounds.rounds(
+        world,
+        learn,
+        cfg,
+        state,
+        NAME,
+        gossip_steps=cfg.gossip_steps,
+        loss_fn=loss_fn,
+        mixing=mixing,
+    )

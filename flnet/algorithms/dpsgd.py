@@ -72,7 +72,7 @@ def step(
     w the sparse W (n nodes, M edges), x [n, P] the models sent, y [n, P] each node's one local
     step from its x, arrived [M] which of w's edges delivered their message (None: all).
     """
-    return mix(w, x, arrived) + (y - x)
+    return mix(topology.effective_mixing(w, arrived), x) + (y - x)
 
 
 def progress(state: State, figures: dict | None = None) -> Progress:

@@ -42,20 +42,14 @@ Choices and fixes (documented, tested):
 
 from __future__ import annotations
 
-from collections.abc import Generator
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
-import numpy as np
-import simpy
 import torch
 
+from flnet.algorithms import delivery, distributional
 from flnet.algorithms.base import Steps
 from flnet.algorithms.configs import DrfaConfig as Config
-from flnet.learn import simplex
 from flnet.learn.aggregate import weighted_mean
-from flnet.learn.wire import ModelMessage
-from flnet.rng import Stream
-from flnet.sim.patterns import Packet, round_trip
 from flnet.sim.world import AbstractWorld, Progress
 
 if TYPE_CHECKING:  # the learning side's object, for annotations only
@@ -72,143 +66,35 @@ class State(NamedTuple):
     lam_rest: float  # every other client's entry
 
 
-def lam_fields(lam: simplex.Simplex) -> tuple[int, torch.Tensor, torch.Tensor, float]:
-    """lambda as a State's lam_* fields."""
-    return (
-        lam.n,
-        torch.from_numpy(lam.clients.copy()),
-        torch.from_numpy(lam.values.copy()),
-        lam.rest,
-    )
-
-
-def lam_of(n: int, clients: torch.Tensor, values: torch.Tensor, rest: float) -> simplex.Simplex:
-    """lambda from a State's lam_* fields."""
-    return simplex.Simplex(
-        int(n), clients.numpy().astype(np.int64), values.numpy().astype(np.float64), float(rest)
-    )
-
-
-class Down(NamedTuple):
-    """Server -> participant (lines 6-7): the model and the snapshot step t'."""
-
-    x: torch.Tensor  # [P]
-    snapshot_step: torch.Tensor  # int32 scalar t'
-
-
-class Up(NamedTuple):
-    """Participant -> server (line 11)."""
-
-    last: torch.Tensor  # [P] w_i after tau steps
-    snapshot: torch.Tensor  # [P] w_i after t' steps
-
-
-class Draw(NamedTuple):
-    """Line 5: the distinct clients drawn, how often each was drawn, and how often each one's
-    client state is updated (its draws with `with_replacement`, once otherwise)."""
-
-    clients: np.ndarray  # [C] sorted
-    draws: np.ndarray  # [C] multiplicity
-    state_updates: np.ndarray  # [C]
-
-
-def initial_lambda(learn: Learner, cfg: Config) -> simplex.Simplex:
-    """lambda^(0): 1/N each (one number), or n_i / n (an entry per client)."""
-    if cfg.lambda_init == "samples":
-        lam = np.asarray(learn.num_samples, dtype=np.float64)
-        return simplex.Simplex.of(lam / lam.sum())
-    return simplex.Simplex.uniform(len(learn.num_samples))
-
-
 def init(learn: Learner, cfg: Config) -> State:
-    return State(0, learn.model.init_params(), *lam_fields(initial_lambda(learn, cfg)))
-
-
-def lambda_figures(lam: simplex.Simplex) -> dict[str, float]:
-    """The records' lambda columns: its entropy in nats (ln N when uniform) and largest entry."""
-    return {"lambda_entropy": lam.entropy(), "lambda_max": lam.max()}
+    return State(
+        0,
+        learn.model.init_params(),
+        *distributional.lam_fields(distributional.initial_lambda(learn, cfg)),
+    )
 
 
 def progress(state: State) -> Progress:
     """What observers see after round `state.round`: the global model w is the one judged."""
-    lam = lam_of(state.lam_n, state.lam_clients, state.lam_values, state.lam_rest)
-    return Progress(state.round, state.x, state, figures=lambda_figures(lam))
-
-
-def draw(world: AbstractWorld, lam: simplex.Simplex, m: int, round: int, sampling: str) -> Draw:
-    """Line 5 under the scenario's `sampling` (see the module's docstring)."""
-    drawn = world.sample_weighted(m, round, lam, replace=sampling != "without_replacement")
-    clients, counts = np.unique(drawn, return_counts=True)
-    updates = counts if sampling == "with_replacement" else np.ones_like(counts)
-    return Draw(clients, counts, updates)
-
-
-def snapshot_step(world: AbstractWorld, round: int, tau: int) -> int:
-    """Line 6: t' uniform on 1..tau, from the stream (seed, SNAPSHOT, round)."""
-    return int(world.generator(Stream.SNAPSHOT, round).integers(1, tau + 1))
-
-
-def dual_step(
-    world: AbstractWorld,
-    learn: Learner,
-    cfg: Config,
-    lam: simplex.Simplex,
-    w_snapshot: torch.Tensor,
-    round: int,
-) -> Generator[simpy.Event, Any, simplex.Simplex]:
-    """Algorithm 3 as a round trip; its value is lambda^(s+1)."""
-    n = world.num_clients
-    uniform = world.sample_clients(cfg.clients_per_round, round, stream=Stream.DUAL_SELECTION)
-    if len(uniform) == 0:
-        # nobody online to report a loss of w(t'): no ascent direction (v = 0), so lambda stays.
-        # Nothing is sent or computed (no ledger row) and the clock does not move: the step is
-        # not retried, so waiting for someone to come online would serve nothing.
-        return lam
-    batch = cfg.local.batch_size
-    losses = learn.query_losses(uniform, w_snapshot, batch, round)  # line 5, [m]
-    done = yield from round_trip(
-        world,
-        uniform,
-        Packet(w_snapshot, learn.bits(ModelMessage(w_snapshot))),  # line 3
-        learn.forward_flops(np.full(len(uniform), batch)),
-        Packet(losses, learn.bits(losses[0])),  # one 32-bit loss each
-        tag=round,
-        deadline_s=cfg.deadline_s,
-    )
-    positions = np.sort(done.positions)
-    v = n / len(uniform) * losses.double().cpu().numpy()[positions]  # line 7 (0 elsewhere)
-    tau = cfg.local.steps
-    assert tau is not None  # DrfaConfig refuses epochs
-    return lam.ascent(uniform[positions], tau * cfg.dual_lr * v)  # line 8
+    lam = distributional.lambda_of(state)
+    return Progress(state.round, state.x, state, figures=distributional.lambda_figures(lam))
 
 
 def protocol(world: AbstractWorld, learn: Learner, cfg: Config, state: State) -> Steps:
-    x, lam = state.x, lam_of(state.lam_n, state.lam_clients, state.lam_values, state.lam_rest)
+    x, lam = state.x, distributional.lambda_of(state)
     tau = cfg.local.steps
     assert tau is not None  # DrfaConfig refuses epochs
     for s in world.steps(state.round):
-        d = draw(world, lam, cfg.clients_per_round, s, cfg.sampling)  # line 5
-        t_snap = snapshot_step(world, s, tau)  # line 6
+        d = distributional.draw(world, lam, cfg.clients_per_round, s, cfg.sampling)  # line 5
+        t_snap = distributional.snapshot_step(world, s, tau)  # line 6
         work = learn.local_train(d.clients, x, cfg.local, s, snapshot_at=t_snap)  # lines 8-10
-        # asked for; none when no client online was drawn (then work.params is [0, P] too)
-        snapshots = work.params if work.snapshot is None else work.snapshot
-        down = Down(x, torch.tensor(t_snap, dtype=torch.int32))
-        done = yield from round_trip(
-            world,
-            d.clients,
-            Packet(down, learn.bits(down)),  # line 7
-            work.flops,
-            Packet(Up(work.params, snapshots), learn.bits(Up(x, x))),  # line 11
-            tag=s,
-            deadline_s=cfg.deadline_s,
-            client_state=work.keep,
-        )
-        if len(done.positions):
-            # cohort order, not arrival order: timing never changes the means' rounding
-            positions = np.sort(done.positions)
-            arrived = torch.as_tensor(positions, device=x.device)
-            draws = d.draws[positions]
-            w_snap = weighted_mean(snapshots.index_select(0, arrived), draws)  # line 19
-            x = weighted_mean(work.params.index_select(0, arrived), draws)  # line 20
-            lam = yield from dual_step(world, learn, cfg, lam, w_snap, s)  # line 21
-        world.publish(progress(State(s, x, *lam_fields(lam))))
+        done = yield from distributional.training_trip(
+            world, learn, cfg, s, d, t_snap, x, work, work.keep
+        )  # lines 7-11
+        got = delivery.delivered(done, d.clients, learn.num_samples)
+        if got is not None:
+            draws = d.draws[got.positions]
+            w_snap = weighted_mean(got.rows(distributional.snapshots(work)), draws)  # line 19
+            x = weighted_mean(got.rows(work.params), draws)  # line 20
+            lam = yield from distributional.dual_step(world, learn, cfg, lam, w_snap, s)  # line 21
+        world.publish(progress(State(s, x, *distributional.lam_fields(lam))))

@@ -5,7 +5,7 @@ Clients train concurrently, at most `concurrency` at a time, with no round barri
 (`flnet.sim.patterns.stream`, as FedBuff). A worker receives the server model x_tau with its
 version tau and runs `local.steps` steps on the regularized objective
     g_x_tau(x; z) = f(x; z) + (rho / 2) ||x - x_tau||^2
-(the proximal term of FedProx, `fedprox.proximal_loss`), then pushes (x_new, tau). The server
+(the proximal term of FedProx, `cohort.ProximalLoss`), then pushes (x_new, tau). The server
 applies every arrival at once:
     alpha_t = alpha * s(t - tau),   x_t = (1 - alpha_t) x_{t-1} + alpha_t x_new,
 one server update (the progress unit) per arrival. s is constant, polynomial or hinge
@@ -28,8 +28,7 @@ import torch
 from flnet.algorithms import staleness
 from flnet.algorithms.base import Steps
 from flnet.algorithms.configs import FedAsyncConfig as Config
-from flnet.algorithms.fedprox import proximal_loss
-from flnet.learn.cohort import LossFn
+from flnet.learn.cohort import LossFn, ProximalLoss
 from flnet.learn.wire import ModelMessage
 from flnet.sim.patterns import Arrival, Member, Packet, Work, stream
 from flnet.sim.world import AbstractWorld, Progress
@@ -86,7 +85,7 @@ class Server:
     def regularized(self, x_tau: torch.Tensor) -> LossFn | None:
         """f + (rho / 2) ||x - x_tau||^2 (on the model's hand-written engine where it has
         one, `cohort.ProximalLoss`); with rho = 0 the plain loss (None)."""
-        return proximal_loss(self.cfg.rho, x_tau) if self.cfg.rho > 0 else None
+        return ProximalLoss(self.cfg.rho, x_tau) if self.cfg.rho > 0 else None
 
     def work(self, clients: np.ndarray, counts: np.ndarray) -> list[Work]:
         """Each worker's local steps on g_x_tau from x_tau = the current x, in one call."""

@@ -20,20 +20,23 @@ Choices (documented, tested):
   evaluates a gradient (as FedProx's proximal term).
 - The gradient term follows simulated time (as SCAFFOLD's c_i): it changes when the client's
   compute completes; only delivered uploads enter h and the mean.
+- No `server` rule (`flnet.algorithms.server`): theta is the plain mean of the models less
+  h / alpha, h summing the same deltas; another rule would break that correction. The maths is
+  `flnet.learn.dynamic`, which DRDM shares.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
-import numpy as np
 import torch
 
+from flnet.algorithms import delivery
 from flnet.algorithms.base import Steps
 from flnet.algorithms.configs import FedDynConfig as Config
 from flnet.learn.aggregate import mean
 from flnet.learn.cohort import LossFn, cross_entropy
-from flnet.learn.models import Model
+from flnet.learn.dynamic import client_gradient, dynamic_loss, server_h, server_model
 from flnet.learn.table import Keep, Keeps
 from flnet.learn.wire import ModelMessage
 from flnet.sim.patterns import Packet, round_trip
@@ -59,61 +62,6 @@ def init(learn: Learner, cfg: Config) -> State:
 def progress(state: State) -> Progress:
     """What observers see after round `state.round`: the server model theta is the one judged."""
     return Progress(state.round, state.x, state)
-
-
-def dynamic_loss(alpha: float, anchor: torch.Tensor, base: LossFn = cross_entropy) -> LossFn:
-    """Per-client L_k(w) - <g_k, w> + (alpha / 2) ||w - anchor||^2, g_k [C, P] the aux rows,
-    anchor [P] the server model the round started from (FedDyn's local objective; DRDM's
-    Eq. 3)."""
-
-    def loss_fn(
-        model: Model, params: torch.Tensor, x: torch.Tensor, y: torch.Tensor, aux: Any = None
-    ) -> torch.Tensor:
-        linear = (params * aux).sum(1)
-        return (
-            base(model, params, x, y, None)
-            - linear
-            + 0.5 * alpha * (params - anchor).square().sum(1)
-        )
-
-    return loss_fn
-
-
-def client_gradient(
-    g: torch.Tensor,
-    alpha: float,
-    theta: torch.Tensor,
-    start: torch.Tensor,
-    weights: torch.Tensor | None = None,
-) -> torch.Tensor:
-    """grad L_k(theta_k^t) = g_k - alpha (theta_k^t - theta^{t-1}): g, theta [C, P], start [P];
-    `weights` [C] applies the update that many times (DRDM's with_replacement draws)."""
-    delta = _times(theta - start, weights)
-    return g - alpha * delta
-
-
-def _times(delta: torch.Tensor, weights: torch.Tensor | None) -> torch.Tensor:
-    """Each row of `delta` [C, P] times its count in `weights` [C] (None: once each)."""
-    return delta if weights is None else delta * weights.to(delta.dtype)[:, None]
-
-
-def server_h(
-    h: torch.Tensor,
-    alpha: float,
-    num_clients: int,
-    theta: torch.Tensor,
-    start: torch.Tensor,
-    weights: torch.Tensor | None = None,
-) -> torch.Tensor:
-    """h - (alpha / m) sum_k w_k (theta_k - start), m all clients; theta [D, P], start [P];
-    `weights` [D] counts each client (1 each when None; DRDM's draws with replacement)."""
-    delta = _times(theta - start, weights)
-    return h - alpha / num_clients * delta.sum(0)
-
-
-def server_model(average: torch.Tensor, h: torch.Tensor, alpha: float) -> torch.Tensor:
-    """theta = (mean of the delivered models) - h / alpha."""
-    return average - h / alpha
 
 
 def protocol(
@@ -146,10 +94,9 @@ def protocol(
                 Keep(grads, cohort, client_gradient(g, cfg.alpha, work.params, x)), work.keep
             ),
         )
-        if len(done.positions):
-            # cohort order, not arrival order: timing never changes the sums' rounding
-            arrived = torch.as_tensor(np.sort(done.positions), device=x.device)
-            theta = work.params.index_select(0, arrived)
+        got = delivery.delivered(done, cohort, learn.num_samples)
+        if got is not None:
+            theta = got.rows(work.params)
             h = server_h(h, cfg.alpha, world.num_clients, theta, x)
             x = server_model(mean(theta), h, cfg.alpha)
         world.publish(progress(State(t, x, h)))

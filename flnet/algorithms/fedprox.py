@@ -8,7 +8,8 @@ Delta-SGD authors' `update_weights_prox` does. Algorithm 2 lets a device stop ea
 solutions); here every client runs its full local work unless `partial_work` says otherwise
 (`flnet.algorithms.partial`: the steps that fit before a deadline, or the code's random epochs
 for stragglers), and the partial updates are aggregated like the others. The server aggregates
-exactly as FedAvg (sample-size weighted mean of the delivered models).
+exactly as FedAvg (sample-size weighted mean of the delivered models, or its `server` rule or
+`server_optimizer`): both run `central.rounds`.
 """
 
 from __future__ import annotations
@@ -17,8 +18,9 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from flnet.algorithms import fedavg
+from flnet.algorithms import central
 from flnet.algorithms.base import Steps
+from flnet.algorithms.central import State, init, progress
 from flnet.algorithms.configs import FedProxConfig as Config
 from flnet.learn.cohort import ProximalLoss
 from flnet.sim.world import AbstractWorld
@@ -26,9 +28,7 @@ from flnet.sim.world import AbstractWorld
 if TYPE_CHECKING:  # the learning side's object, for annotations only
     from flnet.learn.local import Learner
 
-State = fedavg.State
-init = fedavg.init
-progress = fedavg.progress
+__all__ = ["Config", "State", "init", "progress", "protocol", "proximal_loss"]
 
 
 def proximal_loss(mu: float, anchor: torch.Tensor) -> ProximalLoss:
@@ -38,7 +38,7 @@ def proximal_loss(mu: float, anchor: torch.Tensor) -> ProximalLoss:
 
 
 def protocol(world: AbstractWorld, learn: Learner, cfg: Config, state: State) -> Steps:
-    return fedavg.protocol(
+    return central.rounds(
         world,
         learn,
         cfg,

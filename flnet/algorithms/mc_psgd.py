@@ -29,20 +29,20 @@ Choices (documented, tested):
   drawn with replacement from stream BLOCK_LOSS keyed (round, client), forward only (the paper
   says "over its local data"; a minibatch keeps the cost bounded); the mean over the delivered
   clients is unweighted (1/N as written); a tie picks the mixed model.
-- The mean of the models is over the delivered clients, unweighted (the paper's 1/N).
+- The mean of the models is over the delivered clients, unweighted (the paper's 1/N); `server`
+  takes another rule for both chains (`flnet.algorithms.server`); the losses' mean stays.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, NamedTuple
 
-import numpy as np
 import torch
 
+from flnet.algorithms import delivery, server
 from flnet.algorithms.base import Steps
 from flnet.algorithms.configs import McPsgdConfig as Config
 from flnet.learn import predictors
-from flnet.learn.aggregate import delivered_rows, mean
 from flnet.rng import Stream
 from flnet.sim.patterns import Packet, round_trip
 from flnet.sim.world import AbstractWorld, Progress
@@ -77,6 +77,9 @@ class Up(NamedTuple):
     losses: torch.Tensor  # [2] the client's losses of the broadcast x and y, or [0]: none asked
 
 
+OWN_RULE = "mean"  # lines 6-7: (1/N) sum
+
+
 def init(learn: Learner, cfg: Config) -> State:
     x = learn.model.init_params()
     m = 1 if learn.clock is None else learn.clock.num_blocks
@@ -98,11 +101,13 @@ def protocol(world: AbstractWorld, learn: Learner, cfg: Config, state: State) ->
     x, w, models, weights = state.x, state.w, state.predictors, state.weights
     last, asking, wins = state.block, state.asking, state.separate_wins
     base = predictors.base_of(cfg.averaging, cfg.averaging_base)
+    rule = server.from_config(cfg.server, None, OWN_RULE)
     separate = cfg.local.model_copy(update={"lr": cfg.separate_lr or cfg.local.lr})
     k = cfg.cohort.k(world.num_clients)
     none = x.new_zeros(0)
     for t in world.steps(state.round):
-        m = learn.block(t, world.now) or 0
+        block = learn.block(t, world.now)  # None: data without blocks
+        m = block or 0  # the current block index
         cohort = world.sample_clients(k, t, cfg.cohort.over_selection)
         asked = w[last] if asking else none  # y broadcast after the last round (line 7-8)
         y = w[m]  # the separate chain of block m resumes from W[m] (lines 13-16)
@@ -135,18 +140,18 @@ def protocol(world: AbstractWorld, learn: Learner, cfg: Config, state: State) ->
             deadline_s=cfg.cohort.deadline_s,
             keep=k,
         )
-        asking = bool(len(done.positions))
-        if asking:
-            delivered = np.sort(done.positions)
+        got = delivery.delivered(done, cohort, learn.samples_in(block))
+        asking = got is not None
+        if got is not None:
             if losses.shape[1]:  # lines 10-12 for the models broadcast after the last round
-                mean_loss = delivered_rows(losses, delivered).mean(0)
+                mean_loss = got.rows(losses).mean(0)
                 better_separate = bool(mean_loss[1] < mean_loss[0])
                 wins += better_separate
                 chosen = asked if better_separate else x
                 models, weights = predictors.fold(models, weights, last, chosen, base)
-            x = mean(delivered_rows(mixed.params, delivered))  # line 6
+            x = server.aggregate(rule, got.rows(mixed.params), got)  # line 6
             w = w.clone()
-            w[m] = mean(delivered_rows(chain.params, delivered))  # line 7
+            w[m] = server.aggregate(rule, got.rows(chain.params), got)  # line 7
         # else nothing new: the last models' losses were lost with the round
         last = m
         state = State(t, x, w, models, weights, m, wins, asking)

@@ -14,7 +14,8 @@ Choices (documented, tested):
 - Each round is "I local steps, then aggregate" (the paper's loop aggregates at t mod I = 0,
   which gives the first round I - 1 steps).
 - The mean is over the delivered clients, unweighted (the paper's 1/N: client weights are in the
-  local objectives, eq. 3); with full participation and no deadline that is all N.
+  local objectives, eq. 3); with full participation and no deadline that is all N. `server`
+  takes another rule (`flnet.algorithms.server`; weighted_mean by the block's rows).
 - Without data.blocks there is one block: MM-PSGD is FedAvg (uniform mean) with a predictor that
   averages its global models.
 """
@@ -23,13 +24,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, NamedTuple
 
-import numpy as np
 import torch
 
+from flnet.algorithms import delivery, server
 from flnet.algorithms.base import Steps
 from flnet.algorithms.configs import MmPsgdConfig as Config
 from flnet.learn import predictors
-from flnet.learn.aggregate import delivered_rows, mean
 from flnet.learn.wire import ModelMessage
 from flnet.sim.patterns import Packet, round_trip
 from flnet.sim.world import AbstractWorld, Progress
@@ -44,6 +44,9 @@ class State(NamedTuple):
     predictors: torch.Tensor  # [M, P] X = (x_1 .. x_M)
     weights: torch.Tensor  # [M] float64: each predictor's total weight (flnet.learn.predictors)
     block: int = 0  # the block of round `round` (the predictor judged)
+
+
+OWN_RULE = "mean"  # line 5: x = (1/N) sum_i x^i
 
 
 def num_blocks(learn: Learner) -> int:
@@ -63,9 +66,11 @@ def progress(state: State) -> Progress:
 def protocol(world: AbstractWorld, learn: Learner, cfg: Config, state: State) -> Steps:
     x, models, weights = state.x, state.predictors, state.weights
     base = predictors.base_of(cfg.averaging, cfg.averaging_base)
+    rule = server.from_config(cfg.server, None, OWN_RULE)
     k = cfg.cohort.k(world.num_clients)
     for t in world.steps(state.round):
-        m = learn.block(t, world.now) or 0  # the current block index
+        block = learn.block(t, world.now)  # None: data without blocks
+        m = block or 0  # the current block index
         cohort = world.sample_clients(k, t, cfg.cohort.over_selection)
         x_bits = learn.bits(ModelMessage(x))
         work = learn.local_train(cohort, x, cfg.local, t, block=m)
@@ -80,7 +85,8 @@ def protocol(world: AbstractWorld, learn: Learner, cfg: Config, state: State) ->
             keep=k,
             client_state=work.keep,
         )
-        if len(done.positions):
-            x = mean(delivered_rows(work.params, np.sort(done.positions)))  # line 5
+        got = delivery.delivered(done, cohort, learn.samples_in(block))
+        if got is not None:
+            x = server.aggregate(rule, got.rows(work.params), got)  # line 5
             models, weights = predictors.fold(models, weights, m, x, base)  # line 8
         world.publish(progress(State(t, x, models, weights, m)))

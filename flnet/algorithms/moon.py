@@ -6,8 +6,8 @@ client's own previous local model w_i^{t-1},
     l_con = -log( e(z_glob) / (e(z_glob) + e(z_prev)) ),  e(z') = exp(sim(z, z') / tau),
 sim the cosine similarity, and the local loss is l_sup + mu * l_con (mean over the minibatch).
 After local training the client keeps w_i^t as its next previous model; the server aggregates
-as FedAvg (sample-size weighted mean of the delivered models, the same server step, or a
-step of its `server_optimizer`, `flnet.learn.server_optim`).
+as FedAvg (sample-size weighted mean of the delivered models, its `server` rule, or a step of
+its `server_optimizer`: `flnet.algorithms.server`).
 
 Choices (documented, tested):
 - z is the penultimate activation, the input of the model's last Linear layer, with no
@@ -28,15 +28,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import torch
 from torch.nn import functional as F
 
-from flnet.algorithms import fedavg
+from flnet.algorithms import delivery, server
 from flnet.algorithms.base import Steps
+from flnet.algorithms.central import State, init, progress, server_of
 from flnet.algorithms.configs import MoonConfig as Config
-from flnet.learn import server_optim
-from flnet.learn.aggregate import delivered_rows
 from flnet.learn.cohort import PAD, sample_losses
 from flnet.learn.models import Model
 from flnet.learn.table import Keep, Keeps
@@ -51,9 +49,7 @@ if TYPE_CHECKING:  # the learning side's object, for annotations only
 TABLE = "moon.previous"  # per client: its previous local model w_i^{t-1}
 EXTRA_FORWARDS = 2  # the global and the previous model, on every minibatch
 
-State = fedavg.State
-init = fedavg.init
-progress = fedavg.progress
+__all__ = ["Config", "State", "init", "progress", "protocol", "contrastive_loss"]
 
 
 def contrastive_loss(mu: float, temperature: float, global_model: torch.Tensor) -> LossFn:
@@ -85,8 +81,8 @@ def protocol(
     cfg: Config,
     state: State,
 ) -> Steps:
-    x, server = state.x, state.server
-    opt = server_optim.from_config(cfg.server_optimizer)
+    x, opt_state = state.x, state.server
+    rule = server_of(cfg)  # FedAvg's
     previous = learn.client_table(TABLE, torch.zeros_like(x))  # rows only once written
     k = cfg.cohort.k(world.num_clients)
     for t in world.steps(state.round):
@@ -113,14 +109,7 @@ def protocol(
             keep=k,
             client_state=Keeps(Keep(previous, cohort, work.params), work.keep),
         )
-        if len(done.positions):
-            # FedAvg's server step, in cohort order (timing never changes the rounding)
-            positions = np.sort(done.positions)
-            x, server = fedavg.server_step(
-                opt,
-                x,
-                delivered_rows(work.params, positions),
-                learn.num_samples[cohort[positions]],
-                server,
-            )
-        world.publish(progress(State(t, x, server)))
+        got = delivery.delivered(done, cohort, learn.num_samples)
+        if got is not None:  # FedAvg's server step
+            x, opt_state = server.step(rule, x, got.rows(work.params), got, opt_state)
+        world.publish(progress(State(t, x, opt_state)))

@@ -10,22 +10,17 @@ Round t, at every node i in parallel (x_{i,K}^{-1} = x_i^0, so round 0's Ole ter
 One extra model per node (z), no extra communication. With beta = 0 this is DFedAvg (DFedSAM).
 
 In matrix form the next start is X_0^{t+1} = (1 + beta) W Z^t - beta Z^t = W~ Z^t with
-W~ = (1 + beta) W - beta I (the paper's Chebyshev remark): OledFL is DFedAvg mixing with W~.
-An eigenvalue lambda of W becomes (1 + beta) lambda - beta, so disagreement contracts only if
-lambda_min(W) > (beta - 1) / (beta + 1): a ring with weights 1/3 (lambda_min = -1/3) needs
-beta < 1/2. `protocol` warns when beta breaks that for the W it builds (the first W of a
-time-varying topology; `OleWarning`).
-The paper's beta = 0.99 needs a W with an almost non-negative spectrum (a lazy W).
+W~ = (1 + beta) W - beta I (the paper's Chebyshev remark): OledFL is DFedAvg mixing with W~,
+which contracts disagreement only for a beta small enough for W's spectrum
+(`flnet.sim.spectral`: a ring with weights 1/3 needs beta < 1/2). `protocol` warns when beta
+breaks that for the W it builds (the first W of a time-varying topology; `OleWarning`).
 """
 
 from __future__ import annotations
 
-import math
 import warnings
-from collections.abc import Callable
 from typing import TYPE_CHECKING, NamedTuple, Protocol
 
-import numpy as np
 import torch
 
 from flnet.algorithms import decentralized
@@ -34,6 +29,7 @@ from flnet.algorithms.configs import OledflSgdConfig as Config
 from flnet.errors import TopologyWarning
 from flnet.learn.cohort import LossFn
 from flnet.sim import topology
+from flnet.sim.spectral import stability_problem
 from flnet.sim.world import AbstractWorld, Progress
 
 if TYPE_CHECKING:
@@ -47,10 +43,7 @@ __all__ = [
     "protocol",
     "check",
     "ole_start",
-    "stability_problem",
 ]
-
-DENSE_EIGEN_NODES = 1000  # above this, Gershgorin's bound stands in for lambda_min(W)
 
 
 class OleWarning(TopologyWarning):
@@ -80,71 +73,6 @@ def progress(state: State) -> Progress:
 def ole_start(x: torch.Tensor, z: torch.Tensor, beta: float) -> torch.Tensor:
     """Line 3: x + beta (x - z)."""
     return x + beta * (x - z)
-
-
-def smallest_eigenvalue(
-    w: topology.Mixing, eigenvalues: Callable[[topology.Mixing], np.ndarray] = topology.eigenvalues
-) -> tuple[float, bool]:
-    """(lambda_min of W (its eigenvalues' smallest real part), exact?). Exact (dense
-    eigenvalues) up to DENSE_EIGEN_NODES nodes; above, Gershgorin's bound min_i (2 W_ii - 1),
-    never above lambda_min for a non-negative row-stochastic W (an iterative eigensolver can
-    take minutes on a large ring, whose spectrum clusters), and exact for an even ring.
-    (`eigenvalues`: a schedule's kept ones, `decentralized.Gossip.eigenvalues`.)"""
-    if w.num_nodes <= DENSE_EIGEN_NODES:
-        return float(eigenvalues(w).real.min()), True
-    return float((2.0 * w.self_weight - 1.0).min()), False
-
-
-def beta_limit(lam: np.ndarray) -> float:
-    """The beta below which (1 + beta) W - beta I contracts every mode of W but consensus, from
-    W's eigenvalues: |(1 + beta) lambda - beta| < 1 for each lambda != 1, the positive root of
-    |lambda - 1|^2 beta^2 + 2 (|lambda|^2 - Re lambda) beta + |lambda|^2 - 1 = 0. For a real
-    lambda that is (1 + lambda) / (1 - lambda), least at lambda_min; a W that is not
-    symmetric (a directed random_k graph) can have complex eigenvalues, where lambda_min
-    alone does not decide."""
-    lam = np.asarray(lam, dtype=complex)
-    lam = lam[np.abs(lam - 1) > 1e-9]  # consensus (1 for a row-stochastic W) stays put
-    if not len(lam):
-        return math.inf
-    a, b, c = np.abs(lam - 1) ** 2, np.abs(lam) ** 2 - lam.real, np.abs(lam) ** 2 - 1
-    return float(((np.sqrt(np.maximum(b * b - a * c, 0.0)) - b) / a).min())
-
-
-def stability_problem(
-    w: topology.Mixing,
-    beta: float,
-    eigenvalues: Callable[[topology.Mixing], np.ndarray] = topology.eigenvalues,
-) -> str | None:
-    """Why (1 + beta) W - beta I does not contract disagreement, or None when it does."""
-    if beta == 0 or w.num_nodes < 2:
-        return None
-    if w.num_nodes <= DENSE_EIGEN_NODES:
-        lam = eigenvalues(w)
-        limit = beta_limit(lam)
-        if beta < limit:
-            return None
-        if np.iscomplexobj(lam) and (np.abs(lam.imag) > 1e-12).any():
-            return (
-                f"algorithm.beta = {beta:g} is unstable for this W: it is not symmetric and "
-                "(1 + beta) W - beta I has a mode besides consensus of modulus >= 1 (W's "
-                f"eigenvalues are complex); use beta < {limit:.4g}, a lazy W "
-                "(algorithm.topology.laziness), or a symmetric one (random_k: directed: false, "
-                "weights: metropolis_hastings)"
-            )
-        lam_min = float(lam.real.min())
-        what = f"is unstable for this W: lambda_min(W) = {lam_min:.4g}"
-    else:
-        lam_min, _ = smallest_eigenvalue(w)
-        limit = (1 + lam_min) / (1 - lam_min)
-        if beta < limit:
-            return None
-        what = f"may be unstable for this W: lambda_min(W) >= {lam_min:.4g} (Gershgorin's bound)"
-    return (
-        f"algorithm.beta = {beta:g} {what}, and (1 + beta) W - beta I "
-        f"contracts disagreement only if lambda_min > (beta - 1) / (beta + 1) = "
-        f"{(beta - 1) / (beta + 1):.4g}; use beta < {limit:.4g}, or a lazy W "
-        "(algorithm.topology.laziness: 0.5 puts its spectrum in [0, 1])"
-    )
 
 
 def checked_gossip(

@@ -1,6 +1,6 @@
 """Partial work: how many local steps each client of a round can do, as in the systems-
 heterogeneity experiments of FedProx (Li et al., "Federated Optimization in Heterogeneous
-Networks", MLSys 2020, Section 5.2). Used by FedAvg and FedProx (`fedavg.protocol`).
+Networks", MLSys 2020, Section 5.2). Used by FedAvg and FedProx (`central.rounds`).
 
 - ``deadline``: a client does floor((deadline_s - down_s - up_s) / step_s) steps, its download
   and upload time alone on the band and its step time (`World.alone_s`, no fading: what the

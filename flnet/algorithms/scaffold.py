@@ -24,19 +24,20 @@ Choices where the paper is silent (documented, tested):
   mean of the K gradients it stands for. Weight decay is
   allowed: it is plain SGD on f_i plus an L2 term, and c_i estimates that objective's gradient.
 - With `server_optimizer` (Reddi et al. 2021, `flnet.learn.server_optim`), x takes that
-  optimizer's step along the delivered dy in place of x + eta_g mean(dy); c is updated as above.
+  optimizer's step along the delivered dy in place of x + eta_g mean(dy); with `server` another
+  rule replaces mean(dy) (`flnet.algorithms.server`); either way c is updated as above.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-import numpy as np
 import torch
 
+from flnet.algorithms import delivery, server
 from flnet.algorithms.base import Steps
 from flnet.algorithms.configs import ScaffoldConfig as Config
-from flnet.learn import optim, server_optim
+from flnet.learn import optim
 from flnet.learn.cohort import LossFn
 from flnet.learn.table import Keep, Keeps
 from flnet.sim.patterns import Packet, round_trip
@@ -67,10 +68,17 @@ class Up(NamedTuple):
     dc: torch.Tensor  # [P] c_i+ - c_i
 
 
+OWN_RULE = "mean"  # line 17: x + eta_g mean(dy)
+
+
+def server_of(cfg: Config) -> server.Server:
+    """The rule over dy (or the server optimizer); Algorithm 1's plain mean by default."""
+    return server.from_config(cfg.server, cfg.server_optimizer, OWN_RULE)
+
+
 def init(learn: Learner, cfg: Config) -> State:
     x = learn.model.init_params()
-    opt = server_optim.from_config(cfg.server_optimizer)
-    return State(0, x, torch.zeros_like(x), server_optim.init(opt, x))
+    return State(0, x, torch.zeros_like(x), server.init(server_of(cfg), x))
 
 
 def progress(state: State) -> Progress:
@@ -91,16 +99,10 @@ def client_control(
     return c_i - c + (x - y) / (steps.to(y.dtype)[:, None] * lr)
 
 
-def server_step(
-    x: torch.Tensor,
-    c: torch.Tensor,
-    dy: torch.Tensor,
-    dc: torch.Tensor,
-    num_clients: int,
-    server_lr: float,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Line 17 over the delivered uploads dy, dc [D, P]: x + eta_g mean(dy), c + D/N mean(dc)."""
-    return x + server_lr * dy.mean(0), c + len(dc) / num_clients * dc.mean(0)
+def server_control(c: torch.Tensor, dc: torch.Tensor, num_clients: int) -> torch.Tensor:
+    """Line 17's c over the delivered dc [D, P]: c + D/N mean(dc) (always the mean: it keeps c
+    the mean of the clients' c_i; x's step is `server.step_along`)."""
+    return c + len(dc) / num_clients * dc.mean(0)
 
 
 def protocol(
@@ -111,8 +113,8 @@ def protocol(
     loss_fn: LossFn | None = None,
 ) -> Steps:
     """`loss_fn` replaces the clients' cross-entropy (tests use a quadratic)."""
-    x, c, server = state.x, state.c, state.server
-    opt = server_optim.from_config(cfg.server_optimizer)
+    x, c, opt_state = state.x, state.c, state.server
+    rule = server_of(cfg)
     c_table = learn.client_table("scaffold.c_i", torch.zeros_like(x))  # rows only once written
     lr = cfg.local.lr if cfg.local.lr is not None else cfg.local.optimizer.default_lr
     assert lr is not None  # ScaffoldConfig allows sgd only, which has one
@@ -144,17 +146,10 @@ def protocol(
             keep=k,
             client_state=Keeps(Keep(c_table, cohort, c_new), work.keep),
         )  # line 14
-        if len(done.positions):
-            # cohort order, not arrival order: timing never changes the means' rounding
-            positions = np.sort(done.positions)
-            arrived = torch.as_tensor(positions, device=x.device)
-            dy = up.dy.index_select(0, arrived)
-            x_new, c = server_step(
-                x, c, dy, up.dc.index_select(0, arrived), world.num_clients, cfg.server_lr
-            )  # lines 16-17
-            if opt is None:
-                x = x_new
-            else:
-                n_k = learn.num_samples[cohort[positions]]
-                x, server = server_optim.step(opt, x, dy, n_k, server)
-        world.publish(progress(State(t, x, c, server)))
+        got = delivery.delivered(done, cohort, learn.num_samples)
+        if got is not None:  # lines 16-17
+            x, opt_state = server.step_along(
+                rule, x, got.rows(up.dy), got, opt_state, cfg.server_lr
+            )
+            c = server_control(c, got.rows(up.dc), world.num_clients)
+        world.publish(progress(State(t, x, c, opt_state)))

@@ -3,34 +3,46 @@
 Every server rule lives here once, as a function of the delivered rows ``[D, P]``: the mean
 weighted by sample counts (FedAvg, MOON), the plain mean (SCAFFOLD, FedDyn: `mean`), the mean
 weighted by multiplicity (DRFA and DRDM, whose clients are drawn with replacement:
-`weighted_mean` with the draw counts). Robust rules (coordinate-wise median, trimmed mean) would
-go here too, with the same shape, so that any algorithm can take them.
+`weighted_mean` with the draw counts), and the robust rules, coordinate-wise `median` and
+`trimmed_mean` (Yin et al., "Byzantine-Robust Distributed Learning", ICML 2018), which weigh
+every delivered row the same: a client's sample count is its own claim, and a rule that
+trusted it would not be robust. `combine` picks one by name (a scenario's `server.rule`).
 
 Models are stacked and flat: ``[n, P]``, one row per node. Mixing is ``W @ X`` over W's entries
-(`flnet.sim.topology.Mixing`): each node's own model times its diagonal weight, plus, along
-each directed edge j -> i, ``W[i, j] x_j`` added to row i. O((n + M) P) time for M edges; no
-``[n, n]`` array is ever built.
+(`Entries`: the arrays of `flnet.sim.topology.Mixing`, which the algorithms pass): each node's
+own model times its diagonal weight, plus, along each directed edge j -> i, ``W[i, j] x_j``
+added to row i. O((n + M) P) time for M edges; no ``[n, n]`` array is ever built.
 
-**A message that did not arrive.** Node i mixes ``x_i + sum_j W[i, j] (x_j - x_i)`` over the
-neighbours j whose message reached it (with every message there this is ``sum_j W[i, j] x_j``
-since W's rows sum to 1): a missing message's weight stays on the node's own model. This is the
-time-varying matrix ``W_t`` of gossip with link failures (Boyd et al. 2006, randomized gossip;
-Koloskova et al. 2020, time-varying topologies): the failed links' weights moved to the diagonal.
-It keeps every row stochastic, costs no memory, and, when a link fails both ways, keeps a
-symmetric W symmetric, so the nodes' average is still preserved. Renormalising row i over the
-arrivals instead would rescale each row differently and break double stochasticity on every
-loss; keeping each neighbour's last message would cost a model per link.
+A message that did not arrive leaves its weight on the receiver's own model: the algorithms
+mix with W_t, `flnet.sim.topology.effective_mixing` (which says why).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import math
+from typing import Protocol
 
 import numpy as np
 import torch
 
-if TYPE_CHECKING:  # the time side's sparse W, for annotations only
-    from flnet.sim.topology import Mixing
+RULES = ("weighted_mean", "mean", "median", "trimmed_mean")
+
+
+class Entries(Protocol):
+    """W by its entries, ``W[receiver[e], sender[e]] = weight[e]`` and ``W[i, i] =
+    self_weight[i]``, edges sorted by receiver (`flnet.sim.topology.Mixing` is one)."""
+
+    @property
+    def sender(self) -> np.ndarray: ...  # [M] int64
+
+    @property
+    def receiver(self) -> np.ndarray: ...  # [M] int64
+
+    @property
+    def weight(self) -> np.ndarray: ...  # [M] float64
+
+    @property
+    def self_weight(self) -> np.ndarray: ...  # [n] float64
 
 
 def delivered_rows(rows: torch.Tensor, positions: np.ndarray) -> torch.Tensor:
@@ -62,41 +74,61 @@ def mean(params: torch.Tensor) -> torch.Tensor:
     return params.mean(0)
 
 
-def effective_mixing(mixing: Mixing, arrived: np.ndarray | None) -> Mixing:
-    """W_t: W without the edges whose message did not arrive, their weight added to the
-    receiver's diagonal. `arrived` [M] bool per edge of `mixing` (in its order); None means all
-    did, and W itself is returned. O(n + M)."""
-    if arrived is None:
-        return mixing
-    arrived = np.asarray(arrived, dtype=bool)
-    lost = ~arrived
-    n = len(mixing.self_weight)
-    moved = np.bincount(mixing.receiver[lost], mixing.weight[lost], minlength=n)
-    return mixing._replace(
-        sender=mixing.sender[arrived],
-        receiver=mixing.receiver[arrived],
-        weight=mixing.weight[arrived],
-        self_weight=mixing.self_weight + moved,
-    )
+def trimmed_mean(params: torch.Tensor, trim_fraction: float) -> torch.Tensor:
+    """Per coordinate, the mean of the D values left once the floor(trim_fraction * D) largest
+    and as many smallest are dropped: [D, P] -> [P]. trim_fraction in [0, 1/2) leaves at
+    least one; 0 is `mean`."""
+    if not 0 <= trim_fraction < 0.5:
+        raise ValueError(f"trim_fraction must be in [0, 0.5), got {trim_fraction}")
+    return _middle_mean(params, math.floor(trim_fraction * params.shape[0]))
 
 
-def mix(mixing: Mixing, x: torch.Tensor, arrived: np.ndarray | None = None) -> torch.Tensor:
-    """Gossip mixing: row i of the result is sum_j W_t[i, j] x_j.
+def median(params: torch.Tensor) -> torch.Tensor:
+    """The coordinate-wise median: [D, P] -> [P]; for an even D the mean of the two middle
+    values (numpy's), not torch.median's lower one, so it is symmetric in the values."""
+    return _middle_mean(params, (params.shape[0] - 1) // 2)
 
-    mixing: W (row-stochastic) with n nodes and M edges, x [n, P], arrived [M] bool per edge or
-    None -> [n, P]. The edges are added in rounds (`_rounds`), each a gather of at most n rows
-    of x, so beyond the result it holds one more [n, P] at most, whatever the graph's density.
-    Each round adds to every receiver once, so the sums run in one fixed order (a node's own
-    term, then its senders in increasing order) on every device: the same bits run after run.
+
+def _middle_mean(params: torch.Tensor, drop: int) -> torch.Tensor:
+    """Per coordinate, the mean of the sorted values without the `drop` lowest and highest."""
+    if drop == 0:
+        return mean(params)
+    return params.sort(dim=0).values[drop : params.shape[0] - drop].mean(0)
+
+
+def combine(
+    rule: str, params: torch.Tensor, num_samples: np.ndarray, trim_fraction: float = 0.0
+) -> torch.Tensor:
+    """The delivered rows [D, P] as one [P] by `rule` (one of RULES); `num_samples` [D] weigh
+    them only under weighted_mean."""
+    if rule == "weighted_mean":
+        return weighted_mean(params, num_samples)
+    if rule == "mean":
+        return mean(params)
+    if rule == "median":
+        return median(params)
+    if rule == "trimmed_mean":
+        return trimmed_mean(params, trim_fraction)
+    raise ValueError(f"unknown server rule {rule!r}; allowed: {RULES}")
+
+
+def mix(w: Entries, x: torch.Tensor) -> torch.Tensor:
+    """Gossip mixing: row i of the result is sum_j W[i, j] x_j.
+
+    w: W (row-stochastic; W_t, `flnet.sim.topology.effective_mixing`, where messages were
+    lost) with n nodes and M edges, x [n, P] -> [n, P]. The edges are added in rounds
+    (`_rounds`), each a gather of at most n rows of x, so beyond the result it holds one more
+    [n, P] at most, whatever the graph's density. Each round adds to every receiver once, so
+    the sums run in one fixed order (a node's own term, then its senders in increasing order)
+    on every device: the same bits run after run.
     """
-    w_t = effective_mixing(mixing, arrived)
-    rounds = _rounds(w_t.receiver)
+    rounds = _rounds(w.receiver)
 
     def put(a: np.ndarray, dtype: torch.dtype | None = None) -> torch.Tensor:
         return torch.as_tensor(np.ascontiguousarray(a), dtype=dtype, device=x.device)
 
-    out = x * put(w_t.self_weight, x.dtype).unsqueeze(1)
-    weight, sender, receiver = put(w_t.weight, x.dtype), put(w_t.sender), put(w_t.receiver)
+    out = x * put(w.self_weight, x.dtype).unsqueeze(1)
+    weight, sender, receiver = put(w.weight, x.dtype), put(w.sender), put(w.receiver)
     for edges in rounds:
         e = put(edges)
         rows = x.index_select(0, sender[e]).mul_(weight[e].unsqueeze(1))

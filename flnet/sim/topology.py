@@ -32,6 +32,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from flnet.errors import ScenarioError, TopologyWarning
+from flnet.rng import Stream
 
 if TYPE_CHECKING:  # the scenario's section and the World, for annotations only
     from flnet.config import TopologyConfig
@@ -74,6 +75,35 @@ class Mixing(NamedTuple):
         w = np.diag(self.self_weight)
         w[self.receiver, self.sender] = self.weight
         return w
+
+
+def effective_mixing(mixing: Mixing, arrived: np.ndarray | None) -> Mixing:
+    """W_t: W without the edges whose message did not arrive, their weight added to the
+    receiver's diagonal. `arrived` [M] bool per edge of `mixing` (in its order); None means all
+    did, and W itself is returned. O(n + M).
+
+    A lost message: node i mixes ``x_i + sum_j W[i, j] (x_j - x_i)`` over the neighbours j
+    whose message reached it (with every message there this is ``sum_j W[i, j] x_j`` since W's
+    rows sum to 1), so a missing message's weight stays on the node's own model. This is the
+    time-varying ``W_t`` of gossip with link failures (Boyd et al. 2006, randomized gossip;
+    Koloskova et al. 2020, time-varying topologies). It keeps every row stochastic, costs no
+    memory, and, when a link fails both ways, keeps a symmetric W symmetric, so the nodes'
+    average is still preserved. Renormalising row i over the arrivals instead would rescale each
+    row differently and break double stochasticity on every loss; keeping each neighbour's last
+    message would cost a model per link.
+    """
+    if arrived is None:
+        return mixing
+    arrived = np.asarray(arrived, dtype=bool)
+    lost = ~arrived
+    n = len(mixing.self_weight)
+    moved = np.bincount(mixing.receiver[lost], mixing.weight[lost], minlength=n)
+    return mixing._replace(
+        sender=mixing.sender[arrived],
+        receiver=mixing.receiver[arrived],
+        weight=mixing.weight[arrived],
+        self_weight=mixing.self_weight + moved,
+    )
 
 
 def graph_edges(
@@ -578,8 +608,6 @@ class Schedule:
         needs: tuple[str, ...] = ("row_stochastic", "connected"),
         assumes: tuple[str, ...] = (),
     ) -> None:
-        from flnet.rng import Stream
-
         self.world, self.cfg, self.n = world, cfg, n
         self.varying = is_time_varying(cfg)
         self._static: Mixing | None = None
@@ -602,8 +630,6 @@ class Schedule:
             return self._static
         if self._last is not None and self._last[0] == k:
             return self._last[1]
-        from flnet.rng import Stream
-
         w = from_config(self.cfg, self.n, self.world.generator(Stream.NEIGHBOURS, k))
         self._last = (k, w)
         return w
