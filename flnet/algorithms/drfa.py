@@ -50,6 +50,7 @@ import simpy
 import torch
 
 from flnet.algorithms.base import Steps
+from flnet.algorithms.configs import DrdmConfig
 from flnet.algorithms.configs import DrfaConfig as Config
 from flnet.learn import simplex
 from flnet.learn.aggregate import weighted_mean
@@ -112,7 +113,7 @@ class Draw(NamedTuple):
     state_updates: np.ndarray  # [C]
 
 
-def initial_lambda(learn: Learner, cfg: Config) -> simplex.Simplex:
+def initial_lambda(learn: Learner, cfg: Config | DrdmConfig) -> simplex.Simplex:
     """lambda^(0): 1/N each (one number), or n_i / n (an entry per client)."""
     if cfg.lambda_init == "samples":
         lam = np.asarray(learn.num_samples, dtype=np.float64)
@@ -151,7 +152,7 @@ def snapshot_step(world: AbstractWorld, round: int, tau: int) -> int:
 def dual_step(
     world: AbstractWorld,
     learn: Learner,
-    cfg: Config,
+    cfg: Config | DrdmConfig,
     lam: simplex.Simplex,
     w_snapshot: torch.Tensor,
     round: int,
