@@ -2,7 +2,7 @@
 `init(learn, cfg) -> State`, `progress(state) -> Progress` (what observers judge), pure maths,
 and `protocol(world, learn, cfg, state) -> Steps`, a SimPy generator over one of
 `flnet.sim.patterns` that reads like the paper. `base.AlgorithmModule` states that shape once;
-each module here is checked against it (below for mypy, on first use at run time).
+each module checks itself against it for mypy (its last lines), and `ALGORITHMS` on first use.
 
 `ALGORITHMS[name]` imports an algorithm's module on first use, so the scenario schema (which
 needs only `configs.CONFIGS`) never loads torch.
@@ -36,49 +36,8 @@ MODULES = {
     "mc_psgd": "flnet.algorithms.mc_psgd",
 }
 
-if TYPE_CHECKING:  # mypy checks each module above against the shape, with its Config and State
-    from flnet.algorithms import (
-        cdfl,
-        dfedavg,
-        dfedavgm,
-        dfedsam,
-        dfl,
-        dpsgd,
-        drdm,
-        drfa,
-        fedasync,
-        fedavg,
-        fedbuff,
-        feddyn,
-        fedprox,
-        mc_psgd,
-        mm_psgd,
-        moon,
-        oledfl,
-        oledfl_sam,
-        scaffold,
-    )
+if TYPE_CHECKING:
     from flnet.algorithms.base import AlgorithmModule
-
-    _fedavg: AlgorithmModule[fedavg.Config, fedavg.State] = fedavg
-    _fedprox: AlgorithmModule[fedprox.Config, fedprox.State] = fedprox
-    _dpsgd: AlgorithmModule[dpsgd.Config, dpsgd.State] = dpsgd
-    _fedbuff: AlgorithmModule[fedbuff.Config, fedbuff.State] = fedbuff
-    _fedasync: AlgorithmModule[fedasync.Config, fedasync.State] = fedasync
-    _scaffold: AlgorithmModule[scaffold.Config, scaffold.State] = scaffold
-    _feddyn: AlgorithmModule[feddyn.Config, feddyn.State] = feddyn
-    _moon: AlgorithmModule[moon.Config, moon.State] = moon
-    _drfa: AlgorithmModule[drfa.Config, drfa.State] = drfa
-    _drdm: AlgorithmModule[drdm.Config, drdm.State] = drdm
-    _dfedavg: AlgorithmModule[dfedavg.Config, dfedavg.State] = dfedavg
-    _dfedavgm: AlgorithmModule[dfedavgm.Config, dfedavgm.State] = dfedavgm
-    _dfedsam: AlgorithmModule[dfedsam.Config, dfedsam.State] = dfedsam
-    _oledfl: AlgorithmModule[oledfl.Config, oledfl.State] = oledfl
-    _oledfl_sam: AlgorithmModule[oledfl_sam.Config, oledfl_sam.State] = oledfl_sam
-    _dfl: AlgorithmModule[dfl.Config, dfl.State] = dfl
-    _cdfl: AlgorithmModule[cdfl.Config, cdfl.State] = cdfl
-    _mm_psgd: AlgorithmModule[mm_psgd.Config, mm_psgd.State] = mm_psgd
-    _mc_psgd: AlgorithmModule[mc_psgd.Config, mc_psgd.State] = mc_psgd
 
 
 class _Lazy(Mapping):

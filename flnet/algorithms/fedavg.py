@@ -24,7 +24,7 @@ import torch
 from flnet.algorithms import partial
 from flnet.algorithms.base import Steps
 from flnet.algorithms.configs import FedAvgConfig as Config
-from flnet.algorithms.configs import FedProxConfig
+from flnet.algorithms.configs import FedProxConfig, MoonConfig
 from flnet.learn import server_optim
 from flnet.learn.aggregate import delivered_rows, weighted_mean
 from flnet.learn.cohort import LossFn
@@ -42,7 +42,7 @@ class State(NamedTuple):
     server: Any = None  # the server optimizer's state (None: no server optimizer)
 
 
-def init(learn: Learner, cfg: Config | FedProxConfig) -> State:
+def init(learn: Learner, cfg: Config | FedProxConfig | MoonConfig) -> State:
     x = learn.model.init_params()
     return State(0, x, server_optim.init(server_optim.from_config(cfg.server_optimizer), x))
 
@@ -134,3 +134,10 @@ def server_step(
     if opt is None:
         return weighted_mean(models, n_k), server  # line 8
     return server_optim.step(opt, x, models - x, n_k, server)
+
+
+if TYPE_CHECKING:  # mypy checks this module against the shape, with its Config and State
+    from flnet.algorithms import fedavg as this_module
+    from flnet.algorithms.base import AlgorithmModule
+
+    _shape: AlgorithmModule[Config, State] = this_module

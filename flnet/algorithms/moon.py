@@ -124,3 +124,10 @@ def protocol(
                 server,
             )
         world.publish(progress(State(t, x, server)))
+
+
+if TYPE_CHECKING:  # mypy checks this module against the shape, with its Config and State
+    from flnet.algorithms import moon as this_module
+    from flnet.algorithms.base import AlgorithmModule
+
+    _shape: AlgorithmModule[Config, State] = this_module

@@ -158,3 +158,10 @@ def protocol(
                 n_k = learn.num_samples[cohort[positions]]
                 x, server = server_optim.step(opt, x, dy, n_k, server)
         world.publish(progress(State(t, x, c, server)))
+
+
+if TYPE_CHECKING:  # mypy checks this module against the shape, with its Config and State
+    from flnet.algorithms import scaffold as this_module
+    from flnet.algorithms.base import AlgorithmModule
+
+    _shape: AlgorithmModule[Config, State] = this_module
