@@ -1,6 +1,7 @@
 """Every algorithm's `Config`, in one light module (pydantic only, no torch), so the scenario
 schema, `flnet validate` and `flnet schema` load without the maths. Each algorithm module
-re-exports its own as `Config`; a new algorithm adds its class here and to `CONFIGS`.
+re-exports its own as `Config`; its record (`flnet.algorithms.records`) names it, and the
+scenario's union is built from the records.
 
 Configs compose rather than inherit from one another (equinox's rule): a concrete config is
 `final`; what several share is a `Field` constant, a function their validators call, or an
@@ -9,7 +10,7 @@ the schema and resolved scenarios keep theirs."""
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, cast, final
+from typing import Annotated, Literal, Protocol, cast, final
 
 from pydantic import Field, model_validator
 from pydantic_core import PydanticCustomError
@@ -513,48 +514,11 @@ class CdflConfig(Strict):
     )
 
 
-# The members of CONFIGS as one type, for annotations (scenario.AlgorithmConfig is built from
-# CONFIGS at run time, which mypy cannot follow): keep the two in step.
-AnyAlgorithmConfig = (
-    FedAvgConfig
-    | FedProxConfig
-    | DpsgdConfig
-    | FedBuffConfig
-    | FedAsyncConfig
-    | ScaffoldConfig
-    | FedDynConfig
-    | MoonConfig
-    | DrfaConfig
-    | DrdmConfig
-    | DfedavgConfig
-    | DfedavgmConfig
-    | DfedsamConfig
-    | OledflSgdConfig
-    | OledflSamConfig
-    | DflConfig
-    | CdflConfig
-    | MmPsgdConfig
-    | McPsgdConfig
-)
+class AnyAlgorithmConfig(Protocol):
+    """`Scenario.algorithm` as the type checker sees it. At run time it is the union of the
+    records' configs (`records.CONFIGS`), which mypy cannot follow. Code outside an algorithm's
+    own module reads its name (the rest by getattr), so every config matches this without
+    being listed here."""
 
-CONFIGS = {
-    "fedavg": FedAvgConfig,
-    "fedprox": FedProxConfig,
-    "dpsgd": DpsgdConfig,
-    "fedbuff": FedBuffConfig,
-    "fedasync": FedAsyncConfig,
-    "scaffold": ScaffoldConfig,
-    "feddyn": FedDynConfig,
-    "moon": MoonConfig,
-    "drfa": DrfaConfig,
-    "drdm": DrdmConfig,
-    "dfedavg": DfedavgConfig,
-    "dfedavgm": DfedavgmConfig,
-    "dfedsam": DfedsamConfig,
-    "oledfl_sgd": OledflSgdConfig,
-    "oledfl_sam": OledflSamConfig,
-    "dfl": DflConfig,
-    "cdfl": CdflConfig,
-    "mm_psgd": MmPsgdConfig,
-    "mc_psgd": McPsgdConfig,
-}
+    @property
+    def name(self) -> str: ...

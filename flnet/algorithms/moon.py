@@ -35,6 +35,7 @@ from torch.nn import functional as F
 from flnet.algorithms import fedavg
 from flnet.algorithms.base import Steps
 from flnet.algorithms.configs import MoonConfig as Config
+from flnet.algorithms.records import MOON
 from flnet.learn import server_optim
 from flnet.learn.aggregate import delivered_rows
 from flnet.learn.cohort import PAD, sample_losses
@@ -49,7 +50,8 @@ if TYPE_CHECKING:  # the learning side's object, for annotations only
     from flnet.learn.local import Learner
 
 TABLE = "moon.previous"  # per client: its previous local model w_i^{t-1}
-EXTRA_FORWARDS = 2  # the global and the previous model, on every minibatch
+# the global and the previous model, on every minibatch (in the record: timing-only runs read it)
+EXTRA_FORWARDS = MOON.extra_forwards
 
 State = fedavg.State
 init = fedavg.init
