@@ -24,7 +24,7 @@ final accuracy (it is counted by its status, never entered at its last finite fi
 chance) and never reaches the target, even if it passed it before it diverged
 (`flnet.analysis.to_target`); failed points stay in the tables (the points table is the list
 of runs, the records are joined to it). An algorithm
-not in this flnet (`flnet.algorithms.configs.CONFIGS`) is listed as not available. Each
+not in this flnet (`flnet.algorithms.records.CONFIGS`) is listed as not available. Each
 algorithm's runs go to --out/<algorithm>/ (a sweep: finished runs are reused when the script
 runs again), the tables to --out as CSV: summary.csv, per_seed.csv.
 """
@@ -37,7 +37,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from flnet.algorithms.configs import CONFIGS
+from flnet.algorithms.records import CONFIGS
 from flnet.analysis import OK, ended_as, median_range, statuses, to_target, with_status
 from flnet.learn.data import load
 from flnet.scenario import Scenario

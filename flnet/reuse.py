@@ -49,6 +49,7 @@ import numpy as np
 import pandas as pd
 
 from flnet import output
+from flnet.algorithms.records import RECORDS, NotReplayable, Replay
 from flnet.errors import FlnetError, ScenarioError
 from flnet.output import run_status
 from flnet.run_folders import finished, identity
@@ -77,21 +78,11 @@ COSTS_ONLY = (
     "clients.capacity_trace.compute_power_w",
 )
 
-# Algorithms on `round_trip` whose learning does not depend on timing (see the module doc),
-# with the size of each message in models: (download, upload).
-REPLAYABLE = {
-    "fedavg": (1, 1),
-    "fedprox": (1, 1),
-    "scaffold": (2, 2),
-    "feddyn": (1, 1),
-    "moon": (1, 1),
-}  # models down, models up
-EXTRA_FORWARDS = {"moon": 2}  # forward passes a gradient evaluation adds (MOON's two models)
+# Algorithms on `round_trip` whose learning does not depend on timing (see the module doc), with
+# the size of each message in models, and why some others are not: as their records say.
+REPLAYABLE = {name: r.replay for name, r in RECORDS.items() if isinstance(r.replay, Replay)}
 NOT_REPLAYABLE = {
-    "fedbuff": "FedBuff's stream aggregates uploads in arrival order (timing decides)",
-    "dpsgd": "D-PSGD's gossip is not replayed (its timeout would let timing decide)",
-    "drfa": "DRFA's rounds hold a second round trip (the dual step), which is not replayed",
-    "drdm": "DRDM's rounds hold a second round trip (the dual step), which is not replayed",
+    name: r.replay.why for name, r in RECORDS.items() if isinstance(r.replay, NotReplayable)
 }
 STOPS_REPLAYED = ("rounds", "target_accuracy")
 COST_COLUMNS = (
@@ -259,10 +250,11 @@ class _PlannedWork:
             )
         self.grads = optim.from_config(self.local).grads_per_step
         self.flops_per_sample = (
-            flops_per_sample + EXTRA_FORWARDS.get(cfg.name, 0) * forward_flops_per_sample
+            flops_per_sample + RECORDS[cfg.name].extra_forwards * forward_flops_per_sample
         )
         self.sizes = sizes
-        down, up = REPLAYABLE[cfg.name]
+        replay = REPLAYABLE[cfg.name]
+        down, up = replay.down_models, replay.up_models
         self.down_bits, self.up_bits = down * num_params * 32, up * num_params * 32
 
     def __call__(self, t: int, cohort: np.ndarray) -> tuple[Any, np.ndarray, Any]:

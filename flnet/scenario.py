@@ -23,7 +23,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_core import ErrorDetails
 
 from flnet import units
-from flnet.algorithms.configs import CONFIGS
+from flnet.algorithms.records import CONFIGS, RECORDS
 from flnet.config import Strict, topology_problem
 from flnet.dists import PerClient
 from flnet.errors import ScenarioError, UnitWarning
@@ -48,7 +48,7 @@ def _algorithm_union() -> Any:
     return Annotated[Union[configs], Field(discriminator="name")]  # noqa: UP007 (a tuple)
 
 
-if TYPE_CHECKING:  # mypy cannot follow the union built from CONFIGS; the same members
+if TYPE_CHECKING:  # mypy cannot follow the union built from CONFIGS: it sees what all configs have
     from flnet.algorithms.configs import AnyAlgorithmConfig as AlgorithmConfig
 else:
     AlgorithmConfig = _algorithm_union()
@@ -135,32 +135,10 @@ class Scenario(Strict):
                 "a capacity trace gives each link's measured rate (clients.capacity_trace); "
                 "fading would scale it, so the two do not go together",
             )
-        if self.algorithm.name == "cdfl" and self.radio.d2d.loss_probability > 0:
-            raise inconsistent(
-                "radio.d2d.loss_probability",
-                "must be 0 for cdfl: a lost compressed message would leave the public copies "
-                "of its sender apart (C-DFL has no way to resend it)",
-            )
-        if self.algorithm.name == "cdfl" and self.clients.availability.kind != "always":
-            raise inconsistent(
-                "clients.availability.kind",
-                f"must be 'always' for cdfl, got '{self.clients.availability.kind}': an offline "
-                "node would miss its neighbours' compressed messages and leave the public "
-                "copies apart (C-DFL has no way to resend them)",
-            )
-        if self.algorithm.name == "cdfl" and self.clients.battery is not None:
-            raise inconsistent(
-                "clients.battery",
-                "must be unset for cdfl: a node opted out by its battery would miss its "
-                "neighbours' compressed messages and leave the public copies apart (C-DFL "
-                "has no way to resend them)",
-            )
-        if self.algorithm.name == "cdfl" and getattr(topology, "kind", None) == "random_k":
-            raise inconsistent(
-                "algorithm.topology.kind",
-                "cdfl needs a fixed graph: each node's public copy is held by its neighbours, "
-                "which random_k draws afresh every round",
-            )
+        for check in RECORDS[self.algorithm.name].checks:  # the algorithm's own
+            problem = check(self.algorithm, self)
+            if problem is not None:
+                raise inconsistent(problem.field, problem.message)
         if getattr(topology, "kind", None) == "random_geometric" and self.clients.positions is None:
             raise inconsistent(
                 "algorithm.topology.kind",
@@ -184,7 +162,7 @@ class Scenario(Strict):
         return Path(self.output.dir or Path("runs") / self.name)
 
 
-BLOCK_AWARE = ("fedavg", "mm_psgd", "mc_psgd")  # the algorithms that pass the round's block
+BLOCK_AWARE = tuple(name for name, record in RECORDS.items() if record.follows_blocks)
 
 
 # ---------------------------------------------------------------- loading

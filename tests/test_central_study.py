@@ -22,7 +22,7 @@ def test_central_study_smoke(tmp_path):
     study = load("central_study")
     out = study.main(["--smoke", "--out", str(tmp_path)])
     summary = out["summary"]
-    from flnet.algorithms.configs import CONFIGS
+    from flnet.algorithms.records import CONFIGS
 
     assert list(summary.algorithm) == list(study.ALGORITHMS)
     assert list(summary.available) == [a in CONFIGS for a in study.ALGORITHMS]

@@ -1,4 +1,5 @@
-"""The README's guide: its complete example algorithm runs as printed."""
+"""The README's guide: its complete example algorithm, registered by its record as the guide
+says, runs as printed."""
 
 import re
 import sys
@@ -7,28 +8,48 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from test_algorithm_records import patterns_reached
 
-from flnet import algorithms
-from flnet.algorithms import ALGORITHMS
+from flnet.algorithms import ALGORITHMS, configs
 from flnet.algorithms.base import AlgorithmModule
+from flnet.algorithms.records import RECORDS, AlgorithmRecord, Replay
 from flnet.runner import StopRules, build
 
 
-def readme_example() -> types.ModuleType:
+def guide_code() -> tuple[str, str]:
+    """The guide's two listings: the light record (its Config and AlgorithmRecord), then the
+    module."""
     text = Path("README.md").read_text()
     guide = text[text.index("## Adding an algorithm") :]
-    code = re.search(r"```python\n(.*?)```", guide, re.S).group(1)
-    module = types.ModuleType("fedmean")
-    sys.modules["fedmean"] = module  # dataclasses and pydantic look their module up
+    record, module = re.findall(r"```python\n(.*?)```", guide, re.S)[:2]
+    return record, module
+
+
+def as_module(name: str, code: str) -> types.ModuleType:
+    module = types.ModuleType(name)
+    sys.modules[name] = module  # dataclasses and pydantic look their module up
     try:
         exec(compile(code, "README.md", "exec"), module.__dict__)
     finally:
-        del sys.modules["fedmean"]
+        del sys.modules[name]
     return module
 
 
-def test_readme_example_algorithm_runs_and_takes_the_plain_mean(scenario):
-    mod = readme_example()
+@pytest.fixture
+def fedmean(monkeypatch) -> types.ModuleType:
+    """The guide's algorithm, added as the guide says: its Config in the configs module, its
+    record in RECORDS, its module where the record says."""
+    record_code, module_code = guide_code()
+    light = as_module("fedmean_record", record_code)
+    monkeypatch.setattr(configs, "FedMeanConfig", light.FedMeanConfig, raising=False)
+    module = as_module(light.FEDMEAN.module, module_code)
+    monkeypatch.setitem(sys.modules, light.FEDMEAN.module, module)
+    monkeypatch.setitem(RECORDS, "fedmean", light.FEDMEAN)
+    return module
+
+
+def test_readme_example_algorithm_runs_and_takes_the_plain_mean(scenario, fedmean):
+    mod = fedmean
     sc = scenario(run={"rounds": 3})
     cfg = mod.Config(cohort={"clients_per_round": 4}, local={"steps": 2, "batch_size": 8})
     world, learner = build(sc)
@@ -56,14 +77,22 @@ def test_readme_example_algorithm_runs_and_takes_the_plain_mean(scenario):
     assert np.allclose(published[0].model.numpy(), work.params.mean(0).numpy(), atol=1e-6)
 
 
-def test_the_guides_module_and_every_registered_one_have_the_algorithm_shape():
-    assert isinstance(readme_example(), AlgorithmModule)
+def test_the_guides_record_registers_its_module_with_the_algorithm_shape(fedmean):
+    assert ALGORITHMS["fedmean"] is fedmean and isinstance(fedmean, AlgorithmModule)
+    record = RECORDS["fedmean"]
+    assert fedmean.Config is record.config and record.replay == Replay(1, 1)
+    assert patterns_reached(fedmean) == {record.pattern}
+    assert "fedmean" in list(ALGORITHMS)
+
+
+def test_every_registered_module_has_the_algorithm_shape():
     for name in ALGORITHMS:
         assert isinstance(ALGORITHMS[name], AlgorithmModule), name
 
 
 def test_the_registry_refuses_a_module_without_the_algorithm_shape(monkeypatch):
     # the configs module has Configs but no State, init, progress or protocol
-    monkeypatch.setitem(algorithms.MODULES, "configs", "flnet.algorithms.configs")
+    not_one = AlgorithmRecord(configs.FedAvgConfig, "flnet.algorithms.configs", "round_trip")
+    monkeypatch.setitem(RECORDS, "configs", not_one)
     with pytest.raises(TypeError, match="flnet.algorithms.configs is not an algorithm module"):
         ALGORITHMS["configs"]

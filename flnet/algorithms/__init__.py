@@ -2,10 +2,10 @@
 `init(learn, cfg) -> State`, `progress(state) -> Progress` (what observers judge), pure maths,
 and `protocol(world, learn, cfg, state) -> Steps`, a SimPy generator over one of
 `flnet.sim.patterns` that reads like the paper. `base.AlgorithmModule` states that shape once;
-each module here is checked against it (below for mypy, on first use at run time).
+each module checks itself against it for mypy (its last lines), and `ALGORITHMS` on first use.
 
-`ALGORITHMS[name]` imports an algorithm's module on first use, so the scenario schema (which
-needs only `configs.CONFIGS`) never loads torch.
+`ALGORITHMS[name]` imports the module its record (`records.RECORDS`) names on first use, so the
+scenario schema (which needs only the records and their configs) never loads torch.
 """
 
 from __future__ import annotations
@@ -14,90 +14,37 @@ from collections.abc import Iterator, Mapping
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
-MODULES = {
-    "fedavg": "flnet.algorithms.fedavg",
-    "fedprox": "flnet.algorithms.fedprox",
-    "dpsgd": "flnet.algorithms.dpsgd",
-    "fedbuff": "flnet.algorithms.fedbuff",
-    "fedasync": "flnet.algorithms.fedasync",
-    "scaffold": "flnet.algorithms.scaffold",
-    "feddyn": "flnet.algorithms.feddyn",
-    "moon": "flnet.algorithms.moon",
-    "drfa": "flnet.algorithms.drfa",
-    "drdm": "flnet.algorithms.drdm",
-    "dfedavg": "flnet.algorithms.dfedavg",
-    "dfedavgm": "flnet.algorithms.dfedavgm",
-    "dfedsam": "flnet.algorithms.dfedsam",
-    "oledfl_sgd": "flnet.algorithms.oledfl",
-    "oledfl_sam": "flnet.algorithms.oledfl_sam",
-    "dfl": "flnet.algorithms.dfl",
-    "cdfl": "flnet.algorithms.cdfl",
-    "mm_psgd": "flnet.algorithms.mm_psgd",
-    "mc_psgd": "flnet.algorithms.mc_psgd",
-}
+from flnet.algorithms.records import RECORDS
 
-if TYPE_CHECKING:  # mypy checks each module above against the shape, with its Config and State
-    from flnet.algorithms import (
-        cdfl,
-        dfedavg,
-        dfedavgm,
-        dfedsam,
-        dfl,
-        dpsgd,
-        drdm,
-        drfa,
-        fedasync,
-        fedavg,
-        fedbuff,
-        feddyn,
-        fedprox,
-        mc_psgd,
-        mm_psgd,
-        moon,
-        oledfl,
-        oledfl_sam,
-        scaffold,
-    )
+MODULES = {name: record.module for name, record in RECORDS.items()}  # every module's path
+
+if TYPE_CHECKING:
     from flnet.algorithms.base import AlgorithmModule
-
-    _fedavg: AlgorithmModule[fedavg.Config, fedavg.State] = fedavg
-    _fedprox: AlgorithmModule[fedprox.Config, fedprox.State] = fedprox
-    _dpsgd: AlgorithmModule[dpsgd.Config, dpsgd.State] = dpsgd
-    _fedbuff: AlgorithmModule[fedbuff.Config, fedbuff.State] = fedbuff
-    _fedasync: AlgorithmModule[fedasync.Config, fedasync.State] = fedasync
-    _scaffold: AlgorithmModule[scaffold.Config, scaffold.State] = scaffold
-    _feddyn: AlgorithmModule[feddyn.Config, feddyn.State] = feddyn
-    _moon: AlgorithmModule[moon.Config, moon.State] = moon
-    _drfa: AlgorithmModule[drfa.Config, drfa.State] = drfa
-    _drdm: AlgorithmModule[drdm.Config, drdm.State] = drdm
-    _dfedavg: AlgorithmModule[dfedavg.Config, dfedavg.State] = dfedavg
-    _dfedavgm: AlgorithmModule[dfedavgm.Config, dfedavgm.State] = dfedavgm
-    _dfedsam: AlgorithmModule[dfedsam.Config, dfedsam.State] = dfedsam
-    _oledfl: AlgorithmModule[oledfl.Config, oledfl.State] = oledfl
-    _oledfl_sam: AlgorithmModule[oledfl_sam.Config, oledfl_sam.State] = oledfl_sam
-    _dfl: AlgorithmModule[dfl.Config, dfl.State] = dfl
-    _cdfl: AlgorithmModule[cdfl.Config, cdfl.State] = cdfl
-    _mm_psgd: AlgorithmModule[mm_psgd.Config, mm_psgd.State] = mm_psgd
-    _mc_psgd: AlgorithmModule[mc_psgd.Config, mc_psgd.State] = mc_psgd
 
 
 class _Lazy(Mapping):
     def __getitem__(self, name: str) -> AlgorithmModule[Any, Any]:
         from flnet.algorithms.base import AlgorithmModule  # loads simpy: not for the schema
 
-        module = import_module(MODULES[name])
+        module = import_module(RECORDS[name].module)
         if not isinstance(module, AlgorithmModule):
             raise TypeError(
                 f"{module.__name__} is not an algorithm module: it needs State, init, progress "
                 "and protocol (flnet.algorithms.base.AlgorithmModule)"
             )
+        config = RECORDS[name].config
+        if getattr(module, "Config", None) is not config:
+            raise TypeError(
+                f"{module.__name__}.Config is not {config.__name__}, the config of its record "
+                "in flnet/algorithms/records.py"
+            )
         return module
 
     def __iter__(self) -> Iterator[str]:
-        return iter(MODULES)
+        return iter(RECORDS)
 
     def __len__(self) -> int:
-        return len(MODULES)
+        return len(RECORDS)
 
 
 ALGORITHMS: Mapping[str, AlgorithmModule[Any, Any]] = _Lazy()

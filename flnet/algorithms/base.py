@@ -2,9 +2,9 @@
 
 A module is its own implementation of `AlgorithmModule` (PEP 544 lets a module satisfy a
 Protocol), so an algorithm file stays a flat list of functions that read like the paper, with
-no class to inherit from. The registry (`flnet/algorithms/__init__.py`) checks each module
-against it: mypy, with that module's own `Config` and `State`; and at import, that the members
-are there.
+no class to inherit from. Each module checks itself against it for mypy, with its own `Config`
+and `State` (its last lines); the registry (`flnet/algorithms/__init__.py`) checks at import
+that the members are there.
 
 A module may take more than the runner passes (`loss_fn=` for tests); what it must accept is
 what `flnet.runner` calls it with, written here. Optionally `check(world, learn, cfg)`: what

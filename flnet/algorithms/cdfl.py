@@ -123,3 +123,10 @@ def protocol(
         if work.keep is not None:  # no timeout: every node's compute completed
             work.keep.commit(g.nodes)
         world.publish(decentralized.progress(t, x, State(t, x, x_hat), gossip.figures(g)))
+
+
+if TYPE_CHECKING:  # mypy checks this module against the shape, with its Config and State
+    from flnet.algorithms import cdfl as this_module
+    from flnet.algorithms.base import AlgorithmModule
+
+    _shape: AlgorithmModule[Config, State] = this_module

@@ -1,10 +1,16 @@
 """Every algorithm's `Config`, in one light module (pydantic only, no torch), so the scenario
 schema, `flnet validate` and `flnet schema` load without the maths. Each algorithm module
-re-exports its own as `Config`; a new algorithm adds its class here and to `CONFIGS`."""
+re-exports its own as `Config`; its record (`flnet.algorithms.records`) names it, and the
+scenario's union is built from the records.
+
+Configs compose rather than inherit from one another (equinox's rule): a concrete config is
+`final`; what several share is a `Field` constant, a function their validators call, or an
+abstract base. Each class lists its fields in the order they had when they were inherited, so
+the schema and resolved scenarios keep theirs."""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, Protocol, cast, final
 
 from pydantic import Field, model_validator
 from pydantic_core import PydanticCustomError
@@ -48,6 +54,7 @@ class _PartialWorkNeedsADeadline(Strict):
         return self
 
 
+@final
 class FedAvgConfig(_PartialWorkNeedsADeadline):
     name: Literal["fedavg"] = "fedavg"
     cohort: CohortConfig = CohortConfig()
@@ -59,6 +66,7 @@ class FedAvgConfig(_PartialWorkNeedsADeadline):
     partial_work: PartialWorkConfig | None = PARTIAL_WORK
 
 
+@final
 class FedProxConfig(_PartialWorkNeedsADeadline):
     name: Literal["fedprox"] = "fedprox"
     mu: float = Field(0.01, ge=0, description="proximal weight (the Delta-SGD code's example)")
@@ -71,6 +79,7 @@ class FedProxConfig(_PartialWorkNeedsADeadline):
     partial_work: PartialWorkConfig | None = PARTIAL_WORK
 
 
+@final
 class DpsgdConfig(Strict):
     """D-PSGD (Lian et al. 2017): gossip on `topology`, one local step per exchange."""
 
@@ -96,6 +105,7 @@ class DpsgdConfig(Strict):
         return self
 
 
+@final
 class FedBuffConfig(Strict):
     """FedBuff (Nguyen et al. 2022): asynchronous clients, a buffer of K deltas."""
 
@@ -109,6 +119,7 @@ class FedBuffConfig(Strict):
     local: LocalConfig = LocalConfig()
 
 
+@final
 class FedAsyncConfig(Strict):
     """FedAsync (Xie, Koyejo and Gupta 2019): asynchronous clients; every arriving model is
     mixed into the server's with weight alpha * s(staleness). Defaults are from the paper's
@@ -136,6 +147,7 @@ def _not_plain_sgd(field: str, value: object, allowed: str) -> PydanticCustomErr
     )
 
 
+@final
 class ScaffoldConfig(Strict):
     name: Literal["scaffold"] = "scaffold"
     server_lr: float = Field(1.0, gt=0, description="global step size eta_g (1: x += mean dy)")
@@ -178,6 +190,7 @@ class ScaffoldConfig(Strict):
         return self
 
 
+@final
 class FedDynConfig(Strict):
     """FedDyn (Acar et al. 2021): a dynamic regulariser per client, the server's h."""
 
@@ -191,6 +204,7 @@ class FedDynConfig(Strict):
     local: LocalConfig = LocalConfig()
 
 
+@final
 class MoonConfig(Strict):
     """MOON (Li et al. 2021): model-contrastive local loss, FedAvg's server."""
 
@@ -216,6 +230,7 @@ AVERAGING_BASE = Field(
 )
 
 
+@final
 class MmPsgdConfig(Strict):
     """MM-PSGD (Ding et al. 2020, Algorithm 1): FedAvg's chain, one predictor per data block."""
 
@@ -229,6 +244,7 @@ class MmPsgdConfig(Strict):
     server: OptionalServerRule = Field(None, description=SERVER_RULE_DESCRIPTION)
 
 
+@final
 class McPsgdConfig(Strict):
     """MC-PSGD (Ding et al. 2020, Algorithm 2): a block-mixed chain and one block-separate
     chain per block; predictor m folds in whichever has the lower mean client loss."""
@@ -264,80 +280,106 @@ class McPsgdConfig(Strict):
 
 
 Sampling = Literal["dedup_weighted", "with_replacement", "without_replacement"]
+LambdaInit = Literal["uniform", "samples"]
+
+# DRFA's fields, which DRDM has too (DRDM is DRFA plus FedDyn's regulariser)
+DRFA_CLIENTS_PER_ROUND = Field(
+    10, ge=1, description="m: clients drawn from lambda, and clients of the dual step"
+)
+DRFA_DUAL_LR = Field(0.01, gt=0, description="gamma; the dual step is tau * gamma")
+DRFA_SAMPLING = Field(
+    cast(Sampling, "dedup_weighted"),
+    description="dedup_weighted: m draws with replacement from lambda, each distinct "
+    "client trained once, weighted by its draws, its state updated once; "
+    "with_replacement: as dedup_weighted but each draw updates the state; "
+    "without_replacement: m distinct clients drawn in proportion to lambda",
+)
+DRFA_LAMBDA_INIT = Field(
+    cast(LambdaInit, "uniform"), description="lambda at round 0: 1/N each, or n_i / n (DRFA's code)"
+)
+DRFA_DEADLINE_S = Field(
+    None, gt=0, description="drop clients not delivered this long after a round trip starts"
+)
 
 
+def _tau_local_steps(local: LocalConfig) -> None:
+    if local.epochs is not None:
+        raise PydanticCustomError(
+            "inconsistent",
+            "DRFA and DRDM take tau local steps (t' is drawn from 1..tau and the dual "
+            "step is tau * gamma); give algorithm.local.steps, not epochs",
+            {"field": "algorithm.local.epochs"},
+        )
+
+
+@final
 class DrfaConfig(Strict):
     """DRFA (Deng et al. 2021), as DRDM's paper writes it (its Algorithms 1-3 without FedDyn)."""
 
     name: Literal["drfa"] = "drfa"
-    clients_per_round: int = Field(
-        10, ge=1, description="m: clients drawn from lambda, and clients of the dual step"
-    )
-    dual_lr: float = Field(0.01, gt=0, description="gamma; the dual step is tau * gamma")
-    sampling: Sampling = Field(
-        "dedup_weighted",
-        description="dedup_weighted: m draws with replacement from lambda, each distinct "
-        "client trained once, weighted by its draws, its state updated once; "
-        "with_replacement: as dedup_weighted but each draw updates the state; "
-        "without_replacement: m distinct clients drawn in proportion to lambda",
-    )
-    lambda_init: Literal["uniform", "samples"] = Field(
-        "uniform", description="lambda at round 0: 1/N each, or n_i / n (DRFA's code)"
-    )
-    deadline_s: float | None = Field(
-        None, gt=0, description="drop clients not delivered this long after a round trip starts"
-    )
+    clients_per_round: int = DRFA_CLIENTS_PER_ROUND
+    dual_lr: float = DRFA_DUAL_LR
+    sampling: Sampling = DRFA_SAMPLING
+    lambda_init: LambdaInit = DRFA_LAMBDA_INIT
+    deadline_s: float | None = DRFA_DEADLINE_S
     local: LocalConfig = LocalConfig()
 
     @model_validator(mode="after")
     def _steps(self) -> DrfaConfig:
-        if self.local.epochs is not None:
-            raise PydanticCustomError(
-                "inconsistent",
-                "DRFA and DRDM take tau local steps (t' is drawn from 1..tau and the dual "
-                "step is tau * gamma); give algorithm.local.steps, not epochs",
-                {"field": "algorithm.local.epochs"},
-            )
+        _tau_local_steps(self.local)
         return self
 
 
-class DrdmConfig(DrfaConfig):
+@final
+class DrdmConfig(Strict):
     """DRDM (Krouka et al. 2025): DRFA plus FedDyn's dynamic regulariser (Algorithms 1-3)."""
 
-    name: Literal["drdm"] = "drdm"  # type: ignore[assignment]  # a subclass names itself
+    name: Literal["drdm"] = "drdm"
+    clients_per_round: int = DRFA_CLIENTS_PER_ROUND
+    dual_lr: float = DRFA_DUAL_LR
+    sampling: Sampling = DRFA_SAMPLING
+    lambda_init: LambdaInit = DRFA_LAMBDA_INIT
+    deadline_s: float | None = DRFA_DEADLINE_S
+    local: LocalConfig = LocalConfig()
     mu: float = Field(
         0.1, gt=0, description="mu, the dynamic-regularisation weight (FedDyn's alpha)"
     )
 
+    @model_validator(mode="after")
+    def _steps(self) -> DrdmConfig:
+        _tau_local_steps(self.local)
+        return self
+
 
 # ------------------------------------------------------------ serverless: local steps, then gossip
+# Every local-steps-then-gossip method has the graph (`topology`) and the local work (`local`);
+# all but C-DFL a gossip timeout.
+
+GOSSIP_TIMEOUT_S = Field(
+    None,
+    gt=0,
+    description="a node stops waiting for messages this long after a gossip step "
+    "starts; late ones count as lost",
+)
 
 
-class _Decentralized(Strict):
-    """What every local-steps-then-gossip method shares: the graph and the local work."""
-
-    topology: TopologyConfig = GraphTopology()
-    local: LocalConfig = LocalConfig()
-
-
-class _Timeout(Strict):
-    timeout_s: float | None = Field(
-        None,
-        gt=0,
-        description="a node stops waiting for messages this long after a gossip step "
-        "starts; late ones count as lost",
-    )
-
-
-class DfedavgConfig(_Decentralized, _Timeout):
+@final
+class DfedavgConfig(Strict):
     """DFedAvg (Sun et al. 2022): K local SGD steps, then one gossip mix of the results."""
 
+    timeout_s: float | None = GOSSIP_TIMEOUT_S
+    topology: TopologyConfig = GraphTopology()
+    local: LocalConfig = LocalConfig()
     name: Literal["dfedavg"] = "dfedavg"
 
 
-class DfedavgmConfig(_Decentralized, _Timeout):
+@final
+class DfedavgmConfig(Strict):
     """DFedAvgM (Sun et al. 2022): DFedAvg whose local steps carry momentum theta."""
 
+    timeout_s: float | None = GOSSIP_TIMEOUT_S
+    topology: TopologyConfig = GraphTopology()
+    local: LocalConfig = LocalConfig()
     name: Literal["dfedavgm"] = "dfedavgm"
     momentum: float = Field(0.9, gt=0, lt=1, description="theta in x = y_k + theta (y_k - y_{k-1})")
 
@@ -363,11 +405,14 @@ def _needs_sam(local: LocalConfig, method: str) -> None:
         )
 
 
-class DfedsamConfig(_Decentralized, _Timeout):
+@final
+class DfedsamConfig(Strict):
     """DFedSAM (Shi et al. 2023): DFedAvg with SAM local steps (radius local.sam_rho)."""
 
-    name: Literal["dfedsam"] = "dfedsam"
+    timeout_s: float | None = GOSSIP_TIMEOUT_S
+    topology: TopologyConfig = GraphTopology()
     local: LocalConfig = LocalConfig(sam_rho=0.1)
+    name: Literal["dfedsam"] = "dfedsam"
 
     @model_validator(mode="after")
     def _sam(self) -> DfedsamConfig:
@@ -375,27 +420,35 @@ class DfedsamConfig(_Decentralized, _Timeout):
         return self
 
 
-class _Ole(Strict):
-    beta: float = Field(
-        0.4,
-        ge=0,
-        lt=1,
-        description="Ole coefficient: x_0 = x + beta (x - x_K of the last round); stable "
-        "only if lambda_min(W) > (beta - 1) / (beta + 1)",
-    )
+OLE_BETA = Field(
+    0.4,
+    ge=0,
+    lt=1,
+    description="Ole coefficient: x_0 = x + beta (x - x_K of the last round); stable "
+    "only if lambda_min(W) > (beta - 1) / (beta + 1)",
+)
 
 
-class OledflSgdConfig(_Decentralized, _Timeout, _Ole):
+@final
+class OledflSgdConfig(Strict):
     """OledFL-SGD (Li et al.): DFedAvg started from the opposite lookahead point."""
 
+    beta: float = OLE_BETA
+    timeout_s: float | None = GOSSIP_TIMEOUT_S
+    topology: TopologyConfig = GraphTopology()
+    local: LocalConfig = LocalConfig()
     name: Literal["oledfl_sgd"] = "oledfl_sgd"
 
 
-class OledflSamConfig(_Decentralized, _Timeout, _Ole):
+@final
+class OledflSamConfig(Strict):
     """OledFL-SAM (Li et al.): DFedSAM started from the opposite lookahead point."""
 
-    name: Literal["oledfl_sam"] = "oledfl_sam"
+    beta: float = OLE_BETA
+    timeout_s: float | None = GOSSIP_TIMEOUT_S
+    topology: TopologyConfig = GraphTopology()
     local: LocalConfig = LocalConfig(sam_rho=0.1)
+    name: Literal["oledfl_sam"] = "oledfl_sam"
 
     @model_validator(mode="after")
     def _sam(self) -> OledflSamConfig:
@@ -403,20 +456,25 @@ class OledflSamConfig(_Decentralized, _Timeout, _Ole):
         return self
 
 
-class DflConfig(_Decentralized, _Timeout):
+@final
+class DflConfig(Strict):
     """DFL (Liu et al.): tau1 = local.steps local steps, then tau2 = gossip_steps mixes."""
 
-    name: Literal["dfl"] = "dfl"
+    timeout_s: float | None = GOSSIP_TIMEOUT_S
+    topology: TopologyConfig = GraphTopology()
     local: LocalConfig = LocalConfig(steps=4)
+    name: Literal["dfl"] = "dfl"
     gossip_steps: int = Field(4, ge=1, le=10_000, description="tau2: gossip steps per round")
 
 
-class CdflConfig(_Decentralized):
+@final
+class CdflConfig(Strict):
     """C-DFL (Liu et al., Algorithm 2): DFL whose gossip steps are CHOCO-Gossip steps on
     compressed innovations. No timeout: a lost q would split the public copies."""
 
-    name: Literal["cdfl"] = "cdfl"
+    topology: TopologyConfig = GraphTopology()
     local: LocalConfig = LocalConfig(steps=4)
+    name: Literal["cdfl"] = "cdfl"
     gossip_steps: int = Field(4, ge=1, le=10_000, description="tau2: gossip steps per round")
     consensus_step: float = Field(1.0, gt=0, le=1, description="gamma (the paper runs 1)")
     compression: CompressionConfig = IdentityCompression()
@@ -427,52 +485,11 @@ class CdflConfig(_Decentralized):
     )
 
 
-# The members of CONFIGS as one type, for annotations (scenario.AlgorithmConfig is built from
-# CONFIGS at run time, which mypy cannot follow): keep the two in step.
+class AnyAlgorithmConfig(Protocol):
+    """`Scenario.algorithm` as the type checker sees it. At run time it is the union of the
+    records' configs (`records.CONFIGS`), which mypy cannot follow. Code outside an algorithm's
+    own module reads its name (the rest by getattr), so every config matches this without
+    being listed here."""
 
-
-# The members of CONFIGS as one type, for annotations (scenario.AlgorithmConfig is built from
-# CONFIGS at run time, which mypy cannot follow): keep the two in step.
-AnyAlgorithmConfig = (
-    FedAvgConfig
-    | FedProxConfig
-    | DpsgdConfig
-    | FedBuffConfig
-    | FedAsyncConfig
-    | ScaffoldConfig
-    | FedDynConfig
-    | MoonConfig
-    | DrfaConfig
-    | DrdmConfig
-    | DfedavgConfig
-    | DfedavgmConfig
-    | DfedsamConfig
-    | OledflSgdConfig
-    | OledflSamConfig
-    | DflConfig
-    | CdflConfig
-    | MmPsgdConfig
-    | McPsgdConfig
-)
-
-CONFIGS = {
-    "fedavg": FedAvgConfig,
-    "fedprox": FedProxConfig,
-    "dpsgd": DpsgdConfig,
-    "fedbuff": FedBuffConfig,
-    "fedasync": FedAsyncConfig,
-    "scaffold": ScaffoldConfig,
-    "feddyn": FedDynConfig,
-    "moon": MoonConfig,
-    "drfa": DrfaConfig,
-    "drdm": DrdmConfig,
-    "dfedavg": DfedavgConfig,
-    "dfedavgm": DfedavgmConfig,
-    "dfedsam": DfedsamConfig,
-    "oledfl_sgd": OledflSgdConfig,
-    "oledfl_sam": OledflSamConfig,
-    "dfl": DflConfig,
-    "cdfl": CdflConfig,
-    "mm_psgd": MmPsgdConfig,
-    "mc_psgd": McPsgdConfig,
-}
+    @property
+    def name(self) -> str: ...

@@ -45,3 +45,10 @@ def protocol(
     """K local steps, one mix (`gossip_rounds.rounds`); `loss_fn` and `mixing` (W given
     directly, any real weights) are for tests."""
     return gossip_rounds.rounds(world, learn, cfg, state, NAME, loss_fn=loss_fn, mixing=mixing)
+
+
+if TYPE_CHECKING:  # mypy checks this module against the shape, with its Config and State
+    from flnet.algorithms import dfedavg as this_module
+    from flnet.algorithms.base import AlgorithmModule
+
+    _shape: AlgorithmModule[Config, State] = this_module

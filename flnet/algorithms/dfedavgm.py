@@ -68,3 +68,10 @@ def protocol(
         loss_fn=loss_fn,
         mixing=mixing,
     )
+
+
+if TYPE_CHECKING:  # mypy checks this module against the shape, with its Config and State
+    from flnet.algorithms import dfedavgm as this_module
+    from flnet.algorithms.base import AlgorithmModule
+
+    _shape: AlgorithmModule[Config, State] = this_module

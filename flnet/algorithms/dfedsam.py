@@ -10,7 +10,16 @@ gossip mix as DFedAvg's. OledFL's Algorithm 1 with beta = 0 and lambda = rho.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from flnet.algorithms.configs import DfedsamConfig as Config
 from flnet.algorithms.dfedavg import State, check, init, progress, protocol
 
 __all__ = ["Config", "State", "init", "progress", "protocol", "check"]
+
+
+if TYPE_CHECKING:  # mypy checks this module against the shape, with its Config and State
+    from flnet.algorithms import dfedsam as this_module
+    from flnet.algorithms.base import AlgorithmModule
+
+    _shape: AlgorithmModule[Config, State] = this_module

@@ -131,3 +131,10 @@ def _cut(x: torch.Tensor, y: torch.Tensor, computed: np.ndarray) -> torch.Tensor
     """A node whose gradient the timeout cut takes no step: its y is its x."""
     keep = torch.as_tensor(computed, device=x.device).unsqueeze(1)
     return torch.where(keep, y, x)
+
+
+if TYPE_CHECKING:  # mypy checks this module against the shape, with its Config and State
+    from flnet.algorithms import dpsgd as this_module
+    from flnet.algorithms.base import AlgorithmModule
+
+    _shape: AlgorithmModule[Config, State] = this_module

@@ -122,3 +122,10 @@ def protocol(
             x = server_model(weighted_mean(last, draws), c, mu)  # line 20
             lam = yield from distributional.dual_step(world, learn, cfg, lam, w_snap, s)  # line 21
         world.publish(progress(State(s, x, *distributional.lam_fields(lam), c)))
+
+
+if TYPE_CHECKING:  # mypy checks this module against the shape, with its Config and State
+    from flnet.algorithms import drdm as this_module
+    from flnet.algorithms.base import AlgorithmModule
+
+    _shape: AlgorithmModule[Config, State] = this_module

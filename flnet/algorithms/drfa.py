@@ -98,3 +98,10 @@ def protocol(world: AbstractWorld, learn: Learner, cfg: Config, state: State) ->
             x = weighted_mean(got.rows(work.params), draws)  # line 20
             lam = yield from distributional.dual_step(world, learn, cfg, lam, w_snap, s)  # line 21
         world.publish(progress(State(s, x, *distributional.lam_fields(lam))))
+
+
+if TYPE_CHECKING:  # mypy checks this module against the shape, with its Config and State
+    from flnet.algorithms import drfa as this_module
+    from flnet.algorithms.base import AlgorithmModule
+
+    _shape: AlgorithmModule[Config, State] = this_module

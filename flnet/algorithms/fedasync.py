@@ -131,3 +131,10 @@ def protocol(
         concurrency=cfg.concurrency,
         resume=state.flight,
     )
+
+
+if TYPE_CHECKING:  # mypy checks this module against the shape, with its Config and State
+    from flnet.algorithms import fedasync as this_module
+    from flnet.algorithms.base import AlgorithmModule
+
+    _shape: AlgorithmModule[Config, State] = this_module

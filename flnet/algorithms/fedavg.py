@@ -44,3 +44,10 @@ def protocol(
     """Algorithm 1's rounds (`central.rounds`); the stragglers of `cfg.partial_work` are
     dropped, as in FedProx's code's FedAvg. `local_loss` replaces the clients' loss (tests)."""
     return central.rounds(world, learn, cfg, state, local_loss)
+
+
+if TYPE_CHECKING:  # mypy checks this module against the shape, with its Config and State
+    from flnet.algorithms import fedavg as this_module
+    from flnet.algorithms.base import AlgorithmModule
+
+    _shape: AlgorithmModule[Config, State] = this_module

@@ -100,3 +100,10 @@ def protocol(
             h = server_h(h, cfg.alpha, world.num_clients, theta, x)
             x = server_model(mean(theta), h, cfg.alpha)
         world.publish(progress(State(t, x, h)))
+
+
+if TYPE_CHECKING:  # mypy checks this module against the shape, with its Config and State
+    from flnet.algorithms import feddyn as this_module
+    from flnet.algorithms.base import AlgorithmModule
+
+    _shape: AlgorithmModule[Config, State] = this_module

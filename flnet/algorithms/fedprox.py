@@ -46,3 +46,10 @@ def protocol(world: AbstractWorld, learn: Learner, cfg: Config, state: State) ->
         local_loss=lambda x: proximal_loss(cfg.mu, x),
         partial_updates=True,  # partial work (cfg.partial_work) is aggregated, Section 5.2
     )
+
+
+if TYPE_CHECKING:  # mypy checks this module against the shape, with its Config and State
+    from flnet.algorithms import fedprox as this_module
+    from flnet.algorithms.base import AlgorithmModule
+
+    _shape: AlgorithmModule[Config, State] = this_module

@@ -156,3 +156,10 @@ def protocol(world: AbstractWorld, learn: Learner, cfg: Config, state: State) ->
         last = m
         state = State(t, x, w, models, weights, m, wins, asking)
         world.publish(progress(state))
+
+
+if TYPE_CHECKING:  # mypy checks this module against the shape, with its Config and State
+    from flnet.algorithms import mc_psgd as this_module
+    from flnet.algorithms.base import AlgorithmModule
+
+    _shape: AlgorithmModule[Config, State] = this_module

@@ -90,3 +90,10 @@ def protocol(world: AbstractWorld, learn: Learner, cfg: Config, state: State) ->
             x = server.aggregate(rule, got.rows(work.params), got)  # line 5
             models, weights = predictors.fold(models, weights, m, x, base)  # line 8
         world.publish(progress(State(t, x, models, weights, m)))
+
+
+if TYPE_CHECKING:  # mypy checks this module against the shape, with its Config and State
+    from flnet.algorithms import mm_psgd as this_module
+    from flnet.algorithms.base import AlgorithmModule
+
+    _shape: AlgorithmModule[Config, State] = this_module

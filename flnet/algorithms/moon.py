@@ -35,6 +35,7 @@ from flnet.algorithms import delivery, server
 from flnet.algorithms.base import Steps
 from flnet.algorithms.central import State, init, progress, server_of
 from flnet.algorithms.configs import MoonConfig as Config
+from flnet.algorithms.records import MOON
 from flnet.learn.cohort import PAD, sample_losses
 from flnet.learn.models import Model
 from flnet.learn.table import Keep, Keeps
@@ -47,7 +48,8 @@ if TYPE_CHECKING:  # the learning side's object, for annotations only
     from flnet.learn.local import Learner
 
 TABLE = "moon.previous"  # per client: its previous local model w_i^{t-1}
-EXTRA_FORWARDS = 2  # the global and the previous model, on every minibatch
+# the global and the previous model, on every minibatch (in the record: timing-only runs read it)
+EXTRA_FORWARDS = MOON.extra_forwards
 
 __all__ = ["Config", "State", "init", "progress", "protocol", "contrastive_loss"]
 
@@ -113,3 +115,10 @@ def protocol(
         if got is not None:  # FedAvg's server step
             x, opt_state = server.step(rule, x, got.rows(work.params), got, opt_state)
         world.publish(progress(State(t, x, opt_state)))
+
+
+if TYPE_CHECKING:  # mypy checks this module against the shape, with its Config and State
+    from flnet.algorithms import moon as this_module
+    from flnet.algorithms.base import AlgorithmModule
+
+    _shape: AlgorithmModule[Config, State] = this_module

@@ -115,3 +115,10 @@ def protocol(
         )
         figures = gossip.figures(g) | decentralized.offline(present)
         world.publish(decentralized.progress(t, x, State(t, x, z), figures))
+
+
+if TYPE_CHECKING:  # mypy checks this module against the shape, with its Config and State
+    from flnet.algorithms import oledfl as this_module
+    from flnet.algorithms.base import AlgorithmModule
+
+    _shape: AlgorithmModule[Config, State] = this_module

@@ -153,3 +153,10 @@ def protocol(
             )
             c = server_control(c, got.rows(up.dc), world.num_clients)
         world.publish(progress(State(t, x, c, opt_state)))
+
+
+if TYPE_CHECKING:  # mypy checks this module against the shape, with its Config and State
+    from flnet.algorithms import scaffold as this_module
+    from flnet.algorithms.base import AlgorithmModule
+
+    _shape: AlgorithmModule[Config, State] = this_module
