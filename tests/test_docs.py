@@ -1,12 +1,13 @@
-"""The documentation site: its generated references cover the schema and the parser, and
-`mkdocs build --strict` passes (skipped without MkDocs, except under CI=true, where a skip
-fails)."""
+"""The documentation site: its generated references cover the schema and the parser, every code
+block of its tutorials and how-to guides runs as printed, and `mkdocs build --strict` passes
+(skipped without MkDocs, except under CI=true, where a skip fails)."""
 
 import argparse
 import importlib.util
 import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -14,7 +15,7 @@ from typing import get_args, get_origin
 
 import pytest
 
-from flnet.cli import parser
+from flnet.cli import main, parser
 from flnet.scenario import Scenario
 
 REPO = Path(__file__).resolve().parent.parent
@@ -141,6 +142,94 @@ def test_cli_reference_names_every_command_and_option():
     walk(parser())
     assert "`flnet traces fedscale`" in page  # nested commands too
     assert missing == []
+
+
+# ---------------------------------------------------------------- runnable pages
+
+RUNNABLE = sorted(
+    p
+    for folder in ("tutorials", "how-to")
+    for p in (DOCS / folder).glob("*.md")
+    if p.name != "index.md"
+)
+FENCE = re.compile(r"^```(\w+)([^\n]*)\n(.*?)^```$", re.S | re.M)
+NOT_RUN = re.compile(r"<!-- not run: .+ -->\s*$")
+
+
+def code_blocks(text: str) -> list[tuple[str, str, str]]:
+    """(language, title, code) of each block that runs: bash and python run, yaml with a title
+    is written to that file; text blocks are output. A block right after a comment
+    `<!-- not run: why -->` is left out."""
+    blocks = []
+    for m in FENCE.finditer(text):
+        language, attrs, code = m[1], m[2], m[3]
+        title = re.search(r'title="([^"]+)"', attrs)
+        if NOT_RUN.search(text[: m.start()].rstrip("\n").rsplit("\n", 1)[-1] + "\n"):
+            continue
+        if language in ("bash", "python") or (language == "yaml" and title):
+            blocks.append((language, title[1] if title else "", code))
+        elif language == "yaml":
+            raise AssertionError(f"a yaml block without a title (its file name): {code[:60]!r}")
+    return blocks
+
+
+def test_code_blocks_are_found():
+    text = (
+        '```yaml title="a.yaml"\nx: 1\n```\n\n<!-- not run: needs a cluster -->\n```bash\n'
+        "ray up\n```\n```bash\nls\n```\n```text\nout\n```\n"
+    )
+    assert code_blocks(text) == [("yaml", "a.yaml", "x: 1\n"), ("bash", "", "ls\n")]
+
+
+SHELL = re.compile(r"[|&;<>$`(){}\\*?~]")
+
+
+def flnet_commands(code: str) -> list[list[str]] | None:
+    """The argument lists of a bash block that is only plain `flnet ...` lines (run in this
+    process through `flnet.cli.main`: no second torch import), else None (run by bash)."""
+    lines = [s for s in code.splitlines() if s.strip() and not s.lstrip().startswith("#")]
+    if lines and all(s.startswith("flnet ") and not SHELL.search(s) for s in lines):
+        return [shlex.split(s)[1:] for s in lines]
+    return None
+
+
+def test_plain_flnet_lines_run_in_process_and_the_rest_in_bash():
+    assert flnet_commands("flnet run a.yaml --set x=1\n") == [["run", "a.yaml", "--set", "x=1"]]
+    assert flnet_commands("flnet run a.yaml | head\n") is None
+    assert flnet_commands("ls runs\n") is None
+
+
+@pytest.mark.parametrize("page", RUNNABLE, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_page_code_runs(page, tmp_path, monkeypatch):
+    """The page's blocks in order, in an empty folder: files written, commands run (this
+    checkout's flnet), Python in one namespace as a reader would paste it."""
+    blocks = code_blocks(page.read_text())
+    assert blocks, f"{page} has no code to run"
+    env = {
+        **os.environ,
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+        "PYTHONPATH": str(REPO),
+    }
+    monkeypatch.chdir(tmp_path)
+    namespace: dict = {"__name__": "__docs__"}
+    for language, title, code in blocks:
+        if language == "yaml":
+            (tmp_path / title).write_text(code)
+        elif language == "bash" and flnet_commands(code) is not None:
+            for argv in flnet_commands(code) or []:
+                assert main(argv) == 0, f"{page.name}: `flnet {shlex.join(argv)}` failed"
+        elif language == "bash":
+            done = subprocess.run(
+                ["bash", "-euo", "pipefail", "-c", code],
+                cwd=tmp_path,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=300,
+            )
+            assert done.returncode == 0, f"{page.name}: `{code.strip()}` failed:\n{done.stderr}"
+        else:
+            exec(compile(code, f"{page.name}", "exec"), namespace)
 
 
 # ---------------------------------------------------------------- the build
