@@ -9,7 +9,7 @@ VENV ?= .venv
 TORCH_SPEC ?= torch==2.13.0
 BIN := $(VENV)/bin
 
-.PHONY: quickstart test lint bench setup clean
+.PHONY: quickstart test lint bench docs setup clean
 
 # --force: each `make quickstart` replaces the previous one's results in runs/quickstart/
 quickstart: $(VENV)/.installed
@@ -33,6 +33,16 @@ $(VENV)/.bench: $(VENV)/.installed
 	$(BIN)/python -m pip install --quiet -e ".[test,bench]"
 	touch $@
 
+# the `docs` extra (MkDocs, Material, mkdocstrings) is installed here only; the site goes to
+# build/site/ (mkdocs.yml), built strictly: a broken link, a missing page or an unknown
+# reference fails
+docs: $(VENV)/.docs
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
+$(VENV)/.docs: $(VENV)/.installed
+	$(BIN)/python -m pip install --quiet -e ".[test,docs]"
+	touch $@
+
 setup: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml
@@ -42,4 +52,4 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 clean:
-	rm -rf $(VENV) runs
+	rm -rf $(VENV) runs build/site
