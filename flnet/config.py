@@ -349,6 +349,11 @@ SERVER_RULE_DESCRIPTION = (
 )
 
 
+CohortSampling = Literal[
+    "uniform", "by_data_size_with_replacement", "by_data_size_without_replacement"
+]
+
+
 class CohortConfig(Strict):
     """Who takes part in a round and when the server stops waiting."""
 
@@ -361,6 +366,13 @@ class CohortConfig(Strict):
     )
     deadline_s: float | None = Field(
         None, gt=0, description="drop clients not delivered this long after the round starts"
+    )
+    sampling: CohortSampling = Field(
+        "uniform",
+        description="uniform: K distinct clients, models weighed by sample count; "
+        "by_data_size_with_replacement: K draws with p_k = n_k / n, each draw weighing the "
+        "same (FedProx's Algorithm 2); by_data_size_without_replacement: K distinct clients "
+        "drawn by size, each weighing the same (flnet.algorithms.selection)",
     )
 
     def k(self, num_clients: int) -> int:
@@ -375,7 +387,30 @@ class CohortConfig(Strict):
     def _one_of(self) -> CohortConfig:
         if self.clients_per_round is not None and self.client_fraction is not None:
             raise ValueError("give clients_per_round or client_fraction, not both")
+        if self.sampling == "by_data_size_with_replacement" and self.over_selection != 1:
+            raise ValueError(
+                "over_selection keeps the first K distinct clients to arrive; with draws "
+                "with replacement use by_data_size_without_replacement or over_selection 1"
+            )
         return self
+
+
+def _samples_uniformly(cohort: CohortConfig) -> CohortConfig:
+    """An algorithm whose paper samples uniformly and whose server step is not FedAvg's mean
+    (SCAFFOLD, FedDyn, MM-PSGD, MC-PSGD) refuses sampling by data size rather than guess how
+    its aggregate should weigh the draws."""
+    if cohort.sampling != "uniform":
+        raise PydanticCustomError(
+            "inconsistent",
+            "sampling {sampling} is FedProx's device sampling, for FedAvg, FedProx and MOON; "
+            "this algorithm samples uniformly",
+            {"field": "algorithm.cohort.sampling", "sampling": cohort.sampling},
+        )
+    return cohort
+
+
+# the cohort of an algorithm that samples uniformly only
+UniformCohortConfig = Annotated[CohortConfig, AfterValidator(_samples_uniformly)]
 
 
 class DeadlinePartialWork(Strict):
