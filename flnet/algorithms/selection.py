@@ -5,17 +5,21 @@ member's model weighs in the server's mean (the weights `server.step` hands its 
   (`World.sample_clients`); the server's own rule weighs each delivered model by its sample
   count n_k (FedAvg's line 8, McMahan et al. 2017). This is also what the FedProx paper's
   experiments ran (Li et al., "Federated Optimization in Heterogeneous Networks", MLSys 2020,
-  Section 5: uniform sampling, then a mean weighted by the number of local data points, "as
-  originally proposed" by McMahan et al.; its code, litian96/FedProx, `select_clients`).
+  Section 5: devices sampled uniformly, updates averaged with weights proportional to their
+  local data, McMahan et al.'s scheme; its code, litian96/FedProx, `select_clients` and
+  `aggregate`, does the same).
 - ``by_data_size_with_replacement``: FedProx's device sampling as its Algorithms 1 and 2 write
-  it (the same paper): K draws, device k drawn with probability p_k = n_k / n (n the total of
-  the training rows), independently (with replacement, as its analysis assumes), and the server
-  averages the delivered models with equal weights per draw, w_{t+1} = (1/K) sum_{k in S_t}
-  w_{t+1}^k: an unbiased estimate of sum_k p_k w_{t+1}^k. A client drawn j times trains, is
-  charged and uploads once (its copies would draw the same minibatches, keyed by round and
-  client) and weighs j. The same law as DRFA's and DRDM's line 5 with lambda = p
-  (`lambda_init: samples`; the DRDM paper, Krouka et al. 2025, its Algorithm 1: clients drawn
-  "with probabilities proportional to the elements of the dual variable").
+  it (the same paper): K devices, device k chosen with probability p_k = n_k / n (n the total
+  of the training rows; the p_k of its objective sum_k p_k F_k), and the server averages the
+  delivered models with equal weights, w_{t+1} = (1/K) sum_{k in S_t} w_{t+1}^k. The K draws
+  are independent (with replacement), which makes that mean an unbiased estimate of
+  sum_k p_k w_{t+1}^k (Li et al., "On the Convergence of FedAvg on Non-IID Data", ICLR 2020,
+  Scheme I). A client drawn j times trains, is charged and uploads once (its copies would draw
+  the same minibatches, keyed by round and client) and weighs j. The same law as DRFA's and
+  DRDM's line 5 with lambda = p (`lambda_init: samples`; the DRDM paper, Krouka et al. 2025,
+  Algorithm 1, draws clients with probabilities proportional to lambda). The FedProx paper is
+  not among the texts in the project's papers folder: the above is its published Algorithm 2
+  and its code, not checked against a copy here.
 - ``by_data_size_without_replacement``: K distinct clients, each next one drawn in proportion
   to the sizes of those not drawn yet (successive sampling), each delivered model weighing the
   same. No paper of the set defines it; it is DRFA's and DRDM's ``sampling:
@@ -23,10 +27,11 @@ member's model weighs in the server's mean (the weights `server.step` hands its 
   unbiased estimate of sum_k p_k w^k (large clients are under-weighted).
 
 Under either by-size sampling the weight a client carries is its number of draws (the draw
-already weighed it by size): the own rule (weighted_mean) is the mean per draw, `mean` counts
-each distinct client once, and a server optimizer's sample-weighted mean (variant flower)
-weighs by draws. The draws cost no per-client objects: the sizes' cumulative sum ([N] int64,
-made once a run) and a binary search per draw, O(K log N) a round with 1,000,000 clients.
+already weighed it by size): the own rule (weighted_mean) is the mean per draw; `mean`, and
+a server optimizer's plain mean (variant reddi), count each distinct client once; a server
+optimizer's sample-weighted mean (variant flower) weighs by draws. The draws cost no
+per-client objects: the sizes' cumulative sum ([N] int64, made once a run) and a binary search
+per draw, O(K log N) a round with 1,000,000 clients.
 """
 
 from __future__ import annotations
