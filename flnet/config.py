@@ -118,6 +118,78 @@ OptimizerConfig = Annotated[
 ]
 
 
+class ConstantLr(Strict):
+    """The same learning rate every round (what no schedule, null, also means)."""
+
+    kind: Literal["constant"]
+
+    def multiplier(self, round: int) -> float:
+        return 1.0
+
+
+class ExponentialLr(Strict):
+    """lr * gamma^(t - 1) in round t (torch's ExponentialLR stepped once a round): OledFL's
+    0.1 * 0.998^t (its digest, l.275), the first round at lr."""
+
+    kind: Literal["exponential"]
+    gamma: float = Field(gt=0, le=1, description="factor per round (OledFL: 0.998)")
+
+    def multiplier(self, round: int) -> float:
+        return self.gamma ** (max(round, 1) - 1)
+
+
+class StepLr(Strict):
+    """lr times `gamma` once per `every_rounds` rounds (torch's StepLR), or at each round of
+    `at_rounds` (torch's MultiStepLR): Delta-SGD's baselines divide by 10 after 50% and again
+    after 75% of the rounds (gamma 0.1, at_rounds [T/2, 3T/4]). The change takes effect in
+    the round after the one named."""
+
+    kind: Literal["step"]
+    gamma: float = Field(gt=0, le=1, description="multiplies lr at each step (Delta-SGD: 0.1)")
+    every_rounds: int | None = Field(None, ge=1, description="step after every k rounds")
+    at_rounds: tuple[Annotated[int, Field(ge=1)], ...] | None = Field(
+        None, description="step after each of these rounds (a list, increasing)"
+    )
+
+    @model_validator(mode="after")
+    def _every_or_at(self) -> StepLr:
+        if (self.every_rounds is None) == (self.at_rounds is None):
+            raise ValueError("give every_rounds or at_rounds, one of them")
+        if self.at_rounds is not None and list(self.at_rounds) != sorted(set(self.at_rounds)):
+            raise ValueError("at_rounds must increase")
+        return self
+
+    def multiplier(self, round: int) -> float:
+        done = max(round, 1) - 1  # rounds finished before this one
+        if self.every_rounds is not None:
+            steps = done // self.every_rounds
+        else:
+            steps = sum(r <= done for r in self.at_rounds or ())
+        return self.gamma**steps
+
+
+class CosineLr(Strict):
+    """Cosine annealing from lr to floor * lr over `rounds` rounds, then floor * lr (torch's
+    CosineAnnealingLR with T_max = rounds, stepped once a round; Loshchilov & Hutter 2017
+    without restarts): lr (floor + (1 - floor) (1 + cos(pi (t - 1) / rounds)) / 2)."""
+
+    kind: Literal["cosine"]
+    rounds: int = Field(ge=1, description="rounds to reach the floor (e.g. run.rounds)")
+    floor: float = Field(0.0, ge=0, le=1, description="the last lr as a share of lr")
+
+    def multiplier(self, round: int) -> float:
+        done = min(max(round, 1) - 1, self.rounds)
+        return self.floor + (1 - self.floor) * (1 + math.cos(math.pi * done / self.rounds)) / 2
+
+
+# Per round only: none of the five papers changes the rate within a round's local steps
+# (OledFL decays per round, Delta-SGD's baselines step per round; DFL, block-cyclic and DRDM
+# keep it constant), so there is no per-step schedule.
+LrScheduleConfig = Annotated[
+    ConstantLr | ExponentialLr | StepLr | CosineLr, Field(discriminator="kind")
+]
+
+
 class LocalConfig(Strict):
     """What one client does between receiving a model and sending its update: `steps` local
     steps on minibatches drawn with replacement, or `epochs` passes over its own data in
@@ -143,6 +215,11 @@ class LocalConfig(Strict):
     optimizer: OptimizerConfig = SgdConfig()
     lr: float | None = Field(
         None, gt=0, description="learning rate of sgd, adam, adagrad; default: the optimizer's"
+    )
+    lr_schedule: LrScheduleConfig | None = Field(
+        None,
+        description="the learning rate per round: constant, exponential, step or cosine "
+        "(null: constant); sgd, adam, adagrad only",
     )
     sam_rho: float | None = Field(
         None, gt=0, description="wrap the optimizer in SAM with this radius (2x gradients)"
@@ -189,13 +266,24 @@ class LocalConfig(Strict):
     def mode(self) -> str:
         return "steps" if self.epochs is None else "epochs"
 
-    @field_validator("lr")
+    @field_validator("lr", "lr_schedule")
     @classmethod
-    def _lr_is_used(cls, lr: float | None, info: ValidationInfo) -> float | None:
+    def _lr_is_used(cls, value: Any, info: ValidationInfo) -> Any:
         opt = info.data.get("optimizer")
-        if lr is not None and opt is not None and opt.default_lr is None:
-            raise ValueError(f"{opt.name} sets its own step size; remove lr or set it to null")
-        return lr
+        if value is not None and opt is not None and opt.default_lr is None:
+            raise ValueError(
+                f"{opt.name} sets its own step size; remove {info.field_name} or set it to null"
+            )
+        return value
+
+    def lr_at(self, round: int | None = None) -> float | None:
+        """The learning rate of round `round` (1, 2, ...: the schedule's; None or round 0, the
+        records' row before training: the first round's): `lr`, or the optimizer's default,
+        times the schedule's factor. None for optimizers that set their own step size."""
+        base = self.lr if self.lr is not None else self.optimizer.default_lr
+        if base is None or self.lr_schedule is None or round is None:
+            return base
+        return base * self.lr_schedule.multiplier(round)
 
 
 class NoServerOptimizer(Strict):
@@ -349,6 +437,11 @@ SERVER_RULE_DESCRIPTION = (
 )
 
 
+CohortSampling = Literal[
+    "uniform", "by_data_size_with_replacement", "by_data_size_without_replacement"
+]
+
+
 class CohortConfig(Strict):
     """Who takes part in a round and when the server stops waiting."""
 
@@ -361,6 +454,13 @@ class CohortConfig(Strict):
     )
     deadline_s: float | None = Field(
         None, gt=0, description="drop clients not delivered this long after the round starts"
+    )
+    sampling: CohortSampling = Field(
+        "uniform",
+        description="uniform: K distinct clients, models weighed by sample count; "
+        "by_data_size_with_replacement: K draws with p_k = n_k / n, each draw weighing the "
+        "same (FedProx's Algorithm 2); by_data_size_without_replacement: K distinct clients "
+        "drawn by size, each weighing the same (flnet.algorithms.selection)",
     )
 
     def k(self, num_clients: int) -> int:
@@ -375,7 +475,30 @@ class CohortConfig(Strict):
     def _one_of(self) -> CohortConfig:
         if self.clients_per_round is not None and self.client_fraction is not None:
             raise ValueError("give clients_per_round or client_fraction, not both")
+        if self.sampling == "by_data_size_with_replacement" and self.over_selection != 1:
+            raise ValueError(
+                "over_selection keeps the first K distinct clients to arrive; with draws "
+                "with replacement use by_data_size_without_replacement or over_selection 1"
+            )
         return self
+
+
+def _samples_uniformly(cohort: CohortConfig) -> CohortConfig:
+    """An algorithm whose paper samples uniformly and whose server step is not FedAvg's mean
+    (SCAFFOLD, FedDyn, MM-PSGD, MC-PSGD) refuses sampling by data size rather than guess how
+    its aggregate should weigh the draws."""
+    if cohort.sampling != "uniform":
+        raise PydanticCustomError(
+            "inconsistent",
+            "sampling {sampling} is FedProx's device sampling, for FedAvg, FedProx and MOON; "
+            "this algorithm samples uniformly",
+            {"field": "algorithm.cohort.sampling", "sampling": cohort.sampling},
+        )
+    return cohort
+
+
+# the cohort of an algorithm that samples uniformly only
+UniformCohortConfig = Annotated[CohortConfig, AfterValidator(_samples_uniformly)]
 
 
 class DeadlinePartialWork(Strict):

@@ -134,6 +134,8 @@ def why_not(data: dict) -> str | None:
         return NOT_REPLAYABLE.get(name, f"{name} is not known to be replayable")
     if algo["cohort"].get("over_selection", 1.0) > 1.0:
         return "over-selection: the first K arrivals decide the aggregate"
+    if algo["cohort"].get("sampling", "uniform") != "uniform":
+        return "cohort.sampling by data size: a replay draws its cohorts without the data"
     run = data["run"]
     for field in ("time_budget_s", "energy_budget_j"):
         if run.get(field) is not None:
@@ -272,12 +274,20 @@ class _PlannedWork:
 # ---------------------------------------------------------------- the replay protocol
 
 
-def protocol(world: AbstractWorld, cfg: Any, work: Work) -> Generator:
+def protocol(
+    world: AbstractWorld, cfg: Any, work: Work, sizes: np.ndarray | None = None
+) -> Generator:
     """The round trips of a round-trip algorithm with the maths left out: `work(t, cohort)`
-    gives (download bits, FLOPs, upload bits), each one number or one per member."""
+    gives (download bits, FLOPs, upload bits), each one number or one per member. `sizes`
+    ([N] training rows) draw the cohorts under sampling by data size (timing-only runs)."""
+    from flnet.algorithms import selection  # start-up speed: torch
+
     k = cfg.cohort.k(world.num_clients)
+    sampler = selection.Sampler(cfg.cohort)
+    if cfg.cohort.sampling != "uniform" and sizes is None:
+        raise NotReusable(f"cohort.sampling {cfg.cohort.sampling} draws by the data sizes")
     for t in world.steps(0):
-        cohort = world.sample_clients(k, t, cfg.cohort.over_selection)
+        cohort = sampler.draw(world, k, t, sizes if sizes is not None else np.ones(0)).clients
         down, flops, up = work(t, cohort)
         yield from round_trip(
             world,
@@ -355,7 +365,8 @@ def _simulate(
     world.publish(Progress(0, None, None))
     env = world.env
     if world.stop_reason is None:
-        env.run(until=env.process(protocol(world, scenario.algorithm, work)))
+        sizes = work.sizes if isinstance(work, _PlannedWork) else None
+        env.run(until=env.process(protocol(world, scenario.algorithm, work, sizes)))
     world.end()
     return world, recorder
 

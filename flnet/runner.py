@@ -290,25 +290,35 @@ def local_steps(scenario: Scenario, learner: Learner, round: int) -> dict:
     }
 
 
-def optimizer_labels(scenario: Scenario) -> dict:
+def optimizer_labels(scenario: Scenario, round: int | None = None) -> dict:
     """What the clients trained with, as columns: `optimizer` (its name), `lr` (the effective
     learning rate: the scenario's, or the optimizer's default; None for sps and delta_sgd,
     which set their own step size), `sam_rho` (None: no SAM) and the optimizer's own settings
     as `optimizer_<field>` (momentum, b1, eta0, ...); and, for algorithms that take one, the
-    server optimizer (`server_optimizer`, `server_<field>`: `flnet.learn.server_optim.labels`)."""
+    server optimizer (`server_optimizer`, `server_<field>`: `flnet.learn.server_optim.labels`).
+    With `local.lr_schedule` (only then), `lr` is round `round`'s learning rate (None: the
+    first round's) and `lr_schedule` names the schedule (`lr_schedule_label`)."""
     local = getattr(scenario.algorithm, "local", None)
     if local is None:
         return {}
     opt = local.optimizer
-    lr = local.lr if local.lr is not None else opt.default_lr
     own = {f"optimizer_{k}": v for k, v in opt.model_dump().items() if k != "name"}
+    schedule = local.lr_schedule
     return {
         "optimizer": opt.name,
-        "lr": lr,
+        "lr": local.lr_at(round),
+        **({} if schedule is None else {"lr_schedule": lr_schedule_label(schedule)}),
         "sam_rho": local.sam_rho,
         **own,
         **server_optim_labels(getattr(scenario.algorithm, "server_optimizer", None)),
     }
+
+
+def lr_schedule_label(schedule: Any) -> str:
+    """A schedule as one cell: its kind and settings, e.g. "exponential(gamma=0.998)"."""
+    fields = schedule.model_dump(exclude={"kind"}, exclude_none=True)
+    settings = ", ".join(f"{k}={list(v) if isinstance(v, tuple) else v}" for k, v in fields.items())
+    return f"{schedule.kind}({settings})"
 
 
 def charged_labels(learner: Learner) -> dict:
@@ -328,7 +338,7 @@ def record_row(scenario: Scenario, world: World, progress: Progress, metrics: di
         "scenario": scenario.name,
         "algorithm": scenario.algorithm.name,
         "seed": scenario.seed,
-        **optimizer_labels(scenario),
+        **optimizer_labels(scenario, progress.step),
         "costs_as": scenario.model.costs_as,
         "round": progress.step,
         "events": progress.events,

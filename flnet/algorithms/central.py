@@ -2,9 +2,10 @@
 state of a server that keeps one model (FedAvg, FedProx, MOON): written once, below the
 algorithms, so that none imports another.
 
-Round t: the server picks S_t and sends x_t; each client runs its local work from x_t (with the
-algorithm's loss, and with partial work where the scenario asks, `partial`) and uploads its
-model; the server steps over the delivered models in cohort order (`delivery`, `server`).
+Round t: the server picks S_t (by `cohort.sampling`, `selection`) and sends x_t; each client
+runs its local work from x_t (with the algorithm's loss, and with partial work where the
+scenario asks, `partial`) and uploads its model; the server steps over the delivered models in
+cohort order (`delivery`, `server`), weighed as the sampling says (`selection.delivered`).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
 
-from flnet.algorithms import delivery, partial, server
+from flnet.algorithms import partial, selection, server
 from flnet.algorithms.base import Steps
 from flnet.learn.cohort import LossFn
 from flnet.learn.wire import ModelMessage
@@ -64,9 +65,12 @@ def rounds(
     x, opt_state = state.x, state.server
     rule = server_of(cfg)
     k = cfg.cohort.k(world.num_clients)
+    sampler = selection.Sampler(cfg.cohort)
     for t in world.steps(state.round):
         block = learn.block(t, world.now)  # block-cyclic data: the block of this round
-        cohort = world.sample_clients(k, t, cfg.cohort.over_selection)  # S_t
+        sizes = learn.samples_in(block)
+        drawn = sampler.draw(world, k, t, sizes)  # S_t
+        cohort = drawn.clients
         x_bits = learn.bits(ModelMessage(x))
         steps = None
         if cfg.partial_work is not None:
@@ -84,7 +88,8 @@ def rounds(
             if partial_updates:
                 steps = p.steps
             elif cfg.partial_work.kind == "stragglers":
-                cohort = cohort[~p.straggles]
+                drawn = drawn.subset(~p.straggles)
+                cohort = drawn.clients
         work = learn.local_train(
             cohort,
             x,
@@ -105,7 +110,7 @@ def rounds(
             keep=k,
             client_state=work.keep,
         )
-        got = delivery.delivered(done, cohort, learn.samples_in(block))
+        got = selection.delivered(done, drawn, sizes)
         if got is not None:  # line 8, over the delivered clients
             x, opt_state = server.step(rule, x, got.rows(work.params), got, opt_state)
         world.publish(progress(State(t, x, opt_state)))

@@ -29,6 +29,7 @@ from flnet.config import (
     StalenessConfig,
     Strict,
     TopologyConfig,
+    UniformCohortConfig,
 )
 from flnet.schema.compression import CompressionConfig, IdentityCompression
 
@@ -151,7 +152,7 @@ def _not_plain_sgd(field: str, value: object, allowed: str) -> PydanticCustomErr
 class ScaffoldConfig(Strict):
     name: Literal["scaffold"] = "scaffold"
     server_lr: float = Field(1.0, gt=0, description="global step size eta_g (1: x += mean dy)")
-    cohort: CohortConfig = CohortConfig()
+    cohort: UniformCohortConfig = CohortConfig()
     local: LocalConfig = LocalConfig()
     server_optimizer: ServerOptimizerConfig = Field(
         NoServerOptimizer(), description=SERVER_OPTIMIZER_DESCRIPTION + " (replaces eta_g)"
@@ -200,7 +201,7 @@ class FedDynConfig(Strict):
         gt=0,
         description="alpha, the dynamic-regularisation weight (the paper's grid: 0.1, 0.01, 0.001)",
     )
-    cohort: CohortConfig = CohortConfig()
+    cohort: UniformCohortConfig = CohortConfig()
     local: LocalConfig = LocalConfig()
 
 
@@ -239,7 +240,7 @@ class MmPsgdConfig(Strict):
         "uniform", description=AVERAGING_DESCRIPTION
     )
     averaging_base: float = AVERAGING_BASE
-    cohort: CohortConfig = CohortConfig()
+    cohort: UniformCohortConfig = CohortConfig()
     local: LocalConfig = LocalConfig()
     server: OptionalServerRule = Field(None, description=SERVER_RULE_DESCRIPTION)
 
@@ -263,7 +264,7 @@ class McPsgdConfig(Strict):
         description="rows (drawn with replacement) on which each client reports the two "
         "models' losses (the paper: its local data)",
     )
-    cohort: CohortConfig = CohortConfig()
+    cohort: UniformCohortConfig = CohortConfig()
     local: LocalConfig = LocalConfig()
     server: OptionalServerRule = Field(None, description=SERVER_RULE_DESCRIPTION)
 

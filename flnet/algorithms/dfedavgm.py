@@ -35,10 +35,11 @@ NAME = "DFedAvgM"  # as its messages name it
 __all__ = ["Config", "State", "init", "progress", "protocol", "check", "local_optimizer"]
 
 
-def local_optimizer(cfg: Config) -> optim.GradientTransformation:
-    """SGD with Nesterov momentum theta (and the scenario's weight decay and SAM, if any)."""
+def local_optimizer(cfg: Config, round: int | None = None) -> optim.GradientTransformation:
+    """SGD with Nesterov momentum theta (and the scenario's weight decay and SAM, if any), at
+    round `round`'s learning rate (`local.lr_schedule`)."""
     local = cfg.local
-    lr = local.lr if local.lr is not None else local.optimizer.default_lr
+    lr = local.lr_at(round)
     assert lr is not None and local.optimizer.name == "sgd"  # the Config checks it
     base = optim.sgd(lr, cfg.momentum, local.optimizer.weight_decay, use_nesterov=True)
     return base if local.sam_rho is None else optim.sam(base, local.sam_rho)
@@ -64,7 +65,7 @@ def protocol(
         cfg,
         state,
         NAME,
-        optimizer=local_optimizer(cfg),
+        optimizer=lambda t: local_optimizer(cfg, t),
         loss_fn=loss_fn,
         mixing=mixing,
     )

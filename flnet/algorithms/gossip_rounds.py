@@ -2,11 +2,13 @@
 DFedSAM, DFL), written once below them so that none imports another: every node does its local
 work from its model and mixes the results (`decentralized.local_then_mix`), then takes
 `gossip_steps - 1` pure gossip steps (DFL's tau2; 1 for the others). The local steps' rule is
-the algorithm's (`optimizer`: DFedAvgM's momentum; SAM through `local.sam_rho`).
+the algorithm's (`optimizer`, given the round: DFedAvgM's momentum at the round's learning
+rate; SAM through `local.sam_rho`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, NamedTuple
 
 import torch
@@ -42,7 +44,7 @@ def rounds(
     state: State,
     algorithm: str,
     *,
-    optimizer: GradientTransformation | None = None,
+    optimizer: Callable[[int], GradientTransformation] | None = None,
     gossip_steps: int = 1,
     loss_fn: LossFn | None = None,
     mixing: topology.Mixing | None = None,
@@ -54,7 +56,15 @@ def rounds(
     for t in world.steps(state.round):
         g = schedule.at(t)
         _, x, present = yield from decentralized.local_then_mix(  # local work, mix 1
-            world, learn, cfg.local, g, x, t, cfg.timeout_s, optimizer=optimizer, loss_fn=loss_fn
+            world,
+            learn,
+            cfg.local,
+            g,
+            x,
+            t,
+            cfg.timeout_s,
+            optimizer=None if optimizer is None else optimizer(t),
+            loss_fn=loss_fn,
         )
         for s in range(1, gossip_steps):  # gossip steps 2..tau2
             x = yield from decentralized.gossip(world, learn, g, x, t, cfg.timeout_s, s)

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch.nn import functional as F
 
-from flnet.algorithms import delivery, server
+from flnet.algorithms import selection, server
 from flnet.algorithms.base import Steps
 from flnet.algorithms.central import State, init, progress, server_of
 from flnet.algorithms.configs import MoonConfig as Config
@@ -87,8 +87,10 @@ def protocol(
     rule = server_of(cfg)  # FedAvg's
     previous = learn.client_table(TABLE, torch.zeros_like(x))  # rows only once written
     k = cfg.cohort.k(world.num_clients)
+    sampler = selection.Sampler(cfg.cohort)
     for t in world.steps(state.round):
-        cohort = world.sample_clients(k, t, cfg.cohort.over_selection)  # S_t
+        drawn = sampler.draw(world, k, t, learn.num_samples)  # S_t
+        cohort = drawn.clients
         prev = previous.rows(cohort, default=x.expand(len(cohort), -1))  # first time: w^t
         work = learn.local_train(
             cohort,
@@ -111,7 +113,7 @@ def protocol(
             keep=k,
             client_state=Keeps(Keep(previous, cohort, work.params), work.keep),
         )
-        got = delivery.delivered(done, cohort, learn.num_samples)
+        got = selection.delivered(done, drawn, learn.num_samples)
         if got is not None:  # FedAvg's server step
             x, opt_state = server.step(rule, x, got.rows(work.params), got, opt_state)
         world.publish(progress(State(t, x, opt_state)))

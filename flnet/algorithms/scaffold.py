@@ -116,11 +116,11 @@ def protocol(
     x, c, opt_state = state.x, state.c, state.server
     rule = server_of(cfg)
     c_table = learn.client_table("scaffold.c_i", torch.zeros_like(x))  # rows only once written
-    lr = cfg.local.lr if cfg.local.lr is not None else cfg.local.optimizer.default_lr
-    assert lr is not None  # ScaffoldConfig allows sgd only, which has one
-    corrected = optim.chain(optim.add_correction(), optim.from_config(cfg.local))
     k = cfg.cohort.k(world.num_clients)
     for t in world.steps(state.round):
+        lr = cfg.local.lr_at(t)  # eta_l of this round (local.lr_schedule)
+        assert lr is not None  # ScaffoldConfig allows sgd only, which has one
+        corrected = optim.chain(optim.add_correction(), optim.from_config(cfg.local, t))
         cohort = world.sample_clients(k, t, cfg.cohort.over_selection)  # S
         c_i = c_table.rows(cohort)  # [C, P]
         work = learn.local_train(

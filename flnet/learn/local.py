@@ -266,7 +266,7 @@ class Learner:
             steps = steps if cap is None else np.minimum(steps, cap)
         self.last_steps = steps
         params = start.expand(len(clients), -1) if start.dim() == 1 else start
-        optimizer = optimizer or optim.from_config(local)
+        optimizer = optimizer or optim.from_config(local, round)  # the round's lr
         persist = local.optimizer_state == "persist"
         state = self.optimizer_states.gather(clients, optimizer, params) if persist else None
         res = self.trainer.train(

@@ -499,21 +499,27 @@ def delta_sgd(
     return chain(scale_by_delta(eta0, theta0, gamma, delta), scale_by_learning_rate(1.0))
 
 
+def from_config(local: LocalConfig, round: int | None = None) -> GradientTransformation:
+    """The client optimizer a scenario's `local:` section asks for (`flnet.config`), with the
+    learning rate of round `round` under `local.lr_schedule` (`LocalConfig.lr_at`; None: the
+    first round's). Made once per section and learning rate (they are frozen, and a transform
+    holds no state of its own): without a schedule once a run, not every round."""
+    return _made(local, local.lr_at(round))
+
+
 @functools.lru_cache(maxsize=16)
-def from_config(local: LocalConfig) -> GradientTransformation:
-    """The client optimizer a scenario's `local:` section asks for (`flnet.config`). Made once
-    per section (they are frozen, and a transform holds no state of its own), not every round."""
+def _made(local: LocalConfig, lr: float | None) -> GradientTransformation:
+    """`from_config` with the learning rate `lr` (None: the optimizer sets its own step)."""
     opt = local.optimizer
-
-    def lr(default_lr: float) -> float:  # methods with a learning rate of their own
-        return default_lr if local.lr is None else local.lr
-
     if opt.name == "sgd":
-        base = sgd(lr(opt.default_lr), opt.momentum, opt.weight_decay)
+        assert lr is not None  # sgd, adam and adagrad have one (LocalConfig.lr_at)
+        base = sgd(lr, opt.momentum, opt.weight_decay)
     elif opt.name == "adam":
-        base = adam(lr(opt.default_lr), opt.b1, opt.b2, opt.eps, opt.weight_decay)
+        assert lr is not None
+        base = adam(lr, opt.b1, opt.b2, opt.eps, opt.weight_decay)
     elif opt.name == "adagrad":
-        base = adagrad(lr(opt.default_lr), opt.eps, opt.initial_accumulator, opt.weight_decay)
+        assert lr is not None
+        base = adagrad(lr, opt.eps, opt.initial_accumulator, opt.weight_decay)
     elif opt.name == "sps":
         base = sps(opt.c, opt.f_star, opt.max_step, opt.eps)
     elif opt.name == "delta_sgd":
