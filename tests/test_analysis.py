@@ -156,10 +156,21 @@ def test_best_tau_shown_is_the_cell_then_the_winner_and_its_cost():
     shown = best_tau_shown(per_cell, "joules")
     cost = ["joules_to_target_median", "joules_to_target_min", "joules_to_target_max"]
     spread = ["best_tau", "best_tau_per_seed", "best_tau_median", "best_tau_min", "best_tau_max"]
-    assert list(shown.columns) == ["radio.uplink_snr_db", *spread, *cost, "within_spread"]
+    assert list(shown.columns) == [
+        "radio.uplink_snr_db",
+        *spread,
+        *cost,
+        "within_spread",
+        "verdict",
+    ]
     assert shown.best_tau.tolist() == [1, 5] and shown.joules_to_target_median.tolist() == [10, 8]
     with_runner_up = best_tau_shown(per_cell, "joules", runner_up=True)
-    assert list(with_runner_up.columns) == [*shown.columns[:-1], "runner_up_tau", "within_spread"]
+    assert list(with_runner_up.columns) == [
+        *shown.columns[:-2],
+        "runner_up_tau",
+        "within_spread",
+        "verdict",
+    ]
     assert with_runner_up.runner_up_tau.tolist() == [5, 1]
 
 
