@@ -11,8 +11,15 @@ def load(name):
     return module
 
 
-def test_tau_energy_smoke(tmp_path):
+def test_tau_energy_smoke(tmp_path, capsys):
     out = load("tau_energy").main(["--smoke", "--out", str(tmp_path)])
+    printed = capsys.readouterr().out
+    assert out["text"] in printed and "best tau per cell" in out["text"]
+    # the one implementation: flnet analyze prints the same best tau, joules and spread
+    from flnet.cli import main
+
+    assert main(["analyze", str(tmp_path), "--target", "0.5"]) == 0
+    assert capsys.readouterr().out.startswith(out["text"])
     per_run = out["per_run"]
     assert sorted(per_run[TAU_COL].unique()) == [1, 10] and sorted(per_run.seed) == [0, 0, 1, 1]
     reached = per_run[per_run.reached]
