@@ -1120,11 +1120,14 @@ def energy_by_class_figure(results: ResultsLike) -> Figure | None:
 def to_target_table(
     results: ResultsLike, target: float, metric: str = "test_accuracy"
 ) -> pd.DataFrame:
-    """Per run: whether it reached `target` and the round, simulated seconds and joules of the
-    first record that did (`flnet.analysis.to_target`; NaN when never reached)."""
+    """Per run: whether it reached `target`, the round of the first record that did, and the
+    simulated seconds and joules read between it and the record before
+    (`flnet.analysis.to_target`; NaN when never reached)."""
     from flnet.analysis import to_target
 
-    per_run = to_target(as_results(results).records, target, metric, keys=["run_id"])
+    per_run = to_target(
+        as_results(results).records, target, metric, keys=["run_id"], interpolate=True
+    )
     names = {"rounds_to_target": "round", "seconds_to_target": "sim_time_s"}
     per_run = per_run.rename(columns={**names, "joules_to_target": "energy_j"})
     return per_run[["run_id", "reached", "round", "sim_time_s", "energy_j"]]

@@ -9,6 +9,7 @@ import shutil
 import numpy as np
 import pandas as pd
 import pytest
+from test_report import browser, column, images_loaded, open_report  # noqa: F401 (a fixture)
 
 import flnet
 from flnet.analysis import TAU, best_tau, to_target
@@ -21,6 +22,7 @@ from flnet.plot import (
     load_results,
     time_unit,
 )
+from flnet.report import write_report
 
 TINY = ["run.rounds=3", "run.eval_every=1", "clients.count=10", "device=cpu"]
 SCENARIOS = {  # folder name: (scenario, its own overrides)
@@ -246,3 +248,20 @@ def test_the_verdict_pairs_seeds():
     _, cells = best_tau(per_run(rows), "joules", cell=[])
     assert not cells.clear.item()
     assert cells.verdict.item().startswith("no clear winner: tau=1 (seed 0, 2); tau=5 (seed 1)")
+
+
+def test_the_comparison_report_in_a_browser(browser, zoo, seed_sweep_dir, tmp_path):  # noqa: F811
+    path = write_report(load_results(*folders(zoo, seed_sweep_dir)), tmp_path / "report.html")
+    open_report(browser, path)
+    loaded = images_loaded(browser)
+    assert len(loaded) == 6 and all(ok and width > 0 for ok, width in loaded)  # + consensus
+    series = column(browser, "groups", "group")
+    assert series[:2] == ["fedavg, model=mlp, tau=10", "fedavg, model=cnn_dfl_mnist"]
+    assert {"scaffold", "dpsgd", "fedbuff"} <= set(series) and len(series) == 8
+    # the summary comes first: before the figures and the per-run tables
+    headings = [h.text for h in browser.find_elements("tag name", "h2")]
+    assert headings[0].startswith("Summary") and headings.index("Figures") < headings.index(
+        "Per run: final figures"
+    )
+    assert "Best tau" in headings  # the sweep varies tau
+    browser.save_screenshot(str(tmp_path / "compare.png"))
