@@ -120,7 +120,8 @@ def compare(
         per_run[choose] = per_run.run_id.map(res.records.groupby("run_id")[choose].first())
         tried = per_run.groupby("cell")[choose].nunique()
         several = per_run[per_run.cell.map(tried) > 1]  # cells where the field takes values
-        cmp.per_seed, cmp.per_cell = best_tau(several, cost, choose, cell=["cell"])
+        if len(several):
+            cmp.per_seed, cmp.per_cell = best_tau(several, cost, choose, cell=["cell"])
     points = res.sources[0] / "points.csv" if res.kind == "sweep" else None
     if points is not None and points.exists():
         table = pd.read_csv(points)

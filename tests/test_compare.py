@@ -4,7 +4,10 @@ over seeds and named by what tells them apart; costs to target read between eval
 best tau decided seed by seed, with sparse evaluation and an edge-of-grid winner flagged."""
 
 import math
+import re
+import shlex
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -265,3 +268,41 @@ def test_the_comparison_report_in_a_browser(browser, zoo, seed_sweep_dir, tmp_pa
     )
     assert "Best tau" in headings  # the sweep varies tau
     browser.save_screenshot(str(tmp_path / "compare.png"))
+
+
+# -- README's walkthroughs, a few rounds each -------------------------------------------------
+
+
+def readme_commands(heading):
+    """The `flnet ...` lines of the first code block after `heading` in README.md."""
+    text = Path("README.md").read_text()
+    block = re.search(r"```\n(.*?)```", text[text.index(heading) :], re.S).group(1)
+    return [
+        shlex.split(line.split("#")[0])[1:]
+        for line in block.splitlines()
+        if line.startswith("flnet ")
+    ]
+
+
+@pytest.mark.parametrize(
+    "heading, written",
+    [
+        (
+            "### Compare two algorithms",
+            ["compare/accuracy_vs_time.pdf", "compare/report.html", "compare/series.csv"],
+        ),
+        ("### Choose tau for minimum energy", ["tau/best_tau.csv"]),
+    ],
+)
+def test_readme_walkthrough(heading, written, tmp_path, capsys):
+    for args in readme_commands(heading):
+        args = [a.replace("runs/", f"{tmp_path}/runs/") for a in args]
+        if args[0] in ("run", "sweep"):
+            args += ["-q", "--set", "run.rounds=3", "--set", "clients.count=10"]
+        assert main(args) == 0, args
+    for path in written:
+        assert (tmp_path / "runs" / path).exists(), path
+    out = capsys.readouterr().out
+    assert "series over seeds" in out
+    if "tau" in heading:
+        assert "best tau per cell" in out and "tau=" in out
