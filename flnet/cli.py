@@ -640,8 +640,9 @@ def parser() -> argparse.ArgumentParser:
     )
     a.add_argument(
         "--tau",
-        default="algorithm.local.steps",
-        help="the swept field to choose (default algorithm.local.steps)",
+        metavar="FIELD",
+        help="the swept field to choose (default algorithm.local.steps, or "
+        "algorithm.local.epochs where only that varies)",
     )
     a.add_argument("--out", help="where to write the tables (default: the results folder, if one)")
     _series_options(a)

@@ -39,6 +39,7 @@ from flnet.plot import (
 )
 
 COSTS = ("seconds", "joules", "bits")
+LOCAL_WORK = (TAU, "algorithm.local.epochs")  # the fields "which local work" chooses among
 
 
 @dataclass
@@ -91,16 +92,16 @@ def compare(
     target: float | None = None,
     metric: str = "test_accuracy",
     cost: str = "joules",
-    choose: str = TAU,
+    choose: str | None = None,
     labels: dict[str, str] | None = None,
     by: list[str] | None = None,
 ) -> Comparison:
     """Compare runs: any mix of run folders, sweep folders and globs (or one `Results`).
 
     `target`: the accuracy to reach (default: the scenario's run.target_accuracy, else 0.9);
-    `metric`: the accuracy column it applies to; `cost`: what the best `choose` (a swept field,
-    local steps by default) minimises: rounds, seconds, joules or bits; `labels`, `by`: as in
-    `flnet.plot.load_results`.
+    `metric`: the accuracy column it applies to; `cost`: what the best `choose` (a swept field;
+    by default the first local-work field that varies, `LOCAL_WORK`) minimises: rounds,
+    seconds, joules or bits; `labels`, `by`: as in `flnet.plot.load_results`.
     """
     if len(results) == 1 and isinstance(results[0], (Results, pd.DataFrame)):
         res = as_results(results[0])
@@ -113,6 +114,9 @@ def compare(
     if not 0 < target <= 1:
         raise ResultsError(f"target accuracy is a fraction in (0, 1]; got {target:g}")
     _check_metric(res, metric)
+    if choose is None:
+        varies = [f for f in LOCAL_WORK if f in res.records and res.records[f].nunique() > 1]
+        choose = varies[0] if varies else TAU
     per_run = _per_run(res, target, metric)
     cmp = Comparison(res, target, metric, cost, choose, per_run, _series(res, per_run, metric))
     if choose in res.records and res.records[choose].nunique() > 1:

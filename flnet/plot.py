@@ -1247,10 +1247,11 @@ def best_tau_figure(table: pd.DataFrame) -> Figure:
     ax.set_xlabel(axis_name(table.attrs.get("bandwidth")) or "bandwidth (not swept)")
     ax.set_ylabel(axis_name(table.attrs.get("snr")) or "SNR (not swept)")
     ax.grid(False)
-    bar = fig.colorbar(image, ax=ax, label="best tau (local steps), median over seeds")
     taus = sorted(set(table.best_tau_min.dropna()) | set(table.best_tau_max.dropna()))
-    bar.set_ticks(taus, labels=[_fmt_value(float(t)) for t in taus])
-    bar.minorticks_off()
+    if len(taus) > 1:  # one value needs no scale: each cell says it
+        bar = fig.colorbar(image, ax=ax, label="best tau (local steps), median over seeds")
+        bar.set_ticks(taus, labels=[_fmt_value(float(t)) for t in taus])
+        bar.minorticks_off()
     target = table.attrs.get("target")
     ax.set_title(
         f"tau with the fewest joules to {target:.0%} test accuracy" if target else "best tau",
@@ -1283,12 +1284,19 @@ def _text_color(image: Any, value: float) -> str:
 
 def best_tau_applies(res: Results) -> bool:
     """A best-tau heatmap needs tau swept with at least two values and an SNR or bandwidth
-    field swept too."""
+    field swept with at least two too (one cell is no map: the report's best-tau table says
+    it)."""
     tau = "algorithm.local.steps"
     return (
         tau in res.fields
+        and tau in res.records
         and res.records[tau].nunique() > 1
-        and any(str(f).endswith(("snr_db", "bandwidth_hz")) for f in res.fields)
+        and any(
+            str(f).endswith(("snr_db", "bandwidth_hz"))
+            and f in res.records
+            and res.records[f].nunique() > 1
+            for f in res.fields
+        )
     )
 
 

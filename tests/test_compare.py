@@ -306,3 +306,34 @@ def test_readme_walkthrough(heading, written, tmp_path, capsys):
     assert "series over seeds" in out
     if "tau" in heading:
         assert "best tau per cell" in out and "tau=" in out
+
+
+def test_any_local_work_field_is_chosen_among():
+    # a sweep over local epochs (tau unswept): epochs 2 reaches 0.8 for fewer joules per seed
+    rec = pd.concat(
+        [
+            curve(f"{s}-{e}", s, 10, [0.1, 0.5, 0.9], j, every=1).assign(
+                **{"algorithm.local.epochs": e}
+            )
+            for s in (0, 1)
+            for e, j in ((1, 2.0), (2, 1.0), (4, 3.0))
+        ],
+        ignore_index=True,
+    )
+    cmp = compare(rec, target=0.8)
+    assert cmp.choose == "algorithm.local.epochs"
+    cell = cmp.per_cell.iloc[0]
+    assert cell.best_tau == 2 and cell.clear and not cell.edge
+    assert cell.verdict == "epochs=2 in every seed (2 of 2)"
+
+
+def test_one_cell_is_no_heat_map(tmp_path):
+    from conftest import small_base
+
+    out = tmp_path / "sweep"
+    flnet.sweep(
+        small_base("radio.mode=direct", "run.rounds=2"),
+        {"algorithm.local.steps": [1, 4], "radio.uplink_snr_db": [10]},
+        out_dir=out,
+    )
+    assert "best_tau" not in figure_tables(out)
