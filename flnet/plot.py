@@ -6,13 +6,14 @@ Everything here reads the results folder format on disk (README, "Results": `rec
 flnet's internals, so the simulator can change shape underneath without breaking a plot.
 
     from flnet.plot import load_results, accuracy_figure, save_figure
-    res = load_results("runs/quickstart")            # a run, a sweep, or several runs
+    res = load_results("runs/quickstart")            # runs, sweeps and globs, side by side
     fig = accuracy_figure(res, x="energy_j")          # a matplotlib Figure (Jupyter shows it)
     save_figure(fig, "accuracy_vs_energy.png")
 
 Figures are built on matplotlib's Agg canvas directly, never through pyplot: no display is
 needed, no global backend is switched (a notebook keeps its own), and no figure is left open.
-Runs that differ only in their seed form one series: the median line and a min-max band.
+Runs whose resolved scenarios differ only in their seed form one series (the median line and
+a min-max band), named by the fewest fields that tell the series apart (`name_series`).
 """
 
 from __future__ import annotations
@@ -59,7 +60,8 @@ class Results:
     """One or more runs read from disk.
 
     `records`: every record, with a `run_id` column. `runs`: one row per run (`run_id`,
-    `label`, `group`, `seed`, `status`, `folder`, and the fields that vary between runs).
+    `label`, `group`, `seed`, `status`, `folder`, and the fields that vary between runs; for
+    several folders also `source`, the folder given it came from, and a sweep's `point`).
     `fields`: the fields that vary between runs, seed excluded; runs with equal fields form
     one group, plotted as one series with a band over seeds.
     """
@@ -318,7 +320,8 @@ def _load_many(folders: list[Path]) -> Results:
     records = pd.concat(frames, ignore_index=True)
     for f in varying:  # the fields that differ, as columns (a best-tau table reads them)
         if "." in f:
-            value = records.run_id.map(dict(zip(runs.run_id, runs[f])))
+            applies = {r: v if _applies(v) else math.nan for r, v in zip(runs.run_id, runs[f])}
+            value = records.run_id.map(applies)
             records[f] = value if f not in records else records[f].where(records[f].notna(), value)
     grid = {k: list(dict.fromkeys(runs[k])) for k in varying}
     text = next((p.scenario_text for p in parts if p.scenario_text), None)
@@ -387,8 +390,8 @@ def name_series(
     order = [f for f in (order or []) if f in varying]
     varying = order + [f for f in varying if f not in order]
     chosen = _fewest_fields(series, first, varying, order)
-    names = _display_names(chosen)
-    label_of = {s: _series_label(s, series, first, chosen, names) for s in series}
+    names = _display_names(varying)
+    label_of = {s: _series_label(s, series, first, chosen, varying, names) for s in series}
     own = [c.get("label") for c in configs]
     runs["group"] = [
         str(o) if _applies(o) and str(o) else label_of[i] or _fallback_label(c)
@@ -435,26 +438,49 @@ def _fewest_fields(
 
 
 def _series_label(
-    s: tuple, series: list[tuple], first: dict[tuple, dict], chosen: list[str], names: dict
+    s: tuple,
+    series: list[tuple],
+    first: dict[tuple, dict],
+    chosen: list[str],
+    varying: list[str],
+    names: dict,
 ) -> str:
-    """One series' name: of the `chosen` fields in turn, those that tell it apart from the
-    series still alike so far, until none is (so `scaffold` needs no model where only the
-    FedAvg runs differ in theirs)."""
+    """One series' name: of the `chosen` fields in turn, those that apply to it and tell it
+    apart from the series still alike so far, until none is (so `scaffold` needs no model where
+    only the FedAvg runs differ in theirs). Where a chosen field does not apply to it (local
+    steps, to a run in local epochs), the other `varying` fields finish the job, the one that
+    tells most apart first, one the others lack (its epochs) before one they share."""
 
     def value(t: tuple, f: str) -> str:
         return repr(first[t].get(f, ABSENT))
+
+    def part(f: str) -> str:
+        v = first[s][f]
+        return _fmt_value(v) if f == "algorithm.name" else f"{names[f]}={_fmt_value(v)}"
 
     alike = list(series)
     parts = []
     for f in chosen:
         if len(alike) == 1:
             break
-        if len({value(t, f) for t in alike}) == 1:
+        if not _applies(first[s].get(f, ABSENT)) or len({value(t, f) for t in alike}) == 1:
             continue
         alike = [t for t in alike if value(t, f) == value(s, f)]
-        v = first[s].get(f, ABSENT)
-        if _applies(v):
-            parts.append(_fmt_value(v) if f == "algorithm.name" else f"{names[f]}={_fmt_value(v)}")
+        parts.append(part(f))
+    extra = [f for f in varying if f not in chosen and _applies(first[s].get(f, ABSENT))]
+    while len(alike) > 1 and extra:
+
+        def rank(f: str, alike: list = alike) -> tuple:
+            told = sum(value(t, f) != value(s, f) for t in alike)
+            theirs = sum(_applies(first[t].get(f, ABSENT)) for t in alike if t != s)
+            return (told, -theirs, -f.count("."))
+
+        best = max(extra, key=rank)
+        if rank(best)[0] == 0:
+            break
+        extra.remove(best)
+        alike = [t for t in alike if value(t, best) == value(s, best)]
+        parts.append(part(best))
     return ", ".join(parts)
 
 
@@ -666,6 +692,8 @@ def short_name(field_name: str) -> str:
 
 
 def _fmt_value(value: Any) -> str:
+    if isinstance(value, tuple):  # a list field, made comparable (`scenario_fields`)
+        return "[" + ", ".join(_fmt_value(v) for v in value) + "]"
     if isinstance(value, float) and value.is_integer() and abs(value) < 1e15:
         return str(int(value))
     if isinstance(value, float):
@@ -966,7 +994,7 @@ def accuracy_figure(
         if m in res.records and res.records[m].notna().any()
     ] or ["test_accuracy"]
     n = len(res.groups)
-    fig, axes = _figure(ncols=len(metrics), sharey=True, height_in=3.6 + _legend_height_in(n) / 1)
+    fig, axes = _figure(ncols=len(metrics), sharey=True, height_in=3.6 + _legend_height_in(n))
     tables: list[pd.DataFrame] = []
     for ax, metric in zip(axes, metrics):
         n = _draw_series(ax, res, x, metric, tables)

@@ -337,3 +337,16 @@ def test_one_cell_is_no_heat_map(tmp_path):
         out_dir=out,
     )
     assert "best_tau" not in figure_tables(out)
+
+
+def test_a_field_that_does_not_apply_gives_way_to_one_that_does(zoo, tmp_path):
+    # the quickstart in local epochs: its local steps (tau) are null, so tau cannot name it
+    epochs = tmp_path / "epochs"
+    same = [
+        "data.partition={kind: iid}",
+        "algorithm.local.batch_size=32",
+        "algorithm.cohort.clients_per_round=3",
+    ]
+    flnet.run("scenarios/epochs.yaml", overrides=[*TINY, *same, f"output.dir={epochs}"])
+    res = load_results(zoo["quickstart"], zoo["scaffold"], epochs)
+    assert res.runs.group.tolist() == ["fedavg, tau=10", "scaffold", "fedavg, epochs=2"]
