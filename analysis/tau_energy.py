@@ -6,8 +6,11 @@ interior optimum whose place depends on the radio/compute cost ratio (Luo et al.
 Li et al., ICLR 2020, Fig. 1a; DRDM Eq. 18 and Fig. 4). This script sweeps tau and seeds (and
 whatever else the scenario's `sweep:` section sweeps, e.g. SNR x bandwidth), then, in each cell
 of the other swept fields, picks the tau with the least cost to target per seed, and prints the
-winner with its per-seed values, median and range, flagging cells where it is within the seed
-spread. Runs that never reach the target count as infinitely costly; none is dropped.
+winner with its per-seed values, median and range, and a verdict decided seed by seed (no clear
+winner when the seeds disagree; a winner at the edge of the grid; taus that evaluation too
+sparse cannot rank). Runs that never reach the target count as infinitely costly; none is
+dropped. The analysis is `flnet analyze`'s (flnet.comparison.compare): `flnet analyze OUT
+--target T` prints the same on the same sweep.
 
     python analysis/tau_energy.py                       # the quickstart, 6 taus x 3 seeds
     python analysis/tau_energy.py --smoke               # the seconds-long version CI runs
@@ -15,17 +18,17 @@ spread. Runs that never reach the target count as infinitely costly; none is dro
 
 Everything is written under --out (default runs/tau_energy, which git ignores): the sweep
 (one folder per point, points.csv, records.parquet), to_target.csv (one row per run),
-best_tau_per_seed.csv and best_tau.csv (one row per cell).
+best_tau_per_seed.csv and best_tau.csv (one row per cell), series.csv (one row per tau and cell).
 """
 
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 import pandas as pd
 
-from flnet.analysis import TAU, best_tau, best_tau_shown, to_target, with_status
+from flnet.analysis import TAU
+from flnet.comparison import compare
 from flnet.sweeps import load_base, run_sweep, spec_from
 
 
@@ -54,6 +57,13 @@ def main(argv=None) -> dict[str, pd.DataFrame]:
         metavar="ADDRESS",
         help="run the points on Ray (a local instance, or the cluster at ADDRESS)",
     )
+    p.add_argument(
+        "--eval-every",
+        type=int,
+        default=1,
+        help="run.eval_every for every point (default 1: the cost to target is read between "
+        "consecutive rounds; a coarser grid may leave taus that cannot be ranked)",
+    )
     p.add_argument("--out", default="runs/tau_energy")
     p.add_argument("--smoke", action="store_true", help="two taus, two seeds, few rounds")
     args = p.parse_args(argv)
@@ -68,7 +78,7 @@ def main(argv=None) -> dict[str, pd.DataFrame]:
         if in_file.seeds and not args.seeds
         else [int(s) for s in (args.seeds or "0,1,2").split(",")]
     )
-    fixed = ["run.eval_every=1"]
+    fixed = [f"run.eval_every={args.eval_every}"]
     if args.rounds:
         fixed.append(f"run.rounds={args.rounds}")
     if args.smoke:
@@ -88,30 +98,22 @@ def main(argv=None) -> dict[str, pd.DataFrame]:
     bad = result.table[~result.table.status.isin(("completed", "diverged"))]
     if len(bad):
         print(f"{len(bad)} points did not finish:\n{show(bad)}\n")
-    records = with_status(result.records, result.table)  # a diverged run never reaches it
-    per_run = to_target(records, args.target, args.metric)
-    per_seed, per_cell = best_tau(per_run, args.cost)
-    out = Path(args.out)
-    per_run.to_csv(out / "to_target.csv", index=False)
-    per_seed.to_csv(out / "best_tau_per_seed.csv", index=False)
-    per_cell.to_csv(out / "best_tau.csv", index=False)
-
-    cost = f"{args.cost}_to_target"
-    cell = [c for c in per_cell.columns if "." in c]
-    print(f"{args.metric} >= {args.target}: {cost} per run (NaN: not reached)")
-    table = per_run.pivot_table(index=[*cell, TAU], columns="seed", values=cost, dropna=False)
-    print(show(table.rename(columns=lambda s: f"seed {s}").reset_index()))
-    print(f"\nbest tau per cell, chosen per seed on {cost} (not reached = infinite):")
-    print(show(best_tau_shown(per_cell, args.cost, runner_up=True)))
+    # the one implementation: what `flnet analyze OUT --target T` prints on this sweep
+    cmp = compare(args.out, target=args.target, metric=args.metric, cost=args.cost, choose=TAU)
+    cmp.write(args.out)
+    print(cmp.text(), end="")
     print(
-        f"\nwithin_spread: another tau's median {args.cost} lies inside the winner's range "
-        "over seeds, so the winner is not clear"
+        f"\nsweep wall time {result.wall_s:.1f} s ({len(result.ran)} points run, "
+        f"{len(result.skipped)} reused from {args.out}/); evaluated every "
+        f"{args.eval_every} round(s); tables in {args.out}/"
     )
-    print(
-        f"sweep wall time {result.wall_s:.1f} s ({len(result.ran)} points run, "
-        f"{len(result.skipped)} reused from {out}/); tables in {out}/"
-    )
-    return {"per_run": per_run, "per_seed": per_seed, "per_cell": per_cell, "points": result.table}
+    return {
+        "per_run": cmp.per_run,
+        "per_seed": cmp.per_seed,
+        "per_cell": cmp.per_cell,
+        "points": result.table,
+        "text": cmp.text(),
+    }
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ from flnet.errors import DataError, FlnetError, ScenarioError, UnitWarning
 __all__ = [
     "run",
     "sweep",
+    "compare",
     "Result",
     "load_scenario",
     "Scenario",
@@ -33,6 +34,7 @@ _LAZY = {
     "run": "flnet.runner",
     "Result": "flnet.runner",
     "sweep": "flnet.sweeps",
+    "compare": "flnet.comparison",
     "load_scenario": "flnet.scenario",
     "Scenario": "flnet.scenario",
     "Observer": "flnet.sim.world",

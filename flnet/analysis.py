@@ -55,6 +55,8 @@ def to_target(
     target: float,
     metric: str = "test_accuracy",
     keys: list[str] | None = None,
+    *,
+    interpolate: bool = False,
 ) -> pd.DataFrame:
     """One row per run: the rounds, seconds, joules (compute and radio) and bits spent up to
     the first evaluation with `metric` >= `target`.
@@ -63,6 +65,12 @@ def to_target(
     worst client. Runs that never reach it stay, with ``reached`` False and NaN costs; their
     ``censored_at_*`` columns give what they spent without reaching it (a lower bound).
     Columns that are constant within a run (swept fields, seed, its `STATUS`) are carried along.
+
+    `interpolate`: seconds, joules and bits to target are read where the straight line between
+    the last evaluation below the target and the first at or above it crosses the target (the
+    first evaluation's own costs when none lies below); the two evaluations' costs bracket it
+    (``*_to_target_low``, ``*_to_target_high``) and ``evaluations_apart`` says how many rounds
+    apart they are. Rounds to target stay the first evaluation's round.
 
     A run whose ``status`` (`with_status`) is not completed is refused: ``reached`` False even
     if an evaluation before it diverged (or failed) passed the target, since the method's result
@@ -89,7 +97,26 @@ def to_target(
         first = hit.iloc[0] if len(hit) and _ok(run) else None
         last = run.iloc[-1]
         row = {**carried, "reached": first is not None}
-        for name, value in _costs(first).items():
+        costs = _costs(first)
+        if interpolate:
+            before = _before(run, first, metric)
+            low = _costs(before if first is not None else None)
+            if before is not None and first is not None:
+                share = (target - before[metric]) / (first[metric] - before[metric])
+                costs.update({k: low[k] + share * (costs[k] - low[k]) for k in INTERPOLATED})
+            elif first is not None:
+                low = dict(costs)
+            for k in INTERPOLATED[:3]:
+                row[f"{k}_to_target_low"] = low[k]
+                row[f"{k}_to_target_high"] = _costs(first)[k]
+            row["evaluations_apart"] = (
+                first["round"] - before["round"]
+                if first is not None and before is not None
+                else 0.0
+                if first is not None
+                else math.nan
+            )
+        for name, value in costs.items():
             row[f"{name}_to_target"] = value
         for name, value in _costs(None if first is not None else last).items():
             row[f"censored_at_{name}"] = value
@@ -97,6 +124,18 @@ def to_target(
         row[f"final_{metric}"] = last[metric]
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+# the costs read between two evaluations (rounds stay whole: the first evaluation's)
+INTERPOLATED = ("seconds", "joules", "bits", "joules_compute", "joules_radio")
+
+
+def _before(run: pd.DataFrame, first: pd.Series | None, metric: str) -> pd.Series | None:
+    """The evaluation just before `first` (the first at or above the target), if any."""
+    if first is None:
+        return None
+    earlier = run[run["round"] < first["round"]].dropna(subset=[metric])
+    return earlier.iloc[-1] if len(earlier) else None
 
 
 def _ok(run: pd.DataFrame) -> bool:
@@ -129,16 +168,22 @@ def best_tau(
     cell: list[str] | None = None,
     seed: str = "seed",
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """The tau that minimises `cost`-to-target (rounds, seconds, joules or bits), per seed in
-    each cell of the other swept fields; not reached counts as infinity.
+    """The tau (or any swept field, `tau`) that minimises `cost`-to-target (rounds, seconds,
+    joules or bits), per seed in each cell of the other swept fields; not reached counts as
+    infinity.
 
     Returns (per_seed, per_cell). per_seed: one row per cell and seed with its best tau and
-    cost (``best_tau`` NaN when no tau reached the target; a tie goes to the smaller tau).
+    cost (``best_tau`` NaN when no tau reached the target; a tie goes to the smaller tau), the
+    seed's runner-up, and whether the seed ranks them at all (``decided``: False on a tie, or
+    when `to_target`'s brackets of the two overlap while its evaluations lie more than a
+    round apart, ``too_sparse``).
     per_cell: the winner, the tau with the smallest median cost over seeds (``best_tau``), with
     its cost's median and range over seeds; the per-seed winners (``best_tau_per_seed``, with
-    their median and range); and ``within_spread``: True where the winner is not clear, i.e.
-    another tau's median cost lies within the winner's range over seeds (or no tau reached the
-    target).
+    their median and range); the verdict, compared seed by seed (paired: the same seed's data
+    and draws): ``clear`` when every seed picks the same tau and ranks it, else "no clear
+    winner" (``within_spread`` is its negation); ``too_sparse`` when a seed cannot rank for
+    sparse evaluation; ``edge`` when the winner is the smallest or largest tau tried;
+    ``verdict`` says it all in words.
     """
     column = f"{cost}_to_target"
     if column not in per_run:
@@ -147,18 +192,34 @@ def best_tau(
         raise FlnetError(f"no column {tau!r}: the records do not sweep it")
     cell = [c for c in (cell if cell is not None else swept_columns(per_run)) if c != tau]
     df = per_run.assign(_cost=per_run[column].where(per_run.reached, np.inf))
+    bracket = f"{column}_low" in df and "evaluations_apart" in df
     seeds = [seed] if seed in df else []
 
     per_seed = []
     for key, group in df.groupby([*cell, *seeds], sort=True, dropna=False):
         key = key if isinstance(key, tuple) else (key,)
-        group = group.sort_values(tau, kind="stable")  # a tie goes to the smaller tau
-        best = group.loc[group._cost.idxmin()] if np.isfinite(group._cost).any() else None
+        group = group.sort_values([tau, "_cost"], kind="stable")  # a tie: the smaller tau
+        ranked = group.sort_values("_cost", kind="stable")
+        finite = np.isfinite(ranked._cost.to_numpy())
+        best = ranked.iloc[0] if finite.any() else None
+        second = ranked.iloc[1] if len(ranked) > 1 else None
+        tie = best is not None and second is not None and second._cost == best._cost
+        sparse = (
+            bracket
+            and best is not None
+            and second is not None
+            and bool(np.isfinite(second._cost))
+            and second[f"{column}_low"] <= best[f"{column}_high"]
+            and max(best.evaluations_apart, second.evaluations_apart) > 1
+        )
         per_seed.append(
             {
                 **dict(zip([*cell, *seeds], key)),
                 "best_tau": best[tau] if best is not None else math.nan,
                 f"best_{column}": best._cost if best is not None else math.inf,
+                "runner_up_tau": second[tau] if second is not None else math.nan,
+                "decided": best is not None and not tie and not sparse,
+                "too_sparse": bool(sparse),
                 "taus_tried": len(group),
             }
         )
@@ -194,9 +255,55 @@ def best_tau(
             others.idxmin() if len(others) and np.isfinite(others).any() else math.nan
         )
         row[f"runner_up_{column}_median"] = others.min() if len(others) else math.inf
-        row["within_spread"] = winner is None or bool((others <= by_tau.max()[winner]).any())
+        grid = sorted(v for v in group[tau].dropna().unique())
+        clear = (
+            winner is not None
+            and len(mine) > 0
+            and bool(mine.decided.all())
+            and bool((mine.best_tau == winner).all())
+        )
+        row["clear"] = clear
+        row["within_spread"] = not clear
+        row["too_sparse"] = bool(mine.too_sparse.any())
+        row["edge"] = winner is not None and len(grid) > 1 and winner in (grid[0], grid[-1])
+        row["verdict"] = _verdict(mine, winner, clear, row["edge"], grid, tau, seed)
         per_cell.append(row)
     return per_seed, pd.DataFrame(per_cell)
+
+
+def _verdict(
+    mine: pd.DataFrame, winner: Any, clear: bool, edge: bool, grid: list, tau: str, seed: str
+) -> str:
+    """A cell's answer in words, compared seed by seed."""
+    name = "tau" if tau == TAU else tau.rsplit(".", 1)[-1]
+    n = len(mine)
+    if winner is None:
+        return f"no {name} reached the target in any of {n} seeds"
+    if mine.too_sparse.any():
+        bad = mine[mine.too_sparse]
+        seeds = ", ".join(_fmt(v) for v in bad[seed]) if seed in bad else "?"
+        pairs = "; ".join(
+            sorted(
+                {f"{name}={_fmt(r.best_tau)} vs {_fmt(r.runner_up_tau)}" for r in bad.itertuples()}
+            )
+        )
+        return (
+            f"cannot rank: evaluation too sparse (seed {seeds}: {pairs} reach the target "
+            "between the same evaluations); rerun with run.eval_every=1"
+        )
+    if clear:
+        text = f"{name}={_fmt(winner)} in every seed ({n} of {n})"
+    else:
+        picks = []
+        for t, rows in mine.groupby(mine.best_tau.fillna(math.inf), sort=True):
+            which = "none reached" if not np.isfinite(t) else f"{name}={_fmt(t)}"
+            ties = ", tied" if not rows.decided.all() and np.isfinite(t) else ""
+            seeds = ", ".join(_fmt(v) for v in rows[seed]) if seed in rows else str(len(rows))
+            picks.append(f"{which} (seed {seeds}{ties})")
+        text = "no clear winner: " + "; ".join(picks)
+    if edge:
+        text += f"; at the edge of the grid {{{', '.join(_fmt(g) for g in grid)}}}: try beyond it"
+    return text
 
 
 def best_tau_shown(per_cell: pd.DataFrame, cost: str, *, runner_up: bool = False) -> pd.DataFrame:
@@ -217,6 +324,7 @@ def best_tau_shown(per_cell: pd.DataFrame, cost: str, *, runner_up: bool = False
             f"{column}_max",
             *(["runner_up_tau"] if runner_up else []),
             "within_spread",
+            "verdict",
         ]
     ]
 

@@ -301,59 +301,47 @@ def sweep_text(table: pd.DataFrame) -> str:
 
 
 def cmd_analyze(args: argparse.Namespace) -> int:
-    import pandas as pd
+    from flnet.analysis import read_records
+    from flnet.comparison import compare
+    from flnet.plot import as_results
 
-    from flnet.analysis import best_tau, best_tau_shown, pareto, read_records, to_target
-
-    src = Path(args.results)
-    records = read_records(src)
-    out = Path(args.out) if args.out else (src if src.is_dir() else src.parent)
-    out.mkdir(parents=True, exist_ok=True)
-    per_run = to_target(records, args.target, args.metric)
-    per_run.to_csv(out / "to_target.csv", index=False)
-    cost = f"{args.cost}_to_target"
-
-    def text(df: pd.DataFrame) -> str:
-        return df.to_string(index=False, na_rep="-", float_format=lambda v: f"{v:.4g}")
-
-    keys = [c for c in per_run.columns if c == "point" or "." in c or c == "seed"]
-    print(f"to {args.metric} >= {args.target} (one row per run; '-': not reached)")
-    print(
-        text(
-            per_run[
-                [
-                    *keys,
-                    "reached",
-                    "rounds_to_target",
-                    "seconds_to_target",
-                    "joules_to_target",
-                    "bits_to_target",
-                ]
-            ]
-        )
+    src = Path(args.results[0])
+    if len(args.results) == 1 and src.is_file():  # a records file
+        results: Any = [as_results(read_records(src))]
+    else:
+        results = args.results
+    cmp = compare(
+        *results,
+        target=args.target,
+        metric=args.metric,
+        cost=args.cost,
+        choose=args.tau,
+        labels=_labels(args.label),
+        by=args.by,
     )
-    if args.tau in per_run and per_run[args.tau].nunique() > 1:
-        per_seed, per_cell = best_tau(per_run, args.cost, args.tau)
-        per_seed.to_csv(out / "best_tau_per_seed.csv", index=False)
-        per_cell.to_csv(out / "best_tau.csv", index=False)
-        print(f"\nbest {args.tau} per cell, chosen per seed on {cost} (not reached = infinite)")
-        print(text(best_tau_shown(per_cell, args.cost)))
-    points = src / "points.csv" if src.is_dir() else None
-    if points is not None and points.exists():
-        table = pd.read_csv(points)
-        done = table[table.status == "completed"]
-        if len(done) > 1:
-            front = pareto(done)
-            front[front.on_front].to_csv(out / "pareto.csv", index=False)
-            shown = [c for c in done.columns if c == "point" or "." in c or c == "seed"]
-            print("\nPareto front (final accuracy up, simulated seconds and joules down)")
-            print(
-                text(
-                    front[front.on_front][[*shown, "final_test_accuracy", "sim_time_s", "energy_j"]]
-                )
-            )
+    if args.out:
+        out = Path(args.out)
+    elif len(args.results) == 1:
+        out = src if src.is_dir() else src.parent
+    else:
+        raise FlnetError(
+            "several results folders given: choose where to write the tables with --out"
+        )
+    print(cmp.text(), end="")
+    cmp.write(out)
     print(f"\ntables in {out}/")
     return 0
+
+
+def _labels(items: list[str] | None) -> dict[str, str]:
+    """--label NAME=RUN, repeatable: {name: folder}."""
+    out = {}
+    for item in items or ():
+        name, sep, folder = item.partition("=")
+        if not sep or not name or not folder:
+            raise FlnetError(f"--label {item}: expected NAME=RUN, e.g. --label FedAvg=runs/fedavg")
+        out[name] = folder
+    return out
 
 
 def cmd_plot(args: argparse.Namespace) -> int:
@@ -361,7 +349,8 @@ def cmd_plot(args: argparse.Namespace) -> int:
 
     out = Path(args.output) if args.output else default_output(args.results, "plots")
     check_target(args.target)
-    written = make_plots(load_results(*args.results), out, target=args.target, only=args.only)
+    res = load_results(*args.results, labels=_labels(args.label), by=args.by)
+    written = make_plots(res, out, target=args.target, only=args.only, fmt=args.format)
     for path in written.values():
         print(path)
     return 0
@@ -373,7 +362,8 @@ def cmd_report(args: argparse.Namespace) -> int:
 
     out = Path(args.output) if args.output else default_output(args.results, "report.html")
     check_target(args.target)
-    path = write_report(load_results(*args.results), out, target=args.target)
+    res = load_results(*args.results, labels=_labels(args.label), by=args.by)
+    path = write_report(res, out, target=args.target)
     print(path)
     if args.screenshot:
         print(screenshot(path, args.screenshot))
@@ -496,7 +486,7 @@ def _results_parser(
         "results",
         nargs="+",
         metavar="RESULTS",
-        help="a run's or a sweep's output folder (several run folders: compared)",
+        help="run folders, sweep folders or globs of them, compared side by side",
     )
     p.add_argument("-o", "--output", metavar=output[0], help=output[1])
     p.add_argument(
@@ -505,7 +495,26 @@ def _results_parser(
         metavar="ACC",
         help=f"{target}, a fraction (default: the scenario's run.target_accuracy, else 0.9)",
     )
+    _series_options(p)
     return p
+
+
+def _series_options(p: argparse.ArgumentParser) -> None:
+    """--label and --by: how runs form series and what a series is called."""
+    p.add_argument(
+        "--label",
+        action="append",
+        metavar="NAME=RUN",
+        help="call the runs in folder RUN (one given) NAME (repeatable); by default a "
+        "series is named by the fewest fields that tell it apart, or its scenario's label:",
+    )
+    p.add_argument(
+        "--by",
+        action="append",
+        metavar="FIELD",
+        help="one series per value of this scenario field, e.g. --by algorithm.name "
+        "(repeatable); by default runs that differ only in their seed form a series",
+    )
 
 
 class _HelpFormatter(argparse.HelpFormatter):
@@ -604,9 +613,20 @@ def parser() -> argparse.ArgumentParser:
     w.add_argument("--out", help="sweep folder (default: runs/<name>-sweep)")
     w.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     w.set_defaults(func=cmd_sweep)
-    a = sub.add_parser("analyze", help="cost to a target accuracy, best tau, Pareto front")
-    a.add_argument("results", help="a sweep or run folder, or a records file")
-    a.add_argument("--target", type=float, required=True, help="accuracy to reach, e.g. 0.9")
+    a = sub.add_parser(
+        "analyze", help="per series and run: cost to a target accuracy; best tau, Pareto front"
+    )
+    a.add_argument(
+        "results",
+        nargs="+",
+        metavar="RESULTS",
+        help="run folders, sweep folders or globs of them, or one records file",
+    )
+    a.add_argument(
+        "--target",
+        type=float,
+        help="accuracy to reach, e.g. 0.9 (default: the scenario's run.target_accuracy, else 0.9)",
+    )
     a.add_argument(
         "--metric",
         default="test_accuracy",
@@ -620,16 +640,18 @@ def parser() -> argparse.ArgumentParser:
     )
     a.add_argument(
         "--tau",
-        default="algorithm.local.steps",
-        help="the swept field to choose (default algorithm.local.steps)",
+        metavar="FIELD",
+        help="the swept field to choose (default algorithm.local.steps, or "
+        "algorithm.local.epochs where only that varies)",
     )
-    a.add_argument("--out", help="where to write the tables (default: the results folder)")
+    a.add_argument("--out", help="where to write the tables (default: the results folder, if one)")
+    _series_options(a)
     a.set_defaults(func=cmd_analyze)
     pl = _results_parser(
         sub,
         "plot",
-        "PNG plots of a results folder, a sweep or several runs",
-        output=("DIR", "folder for the PNGs (default: RESULTS/plots)"),
+        "figures of runs and sweeps side by side, each with the CSV of its data",
+        output=("DIR", "folder for the figures (default: RESULTS/plots)"),
         target="test accuracy for the best-tau heatmap",
     )
     pl.add_argument(
@@ -639,6 +661,12 @@ def parser() -> argparse.ArgumentParser:
         help="just this plot (repeatable): accuracy_vs_time, accuracy_vs_energy, "
         "accuracy_vs_rounds, energy_split, energy_by_device_class, best_tau, "
         "consensus_distance",
+    )
+    pl.add_argument(
+        "--format",
+        choices=("png", "svg", "pdf"),
+        default="png",
+        help="figure format (default png); each figure's data is also written as CSV",
     )
     pl.set_defaults(func=cmd_plot)
     rp = _results_parser(

@@ -6,13 +6,14 @@ Everything here reads the results folder format on disk (README, "Results": `rec
 flnet's internals, so the simulator can change shape underneath without breaking a plot.
 
     from flnet.plot import load_results, accuracy_figure, save_figure
-    res = load_results("runs/quickstart")            # a run, a sweep, or several runs
+    res = load_results("runs/quickstart")            # runs, sweeps and globs, side by side
     fig = accuracy_figure(res, x="energy_j")          # a matplotlib Figure (Jupyter shows it)
     save_figure(fig, "accuracy_vs_energy.png")
 
 Figures are built on matplotlib's Agg canvas directly, never through pyplot: no display is
 needed, no global backend is switched (a notebook keeps its own), and no figure is left open.
-Runs that differ only in their seed form one series: the median line and a min-max band.
+Runs whose resolved scenarios differ only in their seed form one series (the median line and
+a min-max band), named by the fewest fields that tell the series apart (`name_series`).
 """
 
 from __future__ import annotations
@@ -46,8 +47,6 @@ R = TypeVar("R")
 
 RECORD_FILES = ("records.parquet", "records.csv")
 NEEDED_COLUMNS = ("round", "sim_time_s", "energy_j", "test_accuracy")
-# resolved-scenario fields that differ between runs without making them different experiments
-IGNORED_FIELDS = ("output.", "run.checkpoint", "device")
 DEFAULT_TARGET = 0.9
 
 
@@ -61,7 +60,8 @@ class Results:
     """One or more runs read from disk.
 
     `records`: every record, with a `run_id` column. `runs`: one row per run (`run_id`,
-    `label`, `group`, `seed`, `status`, `folder`, and the fields that vary between runs).
+    `label`, `group`, `seed`, `status`, `folder`, and the fields that vary between runs; for
+    several folders also `source`, the folder given it came from, and a sweep's `point`).
     `fields`: the fields that vary between runs, seed excluded; runs with equal fields form
     one group, plotted as one series with a band over seeds.
     """
@@ -124,28 +124,60 @@ class Results:
 ResultsLike = Results | pd.DataFrame | str | Path | list[str | Path] | tuple[str | Path, ...]
 
 
-def load_results(*paths: str | Path) -> Results:
-    """Read a run folder, a sweep folder, or several run folders (compared side by side).
+def load_results(
+    *paths: str | Path,
+    labels: dict[str, str] | None = None,
+    by: Iterable[str] | None = None,
+) -> Results:
+    """Read any mix of run folders, sweep folders and globs of them, compared side by side.
 
     A folder with `points.csv` is a sweep; one with `records.parquet` or `records.csv` is a
-    run. Anything else is refused with a ResultsError naming the folder.
+    run; anything else is refused with a ResultsError naming it. Runs whose resolved scenarios
+    differ only in their seed form one series (`series`); `labels` maps a series name to a
+    folder given here (every run under it is named so) and `by` groups by these fields only.
     """
-    if not paths:
-        raise ResultsError("no results folder given")
-    folders = [Path(p) for p in paths]
+    folders = expand_paths(paths)
     for folder in folders:
         _check_folder(folder)
-    if len(folders) > 1 and any((f / "points.csv").exists() for f in folders):
-        raise ResultsError("give one sweep folder at a time, or several run folders")
-    if len(folders) > 1:
-        res = _load_runs(folders)
-    elif (folders[0] / "points.csv").exists():
+    if len(folders) == 1 and (folders[0] / "points.csv").exists():
         res = _load_sweep(folders[0])
-    else:
+    elif len(folders) == 1:
         res = _load_run(folders[0])
+    else:
+        res = _load_many(folders)
     if not len(res.records):
         raise ResultsError(f"{', '.join(map(str, folders))}: no records yet (nothing evaluated)")
+    if labels or by:
+        relabel(res, labels or {}, list(by or ()))
     return res
+
+
+GLOB_CHARS = ("*", "?", "[")
+
+
+def expand_paths(paths: Iterable[str | Path]) -> list[Path]:
+    """The folders named, a glob (`runs/fedavg-*`) standing for the folders it matches in
+    order; a glob that matches nothing is refused, as is a folder given twice."""
+    import glob
+
+    folders: list[Path] = []
+    for p in paths:
+        text = str(p)
+        if not Path(text).exists() and any(c in text for c in GLOB_CHARS):
+            matched = sorted(glob.glob(text))
+            if not matched:
+                raise ResultsError(f"{text}: matches no folder")
+            folders += [Path(m) for m in matched if Path(m).is_dir()]
+        else:
+            folders.append(Path(text))
+    if not folders:
+        raise ResultsError("no results folder given")
+    seen: set[Path] = set()
+    for f in folders:
+        if f.resolve() in seen:
+            raise ResultsError(f"{f}: given twice")
+        seen.add(f.resolve())
+    return folders
 
 
 def as_results(obj: ResultsLike) -> Results:
@@ -229,7 +261,9 @@ def _load_run(folder: Path) -> Results:
     records = _read_records(folder)
     summary = _read_json(folder / "summary.json")
     records.insert(0, "run_id", 0)
-    label = _base_label(records)
+    text = _read_text(folder / "scenario.yaml")
+    own = _own_label(text)
+    label = own or _base_label(records)
     runs = pd.DataFrame(
         [
             {
@@ -243,45 +277,310 @@ def _load_run(folder: Path) -> Results:
             }
         ]
     )
-    return Results(records, runs, [], "run", [folder], _read_text(folder / "scenario.yaml"))
+    return Results(records, runs, [], "run", [folder], text)
 
 
-def _load_runs(folders: list[Path]) -> Results:
-    """Several run folders: the fields that differ between their resolved scenarios label
-    them."""
-    loaded = [_load_run(f) for f in folders]
-    flat = [
-        _flatten(yaml.safe_load(r.scenario_text) or {}) if r.scenario_text else {} for r in loaded
-    ]
-    keys = sorted({k for f in flat for k in f})
-    varying = [
-        k
-        for k in keys
-        if k != "seed"
-        and not k.startswith(IGNORED_FIELDS)
-        and len({repr(f.get(k)) for f in flat}) > 1
-    ]
-    rows, frames = [], []
-    for i, (res, values) in enumerate(zip(loaded, flat)):
-        rec = res.records.assign(run_id=i)
-        frames.append(rec)
-        rows.append(
-            {**res.runs.iloc[0].to_dict(), "run_id": i, **{k: values.get(k) for k in varying}}
-        )
+def _own_label(text: str | None) -> str | None:
+    """A `label:` the run's scenario.yaml carries at its top level, if any."""
+    if not text or "label:" not in text:
+        return None
+    value = scenario_fields(text).get("label")
+    return str(value) if _applies(value) and str(value) else None
+
+
+def _load_many(folders: list[Path]) -> Results:
+    """Several run and sweep folders: every run with its resolved scenario, named as a series
+    by the fewest fields that tell the series apart (`name_series`)."""
+    parts = [_load_sweep(f) if (f / "points.csv").exists() else _load_run(f) for f in folders]
+    frames: list[pd.DataFrame] = []
+    rows: list[dict[str, Any]] = []
+    configs: list[dict[str, Any]] = []
+    for folder, part in zip(folders, parts):
+        base = scenario_fields(part.scenario_text)
+        new_ids = {}
+        for run in part.runs.to_dict("records"):
+            new_ids[run["run_id"]] = len(rows)
+            config = {**base, **{f: run.get(f) for f in part.fields}}
+            if "seed" in run and pd.notna(run["seed"]):
+                config["seed"] = run["seed"]
+            rows.append(
+                {
+                    "run_id": len(rows),
+                    "seed": run.get("seed"),
+                    "status": run.get("status", "unknown"),
+                    "folder": run.get("folder"),
+                    "source": str(folder),
+                    "point": run["run_id"] if part.kind == "sweep" else None,
+                }
+            )
+            configs.append(config)
+        frames.append(part.records.assign(run_id=part.records.run_id.map(new_ids)))
     runs = pd.DataFrame(rows)
-    if not varying:  # same scenario: tell runs apart by scenario name and algorithm
-        runs["group"] = runs["label"]
-    _label_runs(runs, varying)
+    varying = name_series(runs, configs)
+    records = pd.concat(frames, ignore_index=True)
+    for f in varying:  # the fields that differ, as columns (a best-tau table reads them)
+        if "." in f:
+            applies = {r: v if _applies(v) else math.nan for r, v in zip(runs.run_id, runs[f])}
+            value = records.run_id.map(applies)
+            records[f] = value if f not in records else records[f].where(records[f].notna(), value)
     grid = {k: list(dict.fromkeys(runs[k])) for k in varying}
-    return Results(
-        pd.concat(frames, ignore_index=True),
-        runs,
-        varying,
-        "runs",
-        folders,
-        loaded[0].scenario_text,
-        grid,
+    text = next((p.scenario_text for p in parts if p.scenario_text), None)
+    return Results(records, runs, varying, "runs", folders, text, grid)
+
+
+def scenario_fields(text: str | None) -> dict[str, Any]:
+    """A resolved scenario (scenario.yaml's text) as {dotted field: value}, every section
+    flattened down to its leaves; lists become tuples, so every value can be compared."""
+    if not text:
+        return {}
+    try:
+        data = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    except yaml.YAMLError as e:
+        raise ResultsError(f"a scenario.yaml that is not YAML ({e})") from None
+    return _flatten(data) if isinstance(data, dict) else {}
+
+
+def _flatten(data: dict, prefix: str = "") -> dict:
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        if isinstance(value, dict) and value:
+            out.update(_flatten(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = _hashable(value)
+    return out
+
+
+def _hashable(value: Any) -> Any:
+    if isinstance(value, (list, tuple)):
+        return tuple(_hashable(v) for v in value)
+    if isinstance(value, dict):
+        return tuple(sorted((k, _hashable(v)) for k, v in value.items()))
+    return value
+
+
+# resolved-scenario fields that differ between runs without making them different experiments
+IGNORED_FIELDS = ("output.", "run.checkpoint", "device", "data.root", "label")
+ABSENT = "(does not apply)"  # a field one run's scenario does not have
+
+
+def _applies(value: Any) -> bool:
+    return (
+        value is not None and value != ABSENT and not (isinstance(value, float) and value != value)
     )
+
+
+def name_series(
+    runs: pd.DataFrame, configs: list[dict[str, Any]], order: list[str] | None = None
+) -> list[str]:
+    """Group runs whose resolved scenarios are the same but for the seed into one series and
+    name each by the fewest fields that tell the series apart (the algorithm first, where it
+    differs; a field a run's scenario does not have is left out of its name). A scenario's own
+    `label:` names its series. Sets `runs`' group, label and a column per differing field;
+    returns the differing fields (`order` first: a sweep's swept fields).
+    """
+    kept = [
+        {k: v for k, v in c.items() if k != "seed" and not k.startswith(IGNORED_FIELDS)}
+        for c in configs
+    ]
+    keys = sorted({k for c in kept for k in c})
+    identity = [tuple(c.get(k, ABSENT) for k in keys) for c in kept]
+    series = list(dict.fromkeys(identity))  # one per series, in the order runs first appear
+    first = {s: kept[identity.index(s)] for s in series}
+    varying = [k for k in keys if len({repr(first[s].get(k, ABSENT)) for s in series}) > 1]
+    order = [f for f in (order or []) if f in varying]
+    varying = order + [f for f in varying if f not in order]
+    chosen = _fewest_fields(series, first, varying, order)
+    names = _display_names(varying)
+    label_of = {s: _series_label(s, series, first, chosen, varying, names) for s in series}
+    own = [c.get("label") for c in configs]
+    runs["group"] = [
+        str(o) if _applies(o) and str(o) else label_of[i] or _fallback_label(c)
+        for o, i, c in zip(own, identity, configs)
+    ]
+    for f in varying:
+        runs[f] = [c.get(f, ABSENT) for c in kept]
+    _seed_labels(runs)
+    return varying
+
+
+def _fallback_label(config: dict[str, Any]) -> str:
+    name, algo = config.get("name", "run"), config.get("algorithm.name")
+    return f"{name} ({algo})" if algo is not None else str(name)
+
+
+def _fewest_fields(
+    series: list[tuple], first: dict[tuple, dict], varying: list[str], preferred: list[str]
+) -> list[str]:
+    """The fewest differing fields whose values tell every series apart, chosen greedily: the
+    algorithm where it differs, then the field that tells most of the pairs still alike apart
+    (ties: a swept field, then a shallower one, then the scenario's name last)."""
+    chosen = ["algorithm.name"] if "algorithm.name" in varying else []
+
+    def alike(fields: list[str]) -> list[tuple[tuple, tuple]]:
+        keyed = [(tuple(repr(first[s].get(f, ABSENT)) for f in fields), s) for s in series]
+        return [(a, b) for i, (ka, a) in enumerate(keyed) for kb, b in keyed[i + 1 :] if ka == kb]
+
+    pairs = alike(chosen)
+    while pairs:
+
+        def gain(f: str, pairs: list = pairs) -> tuple:
+            told = sum(
+                repr(first[a].get(f, ABSENT)) != repr(first[b].get(f, ABSENT)) for a, b in pairs
+            )
+            return (told, f in preferred, f != "name", -f.count("."), f)
+
+        best = max((f for f in varying if f not in chosen), key=gain, default=None)
+        if best is None or gain(best)[0] == 0:
+            break
+        chosen.append(best)
+        pairs = alike(chosen)
+    return chosen
+
+
+def _series_label(
+    s: tuple,
+    series: list[tuple],
+    first: dict[tuple, dict],
+    chosen: list[str],
+    varying: list[str],
+    names: dict,
+) -> str:
+    """One series' name: of the `chosen` fields in turn, those that apply to it and tell it
+    apart from the series still alike so far, until none is (so `scaffold` needs no model where
+    only the FedAvg runs differ in theirs). Where a chosen field does not apply to it (local
+    steps, to a run in local epochs), the other `varying` fields finish the job, the one that
+    tells most apart first, one the others lack (its epochs) before one they share."""
+
+    def value(t: tuple, f: str) -> str:
+        return repr(first[t].get(f, ABSENT))
+
+    def part(f: str) -> str:
+        v = first[s][f]
+        return _fmt_value(v) if f == "algorithm.name" else f"{names[f]}={_fmt_value(v)}"
+
+    alike = list(series)
+    parts = []
+    for f in chosen:
+        if len(alike) == 1:
+            break
+        if not _applies(first[s].get(f, ABSENT)) or len({value(t, f) for t in alike}) == 1:
+            continue
+        alike = [t for t in alike if value(t, f) == value(s, f)]
+        parts.append(part(f))
+    extra = [f for f in varying if f not in chosen and _applies(first[s].get(f, ABSENT))]
+    while len(alike) > 1 and extra:
+
+        def rank(f: str, alike: list = alike) -> tuple:
+            told = sum(value(t, f) != value(s, f) for t in alike)
+            theirs = sum(_applies(first[t].get(f, ABSENT)) for t in alike if t != s)
+            return (told, -theirs, -f.count("."))
+
+        best = max(extra, key=rank)
+        if rank(best)[0] == 0:
+            break
+        extra.remove(best)
+        alike = [t for t in alike if value(t, best) == value(s, best)]
+        parts.append(part(best))
+    return ", ".join(parts)
+
+
+def _display_names(fields: list[str]) -> dict[str, str]:
+    """Each field by its shortest unambiguous tail (`tau` for the local steps; a `kind` by
+    its section: `partition` for data.partition.kind)."""
+
+    def tail(f: str, n: int) -> str:
+        if f == "algorithm.local.steps" and n == 1:
+            return "tau"
+        parts = f.split(".")
+        if parts[-1] == "kind" and len(parts) > 1:
+            parts = parts[:-1]
+        return ".".join(parts[-n:])
+
+    depth = dict.fromkeys(fields, 1)
+    while True:
+        names = {f: tail(f, depth[f]) for f in fields}
+        clash = [f for f in fields if list(names.values()).count(names[f]) > 1]
+        if not clash:
+            return names
+        grown = False
+        for f in clash:
+            if depth[f] < f.count(".") + 1:
+                depth[f] += 1
+                grown = True
+        if not grown:
+            return {f: f for f in fields}
+
+
+def _seed_labels(runs: pd.DataFrame) -> None:
+    runs["label"] = [
+        f"{g}, seed {_fmt_value(s)}" if s is not None and s == s else g
+        for g, s in zip(runs.group, runs.seed)
+    ]
+
+
+def relabel(res: Results, labels: dict[str, str], by: list[str]) -> None:
+    """Name series by hand: `labels` maps a name to a folder given (every run under it), `by`
+    groups runs by these fields alone (one series per combination of their values)."""
+    runs = res.runs
+    if by:
+        configs = _run_configs(res)
+        missing = [f for f in by if not any(f in c for c in configs)]
+        if missing:
+            raise ResultsError(
+                f"--by {', '.join(missing)}: no run has this field; fields that differ "
+                f"between these runs: {', '.join(res.fields) or 'none'}"
+            )
+        names = _display_names(by)
+        runs["group"] = [
+            ", ".join(f"{names[f]}={_fmt_value(c.get(f, ABSENT))}" for f in by) for c in configs
+        ]
+        for f in by:
+            runs[f] = [c.get(f, ABSENT) for c in configs]
+    sources = (
+        runs["source"]
+        if "source" in runs
+        else pd.Series(
+            [str(res.sources[0])] * len(runs) if res.sources else [""] * len(runs), index=runs.index
+        )
+    )
+    given = {Path(s).resolve() for s in sources}
+    for name, folder in labels.items():
+        path = Path(folder).resolve()
+        hit = [
+            i
+            for i, (s, f) in enumerate(zip(sources, runs.folder))
+            if Path(s).resolve() == path or (isinstance(f, str) and Path(f).resolve() == path)
+        ]
+        if not hit:
+            raise ResultsError(
+                f"--label {name}={folder}: {folder} is none of the folders given "
+                f"({', '.join(str(g) for g in sorted(given))})"
+            )
+        several = runs.group.iloc[hit].nunique() > 1
+        runs.loc[runs.index[hit], "group"] = [
+            f"{name}: {g}" if several else name for g in runs.group.iloc[hit]
+        ]
+    _seed_labels(runs)
+
+
+def _run_configs(res: Results) -> list[dict[str, Any]]:
+    """Each run's resolved scenario as fields (a sweep's point: the sweep's, swept fields as
+    the point has them)."""
+    cache: dict[str, dict] = {}
+    out = []
+    base = scenario_fields(res.scenario_text)
+    for run in res.runs.to_dict("records"):
+        folder = run.get("folder")
+        if isinstance(folder, str) and (Path(folder) / "scenario.yaml").exists():
+            if folder not in cache:
+                cache[folder] = scenario_fields((Path(folder) / "scenario.yaml").read_text())
+            config = dict(cache[folder])
+        else:
+            config = {**base, **{f: run.get(f) for f in res.fields}}
+        if run.get("seed") is not None:
+            config["seed"] = run.get("seed")
+        out.append(config)
+    return out
 
 
 def _load_sweep(folder: Path) -> Results:
@@ -387,22 +686,14 @@ def _base_label(records: pd.DataFrame) -> str:
     return f"{name} ({algo})" if algo is not None else str(name)
 
 
-def _flatten(data: dict, prefix: str = "") -> dict:
-    out = {}
-    for key, value in data.items():
-        if isinstance(value, dict) and value and "kind" not in value:
-            out.update(_flatten(value, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = value
-    return out
-
-
 def short_name(field_name: str) -> str:
     """`algorithm.local.steps` -> `tau`; other dotted fields by their last part."""
     return {"algorithm.local.steps": "tau"}.get(field_name, field_name.rsplit(".", 1)[-1])
 
 
 def _fmt_value(value: Any) -> str:
+    if isinstance(value, tuple):  # a list field, made comparable (`scenario_fields`)
+        return "[" + ", ".join(_fmt_value(v) for v in value) + "]"
     if isinstance(value, float) and value.is_integer() and abs(value) < 1e15:
         return str(int(value))
     if isinstance(value, float):
@@ -503,13 +794,26 @@ def _figure(
     return fig, list(axes.ravel())
 
 
+FORMATS = ("png", "svg", "pdf")
+
+
 def save_figure(fig: Figure, path: str | Path) -> Path:
-    """Write `fig` as a PNG, atomically (a half-written plot never replaces a whole one)."""
+    """Write `fig` in the format its suffix names (png, svg or pdf; png without one),
+    atomically (a half-written plot never replaces a whole one)."""
     path = Path(path)
+    fmt = path.suffix.lstrip(".").lower() or "png"
+    if fmt not in FORMATS:
+        raise ResultsError(f"{path}: a figure is written as {', '.join(FORMATS)}; got {fmt!r}")
     tmp = path.with_name(path.name + ".tmp")
-    fig.savefig(tmp, format="png")
+    fig.savefig(tmp, format=fmt)
     tmp.replace(path)
     return path
+
+
+def figure_table(fig: Figure) -> pd.DataFrame | None:
+    """The tidy table a figure draws (each flnet figure keeps it), or None."""
+    table = getattr(fig, "flnet_table", None)
+    return table if isinstance(table, pd.DataFrame) else None
 
 
 def png_bytes(fig: Figure) -> bytes:
@@ -520,12 +824,44 @@ def png_bytes(fig: Figure) -> bytes:
     return buf.getvalue()
 
 
+# Okabe and Ito's colour-blind-safe palette; line styles and markers tell series apart too
+PALETTE = ("#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442", "#000000")
+LINESTYLES = ("-", "--", "-.", ":")
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
+SPARSE_EVALUATIONS = 6  # a series with this few evaluations is drawn as points
+AGGREGATION = "median over seeds, band min-max"
+
+
 def _colors(n: int) -> list:
     import matplotlib as mpl
 
-    if n <= 10:
-        return [mpl.colormaps["tab10"](i) for i in range(n)]
+    if n <= MAX_LEGEND:
+        return [PALETTE[i % len(PALETTE)] for i in range(n)]
     return [mpl.colormaps["viridis"](i / max(1, n - 1)) for i in range(n)]
+
+
+def _style(i: int, n: int) -> dict[str, Any]:
+    """Series i of n: its colour, line style and marker (none past MAX_LEGEND: a sweep's many
+    series read by colour order)."""
+    if n > MAX_LEGEND:
+        return {"color": _colors(n)[i]}
+    shift = i + i // len(PALETTE)  # the ninth series: the first's colour, not its style
+    return {
+        "color": PALETTE[i % len(PALETTE)],
+        "ls": LINESTYLES[shift % len(LINESTYLES)],
+        "marker": MARKERS[shift % len(MARKERS)],
+    }
+
+
+TIME_UNITS = (("days", 86400.0, 2 * 86400.0), ("h", 3600.0, 2 * 3600.0), ("min", 60.0, 120.0))
+
+
+def time_unit(seconds: float) -> tuple[str, float]:
+    """The unit a time axis reading up to `seconds` is best read in: s, min, h or days."""
+    for name, scale, above in TIME_UNITS:
+        if seconds >= above:
+            return name, scale
+    return "s", 1.0
 
 
 def seed_band(
@@ -563,29 +899,83 @@ def _group_curves(res: Results, x: str, y: str) -> list[tuple[str, list]]:
     return [(g, c) for g, c in curves.items() if c]
 
 
-def _draw_series(ax: Axes, res: Results, x: str, y: str) -> int:
+def _draw_series(
+    ax: Axes, res: Results, x: str, y: str, tables: list[pd.DataFrame] | None = None
+) -> int:
     """One line per group (the median over its seeds) and a min-max band when it has more
-    than one seed; returns the number of lines drawn."""
+    than one seed, each with its colour, line style and marker; a group with few evaluations
+    is drawn as points joined by a faint line, never as a trend. Simulated time is shown in
+    the unit its range reads best in (`time_unit`). Appends the tidy table drawn to `tables`;
+    returns the number of series drawn."""
     series = _group_curves(res, x, y)
     many = len(series) > MAX_LEGEND
-    for (group, curves), color in zip(series, _colors(len(series))):
+    scale = time_unit(_x_max(res, x))[1] if x == "sim_time_s" else 1.0
+    for i, (group, curves) in enumerate(series):
         gx, mid, low, high = seed_band(curves)
-        label = group if len(curves) == 1 else f"{group} (median, min-max of {len(curves)} seeds)"
-        ax.plot(gx, mid, color=color, label=label, lw=0.9 if many else None)
-        if len(curves) > 1:
-            ax.fill_between(gx, low, high, color=color, alpha=0.2, lw=0)
+        style = _style(i, len(series))
+        seeds = len(curves)
+        label = textwrap.fill(group if seeds == 1 else f"{group} ({seeds} seeds)", 48)
+        sparse = len(gx) <= SPARSE_EVALUATIONS
+        if many:
+            ax.plot(gx / scale, mid, label=label, lw=0.9, **style)
+        elif sparse:
+            ax.plot(gx / scale, mid, label=label, lw=0.8, alpha=0.6, markersize=6, **style)
+        else:
+            ax.plot(
+                gx / scale, mid, label=label, markersize=5, markevery=max(1, len(gx) // 8), **style
+            )
+        if seeds > 1:
+            ax.fill_between(gx / scale, low, high, color=style["color"], alpha=0.18, lw=0)
+        if tables is not None:
+            tables.append(
+                pd.DataFrame(
+                    {"series": group, "seeds": seeds, "y": y, x: gx, "median": mid}
+                ).assign(min=low, max=high)
+            )
     return len(series)
 
 
-def _legend(fig: Figure, ax: Axes, n: int, title: str) -> None:
-    """A legend right of the panels (even for one series: it names the run, and says when its
-    band spans seeds); past MAX_LEGEND a legend would hide the plot, so the title says how the
-    series are coloured instead."""
+def _x_max(res: Results, x: str) -> float:
+    values = res.records[x].dropna() if x in res.records else pd.Series(dtype=float)
+    return float(values.max()) if len(values) else 0.0
+
+
+def _x_label(res: Results, x: str) -> str:
+    if x == "sim_time_s":
+        return f"simulated time ({time_unit(_x_max(res, x))[0]})"
+    return X_AXES[x]
+
+
+def _legend(fig: Figure, ax: Axes, n: int, title: str, res: Results | None = None) -> None:
+    """A legend below the panels, in columns (even for one series: it names the run); below,
+    it takes height, never the axes' width. Past MAX_LEGEND a legend would hide the plot, so
+    the title says how the series are coloured instead. The title states the aggregation."""
     if 1 <= n <= MAX_LEGEND:
-        fig.legend(*ax.get_legend_handles_labels(), loc="outside right upper")
+        fig.legend(
+            *ax.get_legend_handles_labels(), loc="outside lower center", ncols=_legend_columns(n)
+        )
     elif n > MAX_LEGEND:
         title += f"\n({n} series, coloured in sweep order: dark first, yellow last)"
-    fig.suptitle(title)
+    fig.suptitle(title + (f"\n({aggregation(res)})" if res is not None else ""))
+
+
+def _legend_columns(n: int) -> int:
+    return 1 if n <= 2 else 2 if n <= 6 else 3
+
+
+def _legend_height_in(n: int) -> float:
+    """What a legend of n series below the axes needs, so the axes keep their height."""
+    if n > MAX_LEGEND or n < 1:
+        return 0.0
+    return 0.35 + 0.24 * math.ceil(n / _legend_columns(n)) * 2
+
+
+def aggregation(res: Results) -> str:
+    """How series are drawn, said the same way in every figure and caption."""
+    per_group = res.runs[res.runs.run_id.isin(res.records.run_id)].groupby("group").size()
+    if len(per_group) and per_group.max() > 1:
+        return f"lines: {AGGREGATION}"
+    return "one run per series"
 
 
 @_styled
@@ -603,14 +993,16 @@ def accuracy_figure(
         for m in (metrics or ACCURACY_METRICS)
         if m in res.records and res.records[m].notna().any()
     ] or ["test_accuracy"]
-    fig, axes = _figure(ncols=len(metrics), sharey=True)
-    n = 0
+    n = len(res.groups)
+    fig, axes = _figure(ncols=len(metrics), sharey=True, height_in=3.6 + _legend_height_in(n))
+    tables: list[pd.DataFrame] = []
     for ax, metric in zip(axes, metrics):
-        n = _draw_series(ax, res, x, metric)
+        n = _draw_series(ax, res, x, metric, tables)
         ax.set_title(ACCURACY_METRICS.get(metric, metric))
-        ax.set_xlabel(X_AXES[x])
+        ax.set_xlabel(_x_label(res, x))
         ax.set_ylabel("accuracy (fraction correct)" if ax is axes[0] else "")
-    _legend(fig, axes[0], n, f"accuracy against {X_AXES[x]}")
+    _legend(fig, axes[0], n, f"accuracy against {_x_label(res, x)}", res)
+    fig.flnet_table = pd.concat(tables, ignore_index=True) if tables else None  # type: ignore[attr-defined]
     return fig
 
 
@@ -641,8 +1033,9 @@ def energy_split_figure(results: ResultsLike) -> Figure:
     ax.set_xlabel("energy (J)")
     ax.set_ylabel("run" if n <= MAX_BAR_LABELS else f"run ({n}, in sweep order)")
     ax.grid(axis="y", visible=False)
-    ax.set_title("energy split per run (at the last record; median over seeds)")
+    ax.set_title(f"energy split per series (at the last record; {aggregation(res)})")
     fig.legend(*ax.get_legend_handles_labels(), loc="outside right upper")
+    fig.flnet_table = parts.rename_axis("series").reset_index()  # type: ignore[attr-defined]
     return fig
 
 
@@ -695,7 +1088,7 @@ def _class_energy(ledger: pd.DataFrame) -> pd.DataFrame:
 @_styled
 def energy_by_class_figure(results: ResultsLike) -> Figure | None:
     """Joules per device class, split into compute, uplink, downlink and D2D; one panel per run
-    group (the first MAX_CLASS_PANELS), averaged over its seeds. None when no run kept a
+    group (the first MAX_CLASS_PANELS), the median over its seeds. None when no run kept a
     ledger."""
     res = as_results(results)
     columns = ["node", "kind", "start_s", "end_s", "energy_j", "flops", "outcome"]
@@ -708,10 +1101,14 @@ def energy_by_class_figure(results: ResultsLike) -> Figure | None:
             if (t := res.ledger(rid, columns)) is not None and len(t)
         ]
         if tables:
-            mean = pd.concat([_class_energy(t) for t in tables]).groupby(
-                level=0, sort=False
-            ).sum() / len(tables)
-            panels.append((group, mean, len(tables)))
+            per_seed = [_class_energy(t) for t in tables]
+            index = list(dict.fromkeys(i for t in per_seed for i in t.index))
+            parts = list(dict.fromkeys(c for t in per_seed for c in t.columns))
+            stacked = np.stack(
+                [t.reindex(index=index, columns=parts, fill_value=0.0).to_numpy() for t in per_seed]
+            )
+            median = pd.DataFrame(np.median(stacked, axis=0), index=index, columns=parts)
+            panels.append((group, median, len(tables)))
     if not panels:
         return None
     ncols = min(3, len(panels))
@@ -728,7 +1125,7 @@ def energy_by_class_figure(results: ResultsLike) -> Figure | None:
             ax.bar(table.index, values, bottom=bottom, color=color, label=name, width=0.65)
             bottom += values
         ax.set_title(
-            textwrap.fill(group, 34) + ("" if seeds == 1 else f"\n(mean of {seeds} seeds)"),
+            textwrap.fill(group, 34) + ("" if seeds == 1 else f"\n(median of {seeds} seeds)"),
             fontsize=9,
         )
         ax.set_xlabel("device class")
@@ -741,17 +1138,24 @@ def energy_by_class_figure(results: ResultsLike) -> Figure | None:
         + (f"; first {len(panels)} of {len(res.groups)} series" if more > 0 else "")
     )
     fig.legend(*axes[0].get_legend_handles_labels(), loc="outside right upper")
+    fig.flnet_table = pd.concat(  # type: ignore[attr-defined]
+        [t.rename_axis("device_class").reset_index().assign(series=g) for g, t, _ in panels],
+        ignore_index=True,
+    )
     return fig
 
 
 def to_target_table(
     results: ResultsLike, target: float, metric: str = "test_accuracy"
 ) -> pd.DataFrame:
-    """Per run: whether it reached `target` and the round, simulated seconds and joules of the
-    first record that did (`flnet.analysis.to_target`; NaN when never reached)."""
+    """Per run: whether it reached `target`, the round of the first record that did, and the
+    simulated seconds and joules read between it and the record before
+    (`flnet.analysis.to_target`; NaN when never reached)."""
     from flnet.analysis import to_target
 
-    per_run = to_target(as_results(results).records, target, metric, keys=["run_id"])
+    per_run = to_target(
+        as_results(results).records, target, metric, keys=["run_id"], interpolate=True
+    )
     names = {"rounds_to_target": "round", "seconds_to_target": "sim_time_s"}
     per_run = per_run.rename(columns={**names, "joules_to_target": "energy_j"})
     return per_run[["run_id", "reached", "round", "sim_time_s", "energy_j"]]
@@ -774,7 +1178,8 @@ def best_tau_table(
     metric: str = "test_accuracy",
 ) -> pd.DataFrame:
     """Per (SNR, bandwidth) cell: the median, min and max over seeds of the tau that reached
-    `target` with the fewest joules.
+    `target` with the fewest joules (read between the evaluations around the target, as
+    `flnet analyze` reads them).
 
     `records` is a sweep's records (one run per `point`, or per seed and field values).
     A tau that never reaches the target costs infinitely many joules; a seed where no tau
@@ -796,7 +1201,7 @@ def best_tau_table(
         rec[name] = rec[col] if col else "as in scenario"
     rec["seed"] = rec[seed] if seed in rec else 0
     keys = [*(["point"] if "point" in rec else []), "seed", "snr", "bandwidth", tau]
-    per_run = to_target(rec, target, metric, keys=keys)
+    per_run = to_target(rec, target, metric, keys=keys, interpolate=True)
     per_seed, per_cell = best_tau(per_run, "joules", tau, cell=["snr", "bandwidth"])
     reached = per_seed.groupby(["snr", "bandwidth"], sort=True).best_tau.count()
     out = per_cell[["snr", "bandwidth", "best_tau_median", "best_tau_min", "best_tau_max"]]
@@ -870,15 +1275,17 @@ def best_tau_figure(table: pd.DataFrame) -> Figure:
     ax.set_xlabel(axis_name(table.attrs.get("bandwidth")) or "bandwidth (not swept)")
     ax.set_ylabel(axis_name(table.attrs.get("snr")) or "SNR (not swept)")
     ax.grid(False)
-    bar = fig.colorbar(image, ax=ax, label="best tau (local steps), median over seeds")
     taus = sorted(set(table.best_tau_min.dropna()) | set(table.best_tau_max.dropna()))
-    bar.set_ticks(taus, labels=[_fmt_value(float(t)) for t in taus])
-    bar.minorticks_off()
+    if len(taus) > 1:  # one value needs no scale: each cell says it
+        bar = fig.colorbar(image, ax=ax, label="best tau (local steps), median over seeds")
+        bar.set_ticks(taus, labels=[_fmt_value(float(t)) for t in taus])
+        bar.minorticks_off()
     target = table.attrs.get("target")
     ax.set_title(
         f"tau with the fewest joules to {target:.0%} test accuracy" if target else "best tau",
         fontsize=10,
     )
+    fig.flnet_table = table  # type: ignore[attr-defined]
     return fig
 
 
@@ -905,12 +1312,19 @@ def _text_color(image: Any, value: float) -> str:
 
 def best_tau_applies(res: Results) -> bool:
     """A best-tau heatmap needs tau swept with at least two values and an SNR or bandwidth
-    field swept too."""
+    field swept with at least two too (one cell is no map: the report's best-tau table says
+    it)."""
     tau = "algorithm.local.steps"
     return (
         tau in res.fields
+        and tau in res.records
         and res.records[tau].nunique() > 1
-        and any(str(f).endswith(("snr_db", "bandwidth_hz")) for f in res.fields)
+        and any(
+            str(f).endswith(("snr_db", "bandwidth_hz"))
+            and f in res.records
+            and res.records[f].nunique() > 1
+            for f in res.fields
+        )
     )
 
 
@@ -926,15 +1340,17 @@ def consensus_figure(results: ResultsLike) -> Figure | None:
     col = "consensus_distance"
     if col not in res.records or not res.records[col].notna().any():
         return None
-    fig, axes = _figure(ncols=2, sharey=True)
-    n = 0
+    n = len(res.groups)
+    fig, axes = _figure(ncols=2, sharey=True, height_in=3.6 + _legend_height_in(n))
+    tables: list[pd.DataFrame] = []
     for ax, x in zip(axes, ("round", "sim_time_s")):
-        n = _draw_series(ax, res, x, col)
-        ax.set_xlabel(X_AXES[x])
+        n = _draw_series(ax, res, x, col, tables)
+        ax.set_xlabel(_x_label(res, x))
         ax.set_ylabel("consensus distance (parameter units²)" if ax is axes[0] else "")
         if (res.records[col].dropna() > 0).all():
             ax.set_yscale("log")
-    _legend(fig, axes[0], n, "consensus distance between the nodes' models")
+    _legend(fig, axes[0], n, "consensus distance between the nodes' models", res)
+    fig.flnet_table = pd.concat(tables, ignore_index=True) if tables else None  # type: ignore[attr-defined]
     return fig
 
 
@@ -986,14 +1402,30 @@ def make_plots(
     out_dir: str | Path,
     target: float | None = None,
     only: Iterable[str] | None = None,
+    fmt: str = "png",
 ) -> dict[str, Path]:
-    """Write every figure that applies (or those named in `only`) as `out_dir/<name>.png`;
-    returns {name: path}."""
+    """Write every figure that applies (or those named in `only`) as `out_dir/<name>.<fmt>`
+    (png, svg or pdf), each with the CSV of the data it draws beside it (`<name>.csv`);
+    returns {name: figure path}."""
+    if fmt not in FORMATS:
+        raise ResultsError(f"a figure is written as {', '.join(FORMATS)}; got {fmt!r}")
     res = as_results(results)
     drawn = figures(res, check_target(target), only)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    return {name: save_figure(fig, out / f"{name}.png") for name, fig in drawn.items()}
+    written = {}
+    for name, fig in drawn.items():
+        written[name] = save_figure(fig, out / f"{name}.{fmt}")
+        table = figure_table(fig)
+        if table is not None:
+            table.to_csv(out / f"{name}.csv", index=False)
+    return written
+
+
+def figure_tables(results: ResultsLike, target: float | None = None) -> dict[str, pd.DataFrame]:
+    """The tidy table behind each figure that applies, by the figure's file stem."""
+    drawn = figures(results, target)
+    return {n: t for n, fig in drawn.items() if (t := figure_table(fig)) is not None}
 
 
 def default_output(paths: list[str | Path], name: str) -> Path:

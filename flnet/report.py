@@ -21,6 +21,8 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
+from flnet.analysis import TAU
+from flnet.comparison import Comparison, compare, spread_text
 from flnet.plot import (
     ENERGY_PARTS,
     Results,
@@ -28,6 +30,7 @@ from flnet.plot import (
     ResultsLike,
     _fmt_value,
     _sweep_records,
+    aggregation,
     as_results,
     best_tau_applies,
     best_tau_table,
@@ -174,45 +177,100 @@ TARGET_HEADERS = {
 
 
 def target_table(res: Results, target: float) -> pd.DataFrame:
+    """Per run: whether it reached the target, the round that did, and the simulated seconds
+    and joules read between the evaluations around it (as `flnet analyze` reads them)."""
     table = to_target_table(res, target)
     table.insert(1, "label", table.run_id.map(res.runs.set_index("run_id").label))
     table["round"] = table["round"].astype("Int64")
     return table
 
 
-def group_table(res: Results, target: float) -> pd.DataFrame:
-    """Per group of runs that differ only in their seed: medians over seeds of the final
-    accuracy and of the seconds and joules to target (over the seeds that reached it)."""
-    final = final_table(res).set_index("run_id")
-    tt = to_target_table(res, target).set_index("run_id")
-    group = res.runs.set_index("run_id").group.reindex(final.index)
-    df = pd.DataFrame(
+def summary_table(res: Results, cmp: Comparison) -> pd.DataFrame:
+    """Per series, what a reader asks first: seeds, how many reached the target, final
+    accuracy and the worst client's, seconds, joules and bits to target (median [min-max] over
+    the seeds that reached it), and joules wasted on work that came to nothing, by how it
+    ended (median over seeds)."""
+    series = cmp.series
+    out = pd.DataFrame({"group": series.series, "seeds": series.seeds, "reached": series.reached})
+    out["final"] = spread_text(series, f"final_{cmp.metric}")
+    if "final_client_accuracy_worst_median" in series:
+        out["worst"] = spread_text(series, "final_client_accuracy_worst")
+    for c in ("seconds", "joules", "bits"):
+        out[c] = spread_text(series, f"{c}_to_target")
+    wasted = _wasted(res)
+    if wasted is not None:
+        out["wasted"] = out.group.map(wasted).fillna("–")
+    return out
+
+
+def _wasted(res: Results) -> pd.Series | None:
+    """Per series: the median over its seeds of the joules wasted per outcome, as text; None
+    when no run kept a ledger."""
+    from flnet.analysis import wasted_energy_j
+
+    columns = ["round", "pattern", "node", "kind", "start_s", "energy_j", "outcome"]
+    per_run = {}
+    for rid in res.runs.run_id[res.runs.run_id.isin(res.records.run_id)]:
+        ledger = res.ledger(rid, columns)
+        if ledger is not None and {"pattern", "outcome"} <= set(ledger.columns):
+            per_run[rid] = wasted_energy_j(ledger)
+    if not per_run:
+        return None
+    group = res.runs.set_index("run_id").group
+    text = {}
+    for name, ids in pd.Series(list(per_run)).groupby(pd.Series(list(per_run)).map(group)):
+        table = pd.DataFrame([per_run[i] for i in ids]).fillna(0.0)
+        if table.empty or not table.to_numpy().any():
+            text[name] = "none"
+            continue
+        med = table.median()
+        text[name] = ", ".join(f"{k} {v:.3g}" for k, v in med.items() if v > 0) or "none"
+    return pd.Series(text)
+
+
+SUMMARY_HEADERS = {
+    "group": "series",
+    "seeds": "seeds",
+    "reached": "reached target",
+    "final": "final test accuracy",
+    "worst": "worst client (final)",
+    "seconds": "seconds to target",
+    "joules": "joules to target",
+    "bits": "bits to target",
+    "wasted": "joules wasted, by outcome",
+}
+CHOICE_HEADERS = {
+    "cell": "cell",
+    "best": "best",
+    "per_seed": "best per seed",
+    "cost": "its cost to target, median [min-max]",
+    "verdict": "verdict (seed by seed)",
+}
+
+
+def choice_table(cmp: Comparison) -> pd.DataFrame | None:
+    """Where the local-work field varies: per cell, its best value seed by seed and the
+    verdict (`flnet analyze`'s answer)."""
+    cells = cmp.per_cell
+    if cells is None or not len(cells):
+        return None
+    column = f"{cmp.cost}_to_target"
+    return pd.DataFrame(
         {
-            "group": group,
-            "acc": final.final_test_accuracy,
-            "reached": tt.reached,
-            "t": tt.sim_time_s,
-            "e": tt.energy_j,
+            "cell": cells.cell,
+            "best": cells.best_tau,
+            "per_seed": cells.best_tau_per_seed,
+            "cost": [
+                "–" if not math.isfinite(m) else f"{m:.4g} [{lo:.4g}-{hi:.4g}]"
+                for m, lo, hi in zip(
+                    cells[f"{column}_median"], cells[f"{column}_min"], cells[f"{column}_max"]
+                )
+            ],
+            "verdict": cells.verdict,
         }
     )
-    out = df.groupby("group", sort=False).agg(
-        seeds=("acc", "size"),
-        final_test_accuracy=("acc", "median"),
-        seeds_reached=("reached", "sum"),
-        sim_time_s=("t", "median"),
-        energy_j=("e", "median"),
-    )
-    return out.reindex(res.groups).reset_index()
 
 
-GROUP_HEADERS = {
-    "group": "runs (all seeds)",
-    "seeds": "seeds",
-    "final_test_accuracy": "final test accuracy (median)",
-    "seeds_reached": "seeds reaching target",
-    "sim_time_s": "simulated time to target (s, median)",
-    "energy_j": "energy to target (J, median)",
-}
 TAU_HEADERS = {
     "snr": "SNR",
     "bandwidth": "bandwidth",
@@ -236,9 +294,9 @@ def versions() -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["library", "version"])
 
 
-def _image(name: str, fig: Figure) -> str:
+def _image(name: str, fig: Figure, how: str = "") -> str:
     data = base64.b64encode(png_bytes(fig)).decode("ascii")
-    caption = CAPTIONS.get(name, name)
+    caption = CAPTIONS.get(name, name) + (f" {how[0].upper()}{how[1:]}." if how else "")
     return (
         f'<figure id="fig-{name}"><img alt="{html.escape(caption)}" '
         f'src="data:image/png;base64,{data}"><figcaption>{html.escape(caption)}'
@@ -296,24 +354,28 @@ def render_report(results: ResultsLike, target: float | None = None) -> str:
             f"{html.escape(', '.join(str(p) for p in failed.run_id))} "
             "(see points.csv).</p>"
         )
-    per_run = [
-        _section("Final figures", html_table(final_table(res), "final", FINAL_HEADERS)),
+    cmp = compare(res, target=target)
+    summary = html_table(summary_table(res, cmp), "groups", SUMMARY_HEADERS)
+    parts.append(
         _section(
-            f"To {target:.0%} test accuracy",
-            html_table(target_table(res, target), "to-target", TARGET_HEADERS)
-            + "<p>The first evaluation at or above the target; – when never reached.</p>",
-        ),
-    ]
-    plots = _section(
-        "Plots", "\n".join(_image(name, fig) for name, fig in figures(res, target).items())
-    )
-    if res.runs.groupby("group").size().max() > 1:  # seeds: their medians, then the plots
-        parts.append(
-            _section("Over seeds", html_table(group_table(res, target), "groups", GROUP_HEADERS))
+            f"Summary: to {target:.0%} test accuracy",
+            summary + "<p>One row per series (runs that differ only in their seed); median "
+            "[min-max] over its seeds, costs to target over the seeds that reached it, read "
+            "between the two evaluations around the target.</p>",
         )
-        parts += [plots, *per_run]
-    else:
-        parts += [*per_run, plots]
+    )
+    choice = choice_table(cmp)
+    if choice is not None:
+        name = "tau" if cmp.choose == TAU else cmp.choose
+        parts.append(
+            _section(
+                f"Best {name}",
+                html_table(choice, "best-choice", {**CHOICE_HEADERS, "best": f"best {name}"})
+                + f"<p>Per cell, the {name} with the fewest {cmp.cost} to the target, chosen "
+                "seed by seed (paired: the same seed's data and draws); a value that never "
+                "reaches it costs infinitely much.</p>",
+            )
+        )
     if best_tau_applies(res):
         tau = best_tau_table(_sweep_records(res), target)
         headers = {
@@ -323,7 +385,7 @@ def render_report(results: ResultsLike, target: float | None = None) -> str:
         }
         parts.append(
             _section(
-                "Best tau",
+                "Best tau over the radio grid",
                 html_table(tau, "best-tau", headers)
                 + "<p>Per cell, the tau with the fewest joules to the target "
                 "for each seed (a tau that never reaches it costs infinitely "
@@ -331,6 +393,24 @@ def render_report(results: ResultsLike, target: float | None = None) -> str:
                 "reached it.</p>",
             )
         )
+    how = aggregation(res)
+    parts.append(
+        _section(
+            "Figures",
+            "\n".join(_image(name, fig, how) for name, fig in figures(res, target).items()),
+        )
+    )
+    parts.append(
+        _section("Per run: final figures", html_table(final_table(res), "final", FINAL_HEADERS))
+    )
+    parts.append(
+        _section(
+            f"To {target:.0%} test accuracy",
+            html_table(target_table(res, target), "to-target", TARGET_HEADERS)
+            + "<p>The round of the first evaluation at or above the target; seconds and joules "
+            "read between it and the evaluation before; – when never reached.</p>",
+        )
+    )
     parts.append(_scenario_section(res))
     parts.append(
         _section(

@@ -11,8 +11,15 @@ def load(name):
     return module
 
 
-def test_tau_energy_smoke(tmp_path):
+def test_tau_energy_smoke(tmp_path, capsys):
     out = load("tau_energy").main(["--smoke", "--out", str(tmp_path)])
+    printed = capsys.readouterr().out
+    assert out["text"] in printed and "best tau per cell" in out["text"]
+    # the one implementation: flnet analyze prints the same best tau, joules and spread
+    from flnet.cli import main
+
+    assert main(["analyze", str(tmp_path), "--target", "0.5"]) == 0
+    assert capsys.readouterr().out.startswith(out["text"])
     per_run = out["per_run"]
     assert sorted(per_run[TAU_COL].unique()) == [1, 10] and sorted(per_run.seed) == [0, 0, 1, 1]
     reached = per_run[per_run.reached]
@@ -156,10 +163,21 @@ def test_best_tau_shown_is_the_cell_then_the_winner_and_its_cost():
     shown = best_tau_shown(per_cell, "joules")
     cost = ["joules_to_target_median", "joules_to_target_min", "joules_to_target_max"]
     spread = ["best_tau", "best_tau_per_seed", "best_tau_median", "best_tau_min", "best_tau_max"]
-    assert list(shown.columns) == ["radio.uplink_snr_db", *spread, *cost, "within_spread"]
+    assert list(shown.columns) == [
+        "radio.uplink_snr_db",
+        *spread,
+        *cost,
+        "within_spread",
+        "verdict",
+    ]
     assert shown.best_tau.tolist() == [1, 5] and shown.joules_to_target_median.tolist() == [10, 8]
     with_runner_up = best_tau_shown(per_cell, "joules", runner_up=True)
-    assert list(with_runner_up.columns) == [*shown.columns[:-1], "runner_up_tau", "within_spread"]
+    assert list(with_runner_up.columns) == [
+        *shown.columns[:-2],
+        "runner_up_tau",
+        "within_spread",
+        "verdict",
+    ]
     assert with_runner_up.runner_up_tau.tolist() == [5, 1]
 
 

@@ -97,10 +97,8 @@ def test_runs_differing_in_seed_only_form_one_series_with_a_band(seed_sweep_dir)
     records = pd.read_parquet(seed_sweep_dir / "records.parquet")
     for ax in fig.axes:
         assert len(ax.get_lines()) == 2 and len(ax.collections) == 2
-    assert legend_texts(fig) == [
-        "tau=1 (median, min-max of 2 seeds)",
-        "tau=4 (median, min-max of 2 seeds)",
-    ]
+    assert legend_texts(fig) == ["tau=1 (2 seeds)", "tau=4 (2 seeds)"]
+    assert "median over seeds, band min-max" in fig.get_suptitle()  # the one aggregation
     tau1 = records[records["algorithm.local.steps"] == 1]
     per_round = tau1.groupby("round").test_accuracy
     line = fig.axes[0].get_lines()[0]
@@ -365,7 +363,7 @@ def test_cli_plot_writes_only_into_results_plots(run_dir, tmp_path):
     assert new == [
         "results/plots",
         *(
-            f"results/plots/{n}.png"
+            f"results/plots/{n}.{ext}"
             for n in sorted(
                 [
                     "accuracy_vs_energy",
@@ -375,6 +373,7 @@ def test_cli_plot_writes_only_into_results_plots(run_dir, tmp_path):
                     "energy_by_device_class",
                 ]
             )
+            for ext in ("csv", "png")
         ),
     ]
 
@@ -458,7 +457,9 @@ def test_only_the_plots_asked_for(run_dir, tmp_path, capsys):
         == 0
     )
     assert sorted(p.name for p in (tmp_path / "a").iterdir()) == [
+        "accuracy_vs_energy.csv",
         "accuracy_vs_energy.png",
+        "energy_split.csv",
         "energy_split.png",
     ]
     assert main(["plot", str(run_dir), "-o", str(tmp_path / "b"), "--only", "best_tau"]) == 2

@@ -17,6 +17,7 @@ import yaml
 from harness import flnet_cli
 
 import flnet
+from flnet.plot import best_tau_table, load_results
 from flnet.report import write_report
 
 
@@ -87,14 +88,21 @@ def synthetic_curve(snr_db, bw_hz, tau, seed):
 
 def expected_best_tau(snr_db, bw_hz):
     """The median, min and max over seeds of the tau with the fewest joules to TARGET,
-    straight from the formulas."""
+    straight from the formulas: joules read on the straight line between the two rounds
+    around the crossing."""
     best = []
     for seed in SEEDS:
         costs = {}
         for tau in TAUS:
             rounds, acc, comp, radio = synthetic_curve(snr_db, bw_hz, tau, seed)
             hit = np.nonzero(acc >= TARGET)[0]
-            costs[tau] = comp[hit[0]] + radio[hit[0]] if len(hit) else math.inf
+            joules = comp + radio
+            if not len(hit):
+                costs[tau] = math.inf
+                continue
+            i = hit[0]
+            share = (TARGET - acc[i - 1]) / (acc[i] - acc[i - 1]) if i else 1.0
+            costs[tau] = joules[i - 1] + share * (joules[i] - joules[i - 1]) if i else joules[i]
         best.append(min(TAUS, key=lambda t: (costs[t], t)))
     return float(np.median(best)), min(best), max(best)
 
@@ -242,12 +250,16 @@ def test_run_report_in_a_browser(browser, run_dir, tmp_path):
     assert number(column(browser, "final", "energy_uplink_j")[0]) == pytest.approx(
         records.energy_uplink_j.iloc[-1], rel=1e-3
     )
-    first = records[records.test_accuracy >= 0.2].iloc[0]
+    i = int(np.flatnonzero(records.test_accuracy >= 0.2)[0])
+    first = records.iloc[i]
     assert column(browser, "to-target", "reached") == ["yes"]
     assert int(column(browser, "to-target", "round")[0]) == first["round"]
-    assert number(column(browser, "to-target", "energy_j")[0]) == pytest.approx(
-        first.energy_j, rel=1e-3
-    )
+    joules = first.energy_j  # read between the evaluation before and the first that reached
+    if i:
+        before = records.iloc[i - 1]
+        share = (0.2 - before.test_accuracy) / (first.test_accuracy - before.test_accuracy)
+        joules = before.energy_j + share * (first.energy_j - before.energy_j)
+    assert number(column(browser, "to-target", "energy_j")[0]) == pytest.approx(joules, rel=1e-3)
     scenario = browser.find_element("id", "scenario").text
     assert yaml.safe_load(scenario)["clients"]["count"] == 10
     shot = tmp_path / "run.png"
@@ -300,11 +312,23 @@ def test_report_of_a_200_point_sweep_opens_in_a_browser(browser, big_sweep, tmp_
     browser.save_screenshot(str(tmp_path / "sweep200.png"))
 
 
+def test_best_tau_of_a_200_point_sweep_is_the_formulas(big_sweep):
+    table = best_tau_table(
+        load_results(big_sweep).records.rename(columns={"run_id": "point"}), TARGET
+    )
+    assert len(table) == len(SNRS_DB) * len(BANDWIDTHS_HZ)
+    for row in table.itertuples():
+        got = (row.best_tau_median, row.best_tau_min, row.best_tau_max)
+        assert got == pytest.approx(expected_best_tau(row.snr, row.bandwidth)), row
+    assert table.best_tau_median.nunique() > 1  # varies over the grid
+
+
 def test_plots_of_a_200_point_sweep(big_sweep, tmp_path):
     out = flnet_cli("plot", str(big_sweep), "-o", str(tmp_path), "--target", str(TARGET))
     assert out.returncode == 0, out.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
-        f"{n}.png"
+        f"{n}.{ext}"
+        for ext in ("png", "csv")
         for n in (
             "accuracy_vs_time",
             "accuracy_vs_energy",
