@@ -29,7 +29,8 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from flnet.errors import FlnetError
+from flnet import __version__
+from flnet.errors import FlnetError, TopologyWarning, UnitWarning
 from flnet.output import WriteError
 
 if TYPE_CHECKING:  # for annotations only: importing these at start would load torch
@@ -530,7 +531,6 @@ class _HelpFormatter(argparse.HelpFormatter):
 
 
 def parser() -> argparse.ArgumentParser:
-    from flnet import __version__
 
     p = argparse.ArgumentParser(
         prog="flnet",
@@ -723,7 +723,6 @@ def _terminate(signum: int, frame: FrameType | None) -> NoReturn:
 def show_unit_warnings() -> None:
     """Each unit (and topology) warning as one line on stderr, every time (not once per place
     in the code)."""
-    from flnet.errors import TopologyWarning, UnitWarning
 
     shown = warnings.showwarning
     if getattr(shown, "flnet", False):  # installed already (main called twice in one process)

@@ -19,6 +19,8 @@ a min-max band), named by the fewest fields that tell the series apart (`name_se
 from __future__ import annotations
 
 import functools
+import glob
+import io
 import json
 import math
 import textwrap
@@ -31,6 +33,7 @@ import numpy as np
 import pandas as pd
 import yaml
 
+from flnet.analysis import best_tau, to_target
 from flnet.columns import POINT_OUTCOMES
 from flnet.errors import FlnetError
 from flnet.output import run_status
@@ -158,7 +161,6 @@ GLOB_CHARS = ("*", "?", "[")
 def expand_paths(paths: Iterable[str | Path]) -> list[Path]:
     """The folders named, a glob (`runs/fedavg-*`) standing for the folders it matches in
     order; a glob that matches nothing is refused, as is a folder given twice."""
-    import glob
 
     folders: list[Path] = []
     for p in paths:
@@ -817,7 +819,6 @@ def figure_table(fig: Figure) -> pd.DataFrame | None:
 
 
 def png_bytes(fig: Figure) -> bytes:
-    import io
 
     buf = io.BytesIO()
     fig.savefig(buf, format="png")
@@ -1151,7 +1152,6 @@ def to_target_table(
     """Per run: whether it reached `target`, the round of the first record that did, and the
     simulated seconds and joules read between it and the record before
     (`flnet.analysis.to_target`; NaN when never reached)."""
-    from flnet.analysis import to_target
 
     per_run = to_target(
         as_results(results).records, target, metric, keys=["run_id"], interpolate=True
@@ -1187,7 +1187,6 @@ def best_tau_table(
     others). Ties go to the smaller tau. SNR and bandwidth columns default to the swept
     fields ending in `snr_db` and `bandwidth_hz`; either may be absent (one row or column).
     """
-    from flnet.analysis import best_tau, to_target
 
     snr = snr or _pick_column(records.columns, "snr_db")
     bandwidth = bandwidth or _pick_column(records.columns, "bandwidth_hz")

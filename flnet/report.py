@@ -14,14 +14,16 @@ import base64
 import datetime
 import html
 import math
+import os
 import platform
+import shutil
 from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from flnet.analysis import TAU
+from flnet.analysis import TAU, wasted_energy_j
 from flnet.comparison import Comparison, compare, spread_text
 from flnet.plot import (
     ENERGY_PARTS,
@@ -206,7 +208,6 @@ def summary_table(res: Results, cmp: Comparison) -> pd.DataFrame:
 def _wasted(res: Results) -> pd.Series | None:
     """Per series: the median over its seeds of the joules wasted per outcome, as text; None
     when no run kept a ledger."""
-    from flnet.analysis import wasted_energy_j
 
     columns = ["round", "pattern", "node", "kind", "start_s", "energy_j", "outcome"]
     per_run = {}
@@ -454,8 +455,6 @@ CHROMEDRIVER = "/usr/bin/chromedriver"
 def headless_chromium(width: int = 1280, height: int = 900) -> Any:
     """A Selenium driver for the system's Chromium (Debian's chromium and chromium-driver),
     headless. Selenium Manager is never asked to download a browser or a driver."""
-    import os
-    import shutil
 
     os.environ.setdefault("SE_OFFLINE", "true")
     try:

@@ -35,6 +35,10 @@ LATE = {
     ("flnet.algorithms", "flnet.algorithms.base"): "start-up speed: the schema loads this "
     "package for its configs, and base loads simpy",
     ("flnet.cli", "flnet.analysis"): CLI,
+    ("flnet.cli", "flnet.comparison"): CLI,
+    ("flnet.analysis", "flnet.runner"): "start-up speed: torch, only where a study runs",
+    ("flnet.analysis", "flnet.scenario"): "plot and report load analysis without pydantic",
+    ("flnet.reuse", "flnet.algorithms"): "start-up speed: torch",
     ("flnet.cli", "flnet.calibrate"): CLI,
     ("flnet.cli", "flnet.fedscale"): CLI,
     ("flnet.cli", "flnet.plot"): CLI,
@@ -67,16 +71,7 @@ LATE = {
 # Temporary: modules other helpers of issue 40 are reshaping now; the lead removes these at merge.
 PENDING_ARROWS = {}
 PENDING_CYCLES = []
-PENDING_LATE = {
-    ("flnet.cli", "flnet"): "pending: compare helper (the package is loaded already)",
-    ("flnet.cli", "flnet.errors"): "pending: compare helper (imported at the top already)",
-    ("flnet.analysis", "flnet.runner"): "pending: compare helper",
-    ("flnet.analysis", "flnet.scenario"): "pending: compare helper",
-    ("flnet.plot", "flnet.analysis"): "pending: compare helper",
-    ("flnet.plot", "io"): "pending: compare helper",
-    ("flnet.report", "os"): "pending: compare helper",
-    ("flnet.report", "shutil"): "pending: compare helper",
-}
+PENDING_LATE = {}
 PENDING_SCENARIO_USERS: set[str] = set()
 
 
