@@ -814,16 +814,13 @@ def collector_sees_only_the_run() -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def threads_for(learner: Learner, cohort_threads: int | None = None) -> Iterator[None]:
+def threads_for(learner: Learner, cohort_threads: int = 1) -> Iterator[None]:
     """One torch thread for a small model on the CPU (a thread pool costs more than it gives
     there; on a loaded machine its spinning threads cost the initial evaluation tens of
     milliseconds), the caller's threads again afterwards. A cohort trained in several calls
-    is split over `cohort_threads` threads (`run.threads`; None: the caller's torch threads),
-    each call on one: on C1's CNN cohort that ran 1.2x faster than one thread on a loaded
-    2-core machine, where torch's own two threads ran several times slower
-    (benchmarks/cohort_threads.py)."""
+    is split over `cohort_threads` threads (`run.threads`), each call on one torch thread."""
     threads = torch.get_num_threads()
-    learner.trainer.threads = cohort_threads or threads
+    learner.trainer.threads = cohort_threads
     if learner.model.num_params < SMALL_MODEL_PARAMS and learner.data.x_train.device.type == "cpu":
         torch.set_num_threads(1)
     try:
