@@ -2,7 +2,7 @@
 threads (`cohort.Trainer.threads`): wall seconds, median [range] of interleaved repeats, and
 whether each variant's parameters equal one thread's bit for bit.
 
-    .venv/bin/python benchmarks/cohort_threads.py [--reps 7] [--threads 2]
+    .venv/bin/python benchmarks/cohort_threads.py [--reps 7] [--threads 2] [--clients 50]
 
 Workloads: C1's cohort (`cnn_mcmahan` on 3x32x32, 2.16M parameters, 50 clients (--clients) x
 5 steps of batch 10: one epoch of 50 images) and W1's (the MLP 64-64-10 on digits, 100 clients
@@ -45,7 +45,7 @@ def w1_cohort():
     )
 
 
-def variants(make, threads: int, split_calls: int | None):
+def variants(make, threads: int, split_calls: int | None, intra_op: bool = True):
     """label -> a function training the cohort once and returning its parameters."""
     trainer, params, rows, lr = make()
     steps = torch.full((rows.shape[0],), rows.shape[1])
@@ -66,7 +66,7 @@ def variants(make, threads: int, split_calls: int | None):
 
     return {
         "1 thread": run(1, 1),
-        f"torch intra-op threads: {threads}": run(1, threads),
+        **({f"torch intra-op threads: {threads}": run(1, threads)} if intra_op else {}),
         f"cohort split over {threads} threads": run(threads, 1),
     }
 
@@ -96,6 +96,11 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=os.cpu_count() or 2)
     p.add_argument("--only", choices=("c1", "w1"))
     p.add_argument("--clients", type=int, default=50, help="C1's cohort size (default 50)")
+    p.add_argument(
+        "--no-intra-op",
+        action="store_true",
+        help="leave out torch's intra-op threads (on a loaded machine, by far the slowest)",
+    )
     args = p.parse_args()
     torch.set_num_threads(1)
     print(
@@ -105,13 +110,13 @@ def main() -> None:
     if args.only != "w1":
         measure(
             f"C1's cohort: cnn_mcmahan 3x32x32, {args.clients} clients x 5 steps of batch 10",
-            variants(lambda: c1_cohort(args.clients), args.threads, None),
+            variants(lambda: c1_cohort(args.clients), args.threads, None, not args.no_intra_op),
             args.reps,
         )
     if args.only != "c1":
         measure(
             "W1's cohort: MLP 64-64-10, 100 clients x 10 steps of batch 32 (50 a call)",
-            variants(w1_cohort, args.threads, 50),
+            variants(w1_cohort, args.threads, 50, not args.no_intra_op),
             args.reps,
         )
 

@@ -61,6 +61,18 @@ def test_split_over_threads_is_bit_identical_to_one_thread(threads):
         assert len(split._copies) == min(threads, C) - 1
 
 
+def test_threads_train_on_the_data_the_trainer_holds_now():
+    """`Learner` swaps the trainer's data for each cohort (the clients' own rows): a split
+    after the swap trains on the new rows in every thread, as one thread does."""
+    one, split = trainer(1), trainer(2)
+    train(split)  # the copy is made, holding the first data
+    g = torch.Generator().manual_seed(5)
+    x, y = torch.randn(N, 1, 8, 8, generator=g), torch.randint(0, 4, (N,), generator=g)
+    for t in (one, split):
+        t.x_data, t.y_data = x, y
+    assert_identical(train(split), train(one))
+
+
 def test_split_moves_the_parameters_as_one_thread_does():
     """Not a vacuous equality: training moved every client with steps, and left the client
     with none where it started."""

@@ -342,6 +342,8 @@ class Trainer:
         while len(self._copies) < workers - 1:
             self._copies.append(Trainer(self.model, self.x_data, self.y_data, self.memory_bytes))
         trainers = [self, *self._copies[: workers - 1]]
+        for copy in trainers[1:]:  # the data as they are now (`Learner` swaps them per cohort)
+            copy.x_data, copy.y_data = self.x_data, self.y_data
         runs = np.array_split(np.asarray(starts), workers)
         intra_op = torch.get_num_threads()
         torch.set_num_threads(1)  # the threads are the parallelism; a pool in each would fight
