@@ -4,6 +4,7 @@ simulation around it costs. One command; it prints throughput and ratios and ass
     .venv/bin/python benchmarks/bench.py [--quick]        # or: make bench
     .venv/bin/python benchmarks/bench.py --w1 [--reps N]  # only W1 side by side
     .venv/bin/python benchmarks/bench.py --training       # only the local-training table
+    .venv/bin/python benchmarks/bench.py --device cuda    # training and W1 on a GPU
 
 - the machine's single-thread float32 matmul peak (GFLOP/s);
 - local training throughput, batched vs sequential path, in samples and GFLOP per CPU-second
@@ -101,40 +102,57 @@ def paper_cnn() -> nn.Module:
     )
 
 
-def workloads():
-    """(name, trainer, start params [C, P], batches [C, T, B]) for (a), (b) and (c)."""
+def workloads(device: str = "cpu", rows: str = "abc"):
+    """(name, trainer, start params [C, P], batches [C, T, B]) for (a), (b) and (c), or those
+    of `rows` (d: C1's cohort, `cnn_mcmahan` on 3x32x32, 50 clients x 5 steps of batch 10),
+    on `device`."""
     from flnet.learn import cohort, models
     from flnet.learn import data as data_mod
     from flnet.scenario import DataConfig, MlpConfig
 
-    cpu = torch.device("cpu")
-    digits = data_mod.load(DataConfig(), 100, seed=0, device=cpu)
-    mlp = models.build(MlpConfig(hidden=[64]), digits.input_shape, 10, seed=0, device=cpu)
-    clients = torch.arange(100).numpy()
-    rows = data_mod.minibatches(digits, clients, 1, [10] * 100, 32, seed=0)
-    yield (
-        "(a) MLP 64-64-10, digits, 100 clients x 10 steps, batch 32",
-        cohort.Trainer(mlp, digits.x_train, digits.y_train),
-        mlp.init_params().expand(100, -1),
-        rows,
-    )
-    for name, module, shape in (
-        ("(b) CNN 2 conv + 2 fc, 28x28, 50 clients x 10 steps, batch 32", paper_cnn, (1, 28, 28)),
+    on = torch.device(device)
+    if "a" in rows:
+        digits = data_mod.load(DataConfig(), 100, seed=0, device=on)
+        mlp = models.build(MlpConfig(hidden=[64]), digits.input_shape, 10, seed=0, device=on)
+        clients = torch.arange(100).numpy()
+        batches = data_mod.minibatches(digits, clients, 1, [10] * 100, 32, seed=0)
+        yield (
+            "(a) MLP 64-64-10, digits, 100 clients x 10 steps, batch 32",
+            cohort.Trainer(mlp, digits.x_train, digits.y_train),
+            mlp.init_params().expand(100, -1),
+            batches.to(on),
+        )
+    for name, module, shape, (c, t, b) in (
+        (
+            "(b) CNN 2 conv + 2 fc, 28x28, 50 clients x 10 steps, batch 32",
+            paper_cnn,
+            (1, 28, 28),
+            (50, 10, 32),
+        ),
         (
             "(c) CIFAR CNN (cnn_tutorial), 3x32x32, 50 clients x 10 steps, batch 32",
             lambda: models.cnn_tutorial((3, 32, 32), 10),
             (3, 32, 32),
+            (50, 10, 32),
+        ),
+        (
+            "(d) C1's cohort: cnn_mcmahan, 3x32x32, 50 clients x 5 steps, batch 10",
+            lambda: models.cnn_mcmahan((3, 32, 32), 10),
+            (3, 32, 32),
+            (50, 5, 10),
         ),
     ):
+        if name[1] not in rows:
+            continue
         g = torch.Generator().manual_seed(0)
         x, y = torch.randn(5000, *shape, generator=g), torch.randint(0, 10, (5000,), generator=g)
         torch.manual_seed(0)
-        cnn = models.Model(module(), shape)
+        cnn = models.Model(module().to(on), shape)
         yield (
             name,
-            cohort.Trainer(cnn, x, y),
-            cnn.init_params().expand(50, -1),
-            torch.randint(0, 5000, (50, 10, 32), generator=g),
+            cohort.Trainer(cnn, x.to(on), y.to(on)),
+            cnn.init_params().expand(c, -1),
+            torch.randint(0, 5000, (c, t, b), generator=g).to(on),
         )
 
 
@@ -306,6 +324,72 @@ def training_table(peak_gflops: float, reps: int) -> None:
                 f"{100 * ceiling / auto_s:.0f}% of the im2col ceiling "
                 f"({100 * gflop / ceiling / peak_gflops:.0f}% of peak)"
             )
+
+
+# ---------------------------------------------------------------- on a device (gpu_check.sh)
+
+
+def synchronized(device: str):
+    """A no-op on the CPU; waits for the device's queued kernels on CUDA."""
+    return torch.cuda.synchronize if device == "cuda" else (lambda: None)
+
+
+def wall_seconds(fn, device: str) -> float:
+    sync = synchronized(device)
+    sync()
+    start = time.perf_counter()
+    fn()
+    sync()
+    return time.perf_counter() - start
+
+
+def device_peak_gflops(device: str, reps: int) -> float:
+    """The best FP32 GFLOP/s of a large matrix product on `device`, TF32 off (8192^2 on CUDA;
+    on the CPU the training table's 1024^2 on one thread), in wall seconds."""
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    n = 8192 if device == "cuda" else 1024
+    a, b = torch.randn(n, n, device=device), torch.randn(n, n, device=device)
+    a @ b
+    return 2 * n**3 / 1e9 / min(wall_seconds(lambda: a @ b, device) for _ in range(reps))
+
+
+def device_report(device: str, rows: str, reps: int, w1_reps: int) -> None:
+    """Local training of the table's workloads `rows` (path auto) on `device`, in wall seconds
+    (the best of `reps`) against its FP32 peak; then W1 as a scenario with `device` set,
+    `w1_reps` fresh runs (0: none)."""
+    from flnet.learn import optim
+
+    peak = device_peak_gflops(device, max(reps, 3))
+    name = torch.cuda.get_device_name() if device == "cuda" else "CPU, 1 thread"
+    print(
+        f"torch {torch.__version__} on {device} ({name}); FP32 matmul peak, TF32 off: "
+        f"{peak:.1f} GFLOP/s"
+    )
+    for label, trainer, params, batches in workloads(device, rows):
+        c, t, b = batches.shape
+        steps = torch.full((c,), t, device=batches.device)
+        gflop = c * t * b * trainer.model.training_flops_per_sample() / 1e9
+
+        def train(trainer=trainer, params=params, batches=batches, steps=steps) -> None:
+            trainer.train(params, batches, steps, optim.sgd(0.05))
+
+        train()  # plans, buffers and kernels' first use
+        best = min(wall_seconds(train, device) for _ in range(reps))
+        print(
+            f"  {label:72.72} {best:8.4f} s  {gflop / best:9.1f} GFLOP/s  "
+            f"{100 * gflop / best / peak:5.1f}% of peak"
+        )
+    if not w1_reps:
+        return
+    runs = scenario_runs(HERE / "w1.yaml", f"device={device}", reps=w1_reps)
+    wall = [r["wall_s"] for r in runs]
+    curves = [curve_of(r) for r in runs]
+    print(
+        f"  W1 (benchmarks/w1.yaml, device={device}), {w1_reps} fresh runs: median "
+        f"{statistics.median(wall):.2f} s [{min(wall):.2f}-{max(wall):.2f}]; accuracy "
+        f"{' '.join(f'{a:.4f}' for a in curves[0])}: {curve_agreement(curves)}"
+    )
 
 
 # ---------------------------------------------------------------- shared band
@@ -856,6 +940,17 @@ def main(argv=None) -> None:
         type=int,
         help="fresh runs of each W1 variant, interleaved (default 5; 1 with --quick)",
     )
+    p.add_argument(
+        "--device",
+        choices=("cpu", "cuda"),
+        help="only local training of --rows (path auto, wall s against the device's FP32 "
+        "peak, TF32 off) and W1 --reps times as a scenario, on this device",
+    )
+    p.add_argument(
+        "--rows",
+        default="abd",
+        help="with --device, the workloads: letters of a (MLP), b, c (CNNs), d (C1's cohort)",
+    )
     p.add_argument("--population-child", help=argparse.SUPPRESS)
     p.add_argument("--ckpt-child", help=argparse.SUPPRESS)
     p.add_argument("--child", help=argparse.SUPPRESS)
@@ -873,6 +968,9 @@ def main(argv=None) -> None:
         return population_report(args.quick)
     if args.compare_w1:
         return compare_w1(args.compare_w1)
+    if args.device:
+        reps = 1 if args.quick else 3
+        return device_report(args.device, args.rows, reps, 3 if args.reps is None else args.reps)
     w1_reps = args.reps or (1 if args.quick else 5)
     if args.w1:
         return w1_side_by_side(w1_reps)

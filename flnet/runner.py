@@ -522,7 +522,8 @@ class Run:
                 remove_journal(self.output_dir / checkpoint.JOURNAL)
                 journal.remove(self.output_dir)
             self.world.start()
-            with threads_for(self.learner):  # as the steps that follow are evaluated
+            # as the steps that follow are evaluated
+            with threads_for(self.learner, scenario.run.threads):
                 self.world.publish(self.algorithm.progress(self.state))  # step 0: the initial model
         else:
             if say is not None:
@@ -823,11 +824,13 @@ def collector_sees_only_the_run() -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def threads_for(learner: Learner) -> Iterator[None]:
+def threads_for(learner: Learner, cohort_threads: int = 1) -> Iterator[None]:
     """One torch thread for a small model on the CPU (a thread pool costs more than it gives
     there; on a loaded machine its spinning threads cost the initial evaluation tens of
-    milliseconds), the caller's threads again afterwards."""
+    milliseconds), the caller's threads again afterwards. A cohort trained in several calls
+    is split over `cohort_threads` threads (`run.threads`), each call on one torch thread."""
     threads = torch.get_num_threads()
+    learner.trainer.threads = cohort_threads
     if learner.model.num_params < SMALL_MODEL_PARAMS and learner.data.x_train.device.type == "cpu":
         torch.set_num_threads(1)
     try:
@@ -837,7 +840,7 @@ def threads_for(learner: Learner) -> Iterator[None]:
 
 
 def _simulate(sim: Run, write: bool) -> Result:
-    with threads_for(sim.learner), collector_sees_only_the_run():
+    with threads_for(sim.learner, sim.scenario.run.threads), collector_sees_only_the_run():
         return _simulate_and_write(sim, write)
 
 

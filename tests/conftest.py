@@ -9,6 +9,10 @@ from flnet.scenario import load_scenario, merge
 
 torch.set_num_threads(1)
 
+# The device the tests' scenarios (BASE, SMALL) train on: FLNET_TEST_DEVICE=cuda runs them on the
+# GPU (benchmarks/gpu_check.sh does); tests that name a device themselves keep theirs.
+TEST_DEVICE = os.environ.get("FLNET_TEST_DEVICE", "cpu")
+
 # A shell without job control starts background jobs with SIGINT ignored, and the processes the
 # tests start would inherit that (Python then raises no KeyboardInterrupt): the signal tests need
 # Ctrl-C to act as it does in a terminal, however pytest itself was started.
@@ -18,7 +22,7 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
 BASE = {
     "name": "test",
     "seed": 0,
-    "device": "cpu",
+    "device": TEST_DEVICE,
     "algorithm": {
         "name": "fedavg",
         "cohort": {"clients_per_round": 5},
@@ -46,7 +50,7 @@ SMALL = [
     "run.eval_every=1",
     "clients.count=10",
     "algorithm.cohort.clients_per_round=3",
-    "device=cpu",
+    f"device={TEST_DEVICE}",
 ]
 
 

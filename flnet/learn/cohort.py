@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -192,6 +193,7 @@ class Trainer:
         x_data: torch.Tensor,
         y_data: torch.Tensor,
         memory_bytes: int = BATCH_MEMORY_BYTES,
+        threads: int = 1,
     ) -> None:
         self.model = model
         self.x_data = x_data  # [N, *input]
@@ -206,6 +208,9 @@ class Trainer:
         )
         self.default_value_and_grad: ValueAndGrad = self.hand or autograd_value_and_grad(model)
         self._buffers: tuple[tuple, tuple] = ((), ())  # a step's buffers, by shape
+        # threads a cohort trained in several calls is split over (CPU only; `_in_threads`)
+        self.threads = threads
+        self._copies: list[Trainer] = []  # the other threads' trainers, made on first use
 
     def clients_per_call(
         self,
@@ -269,14 +274,7 @@ class Trainer:
         the optimizer's ``update(..., aux=)``; `snapshot_at` (an int or [C]) asks for each
         client's iterate after that many of its steps (its last, where it takes fewer).
         """
-        engine: ValueAndGrad  # the one clients_per_call sizes the cohort by
-        if loss_fn is None:
-            value_and_grad = engine = self.default_value_and_grad
-        elif self.hand is not None and isinstance(loss_fn, ProximalLoss):
-            value_and_grad, engine = loss_fn.over(self.hand), self.hand
-        else:
-            value_and_grad = engine = autograd_value_and_grad(self.model, loss_fn)
-        engines = (value_and_grad, autograd_value_and_grad(self.model, loss_fn or cross_entropy))
+        engines, engine = self._engines(loss_fn)
         c = params.shape[0]
         for leaf in tree_leaves(aux) if aux is not None else ():
             if not (isinstance(leaf, torch.Tensor) and leaf.dim() and leaf.shape[0] == c):
@@ -292,22 +290,71 @@ class Trainer:
                 params, batches, steps, optimizer, opt_state, engines, sizes, aux, snapshot_at
             )
         rows = lambda tree, i: None if tree is None else _rows(tree, i, i + per_call)  # noqa
-        parts = [
-            self._train(
+
+        def part(trainer: Trainer, i: int) -> CohortResult:
+            """Clients i .. i + per_call - 1, through `trainer`'s engines and buffers."""
+            return trainer._train(
                 params[i : i + per_call],
                 batches[i : i + per_call],
                 steps[i : i + per_call],
                 optimizer,
                 rows(opt_state, i),
-                engines,
+                engines if trainer is self else trainer._engines(loss_fn)[0],
                 None if sizes is None else sizes[i : i + per_call],
                 rows(aux, i),
                 rows(snapshot_at, i),
             )
-            for i in range(0, c, per_call)
-        ]
+
+        starts = list(range(0, c, per_call))
+        workers = min(self.threads, len(starts)) if params.device.type == "cpu" else 1
+        if workers > 1:
+            parts = self._in_threads(part, starts, workers)
+        else:
+            parts = [part(self, i) for i in starts]
         cat = lambda *rows: torch.cat(rows) if _per_client(rows[0]) else rows[0]  # noqa: E731
         return CohortResult(*(tree_map(cat, *field) for field in zip(*parts)))
+
+    def _engines(
+        self, loss_fn: LossFn | None
+    ) -> tuple[tuple[ValueAndGrad, ValueAndGrad], ValueAndGrad]:
+        """(the steps' engine for full batches, the one for short batches), and the engine
+        `clients_per_call` sizes the cohort by: this trainer's own (its buffers)."""
+        engine: ValueAndGrad
+        if loss_fn is None:
+            value_and_grad = engine = self.default_value_and_grad
+        elif self.hand is not None and isinstance(loss_fn, ProximalLoss):
+            value_and_grad, engine = loss_fn.over(self.hand), self.hand
+        else:
+            value_and_grad = engine = autograd_value_and_grad(self.model, loss_fn)
+        return (
+            value_and_grad,
+            autograd_value_and_grad(self.model, loss_fn or cross_entropy),
+        ), engine
+
+    def _in_threads(
+        self, part: Callable[[Trainer, int], CohortResult], starts: list[int], workers: int
+    ) -> list[CohortResult]:
+        """The cohort's calls split over `workers` threads, in contiguous runs of calls, each
+        thread with its own copy of the trainer (engines and buffers are reused call to call,
+        so never shared) and torch's kernels on one thread each. Every call's maths is the
+        one it has in a single thread, so the results are the same bit for bit whatever the
+        number of threads: only the order in which the calls run changes."""
+        while len(self._copies) < workers - 1:
+            self._copies.append(Trainer(self.model, self.x_data, self.y_data, self.memory_bytes))
+        trainers = [self, *self._copies[: workers - 1]]
+        for copy in trainers[1:]:  # the data as they are now (`Learner` swaps them per cohort)
+            copy.x_data, copy.y_data = self.x_data, self.y_data
+        runs = np.array_split(np.asarray(starts), workers)
+        intra_op = torch.get_num_threads()
+        torch.set_num_threads(1)  # the threads are the parallelism; a pool in each would fight
+        try:
+            with ThreadPoolExecutor(workers, thread_name_prefix="flnet-cohort") as pool:
+                done = pool.map(
+                    lambda k: [part(trainers[k], int(i)) for i in runs[k]], range(workers)
+                )
+                return [result for run in done for result in run]
+        finally:
+            torch.set_num_threads(intra_op)
 
     def _step_buffers(
         self, params: torch.Tensor, b: int

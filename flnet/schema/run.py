@@ -33,6 +33,15 @@ class RunConfig(Strict):
     checkpoint_interval_s: float | None = Field(
         60.0, gt=0, description="wall-clock seconds between checkpoints (null: by rounds only)"
     )
+    threads: int = Field(
+        1,
+        ge=1,
+        le=1024,
+        description="threads a cohort trained in several calls (CNNs on the CPU take one or "
+        "two clients a call) is split over; results are the same bit for bit for any number. "
+        "One by default: on a shared, loaded 2-core machine two measured no faster "
+        "(benchmarks/cohort_threads.py); on idle cores, set it to their number",
+    )
 
 
 class OutputConfig(Strict):
