@@ -1094,7 +1094,7 @@ def resolve(path: str | Path, _seen: tuple = ()) -> dict:
     parent = data.pop("extends", None)
     if parent is None:
         return data
-    if not isinstance(parent, str):
+    if not isinstance(parent, str) or "\0" in parent:
         raise ScenarioError("must be a path to another scenario file", field="extends")
     base = resolve(path.parent / parent, (*_seen, path.resolve()))
     base.pop("name", None)

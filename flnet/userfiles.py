@@ -77,6 +77,10 @@ def check_regular(path: str | Path, what: str, error: MakeError = FlnetError) ->
         raise error(f"{what} not found: {path}") from None
     except OSError as e:
         raise error(f"cannot read {path}: {e.strerror}") from None
+    except ValueError:  # a NUL character: no file can have that name
+        raise error(
+            f"{what} path {printable(str(path), lines=False)} holds a NUL character"
+        ) from None
     if not stat.S_ISREG(mode):
         raise error(f"{path} is {_kind(mode)}, not a regular file; a {what} must be a file")
 

@@ -468,6 +468,11 @@ def unsafe_cases(tmp: Path) -> list[Case]:
         text = f"clients: {{count: 2, availability: {{kind: trace, path: '{source}'}}}}\n"
         path = _scenario(folder, f"trace-{name}", BASE.replace("clients: {count: 2}\n", text))
         cases.append(Case(f"yaml-trace-{name}", [str(path)], expect, absent=SHADOW_SECRET))
+    nul = _scenario(folder, "extends-nul", 'extends: "a\\0b"\n' + BASE)
+    cases.append(Case("yaml-extends-nul", [str(nul)], "extends: must be a path"))
+    text = 'clients: {count: 2, availability: {kind: trace, path: "a\\0b"}}\n'
+    nul = _scenario(folder, "trace-nul", BASE.replace("clients: {count: 2}\n", text))
+    cases.append(Case("yaml-trace-nul", [str(nul)], "path a\\x00b holds a NUL character"))
     capacity = folder / "capacity-huge-id.csv"
     capacity.write_text(CAPACITY_HEADER + str(2**70) + ",1,1,1\n")
     text = f"clients: {{count: 2, capacity_trace: {{path: '{capacity}', compute_power_w: 1.0}}}}\n"
