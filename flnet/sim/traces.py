@@ -1,7 +1,7 @@
 """Device traces: when each client is online (availability) and how fast it is (capacity).
 
-flnet's own trace formats are plain CSV with a header row; lines that start with ``#`` are
-comments, except a ``# period_s: P`` line before the header, which makes every client of the
+flnet's own trace formats are plain CSV (UTF-8; a leading byte-order mark, as spreadsheets
+write, is skipped) with a header row; lines that start with ``#`` are comments, except a ``# period_s: P`` line before the header, which makes every client of the
 file periodic with period P seconds.
 
 Availability: ``client, online_from_s, online_until_s`` and optionally ``tz_offset_s``,
