@@ -35,9 +35,9 @@ from typing import TYPE_CHECKING, Literal, NamedTuple, TypeVar
 
 import numpy as np
 
+from flnet import userfiles
 from flnet.errors import ScenarioError
 from flnet.rng import Stream, generator
-from flnet.userfiles import text_lines
 
 if TYPE_CHECKING:  # the scenario's sections, for annotations only
     from flnet.scenario import CapacityTraceConfig, TraceAvailability
@@ -270,7 +270,7 @@ def _named(read: Callable[[str], _T], path: str, field: str) -> _T:
 def _lines(path: Path) -> Iterator[tuple[int, str]]:
     """(line number, text) of a regular UTF-8 file of at most MAX_TRACE_BYTES (counted while
     reading; a byte-order mark, as spreadsheets write, dropped), refused clearly otherwise."""
-    return text_lines(path, MAX_TRACE_BYTES, "trace file", TraceError)
+    return userfiles.text_lines(path, MAX_TRACE_BYTES, "trace file", TraceError)
 
 
 def _table(

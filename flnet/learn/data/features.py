@@ -25,11 +25,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
+from flnet import userfiles
 from flnet.errors import DataError
 from flnet.learn.data.embedded import Source
-from flnet.userfiles import open_regular
-
-MAX_FEATURE_BYTES = 16 << 30  # a feature file larger than this is refused before reading
 
 if TYPE_CHECKING:  # the scenario's section, for annotations only
     from flnet.scenario import Features, RandomReluFeatures, Resnet18Features
@@ -54,12 +52,15 @@ def _resnet18(x: np.ndarray, seed: int, chunk: int = 256) -> np.ndarray:
         ).numpy()
 
 
+MAX_FEATURE_BYTES = 16 << 30  # a feature file larger than this is refused before reading
+
+
 def _npz(path: str, src: Source) -> tuple[np.ndarray, np.ndarray]:
     """x_train [N, F] and x_test [M, F], finite numbers, N and M the data set's rows."""
     field = "data.features.path"
     try:
         error = functools.partial(DataError, field=field)
-        with open_regular(path, MAX_FEATURE_BYTES, "feature file", error) as handle:
+        with userfiles.open_regular(path, MAX_FEATURE_BYTES, "feature file", error) as handle:
             f = np.load(handle, allow_pickle=False)
             if not isinstance(f, np.lib.npyio.NpzFile):
                 raise DataError(
