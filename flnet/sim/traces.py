@@ -1,8 +1,9 @@
 """Device traces: when each client is online (availability) and how fast it is (capacity).
 
 flnet's own trace formats are plain CSV (UTF-8; a leading byte-order mark, as spreadsheets
-write, is skipped) with a header row; lines that start with ``#`` are comments, except a ``# period_s: P`` line before the header, which makes every client of the
-file periodic with period P seconds.
+write, is skipped) with a header row; lines that start with ``#`` are comments, except a
+``# period_s: P`` line before the header, which makes every client of the file periodic with
+period P seconds.
 
 Availability: ``client, online_from_s, online_until_s`` and optionally ``tz_offset_s``,
 ``period_s`` and ``charging``. A row says the client is online on ``[online_from_s,
