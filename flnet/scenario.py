@@ -19,7 +19,7 @@ import yaml
 from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_core import ErrorDetails, PydanticCustomError
 
-from flnet import units
+from flnet import units, userfiles
 from flnet.algorithms.configs import CONFIGS
 from flnet.config import Strict, topology_problem
 from flnet.dists import AnyDist, Dist, NonNegativeDist, PerClient, PositiveDist, Uniform
@@ -953,11 +953,7 @@ def _read_yaml(path: Path) -> dict:
     """The mapping a scenario file holds. A file that is not one (a device, a FIFO, a file
     whose top-level keys are not scenario fields, such as a password file named by
     `extends`) is refused without quoting any of its lines."""
-    import re
-
-    from flnet.userfiles import read_text
-
-    text = read_text(path, MAX_FILE_BYTES, "scenario file", ScenarioError)
+    text = userfiles.read_text(path, MAX_FILE_BYTES, "scenario file", ScenarioError)
     data = safe_yaml(text, str(path))
     if data is None:
         data = {}
@@ -969,7 +965,13 @@ def _read_yaml(path: Path) -> dict:
     others = [k for k in data if k not in fields]
     if others and (
         len(others) == len(data)
-        or not all(isinstance(k, str) and re.fullmatch(r"[A-Za-z_][\w-]{0,63}", k) for k in others)
+        or not all(
+            isinstance(k, str)
+            and k.isascii()
+            and len(k) <= 64
+            and k.replace("-", "_").isidentifier()
+            for k in others
+        )
     ):
         raise ScenarioError(
             f"{path} is not a scenario file: {len(others)} of its {len(data)} top-level keys "
