@@ -19,7 +19,8 @@ import yaml
 from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_core import ErrorDetails, PydanticCustomError
 
-from flnet import units, userfiles
+import flnet.userfiles as userfiles
+from flnet import units
 from flnet.algorithms.configs import CONFIGS
 from flnet.config import Strict, topology_problem
 from flnet.dists import AnyDist, Dist, NonNegativeDist, PerClient, PositiveDist, Uniform
