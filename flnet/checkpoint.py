@@ -27,7 +27,7 @@ from typing import Any, NamedTuple, cast
 import numpy as np
 import torch
 
-from flnet import output
+from flnet import output, userfiles
 from flnet.errors import FlnetError
 from flnet.scenario import Scenario
 
@@ -67,11 +67,11 @@ def input_digests(files: dict[str, str]) -> dict[str, str | None]:
     for field, path in files.items():
         try:
             sha = hashlib.sha256()
-            with open(path, "rb") as f:
+            with userfiles.open_regular(path, 1 << 40, "input file") as f:  # never a FIFO or device
                 for chunk in iter(lambda: f.read(1 << 20), b""):
                     sha.update(chunk)
             out[field] = sha.hexdigest()
-        except OSError:
+        except (OSError, FlnetError):
             out[field] = None
     return out
 
@@ -150,6 +150,9 @@ def load(directory: Path, device: torch.device) -> Checkpoint | None:
     path = directory / FILE
     if not path.exists():
         return None
+    userfiles.check_regular(
+        path, "checkpoint", FlnetError
+    )  # a FIFO or device would block or never end
     try:
         payload = torch.load(path, map_location=device, weights_only=True)
     except Exception as e:  # torn, foreign, or not loadable without running code

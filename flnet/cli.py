@@ -18,7 +18,7 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
 from rich.console import Console
-from rich.markup import escape
+from rich.markup import escape as escape_markup
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -32,6 +32,7 @@ from rich.table import Table
 from flnet import __version__
 from flnet.errors import FlnetError, TopologyWarning, UnitWarning
 from flnet.output import WriteError
+from flnet.userfiles import printable
 
 if TYPE_CHECKING:  # for annotations only: importing these at start would load torch
     import pandas as pd
@@ -39,6 +40,13 @@ if TYPE_CHECKING:  # for annotations only: importing these at start would load t
     from flnet.scenario import Scenario
     from flnet.sim.world import Progress as Step
     from flnet.sim.world import World
+
+
+def escape(text: str) -> str:
+    """A user's text (a message quoting names, paths, values) for rich: its markup and its
+    control characters escaped, so it prints as written and cannot drive the terminal."""
+    return escape_markup(printable(text))
+
 
 err_console = Console(stderr=True, soft_wrap=True)  # messages stay one line (paths whole)
 
@@ -77,7 +85,9 @@ class ProgressBar:
 
 
 def summary_table(summary: dict) -> Table:
-    table = Table(title=f"{summary['scenario']} ({summary['algorithm']}, seed {summary['seed']})")
+    table = Table(
+        title=escape(f"{summary['scenario']} ({summary['algorithm']}, seed {summary['seed']})")
+    )
     table.add_column("quantity")
     table.add_column("value", justify="right")
     acc = summary.get("final_test_accuracy")
@@ -140,7 +150,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             err_console.print(f"continue with: {escape(resume_command(args))}", highlight=False)
         return 130
     Console().print(summary_table(result.summary))
-    print(f"results in {result.output_dir}/")
+    print(printable(f"results in {result.output_dir}/"))
     if result.summary["status"] == "interrupted":
         err_console.print(
             f"[bold]interrupted[/] ({stop.signal}) at round {result.checkpoint_round}: the "
@@ -168,7 +178,7 @@ def timing_only_run(scenario: Scenario, args: argparse.Namespace) -> int:
         raise FlnetError("a timing-only run takes no checkpoints: it cannot be resumed")
     result = timing_only(scenario, force=args.force)
     Console().print(summary_table(result.summary))
-    print(f"timing-only (no training, no accuracy): results in {result.output_dir}/")
+    print(printable(f"timing-only (no training, no accuracy): results in {result.output_dir}/"))
     return 0
 
 
@@ -235,22 +245,24 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             )
             return 130
     table = result.table
-    print(sweep_text(table))
+    print(printable(sweep_text(table)))
     for row in table[~table.status.isin(("completed", "diverged"))].to_dict("records"):
         where = ", ".join(f"{k}={row[k]}" for k in spec_columns(table))
         name = row["point"] if isinstance(row["point"], str) else "-"
         err_console.print(
-            f"point {name} ({where}): {row['status']}: {escape(str(row['error']))}",
+            escape(f"point {name} ({where}): {row['status']}: {row['error']}"),
             highlight=False,
             soft_wrap=True,
         )
     for row in table[table.note.notna()].to_dict("records"):
         where = ", ".join(f"{k}={row[k]}" for k in spec_columns(table))
         err_console.print(
-            f"note: point {row['point']} ({where}): {row['note']}", highlight=False, soft_wrap=True
+            escape(f"note: point {row['point']} ({where}): {row['note']}"),
+            highlight=False,
+            soft_wrap=True,
         )
     for line in reuse_lines(table):
-        err_console.print(line, highlight=False, soft_wrap=True)
+        err_console.print(escape(line), highlight=False, soft_wrap=True)
     for warning in result.warnings:
         err_console.print(f"[bold yellow]warning:[/] {escape(warning)}", soft_wrap=True)
     bad = (~table.status.isin(("completed", "diverged"))).sum()
@@ -259,8 +271,10 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         f"finished, {bad} not finished; wall time {result.wall_s:.1f} s"
     )
     print(
-        f"tables in {result.out}/points.csv and {result.out}/records.parquet; each point in "
-        f"{result.out}/<point>/"
+        printable(
+            f"tables in {result.out}/points.csv and {result.out}/records.parquet; each point "
+            f"in {result.out}/<point>/"
+        )
     )
     return 1 if bad else 0
 
@@ -396,8 +410,10 @@ def cmd_validate(args: argparse.Namespace) -> int:
         charged = learner.charged
         as_ = f", costed as {charged.name}'s {charged.num_params:,}" if charged.name else ""
         print(
-            f"{path}: ok ({scenario.algorithm.name}, {scenario.clients.count} clients, "
-            f"{learner.model.num_params:,} parameters{as_})"
+            printable(
+                f"{path}: ok ({scenario.algorithm.name}, {scenario.clients.count} clients, "
+                f"{learner.model.num_params:,} parameters{as_})"
+            )
         )
     return 2 if failed else 0
 
@@ -455,7 +471,7 @@ def _validate_sweep(
             refuse(path, FlnetError(f"sweep point ({where}): {e}"))
             bad += 1
     if not bad:
-        print(f"{path}: ok (a sweep of {len(points)} points, each checked)")
+        print(printable(f"{path}: ok (a sweep of {len(points)} points, each checked)"))
     return not bad
 
 
@@ -473,8 +489,8 @@ def cmd_schema(args: argparse.Namespace) -> int:
 def cmd_traces_fedscale(args: argparse.Namespace) -> int:
     from flnet.fedscale import convert
 
-    for path in convert(args.availability, args.capacity, Path(args.out)):
-        print(f"wrote {path}")
+    for path in convert(args.availability, args.capacity, Path(args.out), force=args.force):
+        print(printable(f"wrote {path}"))
     return 0
 
 
@@ -709,6 +725,7 @@ def parser() -> argparse.ArgumentParser:
         "capacity", metavar="CAPACITY.pkl", nargs="?", help="client_device_capacity (optional)"
     )
     fs.add_argument("-o", "--out", required=True, metavar="DIR", help="folder for the CSV files")
+    fs.add_argument("--force", action="store_true", help="replace CSV files already in DIR")
     fs.set_defaults(func=cmd_traces_fedscale)
     s = sub.add_parser("schema", help="print the scenario JSON Schema (for editors)")
     s.add_argument("-o", "--output")

@@ -31,8 +31,10 @@ can load) and files over `MAX_PICKLE_BYTES`.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import math
+import os
 import pickle
 from pathlib import Path
 from typing import Any
@@ -42,10 +44,10 @@ import numpy as np
 from flnet.sim.traces import (
     CapacityTrace,
     TraceError,
-    check_size,
     write_availability,
     write_capacity,
 )
+from flnet.userfiles import open_bounded
 
 MAX_PICKLE_BYTES = 1 << 30
 TRAINING_OVER_INFERENCE = 3.0  # FedScale's augmentation_factor: forward + backward
@@ -73,8 +75,7 @@ class _PlainDataUnpickler(pickle.Unpickler):
 def read_plain_pickle(path: str | Path) -> Any:
     """The plain data in a pickle file, or a TraceError naming the file and what it held."""
     path = Path(path)
-    check_size(path, MAX_PICKLE_BYTES, "a trace pickle")
-    with open(path, "rb") as f:
+    with open_bounded(path, MAX_PICKLE_BYTES, "trace pickle", TraceError) as f:
         try:
             return _PlainDataUnpickler(f, path).load()
         except TraceError:
@@ -87,18 +88,33 @@ def read_plain_pickle(path: str | Path) -> Any:
 
 def _client_id(path: Path, key: Any) -> int:
     if isinstance(key, bool) or not isinstance(key, (int, str)):
-        raise TraceError(f"{path}: client key {key!r} is not an integer id")
+        raise TraceError(f"{path}: client key {_clip(key)} is not an integer id")
     try:
-        return int(key)
-    except ValueError:
-        raise TraceError(f"{path}: client key {key!r} is not an integer id") from None
+        value = int(key)
+    except ValueError:  # also a string of over 4,300 digits
+        raise TraceError(f"{path}: client key {_clip(key)} is not an integer id") from None
+    if not -(2**63) <= value < 2**63:
+        raise TraceError(
+            f"{path}: client key {_clip(key)} does not fit 64 bits (at most {2**63 - 1:,})"
+        )
+    return value
+
+
+def _clip(value: Any, limit: int = 40) -> str:
+    """A key or value from the file, cut to `limit` characters: never echoed whole."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 128:
+        return f"<an integer of {value.bit_length()} bits>"
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + "..."
 
 
 def _seconds(path: Path, key: Any, field: str, value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TraceError(f"{path}: client {key!r}: {field} holds {value!r}, not a number")
+        raise TraceError(f"{path}: client {_clip(key)}: {field} holds {_clip(value)}, not a number")
     if not math.isfinite(value):
-        raise TraceError(f"{path}: client {key!r}: {field} holds {value!r}, not a finite number")
+        raise TraceError(
+            f"{path}: client {_clip(key)}: {field} holds {_clip(value)}, not a finite number"
+        )
     return float(value)
 
 
@@ -108,7 +124,9 @@ def _entries(path: Path, data: Any) -> list[tuple[int, Any, dict]]:
     out = []
     for key, entry in data.items():
         if not isinstance(entry, dict):
-            raise TraceError(f"{path}: client {key!r} holds a {type(entry).__name__}, not a dict")
+            raise TraceError(
+                f"{path}: client {_clip(key)} holds a {type(entry).__name__}, not a dict"
+            )
         out.append((_client_id(path, key), key, entry))
     ids = [c for c, _, _ in out]
     if len(set(ids)) != len(ids):
@@ -130,14 +148,16 @@ def availability_intervals(
     for client, key, entry in _entries(path, read_plain_pickle(path)):
         for field in ("active", "inactive", "finish_time"):
             if field not in entry:
-                raise TraceError(f"{path}: client {key!r} has no {field!r}")
+                raise TraceError(f"{path}: client {_clip(key)} has no {field!r}")
         period = _seconds(path, key, "finish_time", entry["finish_time"])
         if period <= 0:
-            raise TraceError(f"{path}: client {key!r}: finish_time must be > 0 (got {period:g})")
+            raise TraceError(
+                f"{path}: client {_clip(key)}: finish_time must be > 0 (got {period:g})"
+            )
         starts, ends = entry["active"], entry["inactive"]
         for field, seq in (("active", starts), ("inactive", ends)):
             if not isinstance(seq, (list, tuple)):
-                raise TraceError(f"{path}: client {key!r}: {field} is not a list")
+                raise TraceError(f"{path}: client {_clip(key)}: {field} is not a list")
         pairs = []
         for i, a in enumerate(starts):
             a_s = _seconds(path, key, f"active[{i}]", a)
@@ -175,10 +195,12 @@ def capacity(path: str | Path) -> CapacityTrace:
         figures = []
         for field in ("computation", "communication"):
             if field not in entry:
-                raise TraceError(f"{path}: client {key!r} has no {field!r}")
+                raise TraceError(f"{path}: client {_clip(key)} has no {field!r}")
             value = _seconds(path, key, field, entry[field])
             if value <= 0:
-                raise TraceError(f"{path}: client {key!r}: {field} must be > 0 (got {value:g})")
+                raise TraceError(
+                    f"{path}: client {_clip(key)}: {field} must be > 0 (got {value:g})"
+                )
             figures.append(value)
         ms_per_inference, rate = figures
         rows.append((client, TRAINING_OVER_INFERENCE * ms_per_inference / 1000.0, rate))
@@ -188,32 +210,52 @@ def capacity(path: str | Path) -> CapacityTrace:
 
 
 def convert(
-    availability: str | Path | None, capacity_pkl: str | Path | None, out: Path
+    availability: str | Path | None,
+    capacity_pkl: str | Path | None,
+    out: Path,
+    force: bool = False,
 ) -> list[Path]:
-    """Write `out`/availability.csv and/or `out`/capacity.csv; returns what was written."""
-    out.mkdir(parents=True, exist_ok=True)
-    written = []
+    """Write `out`/availability.csv and/or `out`/capacity.csv; returns what was written.
+    Both pickles are read and checked before anything is written; an existing CSV is
+    replaced only with `force`."""
+    tables: list[tuple[Path, Any]] = []
     if availability is not None:
         ids, a, b, period, never = availability_intervals(availability)
-        target = out / "availability.csv"
-        write_availability(
-            target,
-            ids,
-            a,
-            b,
-            period_s=period,
-            never_online=never,
-            comment=f"converted from FedScale's availability trace {Path(availability).name} "
-            "(flnet traces fedscale); period_s = its finish_time",
+        comment = (
+            f"converted from FedScale's availability trace {Path(availability).name} "
+            "(flnet traces fedscale); period_s = its finish_time"
         )
-        written.append(target)
+        tables.append(
+            (
+                out / "availability.csv",
+                lambda t: write_availability(
+                    t, ids, a, b, period_s=period, never_online=never, comment=comment
+                ),
+            )
+        )
     if capacity_pkl is not None:
-        target = out / "capacity.csv"
-        write_capacity(
-            target,
-            capacity(capacity_pkl),
-            comment=f"converted from FedScale's capacity trace {Path(capacity_pkl).name} "
-            "(flnet traces fedscale): 3 x computation ms / 1000; communication x 1024 bit/s",
+        trace = capacity(capacity_pkl)
+        note = (
+            f"converted from FedScale's capacity trace {Path(capacity_pkl).name} "
+            "(flnet traces fedscale): 3 x computation ms / 1000; communication x 1024 bit/s"
         )
+        tables.append((out / "capacity.csv", lambda t: write_capacity(t, trace, comment=note)))
+    if out.exists() and not out.is_dir():
+        raise TraceError(f"{out} exists and is not a folder; -o names the folder for the CSVs")
+    there = [str(target) for target, _ in tables if target.exists()]
+    if there and not force:
+        verb = "exists" if len(there) == 1 else "exist"
+        raise TraceError(f"{' and '.join(there)} already {verb}; --force replaces")
+    written = []
+    for target, write in tables:
+        part = target.with_name(target.name + ".part")
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+            write(part)
+            os.replace(part, target)
+        except OSError as e:
+            with contextlib.suppress(OSError):
+                part.unlink(missing_ok=True)
+            raise TraceError(f"cannot write {target}: {e.strerror}") from None
         written.append(target)
     return written

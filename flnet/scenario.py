@@ -22,6 +22,7 @@ import yaml
 from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_core import ErrorDetails
 
+import flnet.userfiles as userfiles
 from flnet import units
 from flnet.algorithms.records import CONFIGS, RECORDS
 from flnet.config import Strict, topology_problem
@@ -173,26 +174,32 @@ MAX_ALIAS_NODES = 100_000  # nodes that YAML aliases (*name) may add to a docume
 
 
 def _read_yaml(path: Path) -> dict:
-    try:
-        size = path.stat().st_size
-        if size > MAX_FILE_BYTES:
-            raise ScenarioError(
-                f"{path} is {size / 2**20:.1f} MiB; a scenario file may be at "
-                f"most {MAX_FILE_BYTES // 2**20} MiB"
-            )
-        text = path.read_text()
-    except FileNotFoundError:
-        raise ScenarioError(f"scenario file not found: {path}") from None
-    except UnicodeDecodeError as e:
-        raise ScenarioError(f"{path} is not UTF-8 text (byte {e.start})") from None
-    except OSError as e:
-        raise ScenarioError(f"cannot read {path}: {e.strerror}") from None
+    """The mapping a scenario file holds. A file that is not one (a device, a FIFO, a file
+    whose top-level keys are not scenario fields, such as a password file named by
+    `extends`) is refused without quoting any of its lines."""
+    text = userfiles.read_text(path, MAX_FILE_BYTES, "scenario file", ScenarioError)
     data = safe_yaml(text, str(path))
     if data is None:
         data = {}
     if not isinstance(data, dict):
         raise ScenarioError(
             f"{path}: the top level must be a mapping of fields, got {type(data).__name__}"
+        )
+    fields = {*Scenario.model_fields, "extends", "sweep"}  # a sweep file is a scenario too
+    others = [k for k in data if k not in fields]
+    if others and (
+        len(others) == len(data)
+        or not all(
+            isinstance(k, str)
+            and k.isascii()
+            and len(k) <= 64
+            and k.replace("-", "_").isidentifier()
+            for k in others
+        )
+    ):
+        raise ScenarioError(
+            f"{path} is not a scenario file: {len(others)} of its {len(data)} top-level keys "
+            f"are not scenario fields ({', '.join(sorted(fields))})"
         )
     return data
 
@@ -313,7 +320,7 @@ def resolve(path: str | Path, _seen: tuple = ()) -> dict:
     parent = data.pop("extends", None)
     if parent is None:
         return data
-    if not isinstance(parent, str):
+    if not isinstance(parent, str) or "\0" in parent:
         raise ScenarioError("must be a path to another scenario file", field="extends")
     base = resolve(path.parent / parent, (*_seen, path.resolve()))
     base.pop("name", None)

@@ -9,6 +9,7 @@ scenario error: a header and one line per offending field; anything else: one li
 from __future__ import annotations
 
 import gzip
+import os
 import pickle
 import struct
 from pathlib import Path
@@ -23,6 +24,7 @@ class Case(NamedTuple):
     expect: str  # a piece of the message: what is wrong, or the field
     lines: int = 1
     names: str = ""  # the file (or field) the message must name too
+    absent: str = ""  # text of the input file that the message must not echo
 
 
 BASE = (
@@ -414,9 +416,75 @@ def yaml_cases(tmp: Path) -> list[Case]:
     return cases
 
 
+SHADOW_SECRET = "$6$saltsalt$SECRETHASHdoNotEcho"
+# a file shaped like /etc/shadow (made here: the real one is never read)
+SHADOW = f"root:{SHADOW_SECRET}:19000:0:99999:7:::\ndaemon:*:19000:0:99999:7:::\n"
+TRACE_HEADER = "client,online_from_s,online_until_s\n"
+CAPACITY_HEADER = "client,compute_s_per_sample,up_rate_bps,down_rate_bps\n"
+
+
+def unsafe_cases(tmp: Path) -> list[Case]:
+    """Files that are not what they claim: devices, a FIFO, a folder, another kind of file
+    (read until memory runs out, blocked on forever, or echoed before); trace CSV cells that
+    csv or int64 cannot hold."""
+    folder = tmp / "unsafe"
+    folder.mkdir()
+    fifo = folder / "fifo"
+    os.mkfifo(fifo)
+    shadow = folder / "shadow"
+    shadow.write_text(SHADOW)
+    cases = [
+        Case("yaml-dev-zero", ["/dev/zero"], "/dev/zero is a character device"),
+        Case("yaml-a-folder", [str(folder)], "is a directory", names=str(folder)),
+        Case("yaml-a-fifo", [str(fifo)], "is a named pipe (FIFO)"),
+        Case("yaml-shadow", [str(shadow)], "is not a scenario file", absent=SHADOW_SECRET),
+    ]
+    mixed = _scenario(folder, "mixed", BASE + SHADOW)  # scenario fields and a password line
+    cases.append(Case("yaml-shadow-lines", [str(mixed)], "not a scenario", absent=SHADOW_SECRET))
+    for name, target, expect in (
+        ("urandom", "/dev/urandom", "/dev/urandom is a character device"),
+        ("fifo", str(fifo), "is a named pipe (FIFO)"),
+        ("folder", str(folder), "is a directory"),
+        ("shadow", str(shadow), "is not a scenario file"),
+    ):
+        path = _scenario(folder, f"extends-{name}", f"extends: {target}\n" + BASE)
+        cases.append(Case(f"yaml-extends-{name}", [str(path)], expect, absent=SHADOW_SECRET))
+    traces = {
+        "dev-zero": ("/dev/zero", "/dev/zero is a character device"),
+        "fifo": (str(fifo), "is a named pipe (FIFO)"),
+        "folder": (str(folder), "is a directory"),
+        "shadow": (str(shadow), "header has missing column(s)"),
+        "long-field": (TRACE_HEADER + "0,0,1\n1,0," + "9" * 140_000 + "\n", "line 3: field larger"),
+        "huge-id": (TRACE_HEADER + "0,0,1\n" + "1" + "0" * 23 + ",0,1\n", "line 3: client id"),
+        "digits": (TRACE_HEADER + "1" * 5000 + ",0,1\n", "line 2: client must be an integer"),
+        "unclosed-quote": (TRACE_HEADER + '0,"0,1\n1,0,1\n2,0,1\n', "line 2: a quote opened"),
+        "last-quote": (TRACE_HEADER + '0,0,1\n1,"0,1\n', "line 3: a quote opened"),
+    }
+    for name, (source, expect) in traces.items():
+        if "\n" in source:
+            trace = folder / f"{name}.csv"
+            trace.write_text(source)
+            source = str(trace)
+        text = f"clients: {{count: 2, availability: {{kind: trace, path: '{source}'}}}}\n"
+        path = _scenario(folder, f"trace-{name}", BASE.replace("clients: {count: 2}\n", text))
+        cases.append(Case(f"yaml-trace-{name}", [str(path)], expect, absent=SHADOW_SECRET))
+    nul = _scenario(folder, "extends-nul", 'extends: "a\\0b"\n' + BASE)
+    cases.append(Case("yaml-extends-nul", [str(nul)], "extends: must be a path"))
+    text = 'clients: {count: 2, availability: {kind: trace, path: "a\\0b"}}\n'
+    nul = _scenario(folder, "trace-nul", BASE.replace("clients: {count: 2}\n", text))
+    cases.append(Case("yaml-trace-nul", [str(nul)], "path a\\x00b holds a NUL character"))
+    capacity = folder / "capacity-huge-id.csv"
+    capacity.write_text(CAPACITY_HEADER + str(2**70) + ",1,1,1\n")
+    text = f"clients: {{count: 2, capacity_trace: {{path: '{capacity}', compute_power_w: 1.0}}}}\n"
+    path = _scenario(folder, "capacity-huge-id", BASE.replace("clients: {count: 2}\n", text))
+    cases.append(Case("yaml-capacity-huge-id", [str(path)], "line 2: client id"))
+    return cases
+
+
 def build(tmp: Path) -> list[Case]:
     return [
         *yaml_cases(tmp),
+        *unsafe_cases(tmp),
         *idx_cases(tmp, gz=False),
         *idx_cases(tmp, gz=True),
         *cifar_cases(tmp, "cifar10"),

@@ -32,6 +32,7 @@ def _check(case, rc, stderr):
     assert lines[0].startswith("error:"), f"{case.name}: {stderr}"
     assert case.expect in stderr, f"{case.name}: {case.expect!r} not in {stderr}"
     assert case.names in stderr, f"{case.name}: {case.names!r} not in {stderr}"
+    assert not case.absent or case.absent not in stderr, f"{case.name} echoes the file: {stderr}"
 
 
 def test_corpus_covers_every_format(cases):

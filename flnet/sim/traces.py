@@ -1,8 +1,9 @@
 """Device traces: when each client is online (availability) and how fast it is (capacity).
 
-flnet's own trace formats are plain CSV with a header row; lines that start with ``#`` are
-comments, except a ``# period_s: P`` line before the header, which makes every client of the
-file periodic with period P seconds.
+flnet's own trace formats are plain CSV (UTF-8; a leading byte-order mark, as spreadsheets
+write, is skipped) with a header row; lines that start with ``#`` are comments, except a
+``# period_s: P`` line before the header, which makes every client of the file periodic with
+period P seconds.
 
 Availability: ``client, online_from_s, online_until_s`` and optionally ``tz_offset_s``,
 ``period_s`` and ``charging``. A row says the client is online on ``[online_from_s,
@@ -28,13 +29,14 @@ from __future__ import annotations
 
 import csv
 import math
-import os
+import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Literal, NamedTuple, TypeVar
 
 import numpy as np
 
+from flnet import userfiles
 from flnet.errors import ScenarioError
 from flnet.rng import Stream, generator
 from flnet.schema import CapacityTraceConfig, TraceAvailability
@@ -265,27 +267,9 @@ def _named(read: Callable[[str], _T], path: str, field: str) -> _T:
 
 
 def _lines(path: Path) -> Iterator[tuple[int, str]]:
-    """(line number, text) of a bounded UTF-8 file, refused clearly when it is not one."""
-    check_size(path)
-    try:
-        with open(path, encoding="utf-8", newline="") as f:
-            yield from enumerate(f, start=1)
-    except UnicodeDecodeError as e:
-        raise TraceError(f"{path} is not UTF-8 text ({e.reason})") from None
-
-
-def check_size(path: Path, limit_bytes: int = MAX_TRACE_BYTES, what: str = "a trace file") -> None:
-    """Refuse a missing or unreadable file, or one over `limit_bytes`, before reading it."""
-    try:
-        size = os.stat(path).st_size
-    except FileNotFoundError:
-        raise TraceError(f"trace file not found: {path}") from None
-    except OSError as e:
-        raise TraceError(f"cannot read {path}: {e.strerror}") from None
-    if size > limit_bytes:
-        raise TraceError(
-            f"{path} is {size / 2**20:.0f} MiB; {what} may be at most {limit_bytes >> 20} MiB"
-        )
+    """(line number, text) of a regular UTF-8 file of at most MAX_TRACE_BYTES (counted while
+    reading; a byte-order mark, as spreadsheets write, dropped), refused clearly otherwise."""
+    return userfiles.text_lines(path, MAX_TRACE_BYTES, "trace file", TraceError)
 
 
 def _table(
@@ -303,14 +287,17 @@ def _table(
             if sep and key.strip() == "period_s":
                 meta["period_s"] = _number(path, number, "period_s", value.strip())
             continue
-        columns = [c.strip() for c in next(csv.reader([stripped]))]
+        try:
+            columns = [c.strip() for c in next(csv.reader([stripped]))]
+        except csv.Error as e:
+            raise TraceError(f"{path}, line {number}: {e}") from None
         missing = [c for c in required if c not in columns]
         unknown = [c for c in columns if c not in required + optional]
         if missing or unknown or len(set(columns)) != len(columns):
             what = (
                 f"missing column(s) {', '.join(missing)}"
                 if missing
-                else f"unknown column(s) {', '.join(unknown)}"
+                else f"unknown column(s) {_names(unknown)}"
                 if unknown
                 else "a column named twice"
             )
@@ -322,29 +309,53 @@ def _table(
     raise TraceError(f"{path}: no header row (columns {', '.join(required)})")
 
 
+def _names(columns: list[str]) -> str:
+    """Unknown column names, each shown only if it looks like one (a header of another kind of
+    file, such as a password file's first line, is not echoed)."""
+    if all(re.fullmatch(r"[A-Za-z_]\w{0,39}", c) for c in columns[:5]):
+        return ", ".join(columns[:5]) + (
+            f" and {len(columns) - 5} more" if len(columns) > 5 else ""
+        )
+    return f"({len(columns)} not shown: this may not be a trace file)"
+
+
 def _rows(
     path: Path, lines: Iterator[tuple[int, str]], width: int
 ) -> Iterator[tuple[int, list[str]]]:
-    at = [0]  # the line number of the row the csv reader is on
+    numbers: list[int] = []  # the line numbers the csv reader took for the current row
 
     def data() -> Iterator[str]:
         for number, text in lines:
             stripped = text.strip()
             if stripped and not stripped.startswith("#"):
-                at[0] = number
+                if stripped.count('"') % 2:  # quoted fields pair their quotes on one line
+                    raise TraceError(f"{path}, line {number}: a quote opened here is not closed")
+                numbers.append(number)
                 yield stripped
 
-    for cells in csv.reader(data()):
+    reader = csv.reader(data())
+    while True:
+        numbers.clear()
+        try:
+            cells = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as e:  # a field over csv's limit (131,072 characters)
+            raise TraceError(f"{path}, line {numbers[0] if numbers else '?'}: {e}") from None
+        if len(numbers) > 1:  # every field is a number: no row spans lines
+            raise TraceError(f"{path}, line {numbers[0]}: a quote opened here is not closed")
         if len(cells) != width:
-            raise TraceError(f"{path}, line {at[0]}: {len(cells)} fields, the header has {width}")
-        yield at[0], [c.strip() for c in cells]
+            raise TraceError(
+                f"{path}, line {numbers[0]}: {len(cells)} fields, the header has {width}"
+            )
+        yield numbers[0], [c.strip() for c in cells]
 
 
 def _number(path: Path, line: int, column: str, text: str) -> float:
     try:
         value = float(text)
     except ValueError:
-        raise TraceError(f"{path}, line {line}: {column} is not a number: {text!r}") from None
+        raise TraceError(f"{path}, line {line}: {column} is not a number: {_clip(text)}") from None
     if not math.isfinite(value):
         raise TraceError(f"{path}, line {line}: {column} must be finite (got {text})")
     return value
@@ -352,11 +363,22 @@ def _number(path: Path, line: int, column: str, text: str) -> float:
 
 def _client(path: Path, line: int, text: str) -> int:
     try:
-        return int(text)
-    except ValueError:
+        value = int(text)
+    except ValueError:  # also a number of over 4,300 digits
         raise TraceError(
-            f"{path}, line {line}: client must be an integer id (got {text!r})"
+            f"{path}, line {line}: client must be an integer id (got {_clip(text)})"
         ) from None
+    if not -(2**63) <= value < 2**63:
+        raise TraceError(
+            f"{path}, line {line}: client id {_clip(text)} does not fit 64 bits "
+            f"(at most {2**63 - 1:,})"
+        )
+    return value
+
+
+def _clip(text: str, limit: int = 40) -> str:
+    """`text` quoted, cut to `limit` characters: a cell of a file is not echoed whole."""
+    return repr(text if len(text) <= limit else text[:limit] + "...")
 
 
 def read_availability(path: str | Path) -> IntervalTrace:
@@ -450,7 +472,7 @@ def read_availability(path: str | Path) -> IntervalTrace:
 
 def _flag(path: Path, line: int, text: str) -> bool:
     if text not in ("", "0", "1"):
-        raise TraceError(f"{path}, line {line}: charging must be 0 or 1 (got {text!r})")
+        raise TraceError(f"{path}, line {line}: charging must be 0 or 1 (got {_clip(text)})")
     return text == "1"
 
 

@@ -24,6 +24,7 @@ import zipfile
 import numpy as np
 import torch
 
+from flnet import userfiles
 from flnet.errors import DataError
 from flnet.learn.data.embedded import Source
 from flnet.learn.models import resnet18_trunk, seeded
@@ -47,25 +48,31 @@ def _resnet18(x: np.ndarray, seed: int, chunk: int = 256) -> np.ndarray:
         ).numpy()
 
 
+MAX_FEATURE_BYTES = 16 << 30  # a feature file larger than this is refused before reading
+
+
 def _npz(path: str, src: Source) -> tuple[np.ndarray, np.ndarray]:
     """x_train [N, F] and x_test [M, F], finite numbers, N and M the data set's rows."""
     field = "data.features.path"
     try:
-        f = np.load(path, allow_pickle=False)
-        if not isinstance(f, np.lib.npyio.NpzFile):
-            raise DataError(
-                f"{path} is a single .npy array, not an .npz archive holding x_train and x_test",
-                field=field,
-            )
-        with f:
-            missing = [k for k in ("x_train", "x_test") if k not in f.files]
-            if missing:
+        error = functools.partial(DataError, field=field)
+        with userfiles.open_regular(path, MAX_FEATURE_BYTES, "feature file", error) as handle:
+            f = np.load(handle, allow_pickle=False)
+            if not isinstance(f, np.lib.npyio.NpzFile):
                 raise DataError(
-                    f"{path} has no {' or '.join(missing)} (it holds "
-                    f"{', '.join(f.files) or 'no arrays'})",
+                    f"{path} is a single .npy array, not an .npz archive holding x_train and "
+                    "x_test",
                     field=field,
                 )
-            tr, te = f["x_train"], f["x_test"]
+            with f:
+                missing = [k for k in ("x_train", "x_test") if k not in f.files]
+                if missing:
+                    raise DataError(
+                        f"{path} has no {' or '.join(missing)} (it holds "
+                        f"{', '.join(f.files) or 'no arrays'})",
+                        field=field,
+                    )
+                tr, te = f["x_train"], f["x_test"]
     except FileNotFoundError:
         raise DataError(f"feature file not found: {path}", field=field) from None
     except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:

@@ -27,6 +27,7 @@ import numpy as np
 
 from flnet.errors import DataError
 from flnet.learn.data.embedded import Source
+from flnet.userfiles import open_bounded
 
 
 class IdxSet(NamedTuple):
@@ -136,7 +137,8 @@ def read_idx(path: Path) -> np.ndarray:
     Only as many bytes as the header promises are read (a gzip bomb cannot fill memory), and
     every way the file can be wrong is a `DataError` naming it."""
     try:
-        with (gzip.open if path.suffix == ".gz" else open)(path, "rb") as f:
+        raw_file = open_bounded(path, MAX_IDX_BYTES + 4096, "data file", DataError)
+        with raw_file, gzip.GzipFile(fileobj=raw_file) if path.suffix == ".gz" else raw_file as f:
             head = f.read(4)
             if len(head) < 4 or head[0] != 0 or head[1] != 0 or head[2] not in _IDX_DTYPES:
                 raise DataError(
@@ -260,11 +262,16 @@ class _ArraysOnly(pickle.Unpickler):
         raise pickle.UnpicklingError(f"refusing to load {module}.{name}")
 
 
+MAX_CIFAR_BATCH_BYTES = 1 << 30  # CIFAR-100's train batch, the largest: 155 MB
+
+
 def read_cifar_batch(path: Path) -> dict:
     """One CIFAR python batch: a dict with bytes or str keys, through `_ArraysOnly`."""
     try:
-        with open(path, "rb") as f:
+        with open_bounded(path, MAX_CIFAR_BATCH_BYTES, "CIFAR batch", DataError) as f:
             batch = _ArraysOnly(f, encoding="latin1").load()
+    except DataError:
+        raise
     except Exception as e:
         raise DataError(
             f"{path} is not a CIFAR python batch: {type(e).__name__}: {str(e)[:120]}"
