@@ -27,7 +27,8 @@ from typing import Any, NamedTuple, cast
 import numpy as np
 import torch
 
-from flnet import output, userfiles
+from flnet import output
+from flnet.base import userfiles
 from flnet.errors import FlnetError
 from flnet.scenario import Scenario
 

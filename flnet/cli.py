@@ -30,9 +30,9 @@ from rich.progress import (
 from rich.table import Table
 
 from flnet import __version__
+from flnet.base.userfiles import printable
 from flnet.errors import FlnetError, TopologyWarning, UnitWarning
 from flnet.output import WriteError
-from flnet.userfiles import printable
 
 if TYPE_CHECKING:  # for annotations only: importing these at start would load torch
     import pandas as pd

@@ -41,13 +41,13 @@ from typing import Any
 
 import numpy as np
 
+from flnet.base.userfiles import open_bounded
 from flnet.sim.traces import (
     CapacityTrace,
     TraceError,
     write_availability,
     write_capacity,
 )
-from flnet.userfiles import open_bounded
 
 MAX_PICKLE_BYTES = 1 << 30
 TRAINING_OVER_INFERENCE = 3.0  # FedScale's augmentation_factor: forward + backward

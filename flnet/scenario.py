@@ -22,9 +22,9 @@ import yaml
 from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_core import ErrorDetails
 
-import flnet.userfiles as userfiles
 from flnet import units
 from flnet.algorithms.records import CONFIGS, RECORDS
+from flnet.base import userfiles
 from flnet.config import Strict, topology_problem
 from flnet.dists import PerClient
 from flnet.errors import ScenarioError, UnitWarning

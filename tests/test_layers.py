@@ -88,7 +88,7 @@ def layer(mod: str) -> str:
     parts = mod.split(".")
     if len(parts) == 1:
         return "face"
-    if parts[1] == "schema" or (len(parts) == 2 and parts[1] in BASE_TOP):
+    if parts[1] in ("schema", "base") or (len(parts) == 2 and parts[1] in BASE_TOP):
         return "base"
     if parts[1] == "algorithms" and len(parts) > 2 and parts[2] in BASE_ALGORITHMS:
         return "base"

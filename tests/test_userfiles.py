@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from flnet import fedscale, userfiles
+from flnet import fedscale
+from flnet.base import userfiles
 from flnet.errors import FlnetError
 from flnet.sim.traces import read_availability, read_capacity
 
@@ -57,7 +58,7 @@ def test_a_fifo_swapped_in_after_the_check_cannot_block(tmp_path):
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)
     code = (
-        "import sys; from flnet import userfiles\n"
+        "import sys; from flnet.base import userfiles\n"
         "userfiles.check_regular = lambda *a: None  # as if the file were swapped after it\n"
         "try:\n"
         f"    userfiles.read_bytes({str(fifo)!r}, 100, 'trace file')\n"

@@ -36,7 +36,7 @@ from typing import Literal, NamedTuple, TypeVar
 
 import numpy as np
 
-from flnet import userfiles
+from flnet.base import userfiles
 from flnet.errors import ScenarioError
 from flnet.rng import Stream, generator
 from flnet.schema import CapacityTraceConfig, TraceAvailability

@@ -24,7 +24,7 @@ import zipfile
 import numpy as np
 import torch
 
-from flnet import userfiles
+from flnet.base import userfiles
 from flnet.errors import DataError
 from flnet.learn.data.embedded import Source
 from flnet.learn.models import resnet18_trunk, seeded

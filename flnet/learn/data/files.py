@@ -25,9 +25,9 @@ from typing import Any, NamedTuple, cast
 
 import numpy as np
 
+from flnet.base.userfiles import open_bounded
 from flnet.errors import DataError
 from flnet.learn.data.embedded import Source
-from flnet.userfiles import open_bounded
 
 
 class IdxSet(NamedTuple):
