@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
 
-from flnet.algorithms import delivery, partial, server
+from flnet.algorithms import delivery, partial, server, train_loss
 from flnet.algorithms.base import Steps
 from flnet.learn.cohort import LossFn
 from flnet.learn.wire import ModelMessage
@@ -106,6 +106,7 @@ def rounds(
             client_state=work.keep,
         )
         got = delivery.delivered(done, cohort, learn.samples_in(block))
+        train_loss.delivered(learn, got, work.loss, "samples")
         if got is not None:  # line 8, over the delivered clients
             x, opt_state = server.step(rule, x, got.rows(work.params), got, opt_state)
         world.publish(progress(State(t, x, opt_state)))
