@@ -136,6 +136,12 @@ class Recorder:
         self.diverged_round, self.diverged_by = t, rule
         return "diverged"
 
+    def resumed_diverged(self, t: int) -> None:
+        """A checkpoint of a run that diverged at step t: the rule that fired is the one its
+        last row breaks, else (no row for that step) a non-finite figure."""
+        last = self.rows and self.rows[-1]["round"] == t
+        self.diverged(t, (self.rules.fired(self.rows) if last else None) or divergence.NON_FINITE)
+
     def on_progress(self, world: World, progress: Progress, stopping: str | None) -> str | None:
         t = progress.step
         train_loss = self.learner.train_loss.take()  # the step's, evaluated or not
@@ -555,6 +561,8 @@ class Run:
                     "start afresh with --force"
                 ) from None
             self.recorder.rows = list(ckpt.records)
+            if ckpt.stop_reason == "diverged":  # it ended there: say why again
+                self.recorder.resumed_diverged(ckpt.round)
             if self.checkpointer is not None:
                 self.checkpointer.saved_round = ckpt.round
             self.world.stop(

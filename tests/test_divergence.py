@@ -164,3 +164,13 @@ def test_non_finite_off_records_the_nan_and_completes(scenario):
     assert res.summary["status"] == "completed"
     assert list(res.records["round"]) == list(range(7))
     assert res.records.test_loss.isna().iloc[-1]
+
+
+def test_a_diverged_run_resumed_says_the_same_rule(tmp_path):
+    out = tmp_path / "run"
+    args = [*UNSTABLE_OLEDFL, "run.divergence.consensus_above=100", f"output.dir={out}"]
+    first = run("scenarios/oledfl_sgd.yaml", args)
+    again = run("scenarios/oledfl_sgd.yaml", args, resume=True)
+    for key in ("status", "diverged_by", "diverged_round"):
+        assert again.summary[key] == first.summary[key], key
+    assert first.summary["diverged_by"] == "consensus_above"
