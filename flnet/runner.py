@@ -144,11 +144,14 @@ class Recorder:
 
     def on_progress(self, world: World, progress: Progress, stopping: str | None) -> str | None:
         t = progress.step
-        train_loss = self.learner.train_loss.take()  # the step's, evaluated or not
+        losses = self.learner.train_loss  # the step's: read if evaluated, else dropped
         if self.rules.non_finite and not all_finite(progress.model):
+            losses.clear()
             return self.diverged(t, divergence.NON_FINITE)
         if t % self.scenario.run.eval_every and stopping in (None, INTERRUPTED):
+            losses.clear()
             return None
+        train_loss = losses.take()
         metrics = self.evaluator(progress.model)
         # block-cyclic data: per-block figures of the predictors, if the state has them
         metrics.update(self.evaluator.blocks(getattr(progress.state, "predictors", progress.model)))

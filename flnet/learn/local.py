@@ -43,9 +43,10 @@ class LocalWork(NamedTuple):
 
 class LossTally:
     """The local losses of one step's participating clients, summed as they are delivered
-    (`add`), read and cleared once the step is published (`take`): the records' `train_loss`.
-    Each algorithm adds its clients' losses with the weights its paper's objective gives them
-    (`flnet.algorithms.train_loss`); the sums stay on the losses' device until `take`."""
+    (`add`), read (`take`) or dropped (`clear`) once the step is published: the records'
+    `train_loss`. Each algorithm adds its clients' losses with the weights its paper's
+    objective gives them (`flnet.algorithms.train_loss`); the sums stay on the losses' device
+    until `take`."""
 
     def __init__(self) -> None:
         self._sum: torch.Tensor | None = None  # [] float64: sum of weight * loss
@@ -62,10 +63,15 @@ class LossTally:
         self._weight += float(w.sum())
 
     def take(self) -> float:
-        """The weighted mean of what was added since the last `take` (NaN: nothing was)."""
+        """The weighted mean of what was added since the last `take` or `clear` (NaN: nothing
+        was), and clear."""
         total, weight = self._sum, self._weight
-        self._sum, self._weight = None, 0.0
+        self.clear()
         return math.nan if total is None or weight <= 0 else float(total) / weight
+
+    def clear(self) -> None:
+        """Forget what was added (a step not evaluated: no device sync to read it)."""
+        self._sum, self._weight = None, 0.0
 
 
 class OptimizerStates:
