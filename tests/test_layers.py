@@ -36,6 +36,7 @@ LATE = {
     "package for its configs, and base loads simpy",
     ("flnet.cli", "flnet.analysis"): CLI,
     ("flnet.cli", "flnet.calibrate"): CLI,
+    ("flnet.cli", "flnet.divergence"): CLI,
     ("flnet.cli", "flnet.fedscale"): CLI,
     ("flnet.cli", "flnet.plot"): CLI,
     ("flnet.cli", "flnet.report"): CLI,
