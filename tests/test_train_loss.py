@@ -101,3 +101,30 @@ def test_every_family_records_a_finite_train_loss_after_round_0(scenario):
         res = run(scenario(algorithm=algorithm, run={"rounds": 3}), write=False)
         losses = res.records.set_index("round").train_loss
         assert math.isnan(losses.loc[0]) and np.isfinite(losses.drop(0)).all(), algorithm
+
+
+def test_delivered_clients_without_a_local_step_have_no_loss_to_count():
+    from flnet.algorithms import train_loss
+    from flnet.algorithms.delivery import Delivered
+    from flnet.learn.local import LocalWork
+
+    class Learn:
+        train_loss = LossTally()
+
+    work = LocalWork(
+        params=torch.zeros(4, 1),
+        opt_state=None,
+        loss=torch.tensor([1.0, 2.0, 0.0, 4.0]),  # member 2 took no step: its 0 is no loss
+        flops=np.zeros(4),
+        steps=np.array([3, 3, 0, 1]),
+    )
+    got = Delivered(positions=np.array([1, 2, 3]), num_samples=np.array([10, 20, 30]))
+    learn = Learn()
+    train_loss.delivered(learn, got, work, "samples")  # member 0 was not delivered
+    assert learn.train_loss.take() == (10 * 2.0 + 30 * 4.0) / 40
+    train_loss.delivered(learn, got, work, "uniform")
+    assert learn.train_loss.take() == (2.0 + 4.0) / 2
+    train_loss.delivered(learn, got, work, np.array([5, 1, 7, 2]))  # draws, by member
+    assert learn.train_loss.take() == (1 * 2.0 + 2 * 4.0) / 3
+    train_loss.delivered(learn, None, work, "samples")  # nobody delivered
+    assert math.isnan(learn.train_loss.take())

@@ -106,7 +106,7 @@ def rounds(
             client_state=work.keep,
         )
         got = delivery.delivered(done, cohort, learn.samples_in(block))
-        train_loss.delivered(learn, got, work.loss, "samples")
+        train_loss.delivered(learn, got, work, "samples")
         if got is not None:  # line 8, over the delivered clients
             x, opt_state = server.step(rule, x, got.rows(work.params), got, opt_state)
         world.publish(progress(State(t, x, opt_state)))

@@ -112,7 +112,7 @@ def protocol(
             world, learn, cfg, s, d, t_snap, x, work, keep
         )  # lines 7-11
         got = delivery.delivered(done, d.clients, learn.num_samples)
-        train_loss.delivered(learn, got, work.loss, d.draws)
+        train_loss.delivered(learn, got, work, d.draws)
         if got is not None:
             last, snap = got.rows(work.params), got.rows(distributional.snapshots(work))
             once = None if updates is None else got.rows(updates)

@@ -95,7 +95,7 @@ def protocol(
             ),
         )
         got = delivery.delivered(done, cohort, learn.num_samples)
-        train_loss.delivered(learn, got, work.loss, "samples")
+        train_loss.delivered(learn, got, work, "samples")
         if got is not None:
             theta = got.rows(work.params)
             h = server_h(h, cfg.alpha, world.num_clients, theta, x)

@@ -141,7 +141,7 @@ def protocol(world: AbstractWorld, learn: Learner, cfg: Config, state: State) ->
             keep=k,
         )
         got = delivery.delivered(done, cohort, learn.samples_in(block))
-        train_loss.delivered(learn, got, mixed.loss, "uniform")  # x's chain
+        train_loss.delivered(learn, got, mixed, "uniform")  # x's chain
         asking = got is not None
         if got is not None:
             if losses.shape[1]:  # lines 10-12 for the models broadcast after the last round

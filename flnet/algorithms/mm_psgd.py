@@ -86,7 +86,7 @@ def protocol(world: AbstractWorld, learn: Learner, cfg: Config, state: State) ->
             client_state=work.keep,
         )
         got = delivery.delivered(done, cohort, learn.samples_in(block))
-        train_loss.delivered(learn, got, work.loss, "uniform")
+        train_loss.delivered(learn, got, work, "uniform")
         if got is not None:
             x = server.aggregate(rule, got.rows(work.params), got)  # line 5
             models, weights = predictors.fold(models, weights, m, x, base)  # line 8

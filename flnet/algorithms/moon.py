@@ -112,7 +112,7 @@ def protocol(
             client_state=Keeps(Keep(previous, cohort, work.params), work.keep),
         )
         got = delivery.delivered(done, cohort, learn.num_samples)
-        train_loss.delivered(learn, got, work.loss, "samples")
+        train_loss.delivered(learn, got, work, "samples")
         if got is not None:  # FedAvg's server step
             x, opt_state = server.step(rule, x, got.rows(work.params), got, opt_state)
         world.publish(progress(State(t, x, opt_state)))

@@ -147,7 +147,7 @@ def protocol(
             client_state=Keeps(Keep(c_table, cohort, c_new), work.keep),
         )  # line 14
         got = delivery.delivered(done, cohort, learn.num_samples)
-        train_loss.delivered(learn, got, work.loss, "uniform")
+        train_loss.delivered(learn, got, work, "uniform")
         if got is not None:  # lines 16-17
             x, opt_state = server.step_along(
                 rule, x, got.rows(up.dy), got, opt_state, cfg.server_lr

@@ -26,25 +26,31 @@ import torch
 
 if TYPE_CHECKING:  # annotations only
     from flnet.algorithms.delivery import Delivered
-    from flnet.learn.local import Learner
+    from flnet.learn.local import Learner, LocalWork
 
 
 def delivered(
     learn: Learner,
     got: Delivered | None,
-    loss: torch.Tensor,
+    work: LocalWork,
     weights: Literal["samples", "uniform"] | np.ndarray,
 ) -> None:
-    """A central round's delivered clients' losses (`got`'s rows of the cohort's `loss` [C]),
+    """A central round's delivered clients' losses (`got`'s rows of the cohort's `work.loss`),
     weighted by their sample counts, uniformly, or by `weights` [C] of the cohort's members
-    (DRFA's draws); nothing when nobody delivered."""
+    (DRFA's draws). A client that took no local step (partial work under a deadline) has no
+    loss and is left out; nothing when nobody delivered."""
     if got is None:
         return
     if isinstance(weights, str):
-        chosen = got.num_samples if weights == "samples" else None
+        chosen = got.num_samples if weights == "samples" else np.ones(len(got.positions))
     else:
         chosen = np.asarray(weights)[got.positions]
-    learn.train_loss.add(got.rows(loss), chosen)
+    stepped = np.asarray(work.steps)[got.positions] > 0
+    if stepped.all():
+        learn.train_loss.add(got.rows(work.loss), chosen)
+        return
+    rows = torch.as_tensor(got.positions[stepped], device=work.loss.device)
+    learn.train_loss.add(work.loss.index_select(0, rows), chosen[stepped])
 
 
 class Upload(NamedTuple):
