@@ -108,6 +108,7 @@ def summary_table(summary: dict) -> Table:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from flnet import divergence
     from flnet.runner import Interrupted, run
     from flnet.scenario import load_scenario
     from flnet.stop import StopOnSignal
@@ -161,10 +162,17 @@ def cmd_run(args: argparse.Namespace) -> int:
         err_console.print(f"continue with: {escape(resume_command(args))}", highlight=False)
         return 130
     if result.summary["status"] == "diverged":
+        rule = result.summary.get("diverged_by")
+        kept = (
+            "the records up to the last finite round are kept"
+            if rule in (None, divergence.NON_FINITE)
+            else "the records up to that round are kept"
+        )
         err_console.print(
-            f"[bold red]diverged[/] at round {result.summary['diverged_round']}: "
-            "the model or its loss is no longer finite; the records up to the "
-            "last finite round are kept"
+            f"[bold red]diverged[/] at round {result.summary['diverged_round']} "
+            f"({rule or divergence.NON_FINITE}): "
+            f"{divergence.explained(rule, result.scenario.run.divergence)}; {kept}",
+            highlight=False,
         )
         return 3
     return 0

@@ -7,6 +7,7 @@ SUMMARY_COLUMNS = (
     "status",
     "stop_reason",
     "diverged_round",  # studies show "diverged at round r" (flnet.analysis.ended_as)
+    "diverged_by",  # the rule of run.divergence that fired (flnet.divergence)
     "rounds",
     "final_test_accuracy",
     "sim_time_s",

@@ -29,7 +29,7 @@ import pyarrow
 import torch
 import yaml
 
-from flnet import checkpoint, journal, output
+from flnet import checkpoint, divergence, journal, output
 from flnet.algorithms import ALGORITHMS
 from flnet.errors import FlnetError, ScenarioError
 from flnet.journal import TableJournal
@@ -105,44 +105,77 @@ class StopRules:
 
 class Recorder:
     """Observer: evaluates every `eval_every` steps and when a limit ends the run (not when it
-    is interrupted: a resumed run must give the same records), and ends the run as diverged,
-    without a row, when the model or its loss is not finite."""
+    is interrupted: a resumed run must give the same records), and ends the run as diverged
+    when a rule of `run.divergence` fires (`flnet.divergence`): without a row when the model or
+    an evaluation figure is not finite, after the row that broke any other rule.
+
+    `train_loss` is the evaluated step's participating clients' local losses (their mean, as
+    each algorithm weighs them: `flnet.algorithms.train_loss`; NaN where no client's work
+    counted, as at round 0). It is read at every step, so with `eval_every` above 1 it is the
+    evaluated step's own, not a mean since the last record."""
 
     def __init__(self, scenario: Scenario, evaluator: Evaluator, learner: Learner) -> None:
         self.scenario = scenario
         self.evaluator = evaluator
         self.learner = learner
+        self.rules = divergence.Rules(scenario.run.divergence, learner.data.num_classes)
         self.rows: list[dict] = []
         self.diverged_round: int | None = None
+        self.diverged_by: str | None = None  # the rule that fired
+        if scenario.run.global_train_loss and learner.data.lazy is not None:
+            raise ScenarioError(
+                "this data set generates its clients' rows when they train: there is no "
+                "training set to score the global model on",
+                field="run.global_train_loss",
+            )
 
     def on_start(self, world: World) -> None:
         pass
 
+    def diverged(self, t: int, rule: str) -> str:
+        self.diverged_round, self.diverged_by = t, rule
+        return "diverged"
+
+    def resumed_diverged(self, t: int) -> None:
+        """A checkpoint of a run that diverged at step t: the rule that fired is the one its
+        last row breaks, else (no row for that step) a non-finite figure."""
+        last = self.rows and self.rows[-1]["round"] == t
+        self.diverged(t, (self.rules.fired(self.rows) if last else None) or divergence.NON_FINITE)
+
     def on_progress(self, world: World, progress: Progress, stopping: str | None) -> str | None:
         t = progress.step
-        if not all_finite(progress.model):
-            self.diverged_round = t
-            return "diverged"
+        losses = self.learner.train_loss  # the step's: read if evaluated, else dropped
+        if self.rules.non_finite and not all_finite(progress.model):
+            losses.clear()
+            return self.diverged(t, divergence.NON_FINITE)
         if t % self.scenario.run.eval_every and stopping in (None, INTERRUPTED):
+            losses.clear()
             return None
+        train_loss = losses.take()
         metrics = self.evaluator(progress.model)
         # block-cyclic data: per-block figures of the predictors, if the state has them
         metrics.update(self.evaluator.blocks(getattr(progress.state, "predictors", progress.model)))
         if progress.nodes is not None:  # gossip: every node's own model too
             metrics.update(self.evaluator.nodes(progress.nodes))
-        if not all(map(math.isfinite, metrics.values())):
-            self.diverged_round = t
-            return "diverged"
+        if self.scenario.run.global_train_loss:
+            metrics.update(self.evaluator.global_train_loss(progress.model))
+        if self.rules.non_finite and not all(map(math.isfinite, metrics.values())):
+            return self.diverged(t, divergence.NON_FINITE)
         world.ledger.add(Tag(progress.pattern, t), SERVER, NOBODY, "evaluate", world.now, world.now)
         self.rows.append(
             record_row(
                 self.scenario,
                 world,
                 progress,
-                {**metrics, **local_steps(self.scenario, self.learner, t)},
+                {
+                    **metrics,
+                    "train_loss": train_loss,
+                    **local_steps(self.scenario, self.learner, t),
+                },
             )
         )
-        return None
+        rule = self.rules.fired(self.rows)
+        return None if rule is None else self.diverged(t, rule)
 
     def on_end(self, world: World, reason: str | None) -> None:
         pass
@@ -542,6 +575,8 @@ class Run:
                     "start afresh with --force"
                 ) from None
             self.recorder.rows = list(ckpt.records)
+            if ckpt.stop_reason == "diverged":  # it ended there: say why again
+                self.recorder.resumed_diverged(ckpt.round)
             if self.checkpointer is not None:
                 self.checkpointer.saved_round = ckpt.round
             self.world.stop(
@@ -897,6 +932,7 @@ def summarize(
         "status": status,
         "stop_reason": reason,
         "diverged_round": recorder.diverged_round,
+        "diverged_by": recorder.diverged_by,  # the rule of run.divergence that fired
         "rounds": int(last.get("round", 0)),
         # a diverged run has no final model: the last finite figure would read as its result
         "final_test_accuracy": None if status == "diverged" else last.get("test_accuracy"),

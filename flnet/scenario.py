@@ -150,6 +150,12 @@ class Scenario(Strict):
                 "radio.d2d.path_loss",
                 "needs clients.positions (uniform or given) to measure distances",
             )
+        if self.run.divergence.consensus_above is not None and topology is None:
+            raise inconsistent(
+                "run.divergence.consensus_above",
+                f"{self.algorithm.name} keeps one model: no consensus distance to bound "
+                "(gossip algorithms only)",
+            )
         for section in ("clients", "radio"):
             for name, value in getattr(self, section):
                 if isinstance(value, PerClient) and len(value.values) != n:

@@ -204,6 +204,7 @@ def train_everyone(world, learn, nodes, start, local, t, *, optimizer=None, loss
     """The path before `train_online`: every node trains, `exchange` discards the absent."""
     work = learn.local_train(nodes, start, local, t, optimizer=optimizer, loss_fn=loss_fn)
     present = np.asarray(world.online_clients(nodes, t), dtype=bool)
+    learn.train_loss.add(work.loss[torch.as_tensor(present)])  # the records': the online's
     return decentralized.Work(work.params, work.flops, work.keep, present)
 
 

@@ -40,6 +40,7 @@ LATE = {
     ("flnet.analysis", "flnet.scenario"): "plot and report load analysis without pydantic",
     ("flnet.reuse", "flnet.algorithms"): "start-up speed: torch",
     ("flnet.cli", "flnet.calibrate"): CLI,
+    ("flnet.cli", "flnet.divergence"): CLI,
     ("flnet.cli", "flnet.fedscale"): CLI,
     ("flnet.cli", "flnet.plot"): CLI,
     ("flnet.cli", "flnet.report"): CLI,

@@ -116,6 +116,7 @@ def protocol(
     for t in world.steps(state.round):
         g = gossip.at(t)
         work = learn.local_train(g.nodes, x, cfg.local, t, loss_fn=loss_fn)  # line 4
+        learn.train_loss.add(work.loss)  # every node trains: their mean
         x, flops = work.params, work.flops
         for s in range(cfg.gossip_steps):
             x, x_hat = yield from gossip_step(world, learn, cfg, g, x, x_hat, flops, t, s)

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
 
-from flnet.algorithms import partial, selection, server
+from flnet.algorithms import partial, selection, server, train_loss
 from flnet.algorithms.base import Steps
 from flnet.learn.cohort import LossFn
 from flnet.learn.wire import ModelMessage
@@ -111,6 +111,7 @@ def rounds(
             client_state=work.keep,
         )
         got = selection.delivered(done, drawn, sizes)
+        train_loss.delivered(learn, got, work, "samples")
         if got is not None:  # line 8, over the delivered clients
             x, opt_state = server.step(rule, x, got.rows(work.params), got, opt_state)
         world.publish(progress(State(t, x, opt_state)))

@@ -171,16 +171,19 @@ def train_online(
     only ones whose work is used: a node's minibatches are keyed by (seed, t, node), so the
     rows trained are those a run training every node computes, without the CPU of the rest
     (to the bit on the sequential path; the batched kernels may round differently at another
-    cohort size, `tests/tolerance.py`)."""
+    cohort size, `tests/tolerance.py`). Their local losses go to the records' `train_loss`,
+    uniformly (`flnet.algorithms.train_loss`)."""
     present = np.asarray(world.online_clients(nodes, t), dtype=bool)
     if present.all():
         work = learn.local_train(nodes, start, local, t, optimizer=optimizer, loss_fn=loss_fn)
+        learn.train_loss.add(work.loss)  # the mean over the nodes that trained
         return Work(work.params, work.flops, work.keep, present)
     on = np.flatnonzero(present)
     rows = torch.as_tensor(on, device=start.device)
     work = learn.local_train(
         nodes[on], start.index_select(0, rows), local, t, optimizer=optimizer, loss_fn=loss_fn
     )
+    learn.train_loss.add(work.loss)
     flops = np.zeros(len(nodes))
     flops[on] = work.flops
     keep = None if work.keep is None else Subset(work.keep, on, len(nodes))

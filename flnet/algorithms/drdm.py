@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, NamedTuple
 import numpy as np
 import torch
 
-from flnet.algorithms import delivery, distributional
+from flnet.algorithms import delivery, distributional, train_loss
 from flnet.algorithms.base import Steps
 from flnet.algorithms.configs import DrdmConfig as Config
 from flnet.learn.aggregate import weighted_mean
@@ -112,6 +112,7 @@ def protocol(
             world, learn, cfg, s, d, t_snap, x, work, keep
         )  # lines 7-11
         got = delivery.delivered(done, d.clients, learn.num_samples)
+        train_loss.delivered(learn, got, work, d.draws)
         if got is not None:
             last, snap = got.rows(work.params), got.rows(distributional.snapshots(work))
             once = None if updates is None else got.rows(updates)

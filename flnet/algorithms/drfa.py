@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import torch
 
-from flnet.algorithms import delivery, distributional
+from flnet.algorithms import delivery, distributional, train_loss
 from flnet.algorithms.base import Steps
 from flnet.algorithms.configs import DrfaConfig as Config
 from flnet.learn.aggregate import weighted_mean
@@ -92,6 +92,7 @@ def protocol(world: AbstractWorld, learn: Learner, cfg: Config, state: State) ->
             world, learn, cfg, s, d, t_snap, x, work, work.keep
         )  # lines 7-11
         got = delivery.delivered(done, d.clients, learn.num_samples)
+        train_loss.delivered(learn, got, work, d.draws)
         if got is not None:
             draws = d.draws[got.positions]
             w_snap = weighted_mean(got.rows(distributional.snapshots(work)), draws)  # line 19

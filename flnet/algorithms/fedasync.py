@@ -28,6 +28,7 @@ import torch
 from flnet.algorithms import staleness
 from flnet.algorithms.base import Steps
 from flnet.algorithms.configs import FedAsyncConfig as Config
+from flnet.algorithms.train_loss import Upload, arrived
 from flnet.learn.cohort import LossFn, ProximalLoss
 from flnet.learn.wire import ModelMessage
 from flnet.sim.patterns import Arrival, Member, Packet, Work, stream
@@ -102,7 +103,8 @@ class Server:
             Work(
                 Packet(x, self.model_bits),
                 flops,
-                Packet(done.params[i].clone(), self.model_bits),  # x_new, its own storage
+                # x_new, its own storage, with its local loss (the records')
+                Packet(Upload(done.params[i].clone(), done.loss[i].clone()), self.model_bits),
                 state=Member.of(done.keep, i),  # persisted optimizer
             )
             for i, flops in enumerate(done.flops.tolist())
@@ -110,7 +112,7 @@ class Server:
 
     def receive(self, arrival: Arrival) -> Progress:
         tau = arrival.staleness
-        self.state = receive(self.state, arrival.payload, tau, self.cfg)
+        self.state = receive(self.state, arrived(self.learn, arrival.payload), tau, self.cfg)
         figures = {"staleness_mean": float(tau), "staleness_max": tau}
         return progress(self.state, {**figures, "alpha_t": mixing_weight(tau, self.cfg)})
 

@@ -28,6 +28,7 @@ import torch
 from flnet.algorithms import staleness
 from flnet.algorithms.base import Steps
 from flnet.algorithms.configs import FedBuffConfig as Config
+from flnet.algorithms.train_loss import Upload, arrived
 from flnet.learn.cohort import LossFn
 from flnet.learn.wire import ModelMessage
 from flnet.sim.patterns import Arrival, Member, Packet, Work, stream
@@ -109,7 +110,8 @@ class Server:
             Work(
                 Packet(x, self.model_bits),
                 flops,
-                Packet(deltas[i].clone(), self.model_bits),  # its own storage (checkpoints)
+                # its own storage (checkpoints), with its local loss (the records')
+                Packet(Upload(deltas[i].clone(), done.loss[i].clone()), self.model_bits),
                 state=Member.of(done.keep, i),  # persisted optimizer
             )
             for i, flops in enumerate(done.flops.tolist())
@@ -117,7 +119,7 @@ class Server:
 
     def receive(self, arrival: Arrival) -> Progress | None:
         before, tau = self.state, arrival.staleness
-        self.state = receive(before, arrival.payload, tau, self.cfg)
+        self.state = receive(before, arrived(self.learn, arrival.payload), tau, self.cfg)
         if self.state.round == before.round:
             return None
         k = self.cfg.buffer_size

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import torch
 
-from flnet.algorithms import delivery
+from flnet.algorithms import delivery, train_loss
 from flnet.algorithms.base import Steps
 from flnet.algorithms.configs import FedDynConfig as Config
 from flnet.learn.aggregate import mean
@@ -95,6 +95,7 @@ def protocol(
             ),
         )
         got = delivery.delivered(done, cohort, learn.num_samples)
+        train_loss.delivered(learn, got, work, "samples")
         if got is not None:
             theta = got.rows(work.params)
             h = server_h(h, cfg.alpha, world.num_clients, theta, x)

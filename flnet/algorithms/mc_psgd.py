@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import torch
 
-from flnet.algorithms import delivery, server
+from flnet.algorithms import delivery, server, train_loss
 from flnet.algorithms.base import Steps
 from flnet.algorithms.configs import McPsgdConfig as Config
 from flnet.learn import predictors
@@ -141,6 +141,7 @@ def protocol(world: AbstractWorld, learn: Learner, cfg: Config, state: State) ->
             keep=k,
         )
         got = delivery.delivered(done, cohort, learn.samples_in(block))
+        train_loss.delivered(learn, got, mixed, "uniform")  # x's chain
         asking = got is not None
         if got is not None:
             if losses.shape[1]:  # lines 10-12 for the models broadcast after the last round

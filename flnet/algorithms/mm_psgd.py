@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import torch
 
-from flnet.algorithms import delivery, server
+from flnet.algorithms import delivery, server, train_loss
 from flnet.algorithms.base import Steps
 from flnet.algorithms.configs import MmPsgdConfig as Config
 from flnet.learn import predictors
@@ -86,6 +86,7 @@ def protocol(world: AbstractWorld, learn: Learner, cfg: Config, state: State) ->
             client_state=work.keep,
         )
         got = delivery.delivered(done, cohort, learn.samples_in(block))
+        train_loss.delivered(learn, got, work, "uniform")
         if got is not None:
             x = server.aggregate(rule, got.rows(work.params), got)  # line 5
             models, weights = predictors.fold(models, weights, m, x, base)  # line 8

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch.nn import functional as F
 
-from flnet.algorithms import selection, server
+from flnet.algorithms import selection, server, train_loss
 from flnet.algorithms.base import Steps
 from flnet.algorithms.central import State, init, progress, server_of
 from flnet.algorithms.configs import MoonConfig as Config
@@ -114,6 +114,7 @@ def protocol(
             client_state=Keeps(Keep(previous, cohort, work.params), work.keep),
         )
         got = selection.delivered(done, drawn, learn.num_samples)
+        train_loss.delivered(learn, got, work, "samples")
         if got is not None:  # FedAvg's server step
             x, opt_state = server.step(rule, x, got.rows(work.params), got, opt_state)
         world.publish(progress(State(t, x, opt_state)))

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
 
-from flnet.algorithms import delivery, server
+from flnet.algorithms import delivery, server, train_loss
 from flnet.algorithms.base import Steps
 from flnet.algorithms.configs import ScaffoldConfig as Config
 from flnet.learn import optim
@@ -147,6 +147,7 @@ def protocol(
             client_state=Keeps(Keep(c_table, cohort, c_new), work.keep),
         )  # line 14
         got = delivery.delivered(done, cohort, learn.num_samples)
+        train_loss.delivered(learn, got, work, "uniform")
         if got is not None:  # lines 16-17
             x, opt_state = server.step_along(
                 rule, x, got.rows(up.dy), got, opt_state, cfg.server_lr

@@ -115,6 +115,17 @@ class Evaluator:
         out = {**dict(zip(METRICS, values)), "clients_evaluated": self.clients_evaluated}
         return {**out, **self.validation(params)}
 
+    def global_train_loss(self, params: torch.Tensor) -> dict[str, float]:
+        """The model's mean cross-entropy over every training row (``run.global_train_loss``):
+        sum_k (n_k / n) F_k(x), the global objective FedProx's figures plot as training
+        loss, by `chunk` rows a forward pass."""
+        x, y = self.data.x_train, self.data.y_train
+        total = torch.zeros((), dtype=torch.float64, device=x.device)
+        for i in range(0, len(x), self.chunk):
+            logits = self.model.predict(params, x[i : i + self.chunk])
+            total += F.cross_entropy(logits, y[i : i + self.chunk], reduction="sum").double()
+        return {"global_train_loss": float(total) / max(1, len(x))}
+
     def validation(self, params: torch.Tensor) -> dict[str, float]:
         """Accuracy and loss on the validation rows held out of the training set (none
         without ``data.validation_fraction``): what a hyper-parameter is chosen on."""

@@ -6,6 +6,7 @@ a `Learner` only says how many FLOPs each client's work took.
 
 from __future__ import annotations
 
+import math
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -38,6 +39,39 @@ class LocalWork(NamedTuple):
     snapshot: torch.Tensor | None = None  # [C, P] iterates at the step asked for, if any
     keep: Keep | None = None  # the persisted optimizer states, for the pattern to commit
     samples: np.ndarray | None = None  # [C] per-sample gradients computed (what flops count)
+
+
+class LossTally:
+    """The local losses of one step's participating clients, summed as they are delivered
+    (`add`), read (`take`) or dropped (`clear`) once the step is published: the records'
+    `train_loss`. Each algorithm adds its clients' losses with the weights its paper's
+    objective gives them (`flnet.algorithms.train_loss`); the sums stay on the losses' device
+    until `take`."""
+
+    def __init__(self) -> None:
+        self._sum: torch.Tensor | None = None  # [] float64: sum of weight * loss
+        self._weight = 0.0
+
+    def add(self, losses: torch.Tensor, weights: np.ndarray | None = None) -> None:
+        """losses [D] (each a client's mean minibatch loss over its local steps), weighted by
+        `weights` [D] (None: one each)."""
+        if not len(losses):
+            return
+        w = np.ones(len(losses)) if weights is None else np.asarray(weights, dtype=np.float64)
+        part = (losses.double() * torch.as_tensor(w, device=losses.device)).sum()
+        self._sum = part if self._sum is None else self._sum + part
+        self._weight += float(w.sum())
+
+    def take(self) -> float:
+        """The weighted mean of what was added since the last `take` or `clear` (NaN: nothing
+        was), and clear."""
+        total, weight = self._sum, self._weight
+        self.clear()
+        return math.nan if total is None or weight <= 0 else float(total) / weight
+
+    def clear(self) -> None:
+        """Forget what was added (a step not evaluated: no device sync to read it)."""
+        self._sum, self._weight = None, 0.0
 
 
 class OptimizerStates:
@@ -109,6 +143,7 @@ class Learner:
         self._saved_tables: dict[str, dict] = {}  # a checkpoint's, until each table is made
         self.num_samples = data.num_samples
         self.last_steps = np.zeros(0, dtype=np.int64)  # [C] local steps of the last cohort
+        self.train_loss = LossTally()  # the step's participating clients' local losses
 
     def block(self, round: int, now_s: float) -> int | None:
         """The data block of round `round` starting at `now_s` (None: data without blocks)."""

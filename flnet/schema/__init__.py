@@ -65,6 +65,7 @@ from flnet.schema.radio import (
     Radio,
 )
 from flnet.schema.run import (
+    DivergenceConfig,
     OutputConfig,
     RunConfig,
 )
@@ -88,6 +89,7 @@ __all__ = [
     "DeviceClass",
     "DirectRadio",
     "DirichletPartition",
+    "DivergenceConfig",
     "DiurnalAvailability",
     "Features",
     "GivenPositions",

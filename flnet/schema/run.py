@@ -10,6 +10,32 @@ from pydantic import Field
 from flnet.config import Strict
 
 
+class DivergenceConfig(Strict):
+    """When a run counts as diverged: it then stops with status `diverged` and the rule that
+    fired in its summary (`diverged_by`). The first evaluation (round 0, the initial model)
+    is where `loss_above_start` starts from and is never counted as at chance."""
+
+    non_finite: bool = Field(
+        True,
+        description="a model or an evaluation figure that is not finite (false: recorded as is)",
+    )
+    loss_above_start: float | None = Field(
+        None, gt=1, description="test loss above this many times its first value (null: off)"
+    )
+    consensus_above: float | None = Field(
+        None, gt=0, description="gossip: consensus distance above this bound (null: off)"
+    )
+    chance_for: int | None = Field(
+        None,
+        ge=1,
+        description="this many evaluations in a row (after round 0) with test accuracy at "
+        "chance, 1/classes + chance_margin or below (null: off)",
+    )
+    chance_margin: float = Field(
+        0.01, ge=0, lt=1, description="accuracy this far above 1/classes still counts as chance"
+    )
+
+
 class RunConfig(Strict):
     """When to stop (the first limit reached) and how often to evaluate."""
 
@@ -41,6 +67,12 @@ class RunConfig(Strict):
         "two clients a call) is split over; results are the same bit for bit for any number. "
         "One by default: on a shared, loaded 2-core machine two measured no faster "
         "(benchmarks/cohort_threads.py); on idle cores, set it to their number",
+    )
+    divergence: DivergenceConfig = DivergenceConfig()
+    global_train_loss: bool = Field(
+        False,
+        description="also record the global model's mean loss over every training row at "
+        "each evaluation (global_train_loss; a forward pass over the training set)",
     )
 
 
