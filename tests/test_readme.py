@@ -76,3 +76,15 @@ def test_every_module_the_pages_name_exists():
         except AttributeError:
             missing.append(name)
     assert not missing, f"pages name modules or objects that do not exist: {missing}"
+
+
+def test_the_readmes_scenario_is_the_first_tutorials():
+    """README shows the first tutorial's scenario and quotes what its run printed there, so the
+    two must stay the same file (the tutorial's code runs in tests/test_docs.py)."""
+    readme = (REPO / "README.md").read_text()
+    tutorial = (REPO / "docs" / "tutorials" / "first-scenario.md").read_text()
+    shown = re.search(r"```yaml\n(.*?)```", readme, re.S)[1]
+    run = re.search(r'```yaml title="first.yaml"\n(.*?)```', tutorial, re.S)[1]
+    assert shown == run
+    assert "│ final test accuracy │                0.9250 │" in readme
+    assert "│ final test accuracy │                0.9250 │" in tutorial
