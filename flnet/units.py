@@ -15,7 +15,7 @@ does that, with these constants):
 - a band narrower than `MIN_BANDWIDTH_HZ` (1 Hz): ``b log2(1 + S / (N0 b))`` overflows long
   before it means anything (1e-300 Hz gave "inf bit/s").
 
-The table below is also in the README (scenario reference, "Plausible ranges").
+The table below is also in docs/reference/plausible-ranges.md.
 """
 
 from __future__ import annotations

@@ -270,13 +270,13 @@ def test_the_comparison_report_in_a_browser(browser, zoo, seed_sweep_dir, tmp_pa
     browser.save_screenshot(str(tmp_path / "compare.png"))
 
 
-# -- README's walkthroughs, a few rounds each -------------------------------------------------
+# -- the docs' walkthroughs, a few rounds each -----------------------------------------------
 
 
-def readme_commands(heading):
-    """The `flnet ...` lines of the first code block after `heading` in README.md."""
-    text = Path("README.md").read_text()
-    block = re.search(r"```\n(.*?)```", text[text.index(heading) :], re.S).group(1)
+def walkthrough_commands(page, heading):
+    """The `flnet ...` lines of the first code block after `heading` in the docs page."""
+    text = (Path(__file__).resolve().parent.parent / "docs" / page).read_text()
+    block = re.search(r"```\w*\n(.*?)```", text[text.index(heading) :], re.S).group(1)
     return [
         shlex.split(line.split("#")[0])[1:]
         for line in block.splitlines()
@@ -285,17 +285,18 @@ def readme_commands(heading):
 
 
 @pytest.mark.parametrize(
-    "heading, written",
+    "page, heading, written",
     [
         (
-            "### Compare two algorithms",
+            "how-to/plots-and-reports.md",
+            "## Compare two algorithms",
             ["compare/accuracy_vs_time.pdf", "compare/report.html", "compare/series.csv"],
         ),
-        ("### Choose tau for minimum energy", ["tau/best_tau.csv"]),
+        ("how-to/analyze.md", "## Choose tau for minimum energy", ["tau/best_tau.csv"]),
     ],
 )
-def test_readme_walkthrough(heading, written, tmp_path, capsys):
-    for args in readme_commands(heading):
+def test_docs_walkthrough(page, heading, written, tmp_path, capsys):
+    for args in walkthrough_commands(page, heading):
         args = [a.replace("runs/", f"{tmp_path}/runs/") for a in args]
         if args[0] in ("run", "sweep"):
             args += ["-q", "--set", "run.rounds=3", "--set", "clients.count=10"]

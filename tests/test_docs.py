@@ -144,6 +144,52 @@ def test_cli_reference_names_every_command_and_option():
     assert missing == []
 
 
+# ---------------------------------------------------------------- the ledger's outcomes
+
+OUTCOME_ROUNDS = 30  # the page says "in their first 30 rounds"
+
+
+def documented_outcomes() -> dict[str, list[tuple[str, list[str]]]]:
+    """outcome -> [(scenario, overrides)] from the outcomes table of the results reference:
+    its last column names `scenarios/X.yaml`, optionally "with `field=value`"."""
+    page = (DOCS / "reference" / "results.md").read_text()
+    header = "| `outcome` | meaning | produced by |\n"
+    table = page[page.index(header) + len(header) :].split("\n\n")[0]
+    rows = {}
+    for m in re.finditer(r"^\| `([a-z_]+)` \|.*\| ([^|]*) \|$", table, re.M):
+        producers = re.finditer(r"`(scenarios/[\w/]+\.yaml)`(?: with `([\w.]+=[\w.]+)`)?", m[2])
+        rows[m[1]] = [(p[1], [p[2]] if p[2] else []) for p in producers]
+    return rows
+
+
+def test_the_outcome_table_names_every_outcome_the_ledger_knows():
+    from flnet.sim.ledger import OUTCOMES
+
+    rows = documented_outcomes()
+    assert set(rows) == set(OUTCOMES)
+    assert rows["timeout"] == [("scenarios/gossip_radio.yaml", ["algorithm.timeout_s=0.05"])]
+    assert rows["battery"] == []  # no shipped scenario runs a battery empty in 30 rounds
+
+
+def _producer_runs() -> dict[tuple[str, tuple[str, ...]], set[str]]:
+    runs: dict[tuple[str, tuple[str, ...]], set[str]] = {}
+    for outcome, producers in documented_outcomes().items():
+        for scenario, overrides in producers:
+            runs.setdefault((scenario, tuple(overrides)), set()).add(outcome)
+    return runs
+
+
+@pytest.mark.parametrize("run", sorted(_producer_runs().items()), ids=lambda r: r[0][0])
+def test_the_shipped_scenarios_produce_the_outcomes_the_table_says(run, monkeypatch):
+    import flnet
+
+    (scenario, overrides), outcomes = run
+    monkeypatch.chdir(REPO)  # the scenarios name their traces relative to the repository
+    rounds = [f"run.rounds={OUTCOME_ROUNDS}", f"run.eval_every={OUTCOME_ROUNDS}"]
+    result = flnet.run(scenario, [*overrides, *rounds], write=False)
+    assert outcomes <= set(result.ledger.outcome.astype(str)), scenario
+
+
 # ---------------------------------------------------------------- runnable pages
 
 RUNNABLE = sorted(

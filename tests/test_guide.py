@@ -1,5 +1,5 @@
-"""The README's guide: its complete example algorithm, registered by its record as the guide
-says, runs as printed."""
+"""The guide "Add an algorithm" (docs/how-to/add-algorithm.md): its complete example
+algorithm, registered by its record as the guide says, runs as printed."""
 
 import re
 import sys
@@ -15,12 +15,13 @@ from flnet.algorithms.base import AlgorithmModule
 from flnet.algorithms.records import RECORDS, AlgorithmRecord, Replay
 from flnet.runner import StopRules, build
 
+GUIDE = "docs/how-to/add-algorithm.md"
+
 
 def guide_code() -> tuple[str, str]:
     """The guide's two listings: the light record (its Config and AlgorithmRecord), then the
     module."""
-    text = Path("README.md").read_text()
-    guide = text[text.index("## Adding an algorithm") :]
+    guide = (Path(__file__).resolve().parent.parent / GUIDE).read_text()
     record, module = re.findall(r"```python\n(.*?)```", guide, re.S)[:2]
     return record, module
 
@@ -29,7 +30,7 @@ def as_module(name: str, code: str) -> types.ModuleType:
     module = types.ModuleType(name)
     sys.modules[name] = module  # dataclasses and pydantic look their module up
     try:
-        exec(compile(code, "README.md", "exec"), module.__dict__)
+        exec(compile(code, GUIDE, "exec"), module.__dict__)
     finally:
         del sys.modules[name]
     return module
@@ -48,7 +49,7 @@ def fedmean(monkeypatch) -> types.ModuleType:
     return module
 
 
-def test_readme_example_algorithm_runs_and_takes_the_plain_mean(scenario, fedmean):
+def test_the_guides_example_algorithm_runs_and_takes_the_plain_mean(scenario, fedmean):
     mod = fedmean
     sc = scenario(run={"rounds": 3})
     cfg = mod.Config(cohort={"clients_per_round": 4}, local={"steps": 2, "batch_size": 8})

@@ -7,11 +7,23 @@ import yaml
 from conftest import FUZZ_SCALE
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_readme import field_paths
 
 from flnet.errors import FlnetError, ScenarioError
 from flnet.runner import Run
-from flnet.scenario import Scenario, load_scenario
+from flnet.scenario import Scenario, _unwrap, load_scenario
+
+
+def field_paths(model, prefix=""):
+    """Every dotted field path through the scenario's models (unions: every member)."""
+    members = model if isinstance(model, tuple) else (model,)
+    for m in members:
+        for name, f in m.model_fields.items():
+            path = f"{prefix}{name}"
+            yield path
+            sub = _unwrap(f.annotation)
+            if isinstance(sub, tuple) or hasattr(sub, "model_fields"):
+                yield from field_paths(sub, path + ".")
+
 
 PATHS = sorted(set(field_paths(Scenario)))
 VALID = {

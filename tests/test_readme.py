@@ -1,36 +1,9 @@
-"""The README's scenario reference names every field of the schema."""
+"""The README, CONTRIBUTING.md and the documentation's pages name only files, modules and
+objects that exist. (Every scenario field is documented by the generated scenario reference,
+`tests/test_docs.py`; the ledger's outcomes by `docs/reference/results.md`, tested there.)"""
 
 import re
 from pathlib import Path
-
-from flnet.scenario import Scenario, _unwrap
-
-
-def field_paths(model, prefix=""):
-    members = model if isinstance(model, tuple) else (model,)
-    for m in members:
-        for name, f in m.model_fields.items():
-            path = f"{prefix}{name}"
-            yield path
-            sub = _unwrap(f.annotation)
-            if isinstance(sub, tuple) or hasattr(sub, "model_fields"):
-                yield from field_paths(sub, path + ".")
-
-
-def test_readme_documents_every_scenario_field():
-    text = Path("README.md").read_text()
-    documented = set(re.findall(r"`([a-z_][a-z_0-9.]*)`", text))
-
-    def ok(path):
-        return (
-            path in documented
-            or path.rsplit(".", 1)[0] in documented
-            or any(d.startswith(path + ".") for d in documented)
-        )
-
-    missing = sorted({p for p in field_paths(Scenario) if not ok(p)})
-    assert not missing, f"README's scenario reference lacks: {missing}"
-
 
 REPO = Path(__file__).resolve().parent.parent
 TOP = {
@@ -43,15 +16,21 @@ TOP = {
     "pyproject.toml",
     "scenario.schema.json",
     "README.md",
+    "CONTRIBUTING.md",
+    "docs",
+    "mkdocs.yml",
 }  # what a clone holds at its top (runs/ it makes)
+PAGES = [REPO / "README.md", REPO / "CONTRIBUTING.md", *sorted((REPO / "docs").rglob("*.md"))]
 
 
-def _mentioned_paths(text):
+def _mentioned_paths(text, links=True):
     """Repository paths the README names: in code (inline or blocks) or as link targets,
     starting with a top-level entry of the repository (flnet/, tests/, ...) or with ../."""
     blocks = re.findall(r"```.*?```", text, re.S)
     code = blocks + re.findall(r"`([^`]+)`", re.sub(r"```.*?```", "", text, flags=re.S))
-    tokens = [t for c in code for t in c.split()] + re.findall(r"\]\(([^)#\s]+)\)", text)
+    tokens = [t for c in code for t in c.split()]
+    if links:  # a docs page's links are relative to the page: MkDocs checks them
+        tokens += re.findall(r"\]\(([^)#\s]+)\)", text)
     for token in tokens:
         token = token.lstrip("`'\"(").rstrip("`'\"().,:;")
         first = token.split("/")[0]
@@ -63,18 +42,25 @@ def _mentioned_paths(text):
             yield token
 
 
-def test_every_path_the_readme_mentions_exists():
-    text = (REPO / "README.md").read_text()
-    paths = set(_mentioned_paths(text))
-    assert "scenarios/quickstart.yaml" in paths  # the search finds what it should
-    missing = sorted(p for p in paths if not (REPO / p).exists())
-    assert not missing, f"README names files that are not in the repository: {missing}"
+def test_every_path_the_pages_mention_exists():
+    """Paths from the repository's top, in README, CONTRIBUTING.md and every docs page (a
+    page's own relative links are MkDocs' to check: `mkdocs build --strict`)."""
+    missing = []
+    for page in PAGES:
+        paths = set(_mentioned_paths(page.read_text(), links=page.parent == REPO))
+        if page.name == "README.md":
+            assert "scenarios/quickstart.yaml" in paths  # the search finds what it should
+        missing += [
+            f"{page.relative_to(REPO)}: {p}" for p in sorted(paths) if not (REPO / p).exists()
+        ]
+    assert not missing, f"pages name files that are not in the repository: {missing}"
 
 
-def test_every_module_the_readme_names_exists():
+def test_every_module_the_pages_name_exists():
     import importlib
 
-    names = set(re.findall(r"`(flnet(?:\.[a-z_][a-z_0-9]*)+)", (REPO / "README.md").read_text()))
+    text = "\n".join(page.read_text() for page in PAGES)
+    names = set(re.findall(r"`(flnet(?:\.[a-z_][a-z_0-9]*)+)", text))
     missing = []
     for name in sorted(names):
         parts = name.split(".")
@@ -89,13 +75,16 @@ def test_every_module_the_readme_names_exists():
                 obj = getattr(obj, attr)
         except AttributeError:
             missing.append(name)
-    assert not missing, f"README names modules or objects that do not exist: {missing}"
+    assert not missing, f"pages name modules or objects that do not exist: {missing}"
 
 
-def test_readme_explains_every_ledger_outcome():
-    from flnet.sim.ledger import OUTCOMES
-
-    text = (REPO / "README.md").read_text()
-    table = text[text.index("| `outcome` | meaning |") :]
-    explained = set(re.findall(r"^\| `([a-z_]+)` \|", table, re.M))
-    assert set(OUTCOMES) <= explained, set(OUTCOMES) - explained
+def test_the_readmes_scenario_is_the_first_tutorials():
+    """README shows the first tutorial's scenario and quotes what its run printed there, so the
+    two must stay the same file (the tutorial's code runs in tests/test_docs.py)."""
+    readme = (REPO / "README.md").read_text()
+    tutorial = (REPO / "docs" / "tutorials" / "first-scenario.md").read_text()
+    shown = re.search(r"```yaml\n(.*?)```", readme, re.S)[1]
+    run = re.search(r'```yaml title="first.yaml"\n(.*?)```', tutorial, re.S)[1]
+    assert shown == run
+    assert "│ final test accuracy │                0.9250 │" in readme
+    assert "│ final test accuracy │                0.9250 │" in tutorial

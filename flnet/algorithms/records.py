@@ -6,7 +6,7 @@ timing-only runs read these records rather than keep lists of algorithms of thei
 Light (pydantic and the standard library): `flnet validate` and `flnet schema` build the scenario
 from here without the maths. Adding an algorithm is its module (`flnet/algorithms/<name>.py`,
 which re-exports its `Config`), its `Config` (a class in `configs.py`), its record below (named
-in `RECORDS`) and its test (README, "Adding an algorithm"); `tests/test_algorithm_records.py`
+in `RECORDS`) and its test (docs/how-to/add-algorithm.md); `tests/test_algorithm_records.py`
 checks that the records, their configs and their modules agree.
 """
 

@@ -11,8 +11,7 @@ tensors.
 
 Who is online when (`availability`, `flnet.sim.availability`) and how a started client's work
 goes (`fate`: its session's end, a slowdown, a dropout point) are the World's too; patterns
-end a member's work at such an instant with `end_at` (see README, "Availability and device
-behaviour").
+end a member's work at such an instant with `end_at` (see docs/concepts/availability.md).
 
 The run's progress goes through the World too: an algorithm `publish`es a `Progress` record after
 each unit of its pattern (a round, an iteration, a server update); observers evaluate, record,
