@@ -186,6 +186,7 @@ def resume_command(args: argparse.Namespace) -> str:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
+    from flnet.cluster import ClusterOptions
     from flnet.sweeps import parse_grid, parse_seeds, run_sweep, spec_from
 
     spec = spec_from(
@@ -223,6 +224,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
                 address=address,
                 on_progress=on_progress,
                 reuse_runs=not args.no_reuse,
+                cluster=ClusterOptions(args.cpus_per_point, args.gpus_per_point).check(),
             )
         except KeyboardInterrupt:
             progress.stop()
@@ -593,7 +595,22 @@ def parser() -> argparse.ArgumentParser:
         const="local",
         metavar="ADDRESS",
         help="run the points as Ray tasks: on a new local Ray instance, or on the "
-        "cluster at ADDRESS (e.g. auto, ray://host:10001)",
+        "cluster at ADDRESS (e.g. auto, ray://host:10001); the scenario's files are sent "
+        "to the nodes, the results written here",
+    )
+    w.add_argument(
+        "--cpus-per-point",
+        type=float,
+        default=1.0,
+        metavar="N",
+        help="CPUs each point reserves on Ray or Slurm (its torch threads; default 1)",
+    )
+    w.add_argument(
+        "--gpus-per-point",
+        type=float,
+        default=0.0,
+        metavar="N",
+        help="GPUs each point reserves on Ray or Slurm (0.5: two points share one; default 0)",
     )
     w.add_argument(
         "--no-reuse",
