@@ -629,8 +629,8 @@ def sweep(
     axis; `fixed` {field: value} or ["field=value"] applies to every point. Workers are separate
     processes (one torch thread each), so a script calling this needs no
     ``if __name__ == "__main__":`` guard. `backend="ray"` runs the points as Ray tasks
-    (`address` of a cluster, or a local instance); `cluster`
-    (`flnet.cluster.ClusterOptions`) gives their CPUs, GPUs and retries.
+    (`address` of a cluster, or a local instance), `backend="slurm"` as Slurm array tasks;
+    `cluster` (`flnet.cluster.ClusterOptions`) gives their CPUs, GPUs and retries.
     `reuse=False` runs every point in full (by default points that differ only in radio or
     device settings replay one training run where they can; the table's `reused_from` says
     which).

@@ -1,7 +1,7 @@
 """One sweep task, whatever runs it: a point's run whose every failure becomes an outcome.
 
-Shared by the local workers (`flnet.workers`) and Ray's tasks (`flnet.ray_cluster`), so a
-point fails the same way on each.
+Shared by the local workers (`flnet.workers`), Ray's tasks (`flnet.ray_cluster`) and Slurm's
+(`flnet.slurm`), so a point fails the same way on each.
 """
 
 from __future__ import annotations

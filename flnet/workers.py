@@ -1,5 +1,5 @@
-"""Where a sweep's points run: worker processes on this machine, or Ray tasks
-(`flnet.ray_cluster`).
+"""Where a sweep's points run: worker processes on this machine, Ray tasks
+(`flnet.ray_cluster`) or Slurm array tasks (`flnet.slurm`).
 
 Local workers are plain child interpreters (``python -m flnet.workers``) fed one point at a time
 over a pipe, each with one torch thread. They never import the caller's ``__main__`` (unlike
@@ -208,8 +208,12 @@ def execute(
         from flnet.ray_cluster import run_ray
 
         return run_ray(tasks, address, follow, cluster)
+    if backend == "slurm":
+        from flnet.slurm import run_slurm
+
+        return run_slurm(tasks, log.parent, follow, cluster)
     if backend != "local":
-        raise FlnetError(f"unknown sweep backend {backend!r}; allowed: local, ray")
+        raise FlnetError(f"unknown sweep backend {backend!r}; allowed: local, ray, slurm")
     if workers < 0:
         raise FlnetError(f"workers must be >= 0 (got {workers})")
     return run_here(tasks, follow) if workers == 0 else run_local(tasks, workers, log, follow)
