@@ -1,10 +1,14 @@
 """A sweep on a real two-node Ray cluster started on this machine: files only the driver has,
 a node killed mid-sweep, and the gathered tables equal to a local sweep's bit for bit."""
 
+import importlib
+import os
 import shutil
 import tempfile
+import time
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 from conftest import BASE
@@ -20,13 +24,21 @@ GRID = {"seed": [0, 1, 2], "radio.tx_power_dbm": [10, 20]}  # 3 trajectories, 3 
 
 
 def traced(folder: Path) -> dict:
-    """BASE reading availability and capacity traces from `folder`, by relative paths."""
+    """BASE reading frozen features (an npz file: digits' 1437 training and 360 test rows)
+    and availability and capacity traces from `folder`."""
     for name in ("small_availability.csv", "small_capacity.csv"):
         shutil.copy(TRACES / name, folder / name)
+    rng = np.random.default_rng(0)
+    np.savez(
+        folder / "features.npz",
+        x_train=rng.normal(size=(1437, 8)),
+        x_test=rng.normal(size=(360, 8)),
+    )
     return merge(
         BASE,
         {
             "run": {"rounds": 2},
+            "data": {"features": {"kind": "npz", "path": str(folder / "features.npz")}},
             "clients": {
                 "availability": {"kind": "trace", "path": str(folder / "small_availability.csv")},
                 "capacity_trace": {
@@ -38,22 +50,54 @@ def traced(folder: Path) -> dict:
     )
 
 
+def need(module: str):
+    """`module`; missing, the test skips, except under CI (whose test extra installs ray and
+    submitit) where it fails: these tests must run there."""
+    if os.environ.get("CI"):
+        return importlib.import_module(module)
+    return pytest.importorskip(module)
+
+
 def test_materialised_files_are_the_driver_bytes_under_new_names(tmp_path):
     driver = tmp_path / "driver"
     driver.mkdir()
     data = traced(driver)
     parcel = shipping.Parcel()
     manifest = parcel.manifest(data)
-    assert len(manifest.files) == 2 and len(parcel.blobs) == 2
+    assert len(manifest.files) == 3 and len(parcel.blobs) == 3
     node = tmp_path / "node"
     here = shipping.materialise(data, manifest, parcel.blobs.__getitem__, node)
-    for section in ("availability", "capacity_trace"):
-        theirs, ours = Path(data["clients"][section]["path"]), here["clients"][section]["path"]
-        assert ours.startswith(str(node)) and Path(ours).read_bytes() == theirs.read_bytes()
+    for section in (here["clients"]["availability"], here["clients"]["capacity_trace"]):
+        ours = Path(section["path"])
+        assert ours.is_relative_to(node) and ours.read_bytes() == (driver / ours.name).read_bytes()
+    features = Path(here["data"]["features"]["path"])
+    assert (
+        features.is_relative_to(node)
+        and features.read_bytes() == (driver / "features.npz").read_bytes()
+    )
     assert here["clients"]["availability"]["kind"] == "trace"  # only the paths change
     # a second point reading the same files ships nothing more and writes nothing more
-    assert parcel.manifest(data) == manifest and len(parcel.blobs) == 2
+    assert parcel.manifest(data) == manifest and len(parcel.blobs) == 3
     shipping.materialise(data, manifest, lambda d: pytest.fail("fetched twice"), node)
+
+
+def test_a_real_data_sets_folder_travels_with_its_layout(tmp_path):
+    raw = tmp_path / "data" / "MNIST" / "raw"
+    raw.mkdir(parents=True)
+    for i, name in enumerate(("train-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz")):
+        (raw / name).write_bytes(bytes([i]) * 10)
+    (tmp_path / "data" / "other.bin").write_bytes(b"not the data set's")
+    data = {"data": {"dataset": "mnist", "root": str(tmp_path / "data")}}
+    parcel = shipping.Parcel()
+    manifest = parcel.manifest(data)
+    assert len(manifest.files) == 2  # the data set's folder only
+    here = shipping.materialise(data, manifest, parcel.blobs.__getitem__, tmp_path / "node")
+    root = Path(here["data"]["root"])
+    assert root.is_relative_to(tmp_path / "node")
+    for name in ("train-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"):
+        assert (root / "MNIST" / "raw" / name).read_bytes() == (raw / name).read_bytes()
+    digits = {"data": {"dataset": "digits", "root": str(tmp_path / "data")}}
+    assert parcel.manifest(digits) == shipping.Manifest()  # embedded: nothing to send
 
 
 def test_a_cluster_option_out_of_range_is_refused():
@@ -67,7 +111,7 @@ def test_a_cluster_option_out_of_range_is_refused():
 def test_two_node_ray_cluster_sweep_survives_a_lost_node_and_equals_a_local_sweep(
     tmp_path, monkeypatch
 ):
-    ray = pytest.importorskip("ray")
+    ray = need("ray")
     from ray.cluster_utils import Cluster
 
     driver = tmp_path / "driver-only"
@@ -93,10 +137,11 @@ def test_two_node_ray_cluster_sweep_survives_a_lost_node_and_equals_a_local_swee
         lost: list = []
 
         def kill_a_node(done: int, total: int) -> None:
-            if done == 1 and not lost:  # a point finished: the other node is mid-point
+            if done == 1 and not lost:  # a point finished: kill a node that runs one now
                 shutil.rmtree(driver)  # from now on only the shipped copies exist
-                cluster.remove_node(nodes[0], allow_graceful=False)
-                lost.append(nodes[0])
+                node = busy_node(nodes)
+                cluster.remove_node(node, allow_graceful=False)
+                lost.append(node)
 
         result = run_sweep(
             base,
@@ -123,6 +168,33 @@ def test_two_node_ray_cluster_sweep_survives_a_lost_node_and_equals_a_local_swee
         for name in ("scenario.yaml", "records.parquet", "ledger.parquet", "partition.parquet"):
             ours = (tmp_path / "ray" / key / name).read_bytes().replace(here, there)
             assert ours == (tmp_path / "local" / key / name).read_bytes(), (key, name)
+
+
+def busy_node(nodes: list, wait_s: float = 30.0):
+    """The node one of whose Ray workers runs a point now (its process title is the task's
+    name, and the node's raylet is its ancestor); waits for one up to `wait_s`."""
+    raylets = {n.all_processes["raylet"][0].process.pid: n for n in nodes}
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        for proc in Path("/proc").iterdir():
+            try:
+                running = (proc / "cmdline").read_bytes().startswith(b"ray::ray_point")
+            except OSError:
+                continue
+            pid = int(proc.name) if running else 0
+            while pid > 1 and pid not in raylets:
+                pid = _parent(pid)
+            if pid in raylets:
+                return raylets[pid]
+        time.sleep(0.05)
+    pytest.fail("no node was running a point")
+
+
+def _parent(pid: int) -> int:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return 0
 
 
 def _spec():

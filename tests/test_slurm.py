@@ -6,9 +6,9 @@ import subprocess
 import sys
 
 import pandas as pd
-import pytest
 import yaml
 from conftest import BASE
+from test_ray_cluster import need
 
 from flnet.cluster import ClusterOptions
 from flnet.scenario import merge
@@ -16,7 +16,7 @@ from flnet.slurm import chunks
 from flnet.sweep_status import sweep_status
 from flnet.sweeps import run_sweep, spec_from
 
-pytest.importorskip("submitit")
+need("submitit")
 
 BASE2 = merge(BASE, {"run": {"rounds": 2}})
 SPEC = spec_from({"seed": [0, 1], "radio.tx_power_dbm": [10, 20]})  # 2 trajectories, 2 replays
