@@ -22,6 +22,7 @@
 from __future__ import annotations
 
 import dataclasses
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -55,12 +56,15 @@ def ray_point(
 
 def write_on_driver(result: Result, data: dict) -> None:
     """The point's folder as a local run writes it: the results, and scenario.yaml naming the
-    driver's files (not the copies the worker read)."""
+    driver's files (not the copies the worker read). The point ran from its start (a worker
+    cannot read a checkpoint on the driver's disk), so files an earlier, unfinished run of it
+    left go first."""
     from flnet.runner import absolute_paths, write_inputs, write_results  # loads torch
     from flnet.scenario import Scenario
 
     out = Path(data["output"]["dir"])
-    out.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(out, ignore_errors=True)  # what an earlier, unfinished run of it left
+    out.mkdir(parents=True)
     scenario = absolute_paths(Scenario.model_validate(data))
     result.output_dir = out
     result.scenario = scenario
@@ -82,6 +86,18 @@ def _connect(ray: Any, address: str | None) -> bool:
     return True
 
 
+def check_fits(ray: Any, options: ClusterOptions) -> None:
+    """Refuse resources no node of the cluster has: Ray would keep such tasks waiting for ever."""
+    nodes = [n.get("Resources", {}) for n in ray.nodes() if n.get("Alive")]
+    for name, wanted in (("CPU", options.cpus_per_point), ("GPU", options.gpus_per_point)):
+        most = max((n.get(name, 0.0) for n in nodes), default=0.0)
+        if wanted > most:
+            raise FlnetError(
+                f"each point asks for {wanted:g} {name}s (--{name.lower()}s-per-point), but no "
+                f"node of the Ray cluster has that many (at most {most:g})"
+            )
+
+
 def run_ray(
     tasks: list[tuple[str, Any]],
     address: str | None,
@@ -95,6 +111,12 @@ def run_ray(
         raise FlnetError("the Ray backend needs the ray package: pip install ray") from None
     options = (options or ClusterOptions()).check()
     own = _connect(ray, address)
+    try:
+        check_fits(ray, options)
+    except FlnetError:
+        if own:
+            ray.shutdown()
+        raise
     remote = ray.remote(
         num_cpus=options.cpus_per_point,
         num_gpus=options.gpus_per_point,

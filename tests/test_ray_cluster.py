@@ -108,6 +108,22 @@ def test_a_cluster_option_out_of_range_is_refused():
     assert ClusterOptions(cpus_per_point=2.5).threads == 2
 
 
+def test_a_point_asking_more_than_any_node_has_is_refused_not_left_waiting():
+    ray = need("ray")
+    from flnet.errors import FlnetError
+    from flnet.ray_cluster import check_fits
+
+    ray.init(num_cpus=1, num_gpus=0, include_dashboard=False, log_to_driver=False)
+    try:
+        check_fits(ray, ClusterOptions(cpus_per_point=1))
+        with pytest.raises(FlnetError, match=r"2 CPUs .*\(at most 1\)"):
+            check_fits(ray, ClusterOptions(cpus_per_point=2))
+        with pytest.raises(FlnetError, match="0.5 GPUs"):
+            check_fits(ray, ClusterOptions(gpus_per_point=0.5))
+    finally:
+        ray.shutdown()
+
+
 def test_two_node_ray_cluster_sweep_survives_a_lost_node_and_equals_a_local_sweep(
     tmp_path, monkeypatch
 ):
