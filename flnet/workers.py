@@ -21,14 +21,11 @@ import time
 from collections.abc import Iterator
 from multiprocessing.connection import wait
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, Any
 
 from flnet.cluster import ClusterOptions
 from flnet.errors import FlnetError
 from flnet.tasks import Follow, run_point
-
-if TYPE_CHECKING:  # for annotations only: the runner loads torch
-    pass
 
 HEADER = struct.Struct("!Q")
 STOP_GRACE_S = 5.0  # after Ctrl-C, how long workers get to exit before they are killed
