@@ -205,6 +205,7 @@ def resume_command(args: argparse.Namespace) -> str:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
+    from flnet.cluster import ClusterOptions
     from flnet.sweeps import parse_grid, parse_seeds, run_sweep, spec_from
 
     spec = spec_from(
@@ -213,8 +214,20 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         parse_seeds(args.seeds) if args.seeds else None,
         list(args.set or []),
     )
-    backend = "ray" if args.ray is not None else "local"
+    if args.status:
+        return sweep_status_text(args, spec)
+    if args.ray is not None and args.slurm:
+        raise FlnetError("--ray and --slurm are two ways to run the points; give one")
+    backend = "ray" if args.ray is not None else "slurm" if args.slurm else "local"
     address = None if args.ray in (None, "local") else args.ray
+    cluster = ClusterOptions(
+        args.cpus_per_point,
+        args.gpus_per_point,
+        partition=args.partition,
+        time_min=args.slurm_time,
+        points_per_task=args.points_per_task,
+        max_parallel=args.max_parallel,
+    ).check()
     with Progress(
         TextColumn("points"),
         BarColumn(),
@@ -242,6 +255,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
                 address=address,
                 on_progress=on_progress,
                 reuse_runs=not args.no_reuse,
+                cluster=cluster,
             )
         except KeyboardInterrupt:
             progress.stop()
@@ -288,6 +302,18 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 
 SWEEP_SHOWN = ("status", "rounds", "final_test_accuracy", "sim_time_s", "energy_j")
+
+
+def sweep_status_text(args: argparse.Namespace, spec: Any) -> int:
+    """``flnet sweep ... --status``: each point's status from its folder, nothing run; exit
+    status 0 when every point has finished."""
+    from flnet.sweep_status import sweep_status
+
+    table, out = sweep_status(args.file, spec, args.out)
+    print(sweep_text(table))
+    counts = table.status.value_counts(sort=False)
+    print(f"{len(table)} points in {out}: " + ", ".join(f"{n} {s}" for s, n in counts.items()))
+    return 0 if table.status.isin(("completed", "diverged")).all() else 1
 
 
 def reuse_lines(table: pd.DataFrame) -> list[str]:
@@ -626,7 +652,56 @@ def parser() -> argparse.ArgumentParser:
         const="local",
         metavar="ADDRESS",
         help="run the points as Ray tasks: on a new local Ray instance, or on the "
-        "cluster at ADDRESS (e.g. auto, ray://host:10001)",
+        "cluster at ADDRESS (e.g. auto, ray://host:10001); the scenario's files are sent "
+        "to the nodes, the results written here",
+    )
+    w.add_argument(
+        "--cpus-per-point",
+        type=float,
+        default=1.0,
+        metavar="N",
+        help="CPUs each point reserves on Ray or Slurm (its torch threads; default 1)",
+    )
+    w.add_argument(
+        "--gpus-per-point",
+        type=float,
+        default=0.0,
+        metavar="N",
+        help="GPUs each point reserves on Ray or Slurm (0.5: two points share one; default 0)",
+    )
+    w.add_argument(
+        "--slurm",
+        action="store_true",
+        help="run the points as Slurm job arrays (submitit; the sweep folder must be on "
+        "the filesystem the nodes share); Ctrl-C cancels them, the same command resumes",
+    )
+    w.add_argument("--partition", help="Slurm partition for --slurm (default: the cluster's)")
+    w.add_argument(
+        "--slurm-time",
+        type=int,
+        default=60,
+        metavar="MIN",
+        help="time limit of each Slurm array task in minutes (default 60)",
+    )
+    w.add_argument(
+        "--points-per-task",
+        type=int,
+        default=1,
+        metavar="N",
+        help="points each Slurm array task runs one after the other (default 1)",
+    )
+    w.add_argument(
+        "--max-parallel",
+        type=int,
+        default=0,
+        metavar="N",
+        help="Slurm array tasks running at once (default: no limit)",
+    )
+    w.add_argument(
+        "--status",
+        action="store_true",
+        help="show each point's status from the sweep folder and run nothing "
+        "(give the same file, grid and --out as the sweep)",
     )
     w.add_argument(
         "--no-reuse",

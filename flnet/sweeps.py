@@ -30,6 +30,7 @@ from pydantic import ValidationError
 
 from flnet import reuse
 from flnet import workers as pool
+from flnet.cluster import ClusterOptions
 from flnet.columns import REUSE_COLUMNS, SUMMARY_COLUMNS
 from flnet.config import AdagradConfig, AdamConfig, DeltaSgdConfig, SgdConfig, SpsConfig
 from flnet.errors import FlnetError, ScenarioError
@@ -520,6 +521,7 @@ def run_sweep(
     address: str | None = None,
     on_progress: Callable[[int, int], None] | None = None,
     reuse_runs: bool = True,
+    cluster: ClusterOptions | None = None,
 ) -> SweepResult:
     """Plan, skip finished points, run the rest, gather. `on_progress(done, total)` is called
     as points finish. Ctrl-C stops the workers, writes the tables of what finished, and
@@ -588,6 +590,7 @@ def run_sweep(
             address=address,
             log=out / "sweep.log",
             follow=follow,
+            cluster=cluster,
         ):
             outcomes[key] = outcome
             if on_progress:
@@ -616,6 +619,7 @@ def sweep(
     backend: str = "local",
     address: str | None = None,
     reuse: bool = True,
+    cluster: ClusterOptions | None = None,
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Run every point; return (points table, all records), both also written to `out_dir`
     (default ``runs/<name>-sweep``): ``points.csv`` and ``records.parquet``.
@@ -625,9 +629,11 @@ def sweep(
     axis; `fixed` {field: value} or ["field=value"] applies to every point. Workers are separate
     processes (one torch thread each), so a script calling this needs no
     ``if __name__ == "__main__":`` guard. `backend="ray"` runs the points as Ray tasks
-    (`address` of a cluster, or a local instance). `reuse=False` runs every point in full
-    (by default points that differ only in radio or device settings replay one training run
-    where they can; the table's `reused_from` says which).
+    (`address` of a cluster, or a local instance), `backend="slurm"` as Slurm array tasks;
+    `cluster` (`flnet.cluster.ClusterOptions`) gives their CPUs, GPUs and retries.
+    `reuse=False` runs every point in full (by default points that differ only in radio or
+    device settings replay one training run where they can; the table's `reused_from` says
+    which).
     """
     result = run_sweep(
         scenario,
@@ -637,5 +643,6 @@ def sweep(
         backend=backend,
         address=address,
         reuse_runs=reuse,
+        cluster=cluster,
     )
     return result.table, result.records

@@ -1,4 +1,5 @@
-"""Where a sweep's points run: worker processes on this machine, or Ray tasks.
+"""Where a sweep's points run: worker processes on this machine, Ray tasks
+(`flnet.ray_cluster`) or Slurm array tasks (`flnet.slurm`).
 
 Local workers are plain child interpreters (``python -m flnet.workers``) fed one point at a time
 over a pipe, each with one torch thread. They never import the caller's ``__main__`` (unlike
@@ -17,38 +18,17 @@ import struct
 import subprocess
 import sys
 import time
-import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from multiprocessing.connection import wait
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, Any
 
-from flnet import reuse
+from flnet.cluster import ClusterOptions
 from flnet.errors import FlnetError
-
-if TYPE_CHECKING:  # for annotations only: the runner loads torch
-    from flnet.runner import Result
+from flnet.tasks import Follow, run_point
 
 HEADER = struct.Struct("!Q")
 STOP_GRACE_S = 5.0  # after Ctrl-C, how long workers get to exit before they are killed
-Follow = Callable[[str], list[tuple[str, Any]]]  # a finished point's key -> tasks it unlocks
-
-
-def run_point(data: Any, write: bool = True) -> tuple[dict, Result | None]:
-    """Run one resolved scenario (a dict, or a `flnet.reuse.Job`: a replay or a full run with
-    a note); every failure becomes an outcome, never an exception.
-
-    Returns (outcome, result): outcome is {"status", "error"}; result is the run's Result
-    (None when it failed).
-    """
-    try:
-        result = reuse.run_job(data, write=write)
-    except FlnetError as e:
-        return {"status": "error", "error": str(e)}, None
-    except Exception as e:
-        traceback.print_exc(file=sys.stderr)
-        return {"status": "failed", "error": f"{type(e).__name__}: {e}"}, None
-    return {"status": result.summary["status"], "error": None}, result
 
 
 # ---------------------------------------------------------------- the pipe protocol
@@ -206,74 +186,6 @@ def run_here(tasks: list[tuple[str, Any]], follow: Follow | None = None) -> Iter
             todo += follow(key)
 
 
-# ---------------------------------------------------------------- Ray
-
-
-def ray_point(data: Any) -> tuple[dict, Result | None]:
-    """A Ray task: run without writing (the node may not share our disk); the driver writes."""
-    import torch  # the Ray worker's: the sweep's own process never loads torch
-
-    torch.set_num_threads(1)
-    return run_point(data, write=False)
-
-
-def run_ray(
-    tasks: list[tuple[str, Any]], address: str | None, follow: Follow | None = None
-) -> Iterator[tuple]:
-    """Yield (key, outcome) as Ray tasks finish, one CPU each. Uses the Ray instance already
-    started in this process if there is one, else connects to `address` (None: a new local
-    instance, shut down at the end)."""
-    try:
-        import ray  # optional, heavy: only for the Ray backend
-    except ImportError:
-        raise FlnetError("the Ray backend needs the ray package: pip install ray") from None
-    from flnet.runner import write_inputs, write_results  # start-up speed: torch
-
-    own = not ray.is_initialized()
-    if own:
-        try:
-            ray.init(address=address, include_dashboard=False, log_to_driver=False)
-        except ConnectionError as e:
-            raise FlnetError(f"cannot reach the Ray cluster at {address}: {e}") from None
-    remote = ray.remote(num_cpus=1, max_retries=0)(ray_point)
-    keys = {remote.remote(data): (key, data) for key, data in tasks}
-    pending = list(keys)
-
-    def submit(more: list[tuple[str, Any]]) -> None:
-        for key, data in more:
-            ref = remote.remote(data)
-            keys[ref] = (key, data)
-            pending.append(ref)
-
-    try:
-        while pending:
-            ready, pending[:] = ray.wait(pending, num_returns=1)
-            key, data = keys[ready[0]]
-            try:
-                outcome, result = ray.get(ready[0])
-            except ray.exceptions.RayError as e:
-                outcome, result = (
-                    {
-                        "status": "failed",
-                        "error": f"Ray task failed: {type(e).__name__}: {str(e).splitlines()[0]}",
-                    },
-                    None,
-                )
-            if result is not None:
-                result.output_dir = Path(reuse.scenario_data(data)["output"]["dir"])
-                result.output_dir.mkdir(parents=True, exist_ok=True)  # the driver writes here
-                write_inputs(result.scenario, result.partition, result.output_dir)
-                write_results(result)
-            yield key, outcome
-            if follow is not None:
-                submit(follow(key))
-    finally:
-        for ref in pending:
-            ray.cancel(ref, force=True)
-        if own:
-            ray.shutdown()
-
-
 def execute(
     tasks: list[tuple[str, Any]],
     *,
@@ -282,16 +194,23 @@ def execute(
     address: str | None = None,
     log: Path,
     follow: Follow | None = None,
+    cluster: ClusterOptions | None = None,
 ) -> Iterator[tuple]:
     """Run the tasks on the chosen backend; yield (key, outcome) as each finishes.
     `follow(key)`, called once each has finished, returns tasks that may start then (a
-    trajectory run's replays)."""
+    trajectory run's replays). `cluster` gives each point's resources on Ray or Slurm."""
     if not tasks:
         return iter(())
     if backend == "ray":
-        return run_ray(tasks, address, follow)
+        from flnet.ray_cluster import run_ray
+
+        return run_ray(tasks, address, follow, cluster)
+    if backend == "slurm":
+        from flnet.slurm import run_slurm
+
+        return run_slurm(tasks, log.parent, follow, cluster)
     if backend != "local":
-        raise FlnetError(f"unknown sweep backend {backend!r}; allowed: local, ray")
+        raise FlnetError(f"unknown sweep backend {backend!r}; allowed: local, ray, slurm")
     if workers < 0:
         raise FlnetError(f"workers must be >= 0 (got {workers})")
     return run_here(tasks, follow) if workers == 0 else run_local(tasks, workers, log, follow)
