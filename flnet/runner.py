@@ -512,8 +512,17 @@ class Run:
                 remove_journal(self.output_dir / checkpoint.JOURNAL)
                 journal.remove(self.output_dir)
             self.world.start()
-            with threads_for(self.learner):  # as the steps that follow are evaluated
-                self.world.publish(self.algorithm.progress(self.state))  # step 0: the initial model
+            try:
+                with threads_for(self.learner):  # as the steps that follow are evaluated
+                    # step 0, the initial model: its checkpoint is the run's first write
+                    self.world.publish(self.algorithm.progress(self.state))
+            except BaseException as e:
+                if not write:
+                    raise
+                ended = ended_early(self, e)
+                if ended is e:
+                    raise
+                raise ended from None
         else:
             if say is not None:
                 say(f"resuming {self.output_dir} from round {ckpt.round}")
@@ -607,15 +616,16 @@ class Run:
             raise WriteError(write_failure(self.output_dir, failed, kept, self.kept_checkpoint()))
         result.checkpoint_round = self.checkpointer.saved_round if self.checkpointer else None
 
-    def abandon(self, status: str, error: str | None) -> str:
+    def abandon(self, status: str, error: str | None, *, checkpoint_said: bool = False) -> str:
         """A run that cannot go on (an error, a second Ctrl-C): write its records, ledger and
-        summary so far, each on its own; say what is on disk."""
+        summary so far, each on its own; say what is on disk (the checkpoint too, unless
+        `checkpoint_said`: the error's message says it already)."""
         failed, kept = write_each(self.result(status, error=error))
+        said = "" if checkpoint_said else self.kept_checkpoint()
         if failed:
-            return write_failure(self.output_dir, failed, kept, self.kept_checkpoint())
-        return (
-            f"the records, ledger and summary so far are in {self.output_dir}; "
-            + self.kept_checkpoint()
+            return write_failure(self.output_dir, failed, kept, said)
+        return f"the records, ledger and summary so far are in {self.output_dir}" + (
+            f"; {said}" if said else ""
         )
 
     def resumable(self) -> bool:
@@ -835,19 +845,13 @@ def _simulate_and_write(sim: Run, write: bool) -> Result:
     try:
         sim.simulate()
         result = sim.result()
-    except KeyboardInterrupt:
-        if not write:
-            raise
-        raise Interrupted(
-            "stopped at once: " + sim.abandon("interrupted", None), sim.resumable()
-        ) from None
     except BaseException as e:
         if not write:
             raise
-        note = sim.abandon("failed", f"{e.__class__.__name__}: {e}")
-        if isinstance(e, WriteError):
-            raise WriteError(f"{e}. {note}") from None
-        raise
+        ended = ended_early(sim, e)
+        if ended is e:
+            raise
+        raise ended from None
     if not write:
         result.output_dir = None
         return result
@@ -861,6 +865,18 @@ def _simulate_and_write(sim: Run, write: bool) -> Result:
             sim.resumable(),
         ) from None
     return result
+
+
+def ended_early(sim: Run, e: BaseException) -> BaseException:
+    """What a writing run stopped by `e` before its end raises, once its records, ledger and
+    summary so far are written (status interrupted for a Ctrl-C or SIGTERM, failed with the
+    error otherwise, so no summary is left saying running): an Interrupted, a WriteError
+    saying what is on disk, or `e` itself."""
+    if isinstance(e, KeyboardInterrupt):
+        return Interrupted("stopped at once: " + sim.abandon("interrupted", None), sim.resumable())
+    said = isinstance(e, WriteError) and sim.kept_checkpoint() in str(e)
+    note = sim.abandon("failed", f"{e.__class__.__name__}: {e}", checkpoint_said=said)
+    return WriteError(f"{e}. {note[:1].upper()}{note[1:]}") if isinstance(e, WriteError) else e
 
 
 def summarize(
@@ -906,13 +922,16 @@ def summarize(
 
 def write_inputs(scenario: Scenario, partition: pd.DataFrame, out: Path) -> None:
     """What the run starts from: the resolved scenario and the partition, written once."""
-    try:
-        output.write_table(partition, out / f"partition.{scenario.output.format}")
-        output.write_text(
-            out / "scenario.yaml", yaml.safe_dump(scenario.model_dump(mode="json"), sort_keys=False)
-        )
-    except OSError as e:
-        raise WriteError(f"could not write {e.filename or out}: {e.strerror or e}") from None
+    table = out / f"partition.{scenario.output.format}"
+    text = yaml.safe_dump(scenario.model_dump(mode="json"), sort_keys=False)
+    for path, write in (
+        (table, lambda: output.write_table(partition, table)),
+        (out / "scenario.yaml", lambda: output.write_text(out / "scenario.yaml", text)),
+    ):
+        try:
+            write()
+        except OSError as e:  # Arrow's errors name no file: name the one being written
+            raise WriteError(f"could not write {path}: {e.strerror or e}") from None
 
 
 def write_results(result: Result) -> Path:
@@ -939,7 +958,8 @@ def write_each(result: Result) -> tuple[list[str], list[str]]:
 def write_failure(out: Path, failed: list[str], kept: list[str], checkpoint_kept: str) -> str:
     return (
         f"could not write {'; '.join(failed)}. Written in {out}: "
-        f"{', '.join(kept) if kept else 'nothing'}; {checkpoint_kept}"
+        f"{', '.join(kept) if kept else 'nothing'}"
+        + (f"; {checkpoint_kept}" if checkpoint_kept else "")
     )
 
 
