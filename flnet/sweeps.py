@@ -33,7 +33,15 @@ from flnet import workers as pool
 from flnet.columns import REUSE_COLUMNS, SUMMARY_COLUMNS
 from flnet.config import AdagradConfig, AdamConfig, DeltaSgdConfig, SgdConfig, SpsConfig
 from flnet.errors import FlnetError, ScenarioError
-from flnet.output import CHECKPOINT, KILLED, RUNNING, killed_note, lock_holder, run_status
+from flnet.output import (
+    CHECKPOINT,
+    KILLED,
+    RUNNING,
+    killed_note,
+    lock_holder,
+    lock_sweep,
+    run_status,
+)
 from flnet.run_folders import finished, format_of, identity
 from flnet.scenario import Scenario, describe, merge, nest, parse_override, resolve
 
@@ -524,13 +532,33 @@ def run_sweep(
     """Plan, skip finished points, run the rest, gather. `on_progress(done, total)` is called
     as points finish. Ctrl-C stops the workers, writes the tables of what finished, and
     raises KeyboardInterrupt. With `reuse_runs`, points that differ only in radio or device
-    settings replay one training run where they can (`flnet.reuse`)."""
+    settings replay one training run where they can (`flnet.reuse`). The sweep's folder is
+    locked while it runs (`flnet.output.lock_sweep`)."""
     start = time.perf_counter()
     base, file_spec = load_base(scenario)
     spec = combine(file_spec, spec)
     points = plan(base, spec)
     name = base.get("name", "scenario")
     out = Path(out_dir) if out_dir else Path("runs") / f"{name}-sweep"
+    with lock_sweep(out) as folder:  # held until the tables are written
+        try:
+            result = _run_locked(points, out, workers, backend, address, on_progress, reuse_runs)
+        finally:
+            folder.discard_if_unused()  # a sweep refused before it ran leaves no folder
+    result.wall_s = time.perf_counter() - start
+    return result
+
+
+def _run_locked(
+    points: list[Point],
+    out: Path,
+    workers: int,
+    backend: str,
+    address: str | None,
+    on_progress: Callable[[int, int], None] | None,
+    reuse_runs: bool,
+) -> SweepResult:
+    """`run_sweep` once the sweep holds its folder's lock."""
     unique = {p.key: p for p in points if p.key}
     done = {k: s for k in unique if (s := finished(out / k)) is not None}
     # a finished point whose input files (traces, features) changed since it ran runs again
@@ -599,9 +627,7 @@ def run_sweep(
             for k, files in stale.items()
             if files
         ] + write_tables(table, records, out)
-    return SweepResult(
-        table, records, out, list(outcomes), skipped, warnings, time.perf_counter() - start
-    )
+    return SweepResult(table, records, out, list(outcomes), skipped, warnings)
 
 
 def sweep(

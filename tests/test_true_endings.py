@@ -1,15 +1,19 @@
 """What a run or sweep says about how it ended is true (issue 41, class 6), each checked on a
 real process: a run stopped by the file-size limit (exit 4) records `failed` and the error in
-its summary, not `running`."""
+its summary, not `running`; two sweeps started together into one folder do not both run every
+point."""
 
 import json
 import os
 import resource
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+import pandas as pd
 import yaml
+from gated import gated_run
 
 from flnet import output
 
@@ -63,3 +67,32 @@ def test_a_run_stopped_by_the_file_size_limit_records_failed_and_why(tmp_path):
     assert "checkpoint.pt: File too large" in summary["error"]
     assert not (out / "checkpoint.pt").exists()
     assert output.run_status(out, summary["status"]) == "failed"  # what every reader shows
+
+
+def test_two_sweeps_started_together_into_one_folder_run_each_point_once(tmp_path):
+    """Both start at once; the one that takes the sweep's lock holds it for the whole sweep
+    (here, waiting at a gate in its first point), so the other is refused naming it, whenever
+    it gets there. Checking the points' own locks once let both run every point."""
+    path, out = tmp_path / "s.yaml", tmp_path / "sweep"
+    path.write_text(yaml.safe_dump(SMALL))
+    args = ["sweep", path, "--out", out, "--grid", "seed=0,1", "--workers", "0", "--quiet"]
+    both = [gated_run(tmp_path, 2, *args), gated_run(tmp_path, 2, *args)]
+    try:
+        deadline = time.monotonic() + 240
+        while all(c.proc.poll() is None for c in both) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        [refused] = [c for c in both if c.proc.poll() is not None]
+        [running] = [c for c in both if c is not refused]
+        assert refused.finish() == 2, refused.text()
+        said = refused.message()
+        assert f"{out} is being written by another flnet sweep (pid {running.proc.pid})" in said
+        running.wait_for("at the gate")
+        running.open_gate()
+        assert running.finish() == 0, running.text()
+    finally:
+        for child in both:
+            if child.proc.poll() is None:
+                child.proc.kill()
+    table = pd.read_csv(out / "points.csv")
+    assert table.status.tolist() == ["completed", "completed"]
+    assert output.lock_holder(out) is None  # released at exit
