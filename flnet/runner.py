@@ -45,7 +45,7 @@ from flnet.rng import Stream
 from flnet.scenario import Scenario, load_scenario
 from flnet.sim import topology
 from flnet.sim.ledger import NOBODY, SERVER, Tag, remove_journal
-from flnet.sim.world import INTERRUPTED, Observer, Progress, World
+from flnet.sim.world import INTERRUPTED, Observer, Progress, StoppedAtOnce, World
 
 SMALL_MODEL_PARAMS = 5_000_000  # below this, one torch thread: batching is the parallelism
 
@@ -873,7 +873,9 @@ def ended_early(sim: Run, e: BaseException) -> BaseException:
     error otherwise, so no summary is left saying running): an Interrupted, a WriteError
     saying what is on disk, or `e` itself."""
     if isinstance(e, KeyboardInterrupt):
-        return Interrupted("stopped at once: " + sim.abandon("interrupted", None), sim.resumable())
+        why = f" ({e})" if isinstance(e, StoppedAtOnce) else ""
+        note = sim.abandon("interrupted", None)
+        return Interrupted(f"stopped at once{why}: {note}", sim.resumable())
     said = isinstance(e, WriteError) and sim.kept_checkpoint() in str(e)
     note = sim.abandon("failed", f"{e.__class__.__name__}: {e}", checkpoint_said=said)
     return WriteError(f"{e}. {note[:1].upper()}{note[1:]}") if isinstance(e, WriteError) else e

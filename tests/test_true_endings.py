@@ -1,19 +1,21 @@
 """What a run or sweep says about how it ended is true (issue 41, class 6), each checked on a
 real process: a run stopped by the file-size limit (exit 4) records `failed` and the error in
 its summary, not `running`; two sweeps started together into one folder do not both run every
-point."""
+point; SIGTERM to a stream with nobody online stops it at once, not after a 7-day give-up."""
 
 import json
 import os
 import resource
+import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pandas as pd
+import pytest
 import yaml
-from gated import gated_run
+from gated import flnet_run, gated_run
 
 from flnet import output
 
@@ -96,3 +98,38 @@ def test_two_sweeps_started_together_into_one_folder_run_each_point_once(tmp_pat
     table = pd.read_csv(out / "points.csv")
     assert table.status.tolist() == ["completed", "completed"]
     assert output.lock_holder(out) is None  # released at exit
+
+
+@pytest.mark.parametrize("algorithm", ["fedbuff", "fedasync"])
+def test_sigterm_to_an_idle_stream_stops_it_at_once_not_after_seven_days(tmp_path, algorithm):
+    """Nobody is ever online (a trace whose one client never is): after step 0 the stream
+    waits for clients, and no server update (its safe point) will come. SIGTERM used to print
+    "stopping at the end of this round", go on waiting, and exit 2 after the 7-day give-up (a
+    minute of wall time); it now stops at once: exit 130, summary interrupted, the checkpoint
+    of step 0 kept and said to be."""
+    never = tmp_path / "never.csv"
+    never.write_text("client,online_from_s,online_until_s\n0,,\n")
+    path, out = tmp_path / "s.yaml", tmp_path / "out"
+    scenario = {
+        **SMALL,
+        "algorithm": {"name": algorithm, "concurrency": 2, "local": SMALL["algorithm"]["local"]},
+        "clients": {"count": 6, "availability": {"kind": "trace", "path": str(never)}},
+    }
+    path.write_text(yaml.safe_dump(scenario))
+    child = flnet_run(path, "--out", out, "--quiet")
+    try:
+        deadline = time.monotonic() + 120
+        while not (out / "checkpoint.pt").exists() and time.monotonic() < deadline:
+            assert child.proc.poll() is None, child.text()
+            time.sleep(0.02)
+        child.proc.send_signal(signal.SIGTERM)  # the run is in (or entering) its idle wait
+        assert child.finish(timeout_s=120) == 130, child.text()
+    finally:
+        if child.proc.poll() is None:
+            child.proc.kill()
+    said = child.message()
+    assert "stopped at once (nobody online and no work under way at" in said, said
+    assert "the checkpoint of round 0 is kept" in said and "--resume" in said
+    assert "7 simulated days" not in said
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["status"] == "interrupted" and summary["rounds"] == 0
