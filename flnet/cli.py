@@ -447,6 +447,7 @@ def _validate_sweep(
 ) -> bool:
     """Every point of a file's `sweep:` section through run's checks; each bad point is
     reported with its swept values. True when all are fine."""
+    from flnet.errors import TopologyWarning, UnitWarning
     from flnet.runner import check
     from flnet.scenario import load_scenario
     from flnet.sweeps import combine, load_base, plan, spec_from
@@ -456,13 +457,21 @@ def _validate_sweep(
     bad = 0
     for p in points:
         where = ", ".join(f"{k}={v}" for k, v in p.values.items())
+        said: list[warnings.WarningMessage] = []
         try:
             if p.error is not None:
                 raise FlnetError(p.error)
-            check(load_scenario(data=p.data))
+            with warnings.catch_warnings(record=True) as said:
+                for category in (UnitWarning, TopologyWarning):
+                    warnings.simplefilter("always", category)
+                check(load_scenario(data=p.data))
         except FlnetError as e:
             refuse(path, FlnetError(f"sweep point ({where}): {e}"))
             bad += 1
+        for w in said:  # each warning names its point
+            text = f"sweep point ({where}): {w.message}"
+            named = issubclass(w.category, (UnitWarning, TopologyWarning))
+            warnings.warn_explicit(text if named else w.message, w.category, w.filename, w.lineno)
     if not bad:
         print(f"{path}: ok (a sweep of {len(points)} points, each checked)")
     return not bad

@@ -18,10 +18,11 @@ import gc
 import math
 import os
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import numpy as np
 import pandas as pd
@@ -29,9 +30,9 @@ import pyarrow
 import torch
 import yaml
 
-from flnet import checkpoint, journal, output
+from flnet import checkpoint, journal, output, units
 from flnet.algorithms import ALGORITHMS
-from flnet.errors import FlnetError, ScenarioError
+from flnet.errors import FlnetError, ScenarioError, TopologyWarning, UnitWarning
 from flnet.journal import TableJournal
 from flnet.learn import data as data_mod
 from flnet.learn import models, references
@@ -477,6 +478,7 @@ class Run:
             raise FlnetError(f"nothing to resume: {self.output_dir} has no {checkpoint.FILE}")
         # the input files' digests, once: checked on resume and kept in each checkpoint
         self.inputs = checkpoint.input_digests(input_files(scenario)) if write else {}
+        self.warnings: list[str] = []  # what the run warned of (`warnings_noted`), once each
         if ckpt is not None:
             check_resumable(ckpt, scenario, self.output_dir, self.inputs)
         self.world, self.learner = build(scenario, start_time_s=ckpt.now_s if ckpt else 0.0)
@@ -579,6 +581,8 @@ class Run:
         )
         if error is not None:
             summary["error"] = error
+        if self.warnings:  # a sweep's table shows them in the point's note
+            summary["warnings"] = list(self.warnings)
         if self.inputs:  # what a sweep started again checks a finished point against
             summary["inputs"] = self.inputs
         return Result(
@@ -725,9 +729,11 @@ def run(
         scenario = load_scenario(scenario, overrides)
     elif overrides:
         scenario = load_scenario(data=scenario.model_dump(mode="json"), overrides=overrides)
-    with arrow_allocates_with_malloc():
+    with arrow_allocates_with_malloc(), warnings_noted(units.implausible(scenario)) as noted:
         if not write:
-            return _simulate(Run(scenario, write=False, observers=observers), write=False)
+            sim = Run(scenario, write=False, observers=observers)
+            sim.warnings = noted
+            return _simulate(sim, write=False)
         with output.open_folder(scenario.output_dir(), resume=resume, force=force) as folder:
             # absolute folder and data paths go into scenario.yaml: --resume from anywhere
             # finds the run and its data
@@ -739,7 +745,38 @@ def run(
             except BaseException:
                 folder.discard_if_unused()  # a run refused before it wrote leaves no folder
                 raise
+            sim.warnings = noted
             return _simulate(sim, write=True)
+
+
+@contextlib.contextmanager
+def warnings_noted(loaded: list[str]) -> Iterator[list[str]]:
+    """The run's warnings, for its summary: `loaded` (the unit warnings shown when the scenario
+    was loaded) and every flnet warning emitted inside (a topology's missing property, an
+    unstable beta), shown as usual, once per run. They pass the warnings filter every time, so
+    a sweep's worker that runs two points with the same warning notes it in both."""
+    noted = list(dict.fromkeys(loaded))
+    with warnings.catch_warnings():
+        shown = warnings.showwarning
+        for category in (UnitWarning, TopologyWarning):
+            warnings.simplefilter("always", category)
+
+        def show(
+            message: Warning | str,
+            category: type[Warning],
+            filename: str,
+            lineno: int,
+            file: TextIO | None = None,
+            line: str | None = None,
+        ) -> None:
+            if issubclass(category, (UnitWarning, TopologyWarning)):
+                if str(message) in noted:
+                    return
+                noted.append(str(message))
+            shown(message, category, filename, lineno, file, line)
+
+        warnings.showwarning = show
+        yield noted
 
 
 def input_files(scenario: Scenario) -> dict[str, str]:

@@ -420,7 +420,8 @@ def point_row(point: Point, summary: dict | None, outcome: dict | None) -> dict:
     else:
         row.update(status="not finished", error=None)
     row.update({c: done.get(c) for c in REUSE_COLUMNS})
-    row["note"] = point.note
+    said = [point.note, *(done.get("warnings") or [])]  # what the run warned of, too
+    row["note"] = "; ".join(n for n in said if n) or None
     return row
 
 
