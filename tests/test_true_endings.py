@@ -18,6 +18,7 @@ import yaml
 from gated import flnet_run, gated_run
 
 from flnet import output
+from flnet.runner import run
 
 REPO = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "PYTHONPATH": str(REPO)}
@@ -133,3 +134,27 @@ def test_sigterm_to_an_idle_stream_stops_it_at_once_not_after_seven_days(tmp_pat
     assert "7 simulated days" not in said
     summary = json.loads((out / "summary.json").read_text())
     assert summary["status"] == "interrupted" and summary["rounds"] == 0
+
+
+@pytest.mark.parametrize(
+    "algorithm",
+    [{"name": "fedavg"}, {"name": "fedbuff", "concurrency": 3, "buffer_size": 2, "cohort": None}],
+    ids=["fedavg", "fedbuff"],
+)
+def test_a_time_budget_lets_the_round_that_reaches_it_finish(scenario, algorithm):
+    """As README says: the run stops at the end of the round (server update) that reaches
+    run.time_budget_s; that round is not cut at the budget. A budget halfway through round 4
+    ends the run at round 4's end, with the records and ledger of the run without a budget."""
+    algo = {**algorithm}
+    if algo.pop("cohort", 0) is None:
+        algo["local"] = {"steps": 2, "batch_size": 8, "lr": 0.05}
+    full = run(scenario(algorithm=algo, run={"rounds": 6}), write=False)
+    t3, t4 = full.records.sim_time_s.iloc[3], full.records.sim_time_s.iloc[4]
+    budget_s = (t3 + t4) / 2
+    cut = run(scenario(algorithm=algo, run={"rounds": 6, "time_budget_s": budget_s}), write=False)
+    assert cut.summary["stop_reason"] == "time_budget"
+    assert cut.records["round"].tolist() == [0, 1, 2, 3, 4]
+    assert cut.summary["sim_time_s"] == t4 > budget_s
+    assert cut.records.equals(full.records.iloc[:5])
+    before = full.ledger[full.ledger.end_s <= t4].reset_index(drop=True)
+    assert cut.ledger.equals(before)
