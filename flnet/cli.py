@@ -497,13 +497,21 @@ def _validate_sweep(
     bad = 0
     for p in points:
         where = ", ".join(f"{k}={v}" for k, v in p.values.items())
+        said: list[warnings.WarningMessage] = []
         try:
             if p.error is not None:
                 raise FlnetError(p.error)
-            check(load_scenario(data=p.data))
+            with warnings.catch_warnings(record=True) as said:
+                for category in (UnitWarning, TopologyWarning):
+                    warnings.simplefilter("always", category)
+                check(load_scenario(data=p.data))
         except FlnetError as e:
             refuse(path, FlnetError(f"sweep point ({where}): {e}"))
             bad += 1
+        for w in said:  # each warning names its point
+            text = f"sweep point ({where}): {w.message}"
+            named = issubclass(w.category, (UnitWarning, TopologyWarning))
+            warnings.warn_explicit(text if named else w.message, w.category, w.filename, w.lineno)
     if not bad:
         print(printable(f"{path}: ok (a sweep of {len(points)} points, each checked)"))
     return not bad

@@ -199,11 +199,35 @@ def _nonnegative(d: AnyDist) -> AnyDist:
     return d
 
 
+def _fraction(d: AnyDist) -> AnyDist:
+    """Every value a client can draw in [0, 1] (a state of charge). A normal's or lognormal's
+    tail is unbounded and clipped to [0, 1] when drawn: there the centre must lie in [0, 1]."""
+    named: list[tuple[str, float]]
+    if isinstance(d, Constant):
+        named = [("", d.value)]
+    elif isinstance(d, (PerClient, Choice)):
+        named = [("a value", v) for v in (min(d.values), max(d.values))]
+    elif isinstance(d, Uniform):
+        named = [("low", d.low), ("high", d.high)]
+    elif isinstance(d, Normal):
+        named = [("mean", d.mean)]
+    else:
+        named = [("median", d.median)]
+    for name, value in named:
+        if not 0 <= value <= 1:
+            got = f" ({d.kind} with {name} {value:g})" if name else ""
+            raise ValueError(f"must be a fraction in [0, 1] for every client{got}")
+    return d
+
+
 PositiveDist = Annotated[
     AnyDist, BeforeValidator(lambda v: _positive(_parse(v))), WithJsonSchema(_SCHEMA)
 ]
 NonNegativeDist = Annotated[
     AnyDist, BeforeValidator(lambda v: _nonnegative(_parse(v))), WithJsonSchema(_SCHEMA)
+]
+FractionDist = Annotated[
+    AnyDist, BeforeValidator(lambda v: _fraction(_parse(v))), WithJsonSchema(_SCHEMA)
 ]
 
 

@@ -174,7 +174,12 @@ def create(path: Path) -> list[Path]:
                         f"cannot create the output folder {path}: {part} exists and is not a folder"
                     )
                 continue
-            os.mkdir(part)
+            try:
+                os.mkdir(part)
+            except FileExistsError:  # made by another process since we looked (two sweeps)
+                if part.is_dir():
+                    continue
+                raise
             made.append(part)
         return made
     except OSError as e:
@@ -209,7 +214,17 @@ def _name_max(path: Path) -> int | str:
     return "fewer"
 
 
-def _lock(path: Path) -> int:
+def lock_sweep(path: str | Path) -> Folder:
+    """Create (if needed) and lock a sweep's folder for the whole sweep: a second sweep into it
+    is refused, naming the process that holds it, until this one ends (the lock ends with the
+    process, even one killed with -9). Checking each point's own lock once is not enough:
+    two sweeps started together both find every point free."""
+    path = absolute(path)
+    made = create(path)
+    return Folder(path, _lock(path, "flnet sweep"), made)
+
+
+def _lock(path: Path, writer: str = "flnet run") -> int:
     lock = path / LOCK
     try:
         fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
@@ -222,7 +237,7 @@ def _lock(path: Path) -> int:
         os.close(fd)
         if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
             raise FlnetError(
-                f"{path} is being written by another flnet run (pid {holder}); "
+                f"{path} is being written by another {writer} (pid {holder}); "
                 "wait for it to end, or choose another --out"
             ) from None
         raise FlnetError(f"cannot lock the output folder {path}: {_why(e)}") from None

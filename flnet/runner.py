@@ -18,10 +18,11 @@ import gc
 import math
 import os
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import numpy as np
 import pandas as pd
@@ -29,9 +30,9 @@ import pyarrow
 import torch
 import yaml
 
-from flnet import checkpoint, divergence, journal, output
+from flnet import checkpoint, divergence, journal, output, units
 from flnet.algorithms import ALGORITHMS
-from flnet.errors import FlnetError, ScenarioError
+from flnet.errors import FlnetError, ScenarioError, TopologyWarning, UnitWarning
 from flnet.journal import TableJournal
 from flnet.learn import data as data_mod
 from flnet.learn import models, references
@@ -45,7 +46,7 @@ from flnet.rng import Stream
 from flnet.scenario import Scenario, load_scenario
 from flnet.sim import topology
 from flnet.sim.ledger import NOBODY, SERVER, Tag, remove_journal
-from flnet.sim.world import INTERRUPTED, Observer, Progress, World
+from flnet.sim.world import INTERRUPTED, Observer, Progress, StoppedAtOnce, World
 
 SMALL_MODEL_PARAMS = 5_000_000  # below this, one torch thread: batching is the parallelism
 
@@ -520,6 +521,7 @@ class Run:
             raise FlnetError(f"nothing to resume: {self.output_dir} has no {checkpoint.FILE}")
         # the input files' digests, once: checked on resume and kept in each checkpoint
         self.inputs = checkpoint.input_digests(input_files(scenario)) if write else {}
+        self.warnings: list[str] = []  # what the run warned of (`warnings_noted`), once each
         if ckpt is not None:
             check_resumable(ckpt, scenario, self.output_dir, self.inputs)
         self.world, self.learner = build(scenario, start_time_s=ckpt.now_s if ckpt else 0.0)
@@ -555,9 +557,18 @@ class Run:
                 remove_journal(self.output_dir / checkpoint.JOURNAL)
                 journal.remove(self.output_dir)
             self.world.start()
-            # as the steps that follow are evaluated
-            with threads_for(self.learner, scenario.run.threads):
-                self.world.publish(self.algorithm.progress(self.state))  # step 0: the initial model
+            try:
+                # as the steps that follow are evaluated
+                with threads_for(self.learner, scenario.run.threads):
+                    # step 0, the initial model: its checkpoint is the run's first write
+                    self.world.publish(self.algorithm.progress(self.state))
+            except BaseException as e:
+                if not write:
+                    raise
+                ended = ended_early(self, e)
+                if ended is e:
+                    raise
+                raise ended from None
         else:
             if say is not None:
                 say(f"resuming {self.output_dir} from round {ckpt.round}")
@@ -616,6 +627,8 @@ class Run:
         )
         if error is not None:
             summary["error"] = error
+        if self.warnings:  # a sweep's table shows them in the point's note
+            summary["warnings"] = list(self.warnings)
         if self.inputs:  # what a sweep started again checks a finished point against
             summary["inputs"] = self.inputs
         return Result(
@@ -653,15 +666,16 @@ class Run:
             raise WriteError(write_failure(self.output_dir, failed, kept, self.kept_checkpoint()))
         result.checkpoint_round = self.checkpointer.saved_round if self.checkpointer else None
 
-    def abandon(self, status: str, error: str | None) -> str:
+    def abandon(self, status: str, error: str | None, *, checkpoint_said: bool = False) -> str:
         """A run that cannot go on (an error, a second Ctrl-C): write its records, ledger and
-        summary so far, each on its own; say what is on disk."""
+        summary so far, each on its own; say what is on disk (the checkpoint too, unless
+        `checkpoint_said`: the error's message says it already)."""
         failed, kept = write_each(self.result(status, error=error))
+        said = "" if checkpoint_said else self.kept_checkpoint()
         if failed:
-            return write_failure(self.output_dir, failed, kept, self.kept_checkpoint())
-        return (
-            f"the records, ledger and summary so far are in {self.output_dir}; "
-            + self.kept_checkpoint()
+            return write_failure(self.output_dir, failed, kept, said)
+        return f"the records, ledger and summary so far are in {self.output_dir}" + (
+            f"; {said}" if said else ""
         )
 
     def resumable(self) -> bool:
@@ -761,9 +775,11 @@ def run(
         scenario = load_scenario(scenario, overrides)
     elif overrides:
         scenario = load_scenario(data=scenario.model_dump(mode="json"), overrides=overrides)
-    with arrow_allocates_with_malloc():
+    with arrow_allocates_with_malloc(), warnings_noted(units.implausible(scenario)) as noted:
         if not write:
-            return _simulate(Run(scenario, write=False, observers=observers), write=False)
+            sim = Run(scenario, write=False, observers=observers)
+            sim.warnings = noted
+            return _simulate(sim, write=False)
         with output.open_folder(scenario.output_dir(), resume=resume, force=force) as folder:
             # absolute folder and data paths go into scenario.yaml: --resume from anywhere
             # finds the run and its data
@@ -775,7 +791,38 @@ def run(
             except BaseException:
                 folder.discard_if_unused()  # a run refused before it wrote leaves no folder
                 raise
+            sim.warnings = noted
             return _simulate(sim, write=True)
+
+
+@contextlib.contextmanager
+def warnings_noted(loaded: list[str]) -> Iterator[list[str]]:
+    """The run's warnings, for its summary: `loaded` (the unit warnings shown when the scenario
+    was loaded) and every flnet warning emitted inside (a topology's missing property, an
+    unstable beta), shown as usual, once per run. They pass the warnings filter every time, so
+    a sweep's worker that runs two points with the same warning notes it in both."""
+    noted = list(dict.fromkeys(loaded))
+    with warnings.catch_warnings():
+        shown = warnings.showwarning
+        for category in (UnitWarning, TopologyWarning):
+            warnings.simplefilter("always", category)
+
+        def show(
+            message: Warning | str,
+            category: type[Warning],
+            filename: str,
+            lineno: int,
+            file: TextIO | None = None,
+            line: str | None = None,
+        ) -> None:
+            if issubclass(category, (UnitWarning, TopologyWarning)):
+                if str(message) in noted:
+                    return
+                noted.append(str(message))
+            shown(message, category, filename, lineno, file, line)
+
+        warnings.showwarning = show
+        yield noted
 
 
 def input_files(scenario: Scenario) -> dict[str, str]:
@@ -883,19 +930,13 @@ def _simulate_and_write(sim: Run, write: bool) -> Result:
     try:
         sim.simulate()
         result = sim.result()
-    except KeyboardInterrupt:
-        if not write:
-            raise
-        raise Interrupted(
-            "stopped at once: " + sim.abandon("interrupted", None), sim.resumable()
-        ) from None
     except BaseException as e:
         if not write:
             raise
-        note = sim.abandon("failed", f"{e.__class__.__name__}: {e}")
-        if isinstance(e, WriteError):
-            raise WriteError(f"{e}. {note}") from None
-        raise
+        ended = ended_early(sim, e)
+        if ended is e:
+            raise
+        raise ended from None
     if not write:
         result.output_dir = None
         return result
@@ -909,6 +950,20 @@ def _simulate_and_write(sim: Run, write: bool) -> Result:
             sim.resumable(),
         ) from None
     return result
+
+
+def ended_early(sim: Run, e: BaseException) -> BaseException:
+    """What a writing run stopped by `e` before its end raises, once its records, ledger and
+    summary so far are written (status interrupted for a Ctrl-C or SIGTERM, failed with the
+    error otherwise, so no summary is left saying running): an Interrupted, a WriteError
+    saying what is on disk, or `e` itself."""
+    if isinstance(e, KeyboardInterrupt):
+        why = f" ({e})" if isinstance(e, StoppedAtOnce) else ""
+        note = sim.abandon("interrupted", None)
+        return Interrupted(f"stopped at once{why}: {note}", sim.resumable())
+    said = isinstance(e, WriteError) and sim.kept_checkpoint() in str(e)
+    note = sim.abandon("failed", f"{e.__class__.__name__}: {e}", checkpoint_said=said)
+    return WriteError(f"{e}. {note[:1].upper()}{note[1:]}") if isinstance(e, WriteError) else e
 
 
 def summarize(
@@ -955,13 +1010,16 @@ def summarize(
 
 def write_inputs(scenario: Scenario, partition: pd.DataFrame, out: Path) -> None:
     """What the run starts from: the resolved scenario and the partition, written once."""
-    try:
-        output.write_table(partition, out / f"partition.{scenario.output.format}")
-        output.write_text(
-            out / "scenario.yaml", yaml.safe_dump(scenario.model_dump(mode="json"), sort_keys=False)
-        )
-    except OSError as e:
-        raise WriteError(f"could not write {e.filename or out}: {e.strerror or e}") from None
+    table = out / f"partition.{scenario.output.format}"
+    text = yaml.safe_dump(scenario.model_dump(mode="json"), sort_keys=False)
+    for path, write in (
+        (table, lambda: output.write_table(partition, table)),
+        (out / "scenario.yaml", lambda: output.write_text(out / "scenario.yaml", text)),
+    ):
+        try:
+            write()
+        except OSError as e:  # Arrow's errors name no file: name the one being written
+            raise WriteError(f"could not write {path}: {e.strerror or e}") from None
 
 
 def write_results(result: Result) -> Path:
@@ -988,7 +1046,8 @@ def write_each(result: Result) -> tuple[list[str], list[str]]:
 def write_failure(out: Path, failed: list[str], kept: list[str], checkpoint_kept: str) -> str:
     return (
         f"could not write {'; '.join(failed)}. Written in {out}: "
-        f"{', '.join(kept) if kept else 'nothing'}; {checkpoint_kept}"
+        f"{', '.join(kept) if kept else 'nothing'}"
+        + (f"; {checkpoint_kept}" if checkpoint_kept else "")
     )
 
 

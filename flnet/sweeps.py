@@ -34,7 +34,15 @@ from flnet.cluster import ClusterOptions
 from flnet.columns import REUSE_COLUMNS, SUMMARY_COLUMNS
 from flnet.config import AdagradConfig, AdamConfig, DeltaSgdConfig, SgdConfig, SpsConfig
 from flnet.errors import FlnetError, ScenarioError
-from flnet.output import CHECKPOINT, KILLED, RUNNING, killed_note, lock_holder, run_status
+from flnet.output import (
+    CHECKPOINT,
+    KILLED,
+    RUNNING,
+    killed_note,
+    lock_holder,
+    lock_sweep,
+    run_status,
+)
 from flnet.run_folders import finished, format_of, identity
 from flnet.scenario import Scenario, describe, merge, nest, parse_override, resolve
 
@@ -413,7 +421,8 @@ def point_row(point: Point, summary: dict | None, outcome: dict | None) -> dict:
     else:
         row.update(status="not finished", error=None)
     row.update({c: done.get(c) for c in REUSE_COLUMNS})
-    row["note"] = point.note
+    said = [point.note, *(done.get("warnings") or [])]  # what the run warned of, too
+    row["note"] = "; ".join(n for n in said if n) or None
     return row
 
 
@@ -526,13 +535,36 @@ def run_sweep(
     """Plan, skip finished points, run the rest, gather. `on_progress(done, total)` is called
     as points finish. Ctrl-C stops the workers, writes the tables of what finished, and
     raises KeyboardInterrupt. With `reuse_runs`, points that differ only in radio or device
-    settings replay one training run where they can (`flnet.reuse`)."""
+    settings replay one training run where they can (`flnet.reuse`). The sweep's folder is
+    locked while it runs (`flnet.output.lock_sweep`)."""
     start = time.perf_counter()
     base, file_spec = load_base(scenario)
     spec = combine(file_spec, spec)
     points = plan(base, spec)
     name = base.get("name", "scenario")
     out = Path(out_dir) if out_dir else Path("runs") / f"{name}-sweep"
+    with lock_sweep(out) as folder:  # held until the tables are written
+        try:
+            result = _run_locked(
+                points, out, workers, backend, address, on_progress, reuse_runs, cluster
+            )
+        finally:
+            folder.discard_if_unused()  # a sweep refused before it ran leaves no folder
+    result.wall_s = time.perf_counter() - start
+    return result
+
+
+def _run_locked(
+    points: list[Point],
+    out: Path,
+    workers: int,
+    backend: str,
+    address: str | None,
+    on_progress: Callable[[int, int], None] | None,
+    reuse_runs: bool,
+    cluster: ClusterOptions | None,
+) -> SweepResult:
+    """`run_sweep` once the sweep holds its folder's lock."""
     unique = {p.key: p for p in points if p.key}
     done = {k: s for k in unique if (s := finished(out / k)) is not None}
     # a finished point whose input files (traces, features) changed since it ran runs again
@@ -602,9 +634,7 @@ def run_sweep(
             for k, files in stale.items()
             if files
         ] + write_tables(table, records, out)
-    return SweepResult(
-        table, records, out, list(outcomes), skipped, warnings, time.perf_counter() - start
-    )
+    return SweepResult(table, records, out, list(outcomes), skipped, warnings)
 
 
 def sweep(

@@ -253,7 +253,7 @@ def test_charging_from_a_trace_needs_a_trace_with_the_flag(scenario, tmp_path):
         world_of(scenario, 1, availability={"kind": "trace", "path": str(bad)})
 
 
-@pytest.mark.parametrize("window_h", [(22.0, 7.0), (1.0, 2.5), (3.0, 3.0)])
+@pytest.mark.parametrize("window_h", [(22.0, 7.0), (1.0, 2.5), (23.0, 0.5)])
 def test_the_records_levels_for_all_clients_at_once_are_each_clients_level(window_h):
     """`levels_at` walks every client's timeline at once; it gives, bit for bit, what `level`
     gives one client at a time: random rows over three days, four zones, drain and charging

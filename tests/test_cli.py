@@ -123,6 +123,7 @@ def test_validate_reports_every_bad_file_and_passes_good_ones(tmp_path):
     out = flnet_cli("validate", str(bad), "scenarios/quickstart.yaml")
     assert out.returncode == 2
     assert out.stderr.count("error:") == 1 and "data.share_rows" in out.stderr
+    assert "clients.count: 3000 clients" in out.stderr  # the field the user set
     assert "quickstart.yaml: ok" in out.stdout
 
 

@@ -305,9 +305,12 @@ def test_npz_features_are_read_and_checked(tmp_path):
         load(n=3, features={"kind": "npz", "path": str(path)})
 
 
-def test_more_clients_than_samples_is_a_scenario_error_naming_share_rows():
-    with pytest.raises(ScenarioError, match="data.share_rows"):
+def test_more_clients_than_samples_is_a_scenario_error_naming_count_and_share_rows():
+    """The field the user set (clients.count) is the one named; share_rows is the way out."""
+    with pytest.raises(ScenarioError, match="data.share_rows: true") as e:
         load(n=2000)
+    assert e.value.field == "clients.count"
+    assert str(e.value).startswith("clients.count: 2000 clients but digits has only ")
 
 
 def test_shared_rows_give_client_k_the_rows_of_slot_k_mod_rows():

@@ -137,7 +137,7 @@ def test_a_sweep_never_deletes_a_point_a_live_run_writes_and_shows_a_killed_one(
     assert gather(points, out, {})[0].set_index("point").status[live[0]] == "running"
 
     code, said = flnet("sweep", path, "--out", out, *args)  # a second sweep into the same folder
-    assert code == 2 and f"{folder} is being written by another flnet run" in said, said
+    assert code == 2 and f"{out} is being written by another flnet sweep" in said, said
     assert sorted(f.name for f in folder.iterdir()) == before  # nothing deleted under it
 
     child.proc.send_signal(signal.SIGKILL)

@@ -9,7 +9,7 @@ from typing import Annotated, Literal
 from pydantic import Field, model_validator
 
 from flnet.config import Strict
-from flnet.dists import NonNegativeDist, PerClient, PositiveDist, Uniform
+from flnet.dists import FractionDist, NonNegativeDist, PerClient, PositiveDist, Uniform
 from flnet.schema.checks import inconsistent
 
 TraceMapping = Literal["permuted", "in_order", "by_id"]
@@ -90,6 +90,12 @@ class DiurnalAvailability(_AvailabilityCommon):
 
     @model_validator(mode="after")
     def _consistent(self) -> DiurnalAvailability:
+        if self.hourly_online is not None and not any(self.hourly_online):
+            raise inconsistent(
+                "clients.availability.hourly_online",
+                "is 0 at every hour: no client would ever be online (the run would train "
+                "nothing and spend 0 J); give some hour a positive fraction",
+            )
         if self.hourly_online is None and self.mean_online * (1 + self.amplitude) >= 1:
             raise inconsistent(
                 "clients.availability.amplitude",
@@ -148,12 +154,15 @@ class BatteryConfig(Strict):
     capacity_j: PositiveDist = Field(  # type: ignore[assignment]  # number -> Constant
         50_000.0, description="battery capacity in joules (50 kJ: ~3,600 mAh at 3.85 V)"
     )
-    initial_soc: NonNegativeDist = Field(
+    initial_soc: FractionDist = Field(
         default_factory=lambda: Uniform(kind="uniform", low=0.3, high=1.0),
-        description="state of charge at time 0, a fraction of capacity (clipped to [0, 1])",
+        description="state of charge at time 0, a fraction of capacity in [0, 1] (a normal's "
+        "or lognormal's draws clipped to [0, 1])",
     )
-    threshold_soc: NonNegativeDist = Field(  # type: ignore[assignment]
-        0.2, description="opt-out threshold: below this fraction the device stops taking part"
+    threshold_soc: FractionDist = Field(  # type: ignore[assignment]
+        0.2,
+        description="opt-out threshold, a fraction of capacity in [0, 1]: below it the device "
+        "stops taking part",
     )
     resume_margin_soc: float = Field(
         0.1, ge=0, le=1, description="an opted-out device returns at threshold + this fraction"
@@ -181,7 +190,19 @@ class BatteryConfig(Strict):
         "BATTERY_ZONES); none: the diurnal availability's zone of each client, else UTC",
     )
 
+    @model_validator(mode="after")
+    def _a_window(self) -> BatteryConfig:
+        if self.charging_start_hour == self.charging_end_hour:
+            raise inconsistent(
+                "clients.battery.charging_end_hour",
+                f"equals charging_start_hour ({self.charging_start_hour:g}): the window would be "
+                "empty or the whole day; give two different hours (end before start: past "
+                "midnight), or charging_power_w: 0 for devices that never charge",
+            )
+        return self
 
+
+MAX_SLOWDOWN = 1_000.0  # a straggler 1,000x slower is already one that never delivers
 DEVICE_CLASS_NAME = r"^[a-z][a-z0-9_]{0,31}$"  # a column-safe name: energy_j_<name>
 MAX_DEVICE_CLASSES = 100  # drawn into one int8 column
 
@@ -249,7 +270,11 @@ class ClientsConfig(Strict):
         0.0, ge=0, le=1, description="a task's compute is slowed with this probability"
     )
     slowdown_factor: float = Field(
-        1.0, ge=1, description="a slowed task's compute takes this many times longer"
+        1.0,
+        ge=1,
+        le=MAX_SLOWDOWN,
+        description="a slowed task's compute takes this many times longer (at most 1,000: "
+        "beyond, simulated times overflow rather than say anything about stragglers)",
     )
     capacity_trace: CapacityTraceConfig | None = Field(
         None,

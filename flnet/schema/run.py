@@ -47,8 +47,17 @@ class RunConfig(Strict):
         le=1_000_000,
         description="steps of the algorithm's pattern: rounds, gossip iterations or server updates",
     )
-    time_budget_s: float | None = Field(None, gt=0, description="stop once sim time reaches it")
-    energy_budget_j: float | None = Field(None, gt=0, description="stop once energy reaches it")
+    time_budget_s: float | None = Field(
+        None,
+        gt=0,
+        description="stop at the end of the step (round, iteration, server update) that "
+        "reaches this simulated time: that step runs to its end, it is not cut at the budget",
+    )
+    energy_budget_j: float | None = Field(
+        None,
+        gt=0,
+        description="stop at the end of the step that reaches this energy (not cut at it)",
+    )
     target_accuracy: float | None = Field(None, gt=0, le=1)
     eval_every: int = Field(
         1, ge=1, description="steps (rounds, iterations, server updates) between evaluations"

@@ -42,7 +42,14 @@ from flnet.rng import Stream
 from flnet.sim.at_once import Trips
 from flnet.sim.fate import Fate
 from flnet.sim.ledger import SERVER, Tag
-from flnet.sim.world import SELECTION_TRIES, AbstractWorld, Job, PatternWorld, pattern_side
+from flnet.sim.world import (
+    SELECTION_TRIES,
+    AbstractWorld,
+    Job,
+    PatternWorld,
+    StoppedAtOnce,
+    pattern_side,
+)
 
 
 class Packet(NamedTuple):
@@ -518,7 +525,9 @@ def stream(
     once, until the run stops: whenever a slot is free the pattern picks an idle client, asks
     `server.work` for its work and runs its download, compute and upload; each upload that
     arrives goes to `server.receive`, in arrival order; a server update is published at once.
-    No round barrier. The value is the work still under way when the run stopped.
+    No round barrier. The value is the work still under way when the run stopped. A stop
+    requested while nobody is online and nothing is under way, where no update will come to
+    stop at, stops at once (`StoppedAtOnce`), not after IDLE_GIVE_UP_S.
 
     Keys: a client's work is keyed by (client, its work count); the n-th launch picks uniformly
     among idle clients with the generator (seed, ARRIVALS, n), or with `pick(n, busy) ->
@@ -562,6 +571,11 @@ def stream(
             for (client, count, launch), work in zip(starting, server.work(ids, nums)):
                 flight.launch(client, count, launch, work)
         if not flight.under_way and not flight.arrived:  # nobody online: wait, then try again
+            if world.stop_requested is not None:  # no server update (safe point) will come
+                raise StoppedAtOnce(
+                    f"nobody online and no work under way at {world.now:g} s: no server "
+                    "update to stop at"
+                )
             idle_since_s = world.now if idle_since_s is None else idle_since_s
             if world.now - idle_since_s >= IDLE_GIVE_UP_S:
                 raise FlnetError(

@@ -11,11 +11,11 @@ online_until_s)`` of its local clock; a row with both times empty declares a cli
 never online. A client's rows come in time order and never overlap (touching is fine: they are
 merged). ``period_s`` (one value per client; a column overrides the header) repeats the
 client's intervals every P seconds, so each must lie in ``[0, P]``. ``tz_offset_s`` (one per
-client) is the client's local clock minus the simulated clock: the client is online at
-simulated time t when its local time ``t + tz_offset_s`` (modulo P if periodic) lies in one of
-its intervals. ``charging`` (0 or 1 per interval; empty: 0) says the device is plugged in
-throughout that online interval: with ``clients.battery.charging: trace`` it charges then (and
-only then).
+client, at most one day or the client's period in magnitude) is the client's local clock minus
+the simulated clock: the client is online at simulated time t when its local time ``t +
+tz_offset_s`` (modulo P if periodic) lies in one of its intervals. ``charging`` (0 or 1 per
+interval; empty: 0) says the device is plugged in throughout that online interval: with
+``clients.battery.charging: trace`` it charges then (and only then).
 
 Capacity: ``client, compute_s_per_sample, up_rate_bps, down_rate_bps``: the seconds one
 training sample takes on the device and its link rates (see `flnet.sim.world` for how they
@@ -45,6 +45,9 @@ MAX_TRACE_BYTES = 1 << 30  # a trace larger than this is refused before it is re
 AVAILABILITY_COLUMNS = ("client", "online_from_s", "online_until_s")
 AVAILABILITY_OPTIONAL = ("tz_offset_s", "period_s", "charging")
 CAPACITY_COLUMNS = ("client", "compute_s_per_sample", "up_rate_bps", "down_rate_bps")
+# |tz_offset_s| at most: one day (every time zone, -12 h..+14 h, with room to spare), or a
+# periodic client's period if longer (a phase within it); beyond, a clock is nonsense
+TZ_OFFSET_LIMIT_S = 86_400.0
 
 Mapping = Literal["permuted", "in_order", "by_id"]
 _T = TypeVar("_T")
@@ -411,6 +414,12 @@ def read_availability(path: str | Path) -> IntervalTrace:
         )
         if period <= 0:
             raise TraceError(f"{path}, line {line}: period_s must be > 0 (got {period:g})")
+        tz_limit_s = max(TZ_OFFSET_LIMIT_S, period if math.isfinite(period) else 0.0)
+        if abs(tz) > tz_limit_s:
+            raise TraceError(
+                f"{path}, line {line}: tz_offset_s {tz:g} is beyond +-{tz_limit_s:g} s (one "
+                "day, or the client's period if longer): a time zone is within -12 h..+14 h"
+            )
         seen = constants.setdefault(client, (tz, period, line))
         if seen[:2] != (tz, period):
             raise TraceError(

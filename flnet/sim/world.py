@@ -54,6 +54,12 @@ SELECTION_TRIES = 64  # under availability: candidates examined per client wante
 INTERRUPTED = "interrupted"  # the stop reason of `request_stop` from a signal
 
 
+class StoppedAtOnce(KeyboardInterrupt):
+    """A stop was requested (`World.request_stop`: a signal) where no safe point will come:
+    a stream with nobody online and nothing under way. The run stops at once, as on a second
+    Ctrl-C: the runner writes its results so far and keeps the last checkpoint."""
+
+
 class Progress(NamedTuple):
     """One unit of the run done: what observers judge, record and checkpoint.
 
@@ -172,6 +178,9 @@ class PatternWorld(AbstractWorld, Protocol):
 
     @property
     def stop_reason(self) -> str | None: ...
+
+    @property
+    def stop_requested(self) -> str | None: ...
 
     def start_transfer(
         self,
@@ -327,6 +336,11 @@ class World:
     @property
     def stop_reason(self) -> str | None:
         return self._stop_reason
+
+    @property
+    def stop_requested(self) -> str | None:
+        """The reason of a stop requested (`request_stop`) and not yet reached."""
+        return self._stop_requested if self._stop_reason is None else None
 
     def stop(self, reason: str | None) -> None:
         """Set the run's stop reason directly (a resumed run that had already ended)."""

@@ -290,10 +290,10 @@ def num_slots(config: DataConfig, num_clients: int, src: Source) -> int:
     rows, share = len(src.y_train), config.share_rows
     if share is False and num_clients > rows:
         raise ScenarioError(
-            f"{num_clients} clients but only {rows} training samples; set data.share_rows: "
-            f"true to let client k hold the rows of partition slot k mod {rows} (or a number "
-            f"of slots)",
-            field="data.share_rows",
+            f"{num_clients} clients but {config.dataset} has only {rows} training samples: "
+            f"lower clients.count to at most {rows}, or set data.share_rows: true to let "
+            f"client k hold the rows of partition slot k mod {rows} (or a number of slots)",
+            field="clients.count",
         )
     if share is False or share is True:
         return min(num_clients, rows)
