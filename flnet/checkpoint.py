@@ -55,8 +55,14 @@ class Checkpoint(NamedTuple):
 
 def trajectory_fields(scenario: Scenario) -> dict:
     """The scenario minus what may change between a run and its resumption (when to stop,
-    where to write, which folder holds the data sets' files)."""
-    exclude: dict[str, Any] = {"run": True, "output": True, "name": True, "data": {"root"}}
+    where to write, which folder holds the data sets' files, what its series is called)."""
+    exclude: dict[str, Any] = {
+        "run": True,
+        "output": True,
+        "name": True,
+        "label": True,
+        "data": {"root"},
+    }
     return scenario.model_dump(mode="json", exclude=exclude)
 
 

@@ -60,6 +60,11 @@ class Scenario(Strict):
         "scenario",
         description="one plain path component: the default results folder is runs/<name>",
     )
+    label: str | None = Field(
+        None,
+        description="the name of this run's series in plots, reports and flnet.compare; "
+        "default: the fewest fields that tell the runs apart",
+    )
     seed: int = Field(0, ge=0, le=2**32 - 1)
     device: Literal["auto", "cpu", "cuda"] = "auto"
     data: DataConfig = DataConfig()

@@ -16,6 +16,7 @@ from test_report import browser, column, images_loaded, open_report  # noqa: F40
 
 import flnet
 from flnet.analysis import TAU, best_tau, to_target
+from flnet.checkpoint import trajectory_fields
 from flnet.cli import main
 from flnet.comparison import compare
 from flnet.plot import (
@@ -26,6 +27,8 @@ from flnet.plot import (
     time_unit,
 )
 from flnet.report import write_report
+from flnet.run_folders import identity
+from flnet.scenario import Scenario
 
 TINY = ["run.rounds=3", "run.eval_every=1", "clients.count=10", "device=cpu"]
 SCENARIOS = {  # folder name: (scenario, its own overrides)
@@ -124,7 +127,8 @@ def test_labels_by_hand(zoo, tmp_path):
     mine = tmp_path / "mine"
     shutil.copytree(zoo["scaffold"], mine)
     text = (mine / "scenario.yaml").read_text()
-    (mine / "scenario.yaml").write_text(f"label: Ours\n{text}")
+    assert "\nlabel: null\n" in text  # every run's scenario.yaml says it has none
+    (mine / "scenario.yaml").write_text(text.replace("\nlabel: null\n", "\nlabel: Ours\n"))
     res = load_results(zoo["quickstart"], mine, zoo["dpsgd"], labels={"Gossip": str(zoo["dpsgd"])})
     assert res.runs.group.tolist() == ["fedavg", "Ours", "Gossip"]
     by = load_results(zoo["quickstart"], zoo["noniid"], zoo["scaffold"], by=["algorithm.name"])
@@ -133,6 +137,58 @@ def test_labels_by_hand(zoo, tmp_path):
         load_results(zoo["quickstart"], zoo["dpsgd"], labels={"X": str(tmp_path)})
     with pytest.raises(ResultsError, match="no run has this field"):
         load_results(zoo["quickstart"], zoo["dpsgd"], by=["algorithm.nope"])
+
+
+def test_a_scenario_label_names_its_series_and_is_not_its_identity(zoo, tmp_path, capsys):
+    """`label:` in a scenario run by `flnet run` names its series in flnet.compare and
+    `flnet plot`; --label overrides it; it is presentation, so a sweep point run under another
+    label is found finished (not run again) and a checkpoint resumes whatever its label."""
+    scenario = tmp_path / "ours.yaml"
+    scenario.write_text(Path("scenarios/quickstart.yaml").read_text() + "label: Ours\n")
+    ours = tmp_path / "ours"
+    sets = [a for o in [*TINY, "algorithm.cohort.clients_per_round=3"] for a in ("--set", o)]
+    assert main(["run", str(scenario), *sets, "--out", str(ours), "-q"]) == 0
+    cmp = flnet.compare(zoo["scaffold"], ours, zoo["quickstart"])
+    assert cmp.series.series.tolist() == ["scaffold", "Ours", "fedavg"]
+    renamed = flnet.compare(zoo["scaffold"], ours, labels={"Mine": str(ours)})
+    assert renamed.series.series.tolist() == ["scaffold", "Mine"]
+    capsys.readouterr()
+    plots = tmp_path / "plots"
+    given = [str(zoo["scaffold"]), str(ours)]
+    assert main(["plot", *given, "-o", str(plots), "--only", "accuracy_vs_rounds"]) == 0
+    assert (
+        main(
+            [
+                "plot",
+                *given,
+                "--label",
+                f"Mine={ours}",
+                "-o",
+                str(tmp_path / "mine"),
+                "--only",
+                "accuracy_vs_rounds",
+            ]
+        )
+        == 0
+    )
+    shown = {p.name: pd.read_csv(p) for p in plots.glob("*.csv")}
+    assert shown and all("Ours" in set(t.series) for t in shown.values())
+    mine = [pd.read_csv(p) for p in (tmp_path / "mine").glob("*.csv")]
+    assert mine and all({"Mine", "scaffold"} == set(t.series) for t in mine)
+
+    base = flnet.load_scenario("scenarios/quickstart.yaml", TINY).model_dump(mode="json")
+    unlabelled = {k: v for k, v in base.items() if k != "label"}  # as written before the field
+    assert identity({**base, "label": "A"}) == identity(base) == identity(unlabelled)
+    assert identity({**base, "seed": 1}) != identity(base)  # the hash still sees the rest
+    assert trajectory_fields(Scenario.model_validate({**base, "label": "A"})) == trajectory_fields(
+        Scenario.model_validate(base)
+    )
+    out = tmp_path / "sweep"
+    points, _ = flnet.sweep({**base, "label": "A"}, {"seed": [0]}, out_dir=out)
+    written = (out / points.point.iloc[0] / "summary.json").stat().st_mtime_ns
+    again, _ = flnet.sweep({**base, "label": "B"}, {"seed": [0]}, out_dir=out)
+    assert again.point.tolist() == points.point.tolist()
+    assert (out / points.point.iloc[0] / "summary.json").stat().st_mtime_ns == written
 
 
 def test_runs_without_a_common_metric_are_named(zoo, tmp_path, capsys):
