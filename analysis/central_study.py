@@ -170,7 +170,9 @@ def outcomes(
     final.loc[unfinished, accuracies] = np.nan
     final.insert(3, "ended", [ended_as(s, r) for s, r in zip(final.status, final.diverged_round)])
     per_run = final[["algorithm", "seed", "status"]].merge(
-        per_run.drop(columns=["status", "diverged_round", "ended_s"], errors="ignore"),
+        per_run.drop(
+            columns=["status", "diverged_round", "diverged_by", "ended_s"], errors="ignore"
+        ),
         on=["algorithm", "seed"],
         how="left",
     )

@@ -124,7 +124,7 @@ def final(rec: pd.DataFrame, metric: str = "test_accuracy") -> float:
 
 
 def ended(rec: pd.DataFrame) -> str:
-    return ended_as(rec.status.iloc[0], rec.diverged_round.iloc[0])
+    return ended_as(rec.status.iloc[0], rec.diverged_round.iloc[0], rec.diverged_by.iloc[0])
 
 
 def stable_beta(data: dict) -> float:
@@ -220,6 +220,7 @@ def ole_beta(seeds: list[int], rounds: int, betas: tuple) -> pd.DataFrame:
                     "seed": seed,
                     "status": rec.status.iloc[0],
                     "diverged_round": rec.diverged_round.iloc[0],
+                    "diverged_by": rec.diverged_by.iloc[0],
                     "test_accuracy": final(rec),
                     "consensus_distance": final(rec, "consensus_distance"),
                     # the last finite figure before it diverged: how far it had run away
@@ -233,7 +234,7 @@ def ole_beta(seeds: list[int], rounds: int, betas: tuple) -> pd.DataFrame:
             {
                 "beta": beta,
                 "seeds": len(g),
-                "ended": statuses(g.status, column(g, "diverged_round")),
+                "ended": statuses(g.status, column(g, "diverged_round"), column(g, "diverged_by")),
                 "test_accuracy": median_range(column(g, "test_accuracy"), g.status, digits=3),
                 "consensus_distance": median_range(
                     column(g, "consensus_distance"), g.status, digits=3

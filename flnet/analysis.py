@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from flnet.scenario import Scenario
 
 OK = "completed"  # the one status whose figures are a result (`flnet.runner.summarize`)
-STATUS = ("status", "diverged_round", "ended_s")  # what `with_status` adds to records
+STATUS = ("status", "diverged_round", "diverged_by", "ended_s")  # what `with_status` adds
 COSTS = {"rounds": "round", "seconds": "sim_time_s", "joules": "energy_j", "bits": "bits"}
 TAU = "algorithm.local.steps"
 
@@ -447,13 +447,16 @@ def with_status(
     records: pd.DataFrame, ended: dict | pd.DataFrame, on: str | list[str] = "point"
 ) -> pd.DataFrame:
     """`records` with each run's `STATUS` columns: ``status`` (completed, diverged, failed,
-    killed, ...), ``diverged_round`` and ``ended_s`` (simulated seconds at its end: a diverged
-    run's model stopped being finite then). `ended` is one run's summary (`flnet.run`'s
-    ``Result.summary``) or a sweep's points table, matched on `on`."""
+    killed, ...), ``diverged_round``, ``diverged_by`` (the rule of ``run.divergence`` that fired,
+    `flnet.divergence`; none in summaries written before rules existed) and ``ended_s``
+    (simulated seconds at its end: a diverged run's model stopped being finite then). `ended`
+    is one run's summary (`flnet.run`'s ``Result.summary``) or a sweep's points table, matched
+    on `on`."""
     if isinstance(ended, dict):
         return records.assign(
             status=ended.get("status"),
             diverged_round=ended.get("diverged_round"),
+            diverged_by=ended.get("diverged_by"),
             ended_s=ended.get("sim_time_s", math.nan),
         )
     on = [on] if isinstance(on, str) else on
@@ -464,6 +467,7 @@ def with_status(
         ended[[*on, "status"]]
         .assign(
             diverged_round=ended.get("diverged_round", math.nan),
+            diverged_by=ended.get("diverged_by"),
             ended_s=ended.get("sim_time_s", math.nan),
         )
         .drop_duplicates(subset=on)
@@ -473,14 +477,20 @@ def with_status(
     )
 
 
-def ended_as(status: str | None, diverged_round: Any = None) -> str:
+def ended_as(status: str | None, diverged_round: Any = None, diverged_by: Any = None) -> str:
     """How a run ended, as a reader is shown it: ``completed``, ``diverged at round 37``,
+    ``diverged at round 70 (consensus_above)`` (with the rule that fired, where known),
     ``failed``, ``killed``, ..."""
     if status is None or _isnan(status):
         return "unknown"
-    if status == "diverged" and diverged_round is not None and not _isnan(diverged_round):
-        return f"diverged at round {int(diverged_round)}"
-    return str(status)
+    if status != "diverged":
+        return str(status)
+    shown = "diverged"
+    if diverged_round is not None and not _isnan(diverged_round):
+        shown += f" at round {int(diverged_round)}"
+    if diverged_by is not None and not _isnan(diverged_by) and str(diverged_by):
+        shown += f" ({diverged_by})"
+    return shown
 
 
 def accuracy_at(
@@ -549,10 +559,16 @@ def median_range(
     return " ".join(parts)
 
 
-def statuses(status: pd.Series, diverged_round: pd.Series | None = None) -> str:
-    """The runs' statuses in one cell: ``3 completed``, ``2 completed, 1 diverged at round 40``."""
+def statuses(
+    status: pd.Series,
+    diverged_round: pd.Series | None = None,
+    diverged_by: pd.Series | None = None,
+) -> str:
+    """The runs' statuses in one cell: ``3 completed``, ``2 completed, 1 diverged at round 40``,
+    ``1 diverged at round 70 (consensus_above)``."""
     rounds = [None] * len(status) if diverged_round is None else list(diverged_round)
-    shown = [ended_as(s, r) for s, r in zip(status, rounds)]
+    rules = [None] * len(status) if diverged_by is None else list(diverged_by)
+    shown = [ended_as(s, r, b) for s, r, b in zip(status, rounds, rules)]
     counts = pd.Series(shown, dtype=object).value_counts(sort=False)
     return ", ".join(f"{n} {s}" for s, n in counts.items())
 

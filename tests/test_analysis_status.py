@@ -12,11 +12,13 @@ from flnet.analysis import (
     ended_as,
     median_range,
     per_seed,
+    run_point,
     statuses,
     to_target,
     with_status,
 )
 from flnet.errors import FlnetError
+from flnet.scenario import load_scenario
 
 
 def run(point, accuracies, *, every=10, dt_s=5.0):
@@ -195,3 +197,38 @@ def test_a_study_point_that_raises_is_a_status_with_its_error(monkeypatch, capsy
     listed = raised_points(per_run, ["seed"]).splitlines()
     assert len(listed) == 2 and listed[1].startswith("  seed 1: invalid: ")
     assert raised_points(per_run[:1], ["seed"]) == ""
+
+
+def test_a_diverged_run_shows_the_rule_that_fired():
+    """`diverged_by` (which rule of run.divergence fired) travels with the status from a run's
+    summary and a sweep's points table to what a study shows; summaries written before rules
+    existed have none and read as before."""
+    assert ended_as("diverged", 70.0, "consensus_above") == (
+        "diverged at round 70 (consensus_above)"
+    )
+    assert ended_as("diverged", 70.0, math.nan) == "diverged at round 70"  # none in points.csv
+    assert ended_as("completed", math.nan, math.nan) == "completed"
+    s = pd.Series(["diverged", "completed", "diverged"])
+    rounds, rules = pd.Series([70.0, math.nan, 30.0]), pd.Series(["consensus_above", None, None])
+    assert statuses(s, rounds, rules) == (
+        "1 diverged at round 70 (consensus_above), 1 completed, 1 diverged at round 30"
+    )
+    points = POINTS.assign(diverged_by=[None, "loss_above_start", None, None, None])
+    recs = with_status(pd.concat([run("ok", [0.5]), run("div", [0.6, 0.91])]), points)
+    assert recs[recs.point == "div"].diverged_by.eq("loss_above_start").all()
+    assert to_target(recs, 0.9).set_index("point").diverged_by["div"] == "loss_above_start"
+
+    # a real run: OledFL at an unstable beta breaks the consensus rule (tests/test_divergence.py)
+    with pytest.warns(Warning, match="is unstable"):
+        point = run_point(
+            load_scenario(
+                "scenarios/oledfl_sgd.yaml",
+                ["algorithm.beta=0.6", "run.rounds=80", "run.eval_every=1", "device=cpu"]
+                + ["run.divergence.consensus_above=100"],
+            )
+        )
+    assert point.records is not None and (point.records.diverged_by == "consensus_above").all()
+    first = point.records.iloc[0]
+    assert ended_as(first.status, first.diverged_round, first.diverged_by) == (
+        f"diverged at round {int(first.diverged_round)} (consensus_above)"
+    )
