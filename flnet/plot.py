@@ -377,7 +377,8 @@ def name_series(
     """Group runs whose resolved scenarios are the same but for the seed into one series and
     name each by the fewest fields that tell the series apart (the algorithm first, where it
     differs; a field a run's scenario does not have is left out of its name). A scenario's own
-    `label:` names its series. Sets `runs`' group, label and a column per differing field;
+    `label:` names its series (followed by the fields that tell apart the series sharing it: a
+    labelled sweep's points). Sets `runs`' group, label and a column per differing field;
     returns the differing fields (`order` first: a sweep's swept fields).
     """
     kept = [
@@ -394,9 +395,15 @@ def name_series(
     chosen = _fewest_fields(series, first, varying, order)
     names = _display_names(varying)
     label_of = {s: _series_label(s, series, first, chosen, varying, names) for s in series}
-    own = [c.get("label") for c in configs]
+    own = [str(o) if _applies(o) and str(o) else None for o in (c.get("label") for c in configs)]
+    shared: dict[str, set] = {}  # a label and the series that carry it (a sweep's points)
+    for o, i in zip(own, identity):
+        if o is not None:
+            shared.setdefault(o, set()).add(i)
     runs["group"] = [
-        str(o) if _applies(o) and str(o) else label_of[i] or _fallback_label(c)
+        (o if len(shared[o]) == 1 or not label_of[i] else f"{o}, {label_of[i]}")
+        if o is not None
+        else label_of[i] or _fallback_label(c)
         for o, i, c in zip(own, identity, configs)
     ]
     for f in varying:

@@ -24,6 +24,7 @@ from flnet.plot import (
     accuracy_figure,
     figure_tables,
     load_results,
+    name_series,
     time_unit,
 )
 from flnet.report import write_report
@@ -407,3 +408,22 @@ def test_a_field_that_does_not_apply_gives_way_to_one_that_does(zoo, tmp_path):
     flnet.run("scenarios/epochs.yaml", overrides=[*TINY, *same, f"output.dir={epochs}"])
     res = load_results(zoo["quickstart"], zoo["scaffold"], epochs)
     assert res.runs.group.tolist() == ["fedavg, tau=10", "scaffold", "fedavg, epochs=2"]
+
+
+def test_a_label_shared_by_a_sweeps_points_keeps_them_apart():
+    """A labelled sweep's points (one label, several taus) stay separate series: the label,
+    then the field that tells them apart; seeds of one point still form one series."""
+    base = {"label": "Ours", "algorithm.name": "fedavg", "algorithm.local.steps": 1}
+    configs = [
+        {**base, "seed": 0},
+        {**base, "seed": 1},
+        {**base, "algorithm.local.steps": 5, "seed": 0},
+        {"label": "Theirs", "algorithm.name": "fedavg", "algorithm.local.steps": 1, "seed": 0},
+    ]
+    runs = pd.DataFrame({"run_id": ["a", "b", "c", "d"], "seed": [0, 1, 0, 0]})
+    name_series(runs, configs)
+    groups = list(runs["group"])
+    assert groups[0] == groups[1]
+    assert groups[0].startswith("Ours, ") and groups[2].startswith("Ours, ")
+    assert groups[0] != groups[2]
+    assert groups[3] == "Theirs"
