@@ -20,7 +20,7 @@ import torch
 PARAM_RTOL = 1e-5
 PARAM_ATOL = 1e-6  # for entries near zero, where a relative bound means nothing
 COST_RTOL = 1e-12
-LOSS_COLUMNS = ("test_loss",)
+LOSS_COLUMNS = ("test_loss", "train_loss", "global_train_loss")  # computed by the model
 ACCURACY_COLUMNS = (
     "test_accuracy",
     "client_accuracy_mean",
