@@ -59,6 +59,7 @@ from flnet.schema.model import (
 from flnet.schema.radio import (
     D2D,
     Band,
+    Cells,
     DirectRadio,
     LogDistance,
     PhysicalRadio,
@@ -87,6 +88,7 @@ __all__ = [
     "DataConfig",
     "Dataset",
     "DeviceClass",
+    "Cells",
     "DirectRadio",
     "DirichletPartition",
     "DivergenceConfig",

@@ -21,7 +21,9 @@ import simpy
 
 from flnet.dists import sample
 from flnet.schema import D2D, LogDistance, Radio
+from flnet.sim import cells as cells_mod
 from flnet.sim.channel import Channel, TraceRateChannel, band
+from flnet.sim.interference import SPEED_OF_LIGHT_M_S, CellBand
 from flnet.sim.ledger import SERVER
 from flnet.sim.population import Population
 from flnet.sim.radio import dbm_to_w, shannon_rate_bps, snr_hz_direct, snr_hz_physical
@@ -52,7 +54,10 @@ class Network:
         n = population.size
         up_band, down_band = radio.uplink, radio.downlink
         self.speeds = speeds  # a capacity trace: each star link's rate is its trace client's
-        if speeds is None:
+        cells = radio.cells if radio.mode == "physical" else None
+        if cells is not None:
+            self.uplink, self.downlink = cell_bands(env, radio, population)
+        elif speeds is None:
             self.uplink = band(env, up_band.bandwidth_hz, up_band.sharing == "shared", users=n)
             self.downlink = band(
                 env, down_band.bandwidth_hz, down_band.sharing == "shared", users=n
@@ -138,6 +143,24 @@ class Network:
             return bits / np.asarray(shannon_rate_bps(channel.bandwidth_hz, snr))
 
 
+def cell_bands(env: simpy.Environment, radio: Radio, population: Population) -> tuple:
+    """The uplink and downlink of `radio.cells`: each cell's share of its channel group's band,
+    the uplinks coupled by interference (`flnet.sim.interference`); the downlink without
+    interference (a dedicated one: each transfer has its group's whole band)."""
+    assert radio.mode == "physical" and radio.cells is not None
+    stations = cells_mod.layout(radio)
+    pop = population
+    columns = (stations, pop.cell, pop.radiated_w, pop.cell_gain)
+    up_split = radio.uplink.sharing == "shared"
+    uplink = CellBand(env, stations.up_hz, *columns, split=up_split, interfering=True)
+    downlink: Channel
+    if radio.downlink.sharing == "shared":
+        downlink = CellBand(env, stations.down_hz, *columns, split=True, interfering=False)
+    else:
+        downlink = Channel(env, stations.down_hz)
+    return uplink, downlink
+
+
 def d2d_link(
     network: Network, d2d: D2D, channel: Channel, src: int, dst: int, rng: np.random.Generator
 ) -> Link:
@@ -158,9 +181,6 @@ def d2d_link(
     return Link(
         channel, snr_hz, float(network.tx_power_w[src]), "d2d", float(network.rx_power_w[dst])
     )
-
-
-SPEED_OF_LIGHT_M_S = 299_792_458.0
 
 
 def d2d_path_loss_db(model: LogDistance, distance_m: float, normal: float) -> float:

@@ -44,7 +44,8 @@ from flnet.sim.classes import ClassEnergy
 from flnet.sim.costs import Costs, Devices
 from flnet.sim.d2d import AirScheduler, D2DJob
 from flnet.sim.fate import SURE, Ends, Fate
-from flnet.sim.ledger import NOBODY, Ledger, Tag
+from flnet.sim.interference import D2DReuseBand
+from flnet.sim.ledger import NOBODY, SERVER, Ledger, Tag
 from flnet.sim.network import Link, Network, d2d_link
 from flnet.sim.stops import ScheduledStops
 from flnet.sim.traces import TraceError, TraceReplay, TraceSpeeds, speeds_from
@@ -499,10 +500,16 @@ class World:
             if src < 0 or dst < 0 or src == dst or max(src, dst) >= self.num_clients:
                 raise
         if self._d2d_channel is None:
-            d2d = self.radio.d2d
-            self._d2d_channel = band(
-                self.env, d2d.bandwidth_hz, d2d.sharing == "shared", users=self.num_clients
-            )
+            d2d, pop = self.radio.d2d, self.population
+            if d2d.sharing == "spatial_reuse":
+                assert d2d.path_loss is not None  # the schema's check
+                self._d2d_channel = D2DReuseBand(
+                    self.env, d2d.bandwidth_hz, pop.x_m, pop.y_m, pop.radiated_w, d2d.path_loss
+                )
+            else:
+                self._d2d_channel = band(
+                    self.env, d2d.bandwidth_hz, d2d.sharing == "shared", users=self.num_clients
+                )
         link = d2d_link(
             self.network,
             self.radio.d2d,
@@ -1017,7 +1024,12 @@ class _Transfer:
         self.tx = (
             tx
             if tx is not None
-            else link.channel.transmit(bits, link.snr_hz * world.costs.fading(src, dst, tag, key))
+            else link.channel.transmit(
+                bits,
+                link.snr_hz * world.costs.fading(src, dst, tag, key),
+                dst if src == SERVER else src,  # the client whose cell it is
+                dst,
+            )
         )
         self.event = self.tx.done
         self.outcome: str | None = None
