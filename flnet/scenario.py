@@ -161,6 +161,14 @@ class Scenario(Strict):
                 "radio.cells",
                 "needs clients.positions (uniform or given) to measure distances to stations",
             )
+        moving = getattr(cells, "mobility", None)
+        positions = self.clients.positions
+        if moving is not None and moving.side_m is None and positions is not None:
+            if positions.kind != "uniform":
+                raise inconsistent(
+                    "radio.cells.mobility.side_m",
+                    "needed with given positions (the square the clients walk in)",
+                )
         if cells is not None and self.clients.capacity_trace is not None:
             raise inconsistent(
                 "radio.cells",

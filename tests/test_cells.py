@@ -311,3 +311,75 @@ def test_spatial_reuse_needs_path_loss():
             "scenarios/gossip_radio.yaml",
             ["radio.d2d.sharing=spatial_reuse", "radio.d2d.path_loss=null"],
         )
+
+
+def test_a_random_waypoint_walk_by_hand():
+    """One client from (0, 0) at 1 m/s toward its first waypoint (stream MOBILITY, epoch 0):
+    after one 10 s epoch it is 10 m along the line to it; a client that reaches its waypoint
+    within the epoch pauses there, then walks on to the next."""
+    from flnet.rng import Stream, generator
+    from flnet.schema import RandomWaypoint
+    from flnet.sim.mobility import Waypoints
+
+    model = RandomWaypoint(min_speed_m_s=1.0, max_speed_m_s=1.0, epoch_s=10.0)
+    walk = Waypoints(model, 1000.0, np.zeros(1), np.zeros(1), seed=4)
+    target = generator(4, Stream.MOBILITY, 0).uniform(0.0, 1000.0, (2, 1))[:, 0]
+    assert np.hypot(*target) > 10.0
+    assert walk.advance_to(walk.epoch_of(12.0))  # epoch 1
+    assert [walk.x_m[0], walk.y_m[0]] == pytest.approx(list(10.0 * target / np.hypot(*target)))
+    assert not walk.advance_to(1)  # epochs only go forward
+
+    # seed 7: the first waypoint at 113 m (5.65 s at 20 m/s), a 2 s pause, then 2.35 s of the
+    # 82.7 m toward the second
+    fast = RandomWaypoint(min_speed_m_s=20.0, max_speed_m_s=20.0, pause_s=2.0, epoch_s=10.0)
+    walk = Waypoints(fast, 100.0, np.zeros(1), np.zeros(1), seed=7)
+    first = walk.target[:, 0].copy()
+    walk.advance_to(1)
+    second = walk.target[:, 0]
+    walked_m = 20.0 * (10.0 - np.hypot(*first) / 20.0 - 2.0)
+    assert 0 < walked_m < np.hypot(*(second - first))
+    way = (second - first) / np.hypot(*(second - first))
+    assert [walk.x_m[0], walk.y_m[0]] == pytest.approx(list(first + walked_m * way), rel=1e-12)
+
+
+def test_moving_clients_change_cells_between_epochs():
+    """Fast walkers on a two-station layout: after some epochs some clients are attached to
+    the other station, and their star SNRs are their new serving gains'."""
+    from flnet.sim import cells as cells_mod
+    from flnet.sim.ledger import SERVER
+    from flnet.sim.world import World
+
+    sc = load_scenario(
+        "scenarios/quickstart.yaml",
+        [
+            "clients.count=40",
+            "clients.positions={kind: uniform, side_m: 1000}",
+            "radio.cells={stations_xy_m: [[250, 500], [750, 500]], mobility: "
+            "{min_speed_m_s: 20, max_speed_m_s: 30, epoch_s: 5}}",
+        ],
+    )
+    world = World(sc.clients, sc.radio, sc.seed)
+    pop = world.population
+    before = pop.cell.copy()
+    world.network.link(0, SERVER)
+    assert (pop.cell == before).all()  # epoch 0: as drawn
+    world.env.run(until=60.0)
+    link = world.network.link(0, SERVER)
+    assert (pop.cell != before).any()
+    walk = world.network.moving.walk
+    layout = cells_mod.layout(sc.radio)
+    gain = cells_mod.gains(sc.radio, layout, walk.x_m, walk.y_m, sc.seed)
+    nearest = cells_mod.attach("nearest", gain, layout, walk.x_m, walk.y_m)
+    assert (pop.cell == nearest).all()
+    expected = pop.radiated_w[0] * gain[0, nearest[0]] / layout.noise_w_hz
+    assert link.snr_hz == pytest.approx(expected, rel=1e-12)
+    assert isinstance(world.round_plan, at_once.EventByEvent)  # epochs: event by event
+
+
+def test_a_run_with_moving_clients():
+    run = flnet.run(
+        "scenarios/quickstart.yaml",
+        [*CELLS, "radio.cells.mobility={min_speed_m_s: 1, max_speed_m_s: 2, epoch_s: 0.01}"],
+        write=False,
+    )
+    assert (run.ledger.kind == "upload").sum() > 0

@@ -64,6 +64,7 @@ from flnet.schema.radio import (
     LogDistance,
     PhysicalRadio,
     Radio,
+    RandomWaypoint,
 )
 from flnet.schema.run import (
     DivergenceConfig,
@@ -110,6 +111,7 @@ __all__ = [
     "PhysicalRadio",
     "QsgdCompression",
     "Radio",
+    "RandomWaypoint",
     "RandKCompression",
     "RandomGossipCompression",
     "RandomReluFeatures",

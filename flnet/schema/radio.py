@@ -104,6 +104,36 @@ class D2D(Strict):
         return self
 
 
+class RandomWaypoint(Strict):
+    """Clients walk to waypoints drawn uniformly in the square of clients.positions, at a
+    speed drawn per leg, pausing at each (flnet.sim.mobility). Positions, gains and
+    attachment are taken at epochs of `epoch_s`: a transfer keeps those of the epoch it
+    starts in."""
+
+    kind: Literal["random_waypoint"] = "random_waypoint"
+    min_speed_m_s: float = Field(0.5, gt=0, description="slowest speed a leg is drawn with")
+    max_speed_m_s: float = Field(1.5, gt=0, description="fastest speed a leg is drawn with")
+    pause_s: float = Field(0.0, ge=0, description="pause at each waypoint")
+    epoch_s: float = Field(
+        60.0, gt=0, description="positions, gains and attachment are updated every epoch_s"
+    )
+    side_m: float | None = Field(
+        None,
+        gt=0,
+        description="the square the clients walk in; none: clients.positions.side_m "
+        "(uniform positions)",
+    )
+
+    @model_validator(mode="after")
+    def _speeds_ordered(self) -> RandomWaypoint:
+        if self.max_speed_m_s < self.min_speed_m_s:
+            raise inconsistent(
+                "radio.cells.mobility.max_speed_m_s",
+                f"{self.max_speed_m_s:g} is below min_speed_m_s = {self.min_speed_m_s:g}",
+            )
+        return self
+
+
 class Cells(Strict):
     """Several base stations (cells) instead of one access point: each client uploads to and
     downloads from the station it is attached to (the FL server sits behind them all). The
@@ -141,6 +171,11 @@ class Cells(Strict):
         True,
         description="co-channel uplinks in other cells interfere (false: each cell alone, "
         "the same layout and bands; to see what interference costs)",
+    )
+    mobility: RandomWaypoint | None = Field(
+        None,
+        description="clients move (random waypoint), changing path loss and attachment "
+        "between epochs; none: they stand still",
     )
 
     @model_validator(mode="after")

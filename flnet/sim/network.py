@@ -25,6 +25,7 @@ from flnet.sim import cells as cells_mod
 from flnet.sim.channel import Channel, TraceRateChannel, band
 from flnet.sim.interference import SPEED_OF_LIGHT_M_S, CellBand
 from flnet.sim.ledger import SERVER
+from flnet.sim.mobility import MovingCells
 from flnet.sim.population import Population
 from flnet.sim.radio import dbm_to_w, shannon_rate_bps, snr_hz_direct, snr_hz_physical
 from flnet.sim.traces import TraceSpeeds
@@ -50,8 +51,12 @@ class Network:
         radio: Radio,
         population: Population,
         speeds: TraceSpeeds | None = None,
+        moving: MovingCells | None = None,
     ) -> None:
+        """`moving`: the cells' clients walk (`radio.cells.mobility`): each star link reads
+        their columns as they are at its start's epoch."""
         n = population.size
+        self.env, self.moving = env, moving
         up_band, down_band = radio.uplink, radio.downlink
         self.speeds = speeds  # a capacity trace: each star link's rate is its trace client's
         cells = radio.cells if radio.mode == "physical" else None
@@ -84,6 +89,8 @@ class Network:
 
     def link(self, src: int, dst: int) -> Link:
         """The star's links by rule from the client's row; others as added."""
+        if self.moving is not None:
+            self.moving.at(self.env.now)
         if dst == SERVER and 0 <= src < self._n:
             return Link(
                 self.uplink, self._quality(src, down=False), float(self.tx_power_w[src]), "upload"
@@ -103,6 +110,8 @@ class Network:
     def star(self, clients: np.ndarray, down: bool) -> tuple[list[float], list[float]]:
         """What `link` gives for each of `clients`' downlinks (or uplinks), at once: their
         `snr_hz` (or trace rates) and `power_w`."""
+        if self.moving is not None:
+            self.moving.at(self.env.now)
         if self.speeds is not None:
             rates = self.speeds.down_rate_bps if down else self.speeds.up_rate_bps
             quality = rates[self.speeds.mapping(clients)]
@@ -132,6 +141,8 @@ class Network:
     ) -> np.ndarray:
         """[C] seconds each client's uplink (or downlink) takes for `bits`, alone on its band
         and without fading."""
+        if self.moving is not None:
+            self.moving.at(self.env.now)
         if self.speeds is not None:
             rates = self.speeds.down_rate_bps if down else self.speeds.up_rate_bps
             rows = self.speeds.mapping(np.arange(self._n) if clients is None else clients)

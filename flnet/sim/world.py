@@ -46,6 +46,7 @@ from flnet.sim.d2d import AirScheduler, D2DJob
 from flnet.sim.fate import SURE, Ends, Fate
 from flnet.sim.interference import D2DReuseBand
 from flnet.sim.ledger import NOBODY, SERVER, Ledger, Tag
+from flnet.sim.mobility import moving_cells
 from flnet.sim.network import Link, Network, d2d_link
 from flnet.sim.stops import ScheduledStops
 from flnet.sim.traces import TraceError, TraceReplay, TraceSpeeds, speeds_from
@@ -293,7 +294,9 @@ class World:
                 raise ValueError("a capacity trace needs the model's flops_per_sample")
             self.speeds = speeds_from(clients.capacity_trace, seed, flops_per_sample, clients.count)
         self.costs = Costs(self.devices, self.speeds, clients.count, seed, radio.rayleigh_fading)
-        self.network = Network(self.env, radio, pop, self.speeds)
+        self.network = Network(
+            self.env, radio, pop, self.speeds, moving_cells(radio, clients, seed, pop)
+        )
         self.availability: Availability = availability_mod.build(clients.availability, seed)
         self._stops = ScheduledStops(self.env)  # work to end when its session does
         self.battery: Battery | None = None
@@ -312,9 +315,10 @@ class World:
         # a client's ledger row drains its battery and adds to its class's energy
         self.ledger = Ledger([sub for sub in (self.battery, self.class_energy) if sub is not None])
         # the accelerator of round trips: at once, where every fate is known when it starts
+        # (not where clients move: a round's uploads may start in a later epoch than its start)
         self.round_plan: RoundPlan = (
             AtOnce(self.network, self.costs, self.env, self.fates_sure)
-            if self.fates_known
+            if self.fates_known and self.network.moving is None
             else EventByEvent()
         )
         self.observers: list[Observer] = []
