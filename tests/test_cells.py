@@ -212,8 +212,17 @@ def _both_ways(monkeypatch, overrides):
 
 @pytest.mark.parametrize(
     "extra",
-    [[], ["radio.downlink.sharing=shared", "algorithm.cohort.deadline_s=0.02"]],
-    ids=["default", "shared-down-deadline"],
+    [
+        [],
+        ["radio.downlink.sharing=shared", "algorithm.cohort.deadline_s=0.02"],
+        [
+            "radio.rayleigh_fading=true",
+            "clients.dropout_probability=0.3",
+            "clients.slowdown_probability=0.3",
+            "algorithm.cohort.over_selection=1.5",
+        ],
+    ],
+    ids=["default", "shared-down-deadline", "fading-fates-overselection"],
 )
 def test_a_round_with_cells_at_once_equals_event_by_event(monkeypatch, extra):
     fast, slow = _both_ways(monkeypatch, [*CELLS, *extra])
