@@ -155,6 +155,26 @@ class Scenario(Strict):
                 "radio.d2d.path_loss",
                 "needs clients.positions (uniform or given) to measure distances",
             )
+        cells = getattr(self.radio, "cells", None)
+        if cells is not None and self.clients.positions is None:
+            raise inconsistent(
+                "radio.cells",
+                "needs clients.positions (uniform or given) to measure distances to stations",
+            )
+        moving = getattr(cells, "mobility", None)
+        positions = self.clients.positions
+        if moving is not None and moving.side_m is None and positions is not None:
+            if positions.kind != "uniform":
+                raise inconsistent(
+                    "radio.cells.mobility.side_m",
+                    "needed with given positions (the square the clients walk in)",
+                )
+        if cells is not None and self.clients.capacity_trace is not None:
+            raise inconsistent(
+                "radio.cells",
+                "a capacity trace gives each link's measured rate (clients.capacity_trace); "
+                "cells compute rates from positions, so the two do not go together",
+            )
         if self.run.divergence.consensus_above is not None and topology is None:
             raise inconsistent(
                 "run.divergence.consensus_above",

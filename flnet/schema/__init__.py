@@ -59,10 +59,12 @@ from flnet.schema.model import (
 from flnet.schema.radio import (
     D2D,
     Band,
+    Cells,
     DirectRadio,
     LogDistance,
     PhysicalRadio,
     Radio,
+    RandomWaypoint,
 )
 from flnet.schema.run import (
     DivergenceConfig,
@@ -87,6 +89,7 @@ __all__ = [
     "DataConfig",
     "Dataset",
     "DeviceClass",
+    "Cells",
     "DirectRadio",
     "DirichletPartition",
     "DivergenceConfig",
@@ -108,6 +111,7 @@ __all__ = [
     "PhysicalRadio",
     "QsgdCompression",
     "Radio",
+    "RandomWaypoint",
     "RandKCompression",
     "RandomGossipCompression",
     "RandomReluFeatures",

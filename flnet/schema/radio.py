@@ -1,5 +1,6 @@
-"""The scenario's `radio` section: the access point's bands and path loss, and the
-client-to-client (D2D) links."""
+"""The scenario's `radio` section: the access point's bands and path loss, the cells (several
+base stations with frequency reuse and co-channel interference), and the client-to-client (D2D)
+links."""
 
 from __future__ import annotations
 
@@ -60,12 +61,13 @@ class D2D(Strict):
     own ledger row, for the airtime of the transmission. See the README's gossip radio."""
 
     bandwidth_hz: float = Field(1.0e6, gt=0)
-    sharing: Literal["shared", "dedicated", "tdma"] = Field(
+    sharing: Literal["shared", "dedicated", "tdma", "spatial_reuse"] = Field(
         "dedicated",
         description="dedicated: orthogonal links, each transmission has the whole band (an "
         "exchange takes its slowest link); shared: concurrent transmissions split one band "
         "equally; tdma: one band, one transmission at a time (an exchange takes the sum of "
-        "its airtimes)",
+        "its airtimes); spatial_reuse: one band, every transmission has all of it at once "
+        "and the others under way interfere at its receiver (SINR; needs path_loss)",
     )
     snr_db: Dist = Field(  # type: ignore[assignment]  # number -> Constant
         20.0, description="per unordered pair, over the D2D band (when path_loss is none)"
@@ -90,6 +92,117 @@ class D2D(Strict):
         description="each message is lost with this probability, independently per "
         "receiver; its airtime is still charged",
     )
+
+    @model_validator(mode="after")
+    def _interference_needs_geometry(self) -> D2D:
+        if self.sharing == "spatial_reuse" and self.path_loss is None:
+            raise inconsistent(
+                "radio.d2d.sharing",
+                "spatial_reuse needs radio.d2d.path_loss: interference comes from the "
+                "distances between the transmitters and the receivers",
+            )
+        return self
+
+
+class RandomWaypoint(Strict):
+    """Clients walk to waypoints drawn uniformly in the square of clients.positions, at a
+    speed drawn per leg, pausing at each (flnet.sim.mobility). Positions, gains and
+    attachment are taken at epochs of `epoch_s`: a transfer keeps those of the epoch it
+    starts in."""
+
+    kind: Literal["random_waypoint"] = "random_waypoint"
+    min_speed_m_s: float = Field(0.5, gt=0, description="slowest speed a leg is drawn with")
+    max_speed_m_s: float = Field(1.5, gt=0, description="fastest speed a leg is drawn with")
+    pause_s: float = Field(0.0, ge=0, description="pause at each waypoint")
+    epoch_s: float = Field(
+        60.0, gt=0, description="positions, gains and attachment are updated every epoch_s"
+    )
+    side_m: float | None = Field(
+        None,
+        gt=0,
+        description="the square the clients walk in; none: clients.positions.side_m "
+        "(uniform positions)",
+    )
+
+    @model_validator(mode="after")
+    def _speeds_ordered(self) -> RandomWaypoint:
+        if self.max_speed_m_s < self.min_speed_m_s:
+            raise inconsistent(
+                "radio.cells.mobility.max_speed_m_s",
+                f"{self.max_speed_m_s:g} is below min_speed_m_s = {self.min_speed_m_s:g}",
+            )
+        return self
+
+
+class Cells(Strict):
+    """Several base stations (cells) instead of one access point: each client uploads to and
+    downloads from the station it is attached to (the FL server sits behind them all). The
+    band (`uplink.bandwidth_hz`, `downlink.bandwidth_hz`) is cut into `reuse_factor` channel
+    groups of bandwidth / reuse_factor; station b uses group `channel_groups[b]` (default
+    b mod reuse_factor). Uplinks in other cells of the same group interfere: a transfer's SINR
+    on its share s of its group's band W is P g / ((N0 + I / W) s), I the power the other
+    co-channel cells' concurrent uplinks put on its station (docs: energy and radio, cells and
+    interference). Gains follow the radio's path loss from the clients' positions, with
+    `radio.shadowing_std_db` drawn per client and station."""
+
+    stations_xy_m: list[tuple[float, float]] = Field(
+        min_length=1, description="each base station's position (x, y) in metres"
+    )
+    station_tx_power_dbm: list[float] | None = Field(
+        None,
+        description="each station's transmit power (sets downlink SNR and `strongest` "
+        "attachment); none: radio.ap_tx_power_dbm for all",
+    )
+    attach: Literal["nearest", "strongest"] = Field(
+        "nearest",
+        description="nearest: to the closest station; strongest: to the station whose signal "
+        "arrives strongest (its power x path gain, shadowing included)",
+    )
+    reuse_factor: int = Field(
+        1,
+        ge=1,
+        le=64,
+        description="channel groups the band is cut into (1: every cell uses it all)",
+    )
+    channel_groups: list[int] | None = Field(
+        None, description="each station's channel group in [0, reuse_factor); none: b mod K"
+    )
+    interference: bool = Field(
+        True,
+        description="co-channel uplinks in other cells interfere (false: each cell alone, "
+        "the same layout and bands; to see what interference costs)",
+    )
+    mobility: RandomWaypoint | None = Field(
+        None,
+        description="clients move (random waypoint), changing path loss and attachment "
+        "between epochs; none: they stand still",
+    )
+
+    @model_validator(mode="after")
+    def _per_station(self) -> Cells:
+        b = len(self.stations_xy_m)
+        for name in ("station_tx_power_dbm", "channel_groups"):
+            values = getattr(self, name)
+            if values is not None and len(values) != b:
+                raise inconsistent(
+                    f"radio.cells.{name}", f"lists {len(values)} values for {b} stations_xy_m"
+                )
+        for k, group in enumerate(self.channel_groups or []):
+            if not 0 <= group < self.reuse_factor:
+                raise inconsistent(
+                    "radio.cells.channel_groups",
+                    f"station {k}'s group {group} is outside [0, reuse_factor = "
+                    f"{self.reuse_factor})",
+                )
+        if not all(math.isfinite(c) for xy in self.stations_xy_m for c in xy):
+            raise inconsistent("radio.cells.stations_xy_m", "positions must be finite")
+        return self
+
+    def groups(self) -> list[int]:
+        """Each station's channel group."""
+        if self.channel_groups is not None:
+            return list(self.channel_groups)
+        return [b % self.reuse_factor for b in range(len(self.stations_xy_m))]
 
 
 class _RadioCommon(Strict):
@@ -120,6 +233,11 @@ class PhysicalRadio(_RadioCommon):
     shadowing_std_db: float = Field(8.0, ge=0, description="per client, drawn once")
     noise_psd_dbm_hz: float = -174.0
     ap_tx_power_dbm: float = Field(30.0, description="access point power; sets downlink SNR")
+    cells: Cells | None = Field(
+        None,
+        description="several base stations with frequency reuse and co-channel interference "
+        "(distances from clients.positions; distance_m unused); none: one access point",
+    )
 
     @field_validator("distance_m")
     @classmethod

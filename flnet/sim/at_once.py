@@ -247,6 +247,7 @@ def plan(network: Network, costs: Costs, now_s: float, sure: bool, trips: Trips)
         members.down_bits,
         down_snr,
         members.session_end,
+        trips.cohort,
     )
     up_left = _settle(
         network.uplink,
@@ -256,6 +257,7 @@ def plan(network: Network, costs: Costs, now_s: float, sure: bool, trips: Trips)
         uploads.up_order_bits,
         uploads.up_order_snr,
         uploads.up_cancel_s,
+        trips.cohort[uploaders],
     )
     up_left = None if up_left is None else {int(uploaders[i]): b for i, b in up_left.items()}
     return _rows(network, costs, trips, members, times, events, stop_s, cause, down_left, up_left)
@@ -306,6 +308,7 @@ def _downloads(
         n,
         deadline_at_s,
         cancel_s=members.session_end,
+        clients=trips.cohort,
     )
     return None if down is None else (down, down_snr, down_w)
 
@@ -378,6 +381,7 @@ def _uploads(
         trips.keep,
         up_cancel_s,
         counted,
+        trips.cohort[uploaders],
     )
     if up is None:
         return None
@@ -575,17 +579,24 @@ def _settle(
     bits: np.ndarray,
     snr_hz: list[float],
     cancel_s: np.ndarray,
+    clients: np.ndarray,
 ) -> dict[int, float] | None:
     """Leave a shared band as the round leaves it; the bits left of its transfers still under
     way at `cut_s`, by their index in its order (None on a dedicated band). Its replay stopped
-    at the cut already (the deadline, the keep-th upload) or ran past it: then again, to it."""
+    at the cut already (the deadline, the keep-th upload) or ran past it: then again, to it.
+    `clients`: the transfers' clients, in its order."""
     schedule = ends.schedule
     if schedule is None:
         return None
     shared = cast(SharedBand, band)
     if schedule.settled_s > cut_s:
         schedule = shared.schedule_alone(
-            start_s.tolist(), bits.tolist(), snr_hz, cut_s, cancel_s=cancel_s.tolist()
+            start_s.tolist(),
+            bits.tolist(),
+            snr_hz,
+            cut_s,
+            cancel_s=cancel_s.tolist(),
+            clients=clients.tolist(),
         )
         assert schedule is not None  # the same steps as the first replay's, stopped earlier
     shared.settle_alone(schedule)
@@ -624,6 +635,7 @@ def _transfers(
     until_done: int = 0,
     cancel_s: np.ndarray | None = None,
     counted: list[bool] | None = None,
+    clients: np.ndarray | None = None,
 ) -> _Ends | None:
     """Transfers started at `start_s` (non-decreasing) by the positions `order` (of `n`), in that
     order (their bits and SNRs listed alike): when each ends, and the order they complete in.
@@ -633,16 +645,18 @@ def _transfers(
     alike: all by default), and who has not finished
     by then ends at inf; `cancel_s` (listed alike): when a shared band's transfer is cancelled
     if it is still under way (its sender's session ends; a dedicated band's transfer leaves
-    the others alone, its member's cut is the caller's). None where SimPy's event order would
-    decide (`SharedBand.schedule_alone`)."""
+    the others alone, its member's cut is the caller's); `clients` (listed alike): each
+    transfer's client (the cells' band needs it). None where SimPy's event order would decide
+    (`SharedBand.schedule_alone`)."""
     ends = np.full(n, math.inf)  # [n] by position: `order` may list some of them
     if isinstance(band, SharedBand):
         solve = not step_by_step and len(order) > band.replays_up_to
         schedule = band.solve_alone(start_s, bits, snr_hz) if solve else None
         if schedule is None:
             cancels = None if cancel_s is None else cancel_s.tolist()
+            who = None if clients is None else clients.tolist()
             schedule = band.schedule_alone(
-                start_s.tolist(), bits.tolist(), snr_hz, until_s, until_done, cancels, counted
+                start_s.tolist(), bits.tolist(), snr_hz, until_s, until_done, cancels, counted, who
             )
         if schedule is None:
             return None

@@ -54,10 +54,25 @@ class Transmission:
         "start_s",
         "cancelled",
         "end_s",
+        "client",
+        "receiver",
     )
 
-    def __init__(self, channel: Channel, bits: float, snr_hz: float, done: simpy.Event) -> None:
+    def __init__(
+        self,
+        channel: Channel,
+        bits: float,
+        snr_hz: float,
+        done: simpy.Event,
+        client: int = -1,
+        receiver: int = -1,
+    ) -> None:
+        """`client`: the client whose row the transfer's cell and interference come from (a
+        star uplink's sender, a downlink's receiver, a D2D sender; -1: none, where the band
+        needs none); `receiver`: a D2D transmission's receiver whose SINR sets its rate."""
         self.channel = channel
+        self.client = client
+        self.receiver = receiver
         self.bits = bits
         self.snr_hz = snr_hz
         self.remaining_bits = bits  # settled when the transfer is cancelled
@@ -101,10 +116,12 @@ class Channel:
             self._last_rates = (key, [self.rate_bps(q) for q in key])
         return self._last_rates[1]
 
-    def transmit(self, bits: float, snr_hz: float) -> Transmission:
+    def transmit(
+        self, bits: float, snr_hz: float, client: int = -1, receiver: int = -1
+    ) -> Transmission:
         bits, snr_hz = float(bits), float(snr_hz)
         delay = bits / self.rate_bps(snr_hz) if bits > 0 else 0.0
-        tx = Transmission(self, bits, snr_hz, self.env.timeout(delay))
+        tx = Transmission(self, bits, snr_hz, self.env.timeout(delay), client, receiver)
         tx.end_s = self.env.now + delay  # the time SimPy scheduled it for, to the bit
         return tx
 
@@ -159,10 +176,12 @@ class SharedBand(Channel):
             np.empty(0),
         )
 
-    def transmit(self, bits: float, snr_hz: float) -> Transmission:
+    def transmit(
+        self, bits: float, snr_hz: float, client: int = -1, receiver: int = -1
+    ) -> Transmission:
         if bits <= 0:
-            return super().transmit(bits, snr_hz)
-        tx = Transmission(self, float(bits), float(snr_hz), self.env.event())
+            return super().transmit(bits, snr_hz, client, receiver)
+        tx = Transmission(self, float(bits), float(snr_hz), self.env.event(), client, receiver)
         self._settle()
         self._join(tx)
         self._schedule()
@@ -234,8 +253,13 @@ class SharedBand(Channel):
         """Put a frozen band's transfers back under way, its timer at the same instant; the
         transfers in their order."""
         txs = []
-        for bits, snr_hz, remaining, rate, start_s in frozen["active"]:
-            tx = Transmission(self, bits, snr_hz, self.env.event())
+        n = len(frozen["active"])
+        clients = frozen.get("clients") or [-1] * n
+        receivers = frozen.get("receivers") or [-1] * n
+        for (bits, snr_hz, remaining, rate, start_s), client, receiver in zip(
+            frozen["active"], clients, receivers
+        ):
+            tx = Transmission(self, bits, snr_hz, self.env.event(), int(client), int(receiver))
             tx.remaining_bits, tx.rate_bps, tx.start_s = remaining, rate, start_s
             self._join(tx)
             txs.append(tx)
@@ -257,6 +281,7 @@ class SharedBand(Channel):
         until_done: int = 0,
         cancel_s: list[float] | None = None,
         counted: list[bool] | None = None,
+        clients: list[int] | None = None,
     ) -> Schedule | None:
         """When transfers arriving at `arrival_s` (non-decreasing, processed in this order;
         bits > 0) would finish on this idle band if nothing else used it. It takes this band's
@@ -269,13 +294,14 @@ class SharedBand(Channel):
         transfer finishes (of those `counted`, per transfer: all by default); with `cancel_s`
         (per transfer, after its arrival; inf: never), each transfer still under way then is
         cancelled at that instant (its sender's session ended), its bits left kept in
-        `cancelled`. None where an arrival, a finish or a cancel fall on one instant before
-        the stop: there SimPy's event order would decide, so the caller simulates event by
-        event."""
-        scratch = type(self)(self.env, self.bandwidth_hz)  # its events are never scheduled
+        `cancelled`; `clients` (listed alike) as `transmit` has them. None where an arrival, a
+        finish or a cancel fall on one instant before the stop: there SimPy's event order
+        would decide, so the caller simulates event by event."""
+        scratch = self._scratch()  # its events are never scheduled
         scratch._settled_at = self._settled_at
         never = self.env.event()  # what the transfers' `done` would wait on: nothing here
-        txs = [Transmission(scratch, b, q, never) for b, q in zip(bits, snr_hz)]
+        who = clients if clients is not None else [-1] * len(bits)
+        txs = [Transmission(scratch, b, q, never, c) for b, q, c in zip(bits, snr_hz, who)]
         index = {tx: k for k, tx in enumerate(txs)}
         done_order: list[int] = []
         done_s: list[float] = []
@@ -331,6 +357,10 @@ class SharedBand(Channel):
             left = {index[tx]: tx.remaining_bits for tx in scratch._active}
         done_at = np.array(done_order, dtype=np.int64), np.array(done_s, dtype=float)
         return Schedule(*done_at, scratch._settled_at, left, cancelled)
+
+    def _scratch(self) -> SharedBand:
+        """An idle band of this kind, for `schedule_alone`'s steps."""
+        return type(self)(self.env, self.bandwidth_hz)
 
     def solve_alone(
         self,

@@ -147,13 +147,14 @@ class D2DJob:
         """Granted the air: send at the weakest receiver's rate (each receiver's fading drawn)."""
         fading, src, tag = self.costs.fading, self.src, self.tag
         if len(self.links) == 1:  # unicast
-            snr_hz = self.links[0].snr_hz * fading(src, self.receivers[0], tag, None)
+            weakest = self.receivers[0]
+            snr_hz = self.links[0].snr_hz * fading(src, weakest, tag, None)
         else:
-            snr_hz = min(
-                link.snr_hz * fading(src, r, tag, None)
+            snr_hz, weakest = min(
+                (link.snr_hz * fading(src, r, tag, None), r)
                 for r, link in zip(self.receivers, self.links)
             )
-        self.tx = tx = self.links[0].channel.transmit(self.bits, snr_hz)
+        self.tx = tx = self.links[0].channel.transmit(self.bits, snr_hz, src, weakest)
         tx.done.callbacks.append(self._done)
         if not self.waited:  # granted at once: its end is the transmission's
             self.event = tx.done

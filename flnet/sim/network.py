@@ -21,8 +21,11 @@ import simpy
 
 from flnet.dists import sample
 from flnet.schema import D2D, LogDistance, Radio
+from flnet.sim import cells as cells_mod
 from flnet.sim.channel import Channel, TraceRateChannel, band
+from flnet.sim.interference import SPEED_OF_LIGHT_M_S, CellBand
 from flnet.sim.ledger import SERVER
+from flnet.sim.mobility import MovingCells
 from flnet.sim.population import Population
 from flnet.sim.radio import dbm_to_w, shannon_rate_bps, snr_hz_direct, snr_hz_physical
 from flnet.sim.traces import TraceSpeeds
@@ -48,11 +51,18 @@ class Network:
         radio: Radio,
         population: Population,
         speeds: TraceSpeeds | None = None,
+        moving: MovingCells | None = None,
     ) -> None:
+        """`moving`: the cells' clients walk (`radio.cells.mobility`): each star link reads
+        their columns as they are at its start's epoch."""
         n = population.size
+        self.env, self.moving = env, moving
         up_band, down_band = radio.uplink, radio.downlink
         self.speeds = speeds  # a capacity trace: each star link's rate is its trace client's
-        if speeds is None:
+        cells = radio.cells if radio.mode == "physical" else None
+        if cells is not None:
+            self.uplink, self.downlink = cell_bands(env, radio, population)
+        elif speeds is None:
             self.uplink = band(env, up_band.bandwidth_hz, up_band.sharing == "shared", users=n)
             self.downlink = band(
                 env, down_band.bandwidth_hz, down_band.sharing == "shared", users=n
@@ -79,6 +89,8 @@ class Network:
 
     def link(self, src: int, dst: int) -> Link:
         """The star's links by rule from the client's row; others as added."""
+        if self.moving is not None:
+            self.moving.at(self.env.now)
         if dst == SERVER and 0 <= src < self._n:
             return Link(
                 self.uplink, self._quality(src, down=False), float(self.tx_power_w[src]), "upload"
@@ -98,6 +110,8 @@ class Network:
     def star(self, clients: np.ndarray, down: bool) -> tuple[list[float], list[float]]:
         """What `link` gives for each of `clients`' downlinks (or uplinks), at once: their
         `snr_hz` (or trace rates) and `power_w`."""
+        if self.moving is not None:
+            self.moving.at(self.env.now)
         if self.speeds is not None:
             rates = self.speeds.down_rate_bps if down else self.speeds.up_rate_bps
             quality = rates[self.speeds.mapping(clients)]
@@ -127,6 +141,8 @@ class Network:
     ) -> np.ndarray:
         """[C] seconds each client's uplink (or downlink) takes for `bits`, alone on its band
         and without fading."""
+        if self.moving is not None:
+            self.moving.at(self.env.now)
         if self.speeds is not None:
             rates = self.speeds.down_rate_bps if down else self.speeds.up_rate_bps
             rows = self.speeds.mapping(np.arange(self._n) if clients is None else clients)
@@ -136,6 +152,24 @@ class Network:
         snr = snr if clients is None else snr[clients]
         with np.errstate(divide="ignore"):
             return bits / np.asarray(shannon_rate_bps(channel.bandwidth_hz, snr))
+
+
+def cell_bands(env: simpy.Environment, radio: Radio, population: Population) -> tuple:
+    """The uplink and downlink of `radio.cells`: each cell's share of its channel group's band,
+    the uplinks coupled by interference (`flnet.sim.interference`); the downlink without
+    interference (a dedicated one: each transfer has its group's whole band)."""
+    assert radio.mode == "physical" and radio.cells is not None
+    stations = cells_mod.layout(radio)
+    pop = population
+    columns = (stations, pop.cell, pop.radiated_w, pop.cell_gain)
+    up_split = radio.uplink.sharing == "shared"
+    uplink = CellBand(env, stations.up_hz, *columns, split=up_split, interfering=True)
+    downlink: Channel
+    if radio.downlink.sharing == "shared":
+        downlink = CellBand(env, stations.down_hz, *columns, split=True, interfering=False)
+    else:
+        downlink = Channel(env, stations.down_hz)
+    return uplink, downlink
 
 
 def d2d_link(
@@ -158,9 +192,6 @@ def d2d_link(
     return Link(
         channel, snr_hz, float(network.tx_power_w[src]), "d2d", float(network.rx_power_w[dst])
     )
-
-
-SPEED_OF_LIGHT_M_S = 299_792_458.0
 
 
 def d2d_path_loss_db(model: LogDistance, distance_m: float, normal: float) -> float:

@@ -7,8 +7,10 @@ endpoints' rows when a transfer happens (`flnet.sim.network`). Each column is dr
 all clients at once, from its stream: compute from DEVICES (cpu_hz, flops_per_cycle, kappa, in
 that order), radio from RADIO (tx power, circuit power, rx power, then distance and shadowing,
 or the direct SNRs), so the numbers are those of one draw per client in order; positions from
-POSITIONS (every x, then every y). With `clients.device_classes`, each client's class is drawn
-from DEVICE_CLASSES (one draw of the column, after the others, so they are unchanged), and a
+POSITIONS (every x, then every y). With `radio.cells`, the SNRs come instead from the client's
+gains to the B stations (`flnet.sim.cells`: B + 2 floats more a client, with its station and
+radiated power; shadowing from CELLS). With `clients.device_classes`, each client's class is
+drawn from DEVICE_CLASSES (one draw of the column, after the others, so they are unchanged), and a
 class that gives its own cpu_hz, flops_per_cycle or kappa redraws its members' entries from
 CLASS_DEVICES keyed by the class's index (in that order)."""
 
@@ -22,6 +24,7 @@ from flnet.dists import sample
 from flnet.errors import ScenarioError
 from flnet.rng import Stream, generator
 from flnet.schema import ClientsConfig, Radio
+from flnet.sim import cells as cells_mod
 from flnet.sim.radio import dbm_to_w, path_loss_db, shannon_rate_bps, snr_hz_direct, snr_hz_physical
 
 
@@ -37,9 +40,12 @@ class Population(NamedTuple):
     rx_power_w: np.ndarray  # battery power while receiving
     x_m: np.ndarray = np.empty(0)  # position (clients.positions); empty without positions
     y_m: np.ndarray = np.empty(0)
-    radiated_w: np.ndarray = np.empty(0)  # tx power alone (no circuit): D2D path loss only
+    radiated_w: np.ndarray = np.empty(0)  # tx power alone (no circuit): D2D path loss, cells
     # index into clients.device_classes; empty without classes
     device_class: np.ndarray = np.empty(0, dtype=np.int8)
+    # radio.cells: the station each client is attached to, and its gain to every station
+    cell: np.ndarray = np.empty(0, dtype=np.int64)
+    cell_gain: np.ndarray = np.empty((0, 0))  # [N, B] linear, shadowing included
 
     @property
     def size(self) -> int:
@@ -70,16 +76,27 @@ def build(clients: ClientsConfig, radio: Radio, seed: int) -> Population:
     tx_power_w = dbm_to_w(sample(radio.tx_power_dbm, rng, n))
     circuit_w = sample(radio.tx_circuit_power_w, rng, n)
     rx_power_w = sample(radio.rx_power_w, rng, n)
-    with np.errstate(over="ignore", divide="ignore", invalid="ignore"):  # checked below
-        up_snr, down_snr = _snr_hz(radio, tx_power_w, n, rng)
-        for name, snr, spec in (
-            ("uplink", up_snr, radio.uplink),
-            ("downlink", down_snr, radio.downlink),
-        ):
-            _check_rates(name, snr, spec.bandwidth_hz)
-    radiated_w = tx_power_w.copy() if radio.d2d.path_loss is not None else np.empty(0)
-    tx_power_w += circuit_w
     x_m, y_m = positions_m(clients, seed)
+    cells = radio.cells if radio.mode == "physical" else None
+    cell, cell_gain = np.empty(0, dtype=np.int64), np.empty((0, 0))
+    with np.errstate(over="ignore", divide="ignore", invalid="ignore"):  # checked below
+        if cells is None:
+            up_snr, down_snr = _snr_hz(radio, tx_power_w, n, rng)
+            up_hz, down_hz = radio.uplink.bandwidth_hz, radio.downlink.bandwidth_hz
+        else:
+            assert radio.mode == "physical"
+            stations = cells_mod.layout(radio)
+            cell_gain = cells_mod.gains(radio, stations, x_m, y_m, seed)
+            cell = cells_mod.attach(cells.attach, cell_gain, stations, x_m, y_m)
+            serving = cell_gain[np.arange(n), cell]
+            up_snr = tx_power_w * serving / stations.noise_w_hz
+            down_snr = stations.station_power_w[cell] * serving / stations.noise_w_hz
+            up_hz, down_hz = stations.up_hz, stations.down_hz
+        for name, snr, band_hz in (("uplink", up_snr, up_hz), ("downlink", down_snr, down_hz)):
+            _check_rates(name, snr, band_hz)
+    keep_radiated = radio.d2d.path_loss is not None or cells is not None
+    radiated_w = tx_power_w.copy() if keep_radiated else np.empty(0)
+    tx_power_w += circuit_w
     return Population(
         cpu_hz,
         flops_per_cycle,
@@ -92,6 +109,8 @@ def build(clients: ClientsConfig, radio: Radio, seed: int) -> Population:
         y_m,
         radiated_w,
         device_class,
+        cell,
+        cell_gain,
     )
 
 

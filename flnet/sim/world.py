@@ -44,7 +44,9 @@ from flnet.sim.classes import ClassEnergy
 from flnet.sim.costs import Costs, Devices
 from flnet.sim.d2d import AirScheduler, D2DJob
 from flnet.sim.fate import SURE, Ends, Fate
-from flnet.sim.ledger import NOBODY, Ledger, Tag
+from flnet.sim.interference import D2DReuseBand
+from flnet.sim.ledger import NOBODY, SERVER, Ledger, Tag
+from flnet.sim.mobility import moving_cells
 from flnet.sim.network import Link, Network, d2d_link
 from flnet.sim.stops import ScheduledStops
 from flnet.sim.traces import TraceError, TraceReplay, TraceSpeeds, speeds_from
@@ -292,7 +294,9 @@ class World:
                 raise ValueError("a capacity trace needs the model's flops_per_sample")
             self.speeds = speeds_from(clients.capacity_trace, seed, flops_per_sample, clients.count)
         self.costs = Costs(self.devices, self.speeds, clients.count, seed, radio.rayleigh_fading)
-        self.network = Network(self.env, radio, pop, self.speeds)
+        self.network = Network(
+            self.env, radio, pop, self.speeds, moving_cells(radio, clients, seed, pop)
+        )
         self.availability: Availability = availability_mod.build(clients.availability, seed)
         self._stops = ScheduledStops(self.env)  # work to end when its session does
         self.battery: Battery | None = None
@@ -311,9 +315,10 @@ class World:
         # a client's ledger row drains its battery and adds to its class's energy
         self.ledger = Ledger([sub for sub in (self.battery, self.class_energy) if sub is not None])
         # the accelerator of round trips: at once, where every fate is known when it starts
+        # (not where clients move: a round's uploads may start in a later epoch than its start)
         self.round_plan: RoundPlan = (
             AtOnce(self.network, self.costs, self.env, self.fates_sure)
-            if self.fates_known
+            if self.fates_known and self.network.moving is None
             else EventByEvent()
         )
         self.observers: list[Observer] = []
@@ -499,10 +504,16 @@ class World:
             if src < 0 or dst < 0 or src == dst or max(src, dst) >= self.num_clients:
                 raise
         if self._d2d_channel is None:
-            d2d = self.radio.d2d
-            self._d2d_channel = band(
-                self.env, d2d.bandwidth_hz, d2d.sharing == "shared", users=self.num_clients
-            )
+            d2d, pop = self.radio.d2d, self.population
+            if d2d.sharing == "spatial_reuse":
+                assert d2d.path_loss is not None  # the schema's check
+                self._d2d_channel = D2DReuseBand(
+                    self.env, d2d.bandwidth_hz, pop.x_m, pop.y_m, pop.radiated_w, d2d.path_loss
+                )
+            else:
+                self._d2d_channel = band(
+                    self.env, d2d.bandwidth_hz, d2d.sharing == "shared", users=self.num_clients
+                )
         link = d2d_link(
             self.network,
             self.radio.d2d,
@@ -1017,7 +1028,12 @@ class _Transfer:
         self.tx = (
             tx
             if tx is not None
-            else link.channel.transmit(bits, link.snr_hz * world.costs.fading(src, dst, tag, key))
+            else link.channel.transmit(
+                bits,
+                link.snr_hz * world.costs.fading(src, dst, tag, key),
+                dst if src == SERVER else src,  # the client whose cell it is
+                dst,
+            )
         )
         self.event = self.tx.done
         self.outcome: str | None = None

@@ -1,0 +1,394 @@
+"""Cells: attachment, frequency reuse, and co-channel interference turning SNR into SINR as
+transfers start and end (flnet.sim.cells, flnet.sim.interference), checked by hand."""
+
+import math
+
+import numpy as np
+import pytest
+import simpy
+
+import flnet
+from flnet.errors import ScenarioError
+from flnet.scenario import load_scenario
+from flnet.sim import at_once
+from flnet.sim import cells as cells_mod
+from flnet.sim.channel import SharedBandArrays
+from flnet.sim.interference import CellBand
+from flnet.sim.radio import dbm_to_w
+
+N0_W_HZ = float(dbm_to_w(-174.0))
+W_HZ = 1e6
+P_W = 0.01
+# client 0 near station 0, client 1 near station 1; each hears the other's cell at 1/100
+GAIN = np.array([[1e-10, 1e-12], [1e-12, 1e-10]])
+
+
+def _layout(groups=(0, 0), interference=True, band_hz=W_HZ):
+    group = np.asarray(groups)
+    coupled = (group[:, None] == group[None, :]) & ~np.eye(len(group), dtype=bool)
+    if not interference:
+        coupled[:] = False
+    return cells_mod.CellLayout(
+        np.zeros((len(group), 2)), np.ones(len(group)), group, band_hz, band_hz, N0_W_HZ, coupled
+    )
+
+
+def _run_band(band_of, bits, snr_hz, clients, starts=None):
+    """Transfers on a band under SimPy: each one's end, by transfer."""
+    env = simpy.Environment()
+    band = band_of(env)
+    ends = {}
+
+    def send(i):
+        yield env.timeout(0.0 if starts is None else starts[i])
+        tx = band.transmit(bits[i], snr_hz[i], clients[i])
+        yield tx.done
+        ends[i] = env.now
+
+    for i in range(len(bits)):
+        env.process(send(i))
+    env.run()
+    return [ends[i] for i in range(len(bits))]
+
+
+def _cell_band(layout, gain=GAIN, split=True, band_hz=W_HZ, attached=(0, 1)):
+    attached = np.asarray(attached)
+    radiated = np.full(len(attached), P_W)
+    return lambda env: CellBand(env, band_hz, layout, attached, radiated, gain, split, True)
+
+
+def _shannon(band_hz, sinr):
+    return band_hz * math.log2(1.0 + sinr)
+
+
+def test_two_co_channel_transfers_by_hand():
+    """Two cells on one group, one uplink each, both from t = 0: while both are on the air each
+    sees the other's power at its station, SINR = P g / (N0 W + P g'); when the shorter ends,
+    the other's rate rises to its SNR's and its finish follows from the bits it has left."""
+    sinr_0 = P_W * 1e-10 / (N0_W_HZ * W_HZ + P_W * 1e-12)
+    sinr_1 = sinr_0  # symmetric gains
+    snr_1 = P_W * 1e-10 / (N0_W_HZ * W_HZ)
+    bits = [1e6, 3e6]
+    r0, r1 = _shannon(W_HZ, sinr_0), _shannon(W_HZ, sinr_1)
+    t0 = bits[0] / r0
+    t1 = t0 + (bits[1] - r1 * t0) / _shannon(W_HZ, snr_1)
+    # the static SINR of the two on the air
+    got = cells_mod.sinr(_layout(), np.array([0, 1]), np.full(2, P_W), GAIN, np.full(2, W_HZ))
+    assert got == pytest.approx([sinr_0, sinr_1], rel=1e-12)
+    snr_hz = [P_W * 1e-10 / N0_W_HZ] * 2  # P g / N0 of each on its own station
+    ends = _run_band(_cell_band(_layout()), bits, snr_hz, [0, 1])
+    assert ends == pytest.approx([t0, t1], rel=1e-12)
+    # without the interference each would have finished at bits / (SNR's rate)
+    assert ends[1] > bits[1] / _shannon(W_HZ, snr_1)
+
+
+def test_a_late_interferer_slows_a_transfer_under_way():
+    """Client 1 starts at t = 0.01 s: client 0 runs at its SNR's rate until then, at its
+    SINR's until client 1 ends, alone again after."""
+    bits, start = [4e6, 1e6], 0.01
+    snr = P_W * 1e-10 / (N0_W_HZ * W_HZ)
+    sinr = P_W * 1e-10 / (N0_W_HZ * W_HZ + P_W * 1e-12)
+    alone, shared = _shannon(W_HZ, snr), _shannon(W_HZ, sinr)
+    t1 = start + bits[1] / shared
+    t0 = t1 + (bits[0] - alone * start - shared * (t1 - start)) / alone
+    snr_hz = [P_W * 1e-10 / N0_W_HZ] * 2
+    ends = _run_band(_cell_band(_layout()), bits, snr_hz, [0, 1], starts=[0.0, start])
+    assert ends == pytest.approx([t0, t1], rel=1e-12)
+
+
+def test_cells_on_different_channel_groups_do_not_interfere():
+    """Reuse factor 2: the cells are on separate groups, each finishes as if alone."""
+    bits, snr_hz = [1e6, 3e6], [P_W * 1e-10 / N0_W_HZ] * 2
+    ends = _run_band(_cell_band(_layout(groups=(0, 1))), bits, snr_hz, [0, 1])
+    alone = _shannon(W_HZ, P_W * 1e-10 / (N0_W_HZ * W_HZ))
+    assert ends == pytest.approx([b / alone for b in bits], rel=1e-12)
+    # the same with interference switched off on one group
+    ends = _run_band(_cell_band(_layout(interference=False)), bits, snr_hz, [0, 1])
+    assert ends == pytest.approx([b / alone for b in bits], rel=1e-12)
+
+
+def test_a_cell_shares_its_own_band_only():
+    """Two transfers in cell 0 split its band; one in cell 1 (another group) has all of its."""
+    gain = np.array([[1e-10, 0.0], [1e-10, 0.0], [0.0, 1e-10]])
+    band = _cell_band(_layout(groups=(0, 1)), gain=gain, attached=(0, 0, 1))
+    snr_hz = [P_W * 1e-10 / N0_W_HZ] * 3
+    ends = _run_band(band, [1e6, 1e6, 1e6], snr_hz, [0, 1, 2])
+    half = _shannon(W_HZ / 2, P_W * 1e-10 / (N0_W_HZ * W_HZ / 2))
+    whole = _shannon(W_HZ, P_W * 1e-10 / (N0_W_HZ * W_HZ))
+    assert ends == pytest.approx([1e6 / half, 1e6 / half, 1e6 / whole], rel=1e-12)
+
+
+def test_one_cell_is_the_plain_shared_band_to_the_bit():
+    rng = np.random.default_rng(3)
+    n = 12
+    bits, snr_hz = rng.uniform(1e5, 1e6, n).tolist(), rng.uniform(1e7, 1e9, n).tolist()
+    starts = np.sort(rng.uniform(0, 0.05, n)).tolist()
+    one = _layout(groups=(0,))
+    cell = _cell_band(one, gain=np.full((n, 1), 1e-10), attached=[0] * n)
+    plain = _run_band(lambda env: SharedBandArrays(env, W_HZ), bits, snr_hz, [-1] * n, starts)
+    assert _run_band(cell, bits, snr_hz, list(range(n)), starts) == plain
+
+
+def test_the_band_replays_its_events_to_the_bit():
+    """`schedule_alone` with the transfers' clients takes the band's own steps."""
+    rng = np.random.default_rng(5)
+    n, b = 9, 3
+    gain = rng.uniform(1e-12, 1e-10, (n, b))
+    attached = rng.integers(0, b, n)
+    layout = _layout(groups=(0, 0, 0))
+    make = _cell_band(layout, gain=gain, attached=attached)
+    bits, snr_hz = rng.uniform(1e5, 1e6, n).tolist(), rng.uniform(1e7, 1e9, n).tolist()
+    starts = np.sort(rng.uniform(0, 0.05, n)).tolist()
+    ends = _run_band(make, bits, snr_hz, list(range(n)), starts)
+    schedule = make(simpy.Environment()).schedule_alone(
+        starts, bits, snr_hz, clients=list(range(n))
+    )
+    assert schedule is not None
+    assert dict(zip(schedule.done.tolist(), schedule.end_s.tolist())) == dict(enumerate(ends))
+
+
+def test_a_frozen_cell_band_thaws_to_the_same_finishes():
+    """A checkpoint mid-transfer keeps each transfer's client: thawed, the band re-times them
+    with the same interference, to the bit."""
+    bits, snr_hz = [1e6, 3e6], [P_W * 1e-10 / N0_W_HZ] * 2
+    make = _cell_band(_layout())
+    straight = _run_band(make, bits, snr_hz, [0, 1])
+    env = simpy.Environment()
+    band = make(env)
+    for i in range(2):
+        band.transmit(bits[i], snr_hz[i], i)
+    env.run(until=straight[0] / 2)
+    frozen = band.freeze_band()
+    env2 = simpy.Environment(initial_time=env.now)
+    ends = {}
+    for k, tx in enumerate(make(env2).thaw_band(frozen)):
+        tx.done.callbacks.append(lambda _e, k=k: ends.__setitem__(k, env2.now))
+    env2.run()
+    assert [ends[0], ends[1]] == straight
+
+
+def test_attachment_nearest_and_strongest():
+    """Station 1 is farther from the client (200 m against 100 m: 37.6 log10 2 = 11.3 dB more
+    path loss) but 20 dB stronger: nearest picks 0, strongest 1; equal powers, both pick 0."""
+    x, y = np.array([100.0]), np.array([0.0])
+
+    def chosen(powers_dbm):
+        sc = load_scenario(
+            "scenarios/quickstart.yaml",
+            [
+                "clients.count=1",
+                "algorithm.cohort.clients_per_round=1",
+                "radio.shadowing_std_db=0",
+                "clients.positions={kind: given, xy_m: [[100, 0]]}",
+                f"radio.cells={{stations_xy_m: [[0, 0], [300, 0]], "
+                f"station_tx_power_dbm: {powers_dbm}}}",
+            ],
+        )
+        layout = cells_mod.layout(sc.radio)
+        gain = cells_mod.gains(sc.radio, layout, x, y, seed=0)
+        pl_db = -10 * np.log10(gain[0])
+        assert pl_db == pytest.approx(128.1 + 37.6 * np.log10([0.1, 0.2]), rel=1e-12)
+        return [int(cells_mod.attach(r, gain, layout, x, y)[0]) for r in ("nearest", "strongest")]
+
+    assert chosen([20, 40]) == [0, 1]
+    assert chosen([30, 30]) == [0, 0]
+
+
+CELLS = [
+    "run.rounds=3",
+    "clients.count=24",
+    "algorithm.cohort.clients_per_round=12",
+    "clients.positions={kind: uniform, side_m: 1000}",
+    "radio.cells={stations_xy_m: [[250, 250], [750, 250], [250, 750], [750, 750]]}",
+]
+
+
+def _both_ways(monkeypatch, overrides):
+    fast = flnet.run("scenarios/quickstart.yaml", overrides, write=False)
+    monkeypatch.setattr(at_once.AtOnce, "plan", lambda self, trips: None)
+    slow = flnet.run("scenarios/quickstart.yaml", overrides, write=False)
+    return fast, slow
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        [],
+        ["radio.downlink.sharing=shared", "algorithm.cohort.deadline_s=0.02"],
+        [
+            "radio.rayleigh_fading=true",
+            "clients.dropout_probability=0.3",
+            "clients.slowdown_probability=0.3",
+            "algorithm.cohort.over_selection=1.5",
+        ],
+    ],
+    ids=["default", "shared-down-deadline", "fading-fates-overselection"],
+)
+def test_a_round_with_cells_at_once_equals_event_by_event(monkeypatch, extra):
+    fast, slow = _both_ways(monkeypatch, [*CELLS, *extra])
+    assert fast.ledger.equals(slow.ledger)
+    assert fast.records.equals(slow.records)
+
+
+def test_reuse_separating_the_cells_removes_interference_in_a_run():
+    """With one transfer per cell at a time nothing interferes under reuse 4; with reuse 1
+    the uploads are slower than their SNR alone gives, and switching interference off gives
+    the no-interference times on the full band."""
+    base = [*CELLS, "algorithm.cohort.clients_per_round=4", "radio.shadowing_std_db=0"]
+    uploads = {}
+    for name, extra in (
+        ("reuse1", []),
+        ("off", ["radio.cells.interference=false"]),
+        ("reuse4", ["radio.cells.reuse_factor=4"]),
+    ):
+        run = flnet.run("scenarios/quickstart.yaml", [*base, *extra], write=False)
+        up = run.ledger[run.ledger.kind == "upload"]
+        uploads[name] = (up.end_s - up.start_s).to_numpy()
+    assert (uploads["reuse1"] >= uploads["off"]).all()
+    assert (uploads["reuse1"] > uploads["off"]).any()
+    # reuse 4 has a quarter of the band for each cell: slower than the full band alone
+    assert (uploads["reuse4"] > uploads["off"]).all()
+
+
+def test_cells_errors_name_their_fields():
+    cells = "radio.cells={stations_xy_m: [[0, 0], [10, 0]]"
+    pos = "clients.positions={kind: uniform, side_m: 100}"
+    for overrides, field in (
+        ([cells + ", channel_groups: [0, 1]}", pos], "radio.cells.channel_groups"),
+        ([cells + ", station_tx_power_dbm: [30]}", pos], "radio.cells.station_tx_power_dbm"),
+        ([cells + "}"], "radio.cells"),
+        ([cells + ", reuse_factor: 0}", pos], "radio.cells.reuse_factor"),
+    ):
+        with pytest.raises(ScenarioError, match=field.replace(".", r"\.")):
+            load_scenario("scenarios/quickstart.yaml", overrides)
+
+
+def test_two_d2d_transmissions_with_spatial_reuse_by_hand():
+    """0 -> 1 and 2 -> 3 on one band at once, each receiver 10 m from its sender and 90 m from
+    the other's: while both are on the air SINR = P g(10) / (N0' B + P g(90)), g the
+    log-distance gain (no shadowing on the interference path); the longer one then finishes
+    alone at its SNR's rate."""
+    from flnet.schema import LogDistance
+    from flnet.sim.interference import D2DReuseBand, median_gain_d2d
+
+    model = LogDistance(shadowing_std_db=0.0)
+    x, y = np.array([0.0, 10.0, 100.0, 90.0]), np.zeros(4)
+    power = np.full(4, 0.1)
+    b_hz = 1e6
+    n0 = 10 ** ((-174.0 + 9.0 - 30.0) / 10.0)
+    free_space_db = 20 * math.log10(4 * math.pi * 2.4e9 / 299_792_458.0)
+    g10, g90 = (10 ** (-(free_space_db + 30 * math.log10(d)) / 10) for d in (10.0, 90.0))
+    assert median_gain_d2d(model, np.array([10.0, 90.0])) == pytest.approx([g10, g90], rel=1e-12)
+    snr_hz = 0.1 * g10 / n0
+    sinr = 0.1 * g10 / (n0 * b_hz + 0.1 * g90)
+    bits = [2e6, 5e6]
+    both = _shannon(b_hz, sinr)
+    t0 = bits[0] / both
+    t1 = t0 + (bits[1] - both * t0) / _shannon(b_hz, snr_hz / b_hz)
+
+    env = simpy.Environment()
+    band = D2DReuseBand(env, b_hz, x, y, power, model)
+    txs = [band.transmit(bits[0], snr_hz, 0, 1), band.transmit(bits[1], snr_hz, 2, 3)]
+    ends = {}
+    for k, tx in enumerate(txs):
+        tx.done.callbacks.append(lambda _e, k=k: ends.__setitem__(k, env.now))
+    env.run()
+    assert [ends[0], ends[1]] == pytest.approx([t0, t1], rel=1e-12)
+
+
+def test_gossip_with_spatial_reuse_is_slower_than_orthogonal_links():
+    """The shipped gossip radio, broadcast on one band: with spatial reuse every transmission
+    has the whole band as on dedicated links, but the others interfere, so none is quicker
+    and some are slower."""
+    base = ["run.rounds=2", "radio.d2d.half_duplex=false"]
+    runs = {
+        s: flnet.run("scenarios/gossip_radio.yaml", [*base, f"radio.d2d.sharing={s}"], write=False)
+        for s in ("dedicated", "spatial_reuse")
+    }
+    air = {}
+    for s, run in runs.items():
+        tx = run.ledger[run.ledger.kind == "d2d"]
+        air[s] = (tx.end_s - tx.start_s).to_numpy()
+    assert len(air["dedicated"]) == len(air["spatial_reuse"]) > 0
+    assert (air["spatial_reuse"] >= air["dedicated"] * (1 - 1e-12)).all()
+    assert (air["spatial_reuse"] > air["dedicated"]).any()
+
+
+def test_spatial_reuse_needs_path_loss():
+    with pytest.raises(ScenarioError, match=r"radio\.d2d\.sharing"):
+        load_scenario(
+            "scenarios/gossip_radio.yaml",
+            ["radio.d2d.sharing=spatial_reuse", "radio.d2d.path_loss=null"],
+        )
+
+
+def test_a_random_waypoint_walk_by_hand():
+    """One client from (0, 0) at 1 m/s toward its first waypoint (stream MOBILITY, epoch 0):
+    after one 10 s epoch it is 10 m along the line to it; a client that reaches its waypoint
+    within the epoch pauses there, then walks on to the next."""
+    from flnet.rng import Stream, generator
+    from flnet.schema import RandomWaypoint
+    from flnet.sim.mobility import Waypoints
+
+    model = RandomWaypoint(min_speed_m_s=1.0, max_speed_m_s=1.0, epoch_s=10.0)
+    walk = Waypoints(model, 1000.0, np.zeros(1), np.zeros(1), seed=4)
+    target = generator(4, Stream.MOBILITY, 0).uniform(0.0, 1000.0, (2, 1))[:, 0]
+    assert np.hypot(*target) > 10.0
+    assert walk.advance_to(walk.epoch_of(12.0))  # epoch 1
+    assert [walk.x_m[0], walk.y_m[0]] == pytest.approx(list(10.0 * target / np.hypot(*target)))
+    assert not walk.advance_to(1)  # epochs only go forward
+
+    # seed 7: the first waypoint at 113 m (5.65 s at 20 m/s), a 2 s pause, then 2.35 s of the
+    # 82.7 m toward the second
+    fast = RandomWaypoint(min_speed_m_s=20.0, max_speed_m_s=20.0, pause_s=2.0, epoch_s=10.0)
+    walk = Waypoints(fast, 100.0, np.zeros(1), np.zeros(1), seed=7)
+    first = walk.target[:, 0].copy()
+    walk.advance_to(1)
+    second = walk.target[:, 0]
+    walked_m = 20.0 * (10.0 - np.hypot(*first) / 20.0 - 2.0)
+    assert 0 < walked_m < np.hypot(*(second - first))
+    way = (second - first) / np.hypot(*(second - first))
+    assert [walk.x_m[0], walk.y_m[0]] == pytest.approx(list(first + walked_m * way), rel=1e-12)
+
+
+def test_moving_clients_change_cells_between_epochs():
+    """Fast walkers on a two-station layout: after some epochs some clients are attached to
+    the other station, and their star SNRs are their new serving gains'."""
+    from flnet.sim import cells as cells_mod
+    from flnet.sim.ledger import SERVER
+    from flnet.sim.world import World
+
+    sc = load_scenario(
+        "scenarios/quickstart.yaml",
+        [
+            "clients.count=40",
+            "clients.positions={kind: uniform, side_m: 1000}",
+            "radio.cells={stations_xy_m: [[250, 500], [750, 500]], mobility: "
+            "{min_speed_m_s: 20, max_speed_m_s: 30, epoch_s: 5}}",
+        ],
+    )
+    world = World(sc.clients, sc.radio, sc.seed)
+    pop = world.population
+    before = pop.cell.copy()
+    world.network.link(0, SERVER)
+    assert (pop.cell == before).all()  # epoch 0: as drawn
+    world.env.run(until=60.0)
+    link = world.network.link(0, SERVER)
+    assert (pop.cell != before).any()
+    walk = world.network.moving.walk
+    layout = cells_mod.layout(sc.radio)
+    gain = cells_mod.gains(sc.radio, layout, walk.x_m, walk.y_m, sc.seed)
+    nearest = cells_mod.attach("nearest", gain, layout, walk.x_m, walk.y_m)
+    assert (pop.cell == nearest).all()
+    expected = pop.radiated_w[0] * gain[0, nearest[0]] / layout.noise_w_hz
+    assert link.snr_hz == pytest.approx(expected, rel=1e-12)
+    assert isinstance(world.round_plan, at_once.EventByEvent)  # epochs: event by event
+
+
+def test_a_run_with_moving_clients():
+    run = flnet.run(
+        "scenarios/quickstart.yaml",
+        [*CELLS, "radio.cells.mobility={min_speed_m_s: 1, max_speed_m_s: 2, epoch_s: 0.01}"],
+        write=False,
+    )
+    assert (run.ledger.kind == "upload").sum() > 0
