@@ -63,6 +63,8 @@ def trajectory_fields(scenario: Scenario) -> dict:
         "label": True,
         "data": {"root"},
     }
+    if scenario.resources is None:  # unset: as checkpoints written before the field existed
+        exclude["resources"] = True
     return scenario.model_dump(mode="json", exclude=exclude)
 
 

@@ -136,6 +136,8 @@ def why_not(data: dict) -> str | None:
         return "over-selection: the first K arrivals decide the aggregate"
     if algo["cohort"].get("sampling", "uniform") != "uniform":
         return "cohort.sampling by data size: a replay draws its cohorts without the data"
+    if data.get("resources") is not None:
+        return "resources: the policies decide each round from the run's own history"
     run = data["run"]
     for field in ("time_budget_s", "energy_budget_j"):
         if run.get(field) is not None:

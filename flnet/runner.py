@@ -394,6 +394,7 @@ def record_row(scenario: Scenario, world: World, progress: Progress, metrics: di
         **(progress.figures or {}),
         **(world.battery.figures(world.now) if world.battery is not None else {}),
         **(world.class_energy.figures() if world.class_energy is not None else {}),
+        **(world.resources.figures() if world.resources is not None else {}),
     }
 
 
@@ -429,6 +430,7 @@ def build(scenario: Scenario, start_time_s: float = 0.0) -> tuple[World, Learner
         scenario.seed,
         start_time_s=start_time_s,
         flops_per_sample=learner.flops_per_sample,
+        resources=scenario.resources,
     )
     check_sampled(world)
     check_deadline(scenario, world, learner)

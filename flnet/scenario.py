@@ -37,6 +37,7 @@ from flnet.schema import (
     OutputConfig,
     PhysicalRadio,
     Radio,
+    ResourcesConfig,
     RunConfig,
     inconsistent,
 )
@@ -72,6 +73,11 @@ class Scenario(Strict):
     algorithm: AlgorithmConfig
     clients: ClientsConfig = ClientsConfig()
     radio: Radio = PhysicalRadio()
+    resources: ResourcesConfig | None = Field(
+        None,
+        description="per-round resource policies (scheduling, bandwidth, CPU frequency and "
+        "transmit power) for round-trip algorithms; null: none (today's behaviour)",
+    )
     run: RunConfig = RunConfig()
     output: OutputConfig = OutputConfig()
 
@@ -161,6 +167,9 @@ class Scenario(Strict):
                 f"{self.algorithm.name} keeps one model: no consensus distance to bound "
                 "(gossip algorithms only)",
             )
+        problem = self._resources_problem()
+        if problem is not None:
+            raise inconsistent(*problem)
         for section in ("clients", "radio"):
             for name, value in getattr(self, section):
                 if isinstance(value, PerClient) and len(value.values) != n:
@@ -170,11 +179,42 @@ class Scenario(Strict):
                     )
         return self
 
+    def _resources_problem(self) -> tuple[str, str] | None:
+        """Why the resource policies cannot apply to this scenario (field, why), or None."""
+        res, name = self.resources, self.algorithm.name
+        if res is None:
+            return None
+        pattern = RECORDS[name].pattern
+        if name not in RESOURCE_AWARE:
+            kind = "a gossip algorithm" if pattern == "exchange" else f"a {pattern} algorithm"
+            return (
+                "resources",
+                f"resource policies (scheduling {res.scheduling.kind}) apply to round trips "
+                f"whose server draws its cohort uniformly ({', '.join(RESOURCE_AWARE)}); "
+                f"{name} is {kind}",
+            )
+        cohort = getattr(self.algorithm, "cohort", None)
+        sampling = getattr(cohort, "sampling", "uniform")
+        if sampling != "uniform" and res.active:
+            return (
+                "resources.scheduling",
+                f"{name}'s algorithm.cohort.sampling is {sampling}: the cohort is drawn by "
+                "data size, which a scheduler would override; use sampling: uniform",
+            )
+        if res.scheduling.kind == "energy_aware" and self.clients.battery is None:
+            return (
+                "resources.scheduling.kind",
+                "energy_aware ranks candidates by battery charge: set clients.battery",
+            )
+        return None
+
     def output_dir(self) -> Path:
         return Path(self.output.dir or Path("runs") / self.name)
 
 
 BLOCK_AWARE = tuple(name for name, record in RECORDS.items() if record.follows_blocks)
+# round trips whose cohort the World draws uniformly: what the resource policies act on
+RESOURCE_AWARE = ("fedavg", "fedprox", "moon", "scaffold", "feddyn")
 
 
 # ---------------------------------------------------------------- loading

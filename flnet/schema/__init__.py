@@ -64,6 +64,7 @@ from flnet.schema.radio import (
     PhysicalRadio,
     Radio,
 )
+from flnet.schema.resources import SCHEDULERS, ResourcesConfig, SchedulingConfig
 from flnet.schema.run import (
     DivergenceConfig,
     OutputConfig,
@@ -112,9 +113,12 @@ __all__ = [
     "RandomGossipCompression",
     "RandomReluFeatures",
     "ReferenceName",
+    "ResourcesConfig",
     "Resnet18Config",
     "Resnet18Features",
     "RunConfig",
+    "SCHEDULERS",
+    "SchedulingConfig",
     "ShardsPartition",
     "SizeSkewPartition",
     "SyntheticConfig",

@@ -144,6 +144,7 @@ def round_trip(
         if client_state is not None:
             client_state.commit(np.flatnonzero(plan.completed))
         world.events += len(plan.positions)
+        world.delivered(cohort[plan.positions], tag)
         return Delivery(plan.positions, plan.outcomes, plan.completed, start, world.now)
     gather = _Gather(world, n, keep)
     works = _works(down_bits, flops, up_bits)
@@ -163,9 +164,9 @@ def round_trip(
     if client_state is not None:
         client_state.commit(np.flatnonzero(completed))
     world.events += len(gather.delivered)
-    return Delivery(
-        np.asarray(gather.delivered, dtype=np.int64), gather.outcomes, completed, start, world.now
-    )
+    positions = np.asarray(gather.delivered, dtype=np.int64)
+    world.delivered(cohort[positions], tag)
+    return Delivery(positions, gather.outcomes, completed, start, world.now)
 
 
 def _works(

@@ -1,0 +1,78 @@
+"""The scenario's `resources` section: per-round resource policies, decided by the server at
+each round's start from what it may know (its candidates' channel gains, compute speeds,
+batteries and when each last delivered), never from what has not happened yet.
+
+Three decisions, each off by default (the section absent is today's behaviour, bit for bit):
+who is scheduled (`scheduling`), how the shared uplink is split among the cohort
+(`bandwidth`), and each member's CPU frequency and transmit power (`compute_power`). See
+docs/concepts/resource-policies.md for the formulas."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from flnet.config import Strict
+from flnet.schema.checks import inconsistent
+
+SCHEDULERS = ("uniform", "best_channel", "proportional_fair", "age_based", "energy_aware")
+
+
+class SchedulingConfig(Strict):
+    """Who takes part: `candidates` x m clients drawn uniformly (m = the cohort with
+    over-selection; online ones only under an availability model), then the best m of them
+    by `kind`'s score. The server looks at the candidates only, never at all N clients."""
+
+    kind: Literal["uniform", "best_channel", "proportional_fair", "age_based", "energy_aware"] = (
+        Field(
+            "uniform",
+            description="uniform: today's draw; best_channel: highest uplink SNR; "
+            "proportional_fair: uplink rate over the client's own average served rate; "
+            "age_based: longest since its last delivered update; energy_aware: highest "
+            "battery state of charge (needs clients.battery)",
+        )
+    )
+    candidates: float = Field(
+        4.0,
+        ge=1,
+        description="the candidate pool is ceil(candidates * m) clients drawn uniformly "
+        "(at most N): what a scheduler costs per round",
+    )
+    deadline_feasible: bool = Field(
+        False,
+        description="drop candidates whose download, compute (at full speed) and upload "
+        "(on an equal share of the uplink) alone would not fit resources.deadline_s",
+    )
+    fairness_rounds: float = Field(
+        10.0,
+        ge=1,
+        description="proportional_fair: the average served rate's time constant, in rounds",
+    )
+
+
+class ResourcesConfig(Strict):
+    """Per-round resource policies for round-trip algorithms (FedAvg's family)."""
+
+    scheduling: SchedulingConfig = SchedulingConfig()
+    deadline_s: float | None = Field(
+        None,
+        gt=0,
+        description="the round time the policies plan for (from the round's start): needed "
+        "by deadline_feasible, just_in_time and min_energy",
+    )
+
+    @property
+    def active(self) -> bool:
+        """Whether any policy departs from today's behaviour."""
+        s = self.scheduling
+        return s.kind != "uniform" or s.deadline_feasible
+
+    @model_validator(mode="after")
+    def _deadline_given(self) -> ResourcesConfig:
+        if self.scheduling.deadline_feasible and self.deadline_s is None:
+            raise inconsistent(
+                "resources.deadline_s",
+                "scheduling.deadline_feasible needs the deadline it keeps to (seconds)",
+            )
+        return self
