@@ -201,6 +201,18 @@ class Scenario(Strict):
                 f"{name}'s algorithm.cohort.sampling is {sampling}: the cohort is drawn by "
                 "data size, which a scheduler would override; use sampling: uniform",
             )
+        if res.bandwidth != "equal" and self.radio.uplink.sharing != "shared":
+            return (
+                "radio.uplink.sharing",
+                f"resources.bandwidth {res.bandwidth} splits a shared uplink; a dedicated "
+                "uplink gives every transfer the whole band",
+            )
+        if res.allocates and self.clients.capacity_trace is not None:
+            return (
+                "resources",
+                "a capacity trace gives measured rates and seconds (clients.capacity_trace): "
+                "no band, frequency or power for resources.bandwidth or compute_power to set",
+            )
         if res.scheduling.kind == "energy_aware" and self.clients.battery is None:
             return (
                 "resources.scheduling.kind",

@@ -55,6 +55,31 @@ class ResourcesConfig(Strict):
     """Per-round resource policies for round-trip algorithms (FedAvg's family)."""
 
     scheduling: SchedulingConfig = SchedulingConfig()
+    bandwidth: Literal["equal", "need_proportional", "min_max"] = Field(
+        "equal",
+        description="the shared uplink among the round's members: equal (today's processor "
+        "sharing); need_proportional: fixed sub-bands with which every upload takes as long; "
+        "min_max: fixed sub-bands with which every member finishes at once (the least "
+        "round time)",
+    )
+    compute_power: Literal["fixed", "just_in_time", "min_energy"] = Field(
+        "fixed",
+        description="each member's CPU frequency and transmit power: fixed (clients.cpu_hz, "
+        "radio.tx_power_dbm); just_in_time: the lowest frequency, then power, that meet "
+        "deadline_s; min_energy: the pair of least energy that meets deadline_s",
+    )
+    cpu_min_fraction: float = Field(
+        0.1,
+        gt=0,
+        le=1,
+        description="a device's lowest DVFS frequency as a fraction of its clients.cpu_hz "
+        "(its highest)",
+    )
+    tx_power_min_dbm: float = Field(
+        -10.0,
+        description="the lowest transmit power a policy may set (the highest: each "
+        "client's radio.tx_power_dbm)",
+    )
     deadline_s: float | None = Field(
         None,
         gt=0,
@@ -65,14 +90,27 @@ class ResourcesConfig(Strict):
     @property
     def active(self) -> bool:
         """Whether any policy departs from today's behaviour."""
+        return self.schedules or self.allocates
+
+    @property
+    def schedules(self) -> bool:
+        """Whether cohorts are chosen by the scheduler rather than drawn uniformly."""
         s = self.scheduling
         return s.kind != "uniform" or s.deadline_feasible
 
+    @property
+    def allocates(self) -> bool:
+        """Whether a round's band, frequencies or powers are set by a policy."""
+        return self.bandwidth != "equal" or self.compute_power != "fixed"
+
     @model_validator(mode="after")
     def _deadline_given(self) -> ResourcesConfig:
-        if self.scheduling.deadline_feasible and self.deadline_s is None:
-            raise inconsistent(
-                "resources.deadline_s",
-                "scheduling.deadline_feasible needs the deadline it keeps to (seconds)",
-            )
+        if self.deadline_s is None:
+            needs = "scheduling.deadline_feasible" if self.scheduling.deadline_feasible else None
+            if self.compute_power != "fixed":
+                needs = f"compute_power {self.compute_power}"
+            if needs is not None:
+                raise inconsistent(
+                    "resources.deadline_s", f"{needs} needs the deadline it keeps to (seconds)"
+                )
         return self

@@ -44,7 +44,7 @@ from flnet.sim.classes import ClassEnergy
 from flnet.sim.costs import Costs, Devices
 from flnet.sim.d2d import AirScheduler, D2DJob
 from flnet.sim.fate import SURE, Ends, Fate
-from flnet.sim.ledger import NOBODY, Ledger, Tag
+from flnet.sim.ledger import NOBODY, SERVER, Ledger, Tag
 from flnet.sim.network import Link, Network, d2d_link
 from flnet.sim.resources import Policies, equal_share_rate_bps
 from flnet.sim.scheduling import Work
@@ -242,7 +242,15 @@ class PatternWorld(AbstractWorld, Protocol):
 
     def end_at(self, t_s: float, stop: Callable[[str], None], outcome: str) -> int: ...
 
-    def delivered(self, clients: np.ndarray, round: int) -> None: ...
+    def allocate(
+        self,
+        cohort: np.ndarray,
+        down_bits: np.ndarray,
+        flops: np.ndarray,
+        up_bits: np.ndarray,
+    ) -> bool: ...
+
+    def round_over(self, delivered: np.ndarray, round: int) -> None: ...
 
     def cancel_end(self, token: int) -> None: ...
 
@@ -330,6 +338,7 @@ class World:
         self._d2d_channel: Channel | None = None  # made when the first D2D link is
         self.air_scheduler = AirScheduler(radio.d2d.sharing == "tdma", radio.d2d.half_duplex)
         self.resources = Policies(resources) if resources is not None else None
+        self._round_links: dict[tuple[int, int], Link] = {}  # a round's uplinks by a policy
 
     @property
     def num_clients(self) -> int:
@@ -451,10 +460,40 @@ class World:
         snr = self.population.up_snr_hz[clients]
         return equal_share_rate_bps(net.uplink.bandwidth_hz, share, snr)
 
-    def delivered(self, clients: np.ndarray, round: int) -> None:
-        """A round trip's end: `clients` delivered their update (the policies' history)."""
+    def allocate(
+        self,
+        cohort: np.ndarray,
+        down_bits: np.ndarray,
+        flops: np.ndarray,
+        up_bits: np.ndarray,
+    ) -> bool:
+        """A round trip's start: the resource policies' band, CPU frequency and transmit
+        power for each member ([C] each: the members, their bits and FLOPs), in force until
+        `round_over`. False (nothing set) without such policies. The members' uplinks are
+        then links of their own: a sub-band of the uplink each (FDMA, `Channel`), or the
+        shared band at the policy's power."""
+        if self.resources is None or not self.resources.allocates:
+            return False
+        plan, snr_hz, power_w = self.resources.allocate(self, cohort, down_bits, flops, up_bits)
+        cfg = self.resources.cfg
+        if cfg.compute_power != "fixed":
+            self.costs.cpu_hz_now = dict(zip(cohort.tolist(), plan.cpu_hz.tolist()))
+        own_band = cfg.bandwidth != "equal"
+        for k, client in enumerate(cohort.tolist()):
+            channel = (
+                Channel(self.env, float(plan.bandwidth_hz[k])) if own_band else self.network.uplink
+            )
+            link = Link(channel, float(snr_hz[k]), float(power_w[k]), "upload")
+            self._round_links[(client, SERVER)] = link
+        return True
+
+    def round_over(self, delivered: np.ndarray, round: int) -> None:
+        """A round trip's end: `delivered` clients delivered their update (the policies'
+        history); the round's allocation ends."""
         if self.resources is not None:
-            self.resources.delivered(clients, round)
+            self.resources.delivered(delivered, round)
+            self._round_links = {}
+            self.costs.cpu_hz_now = {}
 
     def sample_weighted(
         self, m: int, round: int, weights: Weights, replace: bool = True
@@ -533,6 +572,10 @@ class World:
         A client-to-client link is made on first use from `radio.d2d`, its SNR (or shadowing)
         drawn from the pair's own key (seed, D2D, min(src, dst), max(src, dst)): reciprocal, and
         never dependent on the order links are used in; the network caches it (`keep`)."""
+        if self._round_links:
+            link = self._round_links.get((src, dst))
+            if link is not None:
+                return link
         try:
             return self.network.link(src, dst)
         except KeyError:
