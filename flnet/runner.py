@@ -288,6 +288,7 @@ class Checkpointer:
             stop_reason=stopping,
             scenario=checkpoint.trajectory_fields(self.run.scenario),
             inputs=self.run.inputs,
+            resources=world.resources.state() if world.resources is not None else None,
         )
 
         def committed() -> None:  # the round noted is the round on disk, even under Ctrl-C
@@ -578,6 +579,8 @@ class Run:
                 self.output_dir / checkpoint.JOURNAL, ckpt.ledger_rows, ckpt.ledger_bytes
             )
             self.world.events = ckpt.events
+            if self.world.resources is not None and ckpt.resources is not None:
+                self.world.resources.restore(ckpt.resources)
             try:
                 self.learner.load_state_dict(rows)
                 self.state = self.algorithm.State(**ckpt.state)

@@ -186,10 +186,13 @@ class Scenario(Strict):
             return None
         pattern = RECORDS[name].pattern
         if name not in RESOURCE_AWARE:
-            kind = "a gossip algorithm" if pattern == "exchange" else f"a {pattern} algorithm"
+            kind = {
+                "exchange": "a gossip algorithm",
+                "stream": "an asynchronous algorithm (work items, no rounds)",
+            }.get(pattern, "a round trip the policies are not wired into")
             return (
                 "resources",
-                f"resource policies (scheduling {res.scheduling.kind}) apply to round trips "
+                f"resource policies ({res.named}) apply to round trips "
                 f"whose server draws its cohort uniformly ({', '.join(RESOURCE_AWARE)}); "
                 f"{name} is {kind}",
             )

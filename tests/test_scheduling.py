@@ -7,11 +7,13 @@ import tracemalloc
 
 import numpy as np
 import pytest
+import yaml
+from harness import RESUMABLE
 
 from flnet.errors import ScenarioError
 from flnet.runner import run
 from flnet.schema import ClientsConfig, DirectRadio, ResourcesConfig, SchedulingConfig
-from flnet.sim.scheduling import Candidates, History, choose
+from flnet.sim.scheduling import Candidates, History, Work, choose
 from flnet.sim.world import World
 
 
@@ -81,6 +83,21 @@ def test_the_world_schedules_the_best_of_its_uniform_pool():
     assert world.resources.figures()["scheduled_candidates"] == 40
 
 
+def test_under_availability_the_pool_and_so_the_cohort_are_online_clients():
+    clients = ClientsConfig(count=500, availability={"kind": "bernoulli", "p": 0.3})
+    radio = DirectRadio(mode="direct", uplink_snr_db={"kind": "uniform", "low": 0, "high": 30})
+    work = Work(1e3, lambda c: np.full(len(c), 1e6), 1e3)
+    for sched in (
+        SchedulingConfig(kind="best_channel"),
+        SchedulingConfig(deadline_feasible=True),  # uniform among the online pool
+    ):
+        res = ResourcesConfig(scheduling=sched, deadline_s=1e9)
+        world = World(clients, radio, 0, resources=res)
+        for t in (1, 2, 3):
+            chosen = world.sample_clients(20, t, work=work)
+            assert len(chosen) == 20 and world.online_clients(chosen, t).all()
+
+
 def test_a_channel_aware_scheduler_at_a_million_clients_touches_only_its_candidates():
     """A round's choice allocates what its pool of 400 needs, never an [N] column (8 MB)."""
     world = _world(1_000_000)
@@ -131,3 +148,24 @@ def test_policies_are_refused_where_they_do_not_apply(scenario, sections, field,
     assert field in text
     for w in words:
         assert w in text
+
+
+@pytest.mark.parametrize("kind", ["age_based", "proportional_fair"])
+def test_a_resumed_run_keeps_the_schedulers_history(tmp_path, kind):
+    """The history (who delivered when, average served rates) is checkpointed: a run
+    stopped at round 4 and resumed to 8 schedules as the run of 8 at once."""
+    sc = {
+        **RESUMABLE,
+        "name": "sched",
+        "clients": {**RESUMABLE["clients"], "count": 20},
+        "resources": {"scheduling": {"kind": kind, "candidates": 2}},
+        "run": {"rounds": 4, "eval_every": 1, "checkpoint_every": 2},
+        "output": {"dir": str(tmp_path / "out")},
+    }
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(sc))
+    run(path)
+    longer = run(path, overrides=["run.rounds=8"], resume=True)
+    whole = run(path, overrides=["run.rounds=8", f"output.dir={tmp_path / 'whole'}"])
+    assert longer.ledger.equals(whole.ledger)
+    assert longer.records.equals(whole.records)

@@ -88,6 +88,19 @@ class ResourcesConfig(Strict):
     )
 
     @property
+    def named(self) -> str:
+        """The policies set, in words (for errors): 'scheduling best_channel, bandwidth
+        min_max'."""
+        s = self.scheduling
+        parts = [
+            f"scheduling {s.kind}" if s.kind != "uniform" else "",
+            "the deadline-feasible filter" if s.deadline_feasible else "",
+            f"bandwidth {self.bandwidth}" if self.bandwidth != "equal" else "",
+            f"compute_power {self.compute_power}" if self.compute_power != "fixed" else "",
+        ]
+        return ", ".join(p for p in parts if p) or "uniform scheduling, equal bandwidth, fixed"
+
+    @property
     def active(self) -> bool:
         """Whether any policy departs from today's behaviour."""
         return self.schedules or self.allocates

@@ -215,6 +215,13 @@ class Policies:
         """`clients` delivered their update in `round` (age-based scheduling's clock)."""
         self.history.delivered(clients, round)
 
+    def state(self) -> dict:
+        """What a checkpoint keeps: the history (O(participants))."""
+        return self.history.state()
+
+    def restore(self, state: dict) -> None:
+        self.history.restore(state)
+
     def figures(self) -> dict[str, float]:
         """The records' columns of the last round's decisions."""
         return dict(self._figures)

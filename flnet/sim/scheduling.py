@@ -5,7 +5,7 @@ with over-selection; only online ones under an availability model, `World._sampl
 then keeps the best m by the policy's score, ties broken by a uniform draw of the round
 (generator (seed, SELECTION, round, 1)), so a tie never favours small client ids:
 
-- ``uniform``: no score (the pool's first m in draw order: a uniform draw);
+- ``uniform``: no score (m of the pool in the tie-breaking order: a uniform draw);
 - ``best_channel``: the uplink rate r_k on an equal share B / m of the band (alone, without
   fading: the mean channel the server can know), highest first;
 - ``proportional_fair``: r_k / R_k, R_k the client's average served rate, an exponential
@@ -84,6 +84,17 @@ class History:
         for c in clients.tolist():
             self.last_round[c] = round
 
+    def state(self) -> dict:
+        """The history as plain lists (a checkpoint's), in insertion order."""
+        return {
+            "last_round": [[c, r] for c, r in self.last_round.items()],
+            "served": [[c, avg, r] for c, (avg, r) in self.served.items()],
+        }
+
+    def restore(self, state: dict) -> None:
+        self.last_round = {int(c): int(r) for c, r in state["last_round"]}
+        self.served = {int(c): (float(avg), int(r)) for c, avg, r in state["served"]}
+
 
 def choose(
     cfg: SchedulingConfig,
@@ -100,8 +111,8 @@ def choose(
     if cfg.deadline_feasible:
         assert deadline_s is not None  # the schema checks it
         keep = keep[cand.alone_s <= deadline_s]
-    if cfg.kind == "uniform":
-        return keep[:m]
+    if cfg.kind == "uniform":  # in the round's random order (an online pool is by id)
+        return keep[np.argsort(tiebreak[keep], kind="stable")[:m]]
     primary, secondary = scores(cfg, cand, round, history)
     # lexsort: last key first; highest score, then highest secondary, then the draw
     order = np.lexsort((tiebreak[keep], -secondary[keep], -primary[keep]))
