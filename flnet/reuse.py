@@ -56,6 +56,7 @@ from flnet.run_folders import finished, identity
 from flnet.scenario import Scenario, load_scenario
 from flnet.sim.ledger import NOBODY, SERVER, Tag
 from flnet.sim.patterns import Packet, round_trip
+from flnet.sim.scheduling import Work as ExpectedWork
 from flnet.sim.world import AbstractWorld, Progress, World
 
 if TYPE_CHECKING:
@@ -289,7 +290,10 @@ def protocol(
     if cfg.cohort.sampling != "uniform" and sizes is None:
         raise NotReusable(f"cohort.sampling {cfg.cohort.sampling} draws by the data sizes")
     for t in world.steps(0):
-        cohort = sampler.draw(world, k, t, sizes if sizes is not None else np.ones(0)).clients
+        expected = _expected(work, t)  # what a resources scheduler's deadline filter reads
+        cohort = sampler.draw(
+            world, k, t, sizes if sizes is not None else np.ones(0), expected
+        ).clients
         down, flops, up = work(t, cohort)
         yield from round_trip(
             world,
@@ -302,6 +306,17 @@ def protocol(
             keep=k,
         )
         world.publish(Progress(t, None, None))
+
+
+def _expected(work: Work, t: int) -> ExpectedWork | None:
+    """A timing-only run's work as the server expects it when it draws round t's cohort
+    (`flnet.sim.scheduling.Work`); None for a trajectory's (whose cohorts are its own)."""
+    if not isinstance(work, _PlannedWork):
+        return None
+    planned = work
+    return ExpectedWork(
+        planned.down_bits, lambda c: np.asarray(planned(t, c)[1], dtype=float), planned.up_bits
+    )
 
 
 class CostRecorder:
@@ -358,7 +373,11 @@ def _simulate(
     from flnet.runner import StopRules, check_sampled  # start-up speed: torch
 
     world = World(
-        scenario.clients, scenario.radio, scenario.seed, flops_per_sample=flops_per_sample
+        scenario.clients,
+        scenario.radio,
+        scenario.seed,
+        flops_per_sample=flops_per_sample,
+        resources=scenario.resources,  # timing-only runs (trajectory reuse refuses them)
     )
     check_sampled(world)
     recorder = CostRecorder(scenario, rows, end)

@@ -5,6 +5,7 @@ carries them out (the ledger's instants are the plan's)."""
 import math
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from flnet.errors import ScenarioError
@@ -148,3 +149,24 @@ def test_allocations_are_refused_where_they_do_not_apply(scenario, resources, ra
     with pytest.raises(ScenarioError) as err:
         scenario(resources=resources, radio=radio)
     assert field in str(err.value)
+
+
+def test_a_timing_only_run_applies_the_policies_as_the_full_run(scenario):
+    """The time side alone (no training) schedules and allocates as the full run: the same
+    ledger to the bit, the same allocation columns."""
+    from flnet import reuse
+
+    sc = scenario(
+        **_small(
+            scheduling={"kind": "best_channel", "deadline_feasible": True},
+            bandwidth="min_max",
+            compute_power="min_energy",
+            deadline_s=2.0,
+        )
+    )
+    full = run(sc, write=False)
+    timed = reuse.timing_only(sc, write=False)
+    pd.testing.assert_frame_equal(timed.ledger, full.ledger, check_exact=True)
+    alloc = [c for c in full.records if c.startswith(("alloc_", "scheduled_"))]
+    assert len(alloc) == 11
+    pd.testing.assert_frame_equal(timed.records[alloc], full.records[alloc], check_exact=True)
