@@ -377,7 +377,7 @@ def _simulate(
         scenario.radio,
         scenario.seed,
         flops_per_sample=flops_per_sample,
-        resources=scenario.resources,  # timing-only runs (trajectory reuse refuses them)
+        resources=scenario.resources_planned,  # timing-only (trajectory reuse refuses them)
     )
     check_sampled(world)
     recorder = CostRecorder(scenario, rows, end)

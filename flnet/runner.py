@@ -431,7 +431,7 @@ def build(scenario: Scenario, start_time_s: float = 0.0) -> tuple[World, Learner
         scenario.seed,
         start_time_s=start_time_s,
         flops_per_sample=learner.flops_per_sample,
-        resources=scenario.resources,
+        resources=scenario.resources_planned,
     )
     check_sampled(world)
     check_deadline(scenario, world, learner)

@@ -204,6 +204,20 @@ class Scenario(Strict):
                 f"{name}'s algorithm.cohort.sampling is {sampling}: the cohort is drawn by "
                 "data size, which a scheduler would override; use sampling: uniform",
             )
+        cut_s = getattr(cohort, "deadline_s", None)  # the server's own deadline
+        needs = res.needs_deadline
+        if needs is not None and res.deadline_s is None and cut_s is None:
+            return (
+                "resources.deadline_s",
+                f"{needs} needs the deadline it keeps to (seconds): set resources.deadline_s "
+                "or algorithm.cohort.deadline_s",
+            )
+        if res.deadline_s is not None and cut_s is not None and res.deadline_s > cut_s:
+            return (
+                "resources.deadline_s",
+                f"{res.deadline_s:g} s is later than algorithm.cohort.deadline_s = {cut_s:g} s, "
+                "where the server cuts the round: a plan for it would lose its members",
+            )
         if res.bandwidth != "equal" and self.radio.uplink.sharing != "shared":
             return (
                 "radio.uplink.sharing",
@@ -222,6 +236,16 @@ class Scenario(Strict):
                 "energy_aware ranks candidates by battery charge: set clients.battery",
             )
         return None
+
+    @property
+    def resources_planned(self) -> ResourcesConfig | None:
+        """`resources` as the World applies them: the deadline they plan for defaults to the
+        algorithm's cohort.deadline_s."""
+        res = self.resources
+        if res is None or res.deadline_s is not None:
+            return res
+        cohort = getattr(self.algorithm, "cohort", None)
+        return res.model_copy(update={"deadline_s": getattr(cohort, "deadline_s", None)})
 
     def output_dir(self) -> Path:
         return Path(self.output.dir or Path("runs") / self.name)

@@ -143,12 +143,27 @@ def test_just_in_time_rounds_meet_the_deadline_for_less_energy_than_fixed(scenar
             "radio.uplink.sharing",
         ),
         ({"compute_power": "min_energy"}, {}, "resources.deadline_s"),
+        ({"compute_power": "min_energy", "deadline_s": 5.0}, None, "resources.deadline_s"),
     ],
 )
 def test_allocations_are_refused_where_they_do_not_apply(scenario, resources, radio, field):
+    """... a plan for a deadline later than the server's cut (cohort.deadline_s) too."""
+    over = (
+        {"radio": radio}
+        if radio is not None
+        else {"algorithm": {"cohort": {"clients_per_round": 5, "deadline_s": 2.0}}}
+    )
     with pytest.raises(ScenarioError) as err:
-        scenario(resources=resources, radio=radio)
+        scenario(resources=resources, **over)
     assert field in str(err.value)
+
+
+def test_the_policies_plan_for_the_servers_deadline_by_default(scenario):
+    sc = scenario(
+        resources={"compute_power": "just_in_time"},
+        algorithm={"cohort": {"clients_per_round": 5, "deadline_s": 2.0}},
+    )
+    assert sc.resources.deadline_s is None and sc.resources_planned.deadline_s == 2.0
 
 
 def test_a_timing_only_run_applies_the_policies_as_the_full_run(scenario):

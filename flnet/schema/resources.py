@@ -11,10 +11,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field
 
 from flnet.config import Strict
-from flnet.schema.checks import inconsistent
 
 SCHEDULERS = ("uniform", "best_channel", "proportional_fair", "age_based", "energy_aware")
 
@@ -83,8 +82,9 @@ class ResourcesConfig(Strict):
     deadline_s: float | None = Field(
         None,
         gt=0,
-        description="the round time the policies plan for (from the round's start): needed "
-        "by deadline_feasible, just_in_time and min_energy",
+        description="the round time the policies plan for (from the round's start), needed "
+        "by deadline_feasible, just_in_time and min_energy; default: algorithm.cohort."
+        "deadline_s (the server's cut), which it may not exceed",
     )
 
     @property
@@ -116,14 +116,9 @@ class ResourcesConfig(Strict):
         """Whether a round's band, frequencies or powers are set by a policy."""
         return self.bandwidth != "equal" or self.compute_power != "fixed"
 
-    @model_validator(mode="after")
-    def _deadline_given(self) -> ResourcesConfig:
-        if self.deadline_s is None:
-            needs = "scheduling.deadline_feasible" if self.scheduling.deadline_feasible else None
-            if self.compute_power != "fixed":
-                needs = f"compute_power {self.compute_power}"
-            if needs is not None:
-                raise inconsistent(
-                    "resources.deadline_s", f"{needs} needs the deadline it keeps to (seconds)"
-                )
-        return self
+    @property
+    def needs_deadline(self) -> str | None:
+        """The policy that plans for a deadline, in words (None: none does)."""
+        if self.compute_power != "fixed":
+            return f"compute_power {self.compute_power}"
+        return "scheduling.deadline_feasible" if self.scheduling.deadline_feasible else None
