@@ -51,6 +51,8 @@ class Checkpoint(NamedTuple):
     # sha256 of each input file's bytes (`input_digests`), by the scenario field naming it;
     # None: a checkpoint written before digests were kept (it resumes unchecked, as it did)
     inputs: dict[str, str | None] | None = None
+    # the resource policies' history (`flnet.sim.resources.Policies.state`); None: none
+    resources: dict | None = None
 
 
 def trajectory_fields(scenario: Scenario) -> dict:
@@ -63,6 +65,8 @@ def trajectory_fields(scenario: Scenario) -> dict:
         "label": True,
         "data": {"root"},
     }
+    if scenario.resources is None:  # unset: as checkpoints written before the field existed
+        exclude["resources"] = True
     return scenario.model_dump(mode="json", exclude=exclude)
 
 
@@ -194,7 +198,8 @@ def _problem(payload: Any) -> str | None:
     if payload.get("format") != FORMAT:
         return f"its format is {payload.get('format')!r}"
     expected = {"format", *Checkpoint._fields}
-    optional = {"inputs"}  # absent from checkpoints written before input digests
+    # absent from checkpoints written before input digests, or resource policies
+    optional = {"inputs", "resources"}
     if not expected - optional <= set(payload) <= expected:
         missing = sorted(expected - optional - set(payload))
         extra = sorted(set(payload) - expected)
@@ -217,6 +222,8 @@ def _problem(payload: Any) -> str | None:
     for name, kind in types.items():
         if not isinstance(payload[name], kind) or isinstance(payload[name], bool):
             return f"{name} is a {type(payload[name]).__name__}"
+    if not isinstance(payload.get("resources"), (dict, type(None))):
+        return "its resource policies' history is not a mapping"
     inputs = payload.get("inputs")
     if inputs is not None and not (
         isinstance(inputs, dict)

@@ -56,6 +56,7 @@ from flnet.run_folders import finished, identity
 from flnet.scenario import Scenario, load_scenario
 from flnet.sim.ledger import NOBODY, SERVER, Tag
 from flnet.sim.patterns import Packet, round_trip
+from flnet.sim.scheduling import Work as ExpectedWork
 from flnet.sim.world import AbstractWorld, Progress, World
 
 if TYPE_CHECKING:
@@ -136,6 +137,8 @@ def why_not(data: dict) -> str | None:
         return "over-selection: the first K arrivals decide the aggregate"
     if algo["cohort"].get("sampling", "uniform") != "uniform":
         return "cohort.sampling by data size: a replay draws its cohorts without the data"
+    if data.get("resources") is not None:
+        return "resources: the policies decide each round from the run's own history"
     run = data["run"]
     for field in ("time_budget_s", "energy_budget_j"):
         if run.get(field) is not None:
@@ -287,7 +290,10 @@ def protocol(
     if cfg.cohort.sampling != "uniform" and sizes is None:
         raise NotReusable(f"cohort.sampling {cfg.cohort.sampling} draws by the data sizes")
     for t in world.steps(0):
-        cohort = sampler.draw(world, k, t, sizes if sizes is not None else np.ones(0)).clients
+        expected = _expected(work, t)  # what a resources scheduler's deadline filter reads
+        cohort = sampler.draw(
+            world, k, t, sizes if sizes is not None else np.ones(0), expected
+        ).clients
         down, flops, up = work(t, cohort)
         yield from round_trip(
             world,
@@ -300,6 +306,17 @@ def protocol(
             keep=k,
         )
         world.publish(Progress(t, None, None))
+
+
+def _expected(work: Work, t: int) -> ExpectedWork | None:
+    """A timing-only run's work as the server expects it when it draws round t's cohort
+    (`flnet.sim.scheduling.Work`); None for a trajectory's (whose cohorts are its own)."""
+    if not isinstance(work, _PlannedWork):
+        return None
+    planned = work
+    return ExpectedWork(
+        planned.down_bits, lambda c: np.asarray(planned(t, c)[1], dtype=float), planned.up_bits
+    )
 
 
 class CostRecorder:
@@ -356,7 +373,11 @@ def _simulate(
     from flnet.runner import StopRules, check_sampled  # start-up speed: torch
 
     world = World(
-        scenario.clients, scenario.radio, scenario.seed, flops_per_sample=flops_per_sample
+        scenario.clients,
+        scenario.radio,
+        scenario.seed,
+        flops_per_sample=flops_per_sample,
+        resources=scenario.resources_planned,  # timing-only (trajectory reuse refuses them)
     )
     check_sampled(world)
     recorder = CostRecorder(scenario, rows, end)

@@ -13,9 +13,10 @@ FINISHED = ("completed", "diverged")  # a folder holding one of these is not run
 def identity(data: dict) -> str:
     """Hash of a resolved scenario minus where and how often it writes and what it is called in
     plots (`label`: presentation, not simulation; dropped, not nulled, so that the names of
-    points written before the field existed stay the same): the point's name."""
+    points written before the field existed stay the same; `resources` likewise while
+    unset): the point's name."""
     data = {
-        **{k: v for k, v in data.items() if k != "label"},
+        **{k: v for k, v in data.items() if k != "label" and not (k == "resources" and v is None)},
         "output": None,
         "run": {k: v for k, v in data["run"].items() if not k.startswith("checkpoint")},
     }

@@ -288,6 +288,7 @@ class Checkpointer:
             stop_reason=stopping,
             scenario=checkpoint.trajectory_fields(self.run.scenario),
             inputs=self.run.inputs,
+            resources=world.resources.state() if world.resources is not None else None,
         )
 
         def committed() -> None:  # the round noted is the round on disk, even under Ctrl-C
@@ -394,6 +395,7 @@ def record_row(scenario: Scenario, world: World, progress: Progress, metrics: di
         **(progress.figures or {}),
         **(world.battery.figures(world.now) if world.battery is not None else {}),
         **(world.class_energy.figures() if world.class_energy is not None else {}),
+        **(world.resources.figures() if world.resources is not None else {}),
     }
 
 
@@ -429,6 +431,7 @@ def build(scenario: Scenario, start_time_s: float = 0.0) -> tuple[World, Learner
         scenario.seed,
         start_time_s=start_time_s,
         flops_per_sample=learner.flops_per_sample,
+        resources=scenario.resources_planned,
     )
     check_sampled(world)
     check_deadline(scenario, world, learner)
@@ -576,6 +579,8 @@ class Run:
                 self.output_dir / checkpoint.JOURNAL, ckpt.ledger_rows, ckpt.ledger_bytes
             )
             self.world.events = ckpt.events
+            if self.world.resources is not None and ckpt.resources is not None:
+                self.world.resources.restore(ckpt.resources)
             try:
                 self.learner.load_state_dict(rows)
                 self.state = self.algorithm.State(**ckpt.state)

@@ -37,6 +37,7 @@ from flnet.schema import (
     OutputConfig,
     PhysicalRadio,
     Radio,
+    ResourcesConfig,
     RunConfig,
     inconsistent,
 )
@@ -72,6 +73,11 @@ class Scenario(Strict):
     algorithm: AlgorithmConfig
     clients: ClientsConfig = ClientsConfig()
     radio: Radio = PhysicalRadio()
+    resources: ResourcesConfig | None = Field(
+        None,
+        description="per-round resource policies (scheduling, bandwidth, CPU frequency and "
+        "transmit power) for round-trip algorithms; null: none (today's behaviour)",
+    )
     run: RunConfig = RunConfig()
     output: OutputConfig = OutputConfig()
 
@@ -181,6 +187,9 @@ class Scenario(Strict):
                 f"{self.algorithm.name} keeps one model: no consensus distance to bound "
                 "(gossip algorithms only)",
             )
+        problem = self._resources_problem()
+        if problem is not None:
+            raise inconsistent(*problem)
         for section in ("clients", "radio"):
             for name, value in getattr(self, section):
                 if isinstance(value, PerClient) and len(value.values) != n:
@@ -190,11 +199,95 @@ class Scenario(Strict):
                     )
         return self
 
+    def _resources_problem(self) -> tuple[str, str] | None:
+        """Why the resource policies cannot apply to this scenario (field, why), or None."""
+        res, name = self.resources, self.algorithm.name
+        if res is None:
+            return None
+        pattern = RECORDS[name].pattern
+        if name not in RESOURCE_AWARE:
+            kind = {
+                "exchange": "a gossip algorithm",
+                "stream": "an asynchronous algorithm (work items, no rounds)",
+            }.get(pattern, "a round trip the policies are not wired into")
+            return (
+                "resources",
+                f"resource policies ({res.named}) apply to round trips "
+                f"whose server draws its cohort uniformly ({', '.join(RESOURCE_AWARE)}); "
+                f"{name} is {kind}",
+            )
+        cohort = getattr(self.algorithm, "cohort", None)
+        sampling = getattr(cohort, "sampling", "uniform")
+        if sampling != "uniform" and res.active:
+            return (
+                "resources.scheduling",
+                f"{name}'s algorithm.cohort.sampling is {sampling}: the cohort is drawn by "
+                "data size, which a scheduler would override; use sampling: uniform",
+            )
+        cut_s = getattr(cohort, "deadline_s", None)  # the server's own deadline
+        needs = res.needs_deadline
+        if needs is not None and res.deadline_s is None and cut_s is None:
+            return (
+                "resources.deadline_s",
+                f"{needs} needs the deadline it keeps to (seconds): set resources.deadline_s "
+                "or algorithm.cohort.deadline_s",
+            )
+        if res.deadline_s is not None and cut_s is not None and res.deadline_s > cut_s:
+            return (
+                "resources.deadline_s",
+                f"{res.deadline_s:g} s is later than algorithm.cohort.deadline_s = {cut_s:g} s, "
+                "where the server cuts the round: a plan for it would lose its members",
+            )
+        if res.bandwidth != "equal" and self.radio.uplink.sharing != "shared":
+            return (
+                "radio.uplink.sharing",
+                f"resources.bandwidth {res.bandwidth} splits a shared uplink; a dedicated "
+                "uplink gives every transfer the whole band",
+            )
+        if res.allocates and self.clients.capacity_trace is not None:
+            return (
+                "resources",
+                "a capacity trace gives measured rates and seconds (clients.capacity_trace): "
+                "no band, frequency or power for resources.bandwidth or compute_power to set",
+            )
+        cells = getattr(self.radio, "cells", None)
+        if res.allocates and cells is not None:
+            return (
+                "resources",
+                "radio.cells shares each cell's band among its own transfers under "
+                "interference, which the allocation planner does not model: use "
+                "resources.bandwidth equal and compute_power fixed with cells",
+            )
+        if res.schedules and getattr(cells, "mobility", None) is not None:
+            return (
+                "resources.scheduling",
+                "radio.cells.mobility moves clients between rounds, and the schedulers rank "
+                "them by their channels at the start: schedule uniform with mobility",
+            )
+        if res.scheduling.kind == "energy_aware" and self.clients.battery is None:
+            return (
+                "resources.scheduling.kind",
+                "energy_aware ranks candidates by battery charge: set clients.battery",
+            )
+        return None
+
+    @property
+    def resources_planned(self) -> ResourcesConfig | None:
+        """`resources` as the World applies them: the deadline they plan for defaults to the
+        algorithm's cohort.deadline_s."""
+        res = self.resources
+        if res is None or res.deadline_s is not None:
+            return res
+        cohort = getattr(self.algorithm, "cohort", None)
+        return res.model_copy(update={"deadline_s": getattr(cohort, "deadline_s", None)})
+
     def output_dir(self) -> Path:
         return Path(self.output.dir or Path("runs") / self.name)
 
 
 BLOCK_AWARE = tuple(name for name, record in RECORDS.items() if record.follows_blocks)
+# round trips whose cohort the World draws uniformly: what the resource policies act on
+RESOURCE_AWARE = ("fedavg", "fedprox", "moon", "scaffold", "feddyn")
 
 
 # ---------------------------------------------------------------- loading

@@ -392,3 +392,26 @@ def test_a_run_with_moving_clients():
         write=False,
     )
     assert (run.ledger.kind == "upload").sum() > 0
+
+
+def test_cells_refuse_the_allocation_planner_and_scheduling_under_mobility():
+    """The planner does not model a cell's band and interference, and the schedulers rank
+    clients by their channels at the start: both are refused with cells, naming the field."""
+    base = [
+        "radio.mode=physical",
+        "radio.cells={stations_xy_m: [[0, 0], [500, 0]]}",
+        "clients.positions={kind: uniform, side_m: 500}",
+    ]
+    with pytest.raises(ScenarioError, match="resources.*radio.cells"):
+        load_scenario(
+            "scenarios/quickstart.yaml",
+            [*base, "resources={bandwidth: min_max, deadline_s: 30}"],
+        )
+    moving = "radio.cells={stations_xy_m: [[0, 0], [500, 0]], mobility: {epoch_s: 10}}"
+    with pytest.raises(ScenarioError, match=r"resources\.scheduling.*mobility"):
+        load_scenario(
+            "scenarios/quickstart.yaml",
+            [*base[:1], moving, base[2], "resources={scheduling: {kind: best_channel}}"],
+        )
+    # scheduling alone, without mobility, is allowed with cells
+    load_scenario("scenarios/quickstart.yaml", [*base, "resources={scheduling: {kind: age_based}}"])

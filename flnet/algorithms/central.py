@@ -69,9 +69,10 @@ def rounds(
     for t in world.steps(state.round):
         block = learn.block(t, world.now)  # block-cyclic data: the block of this round
         sizes = learn.samples_in(block)
-        drawn = sampler.draw(world, k, t, sizes)  # S_t
-        cohort = drawn.clients
         x_bits = learn.bits(ModelMessage(x))
+        expected = selection.expected_work(learn, cfg.local, x_bits, x_bits, block)
+        drawn = sampler.draw(world, k, t, sizes, expected)  # S_t
+        cohort = drawn.clients
         steps = None
         if cfg.partial_work is not None:
             p = partial.plan(

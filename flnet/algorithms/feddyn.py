@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import torch
 
-from flnet.algorithms import delivery, train_loss
+from flnet.algorithms import delivery, selection, train_loss
 from flnet.algorithms.base import Steps
 from flnet.algorithms.configs import FedDynConfig as Config
 from flnet.learn.aggregate import mean
@@ -76,7 +76,9 @@ def protocol(
     grads = learn.client_table(TABLE, torch.zeros_like(x))  # rows only once written
     k = cfg.cohort.k(world.num_clients)
     for t in world.steps(state.round):
-        cohort = world.sample_clients(k, t, cfg.cohort.over_selection)  # P_t
+        x_bits = learn.bits(ModelMessage(x))
+        expected = selection.expected_work(learn, cfg.local, x_bits, x_bits)
+        cohort = world.sample_clients(k, t, cfg.cohort.over_selection, work=expected)  # P_t
         g = grads.rows(cohort)  # [C, P]
         work = learn.local_train(
             cohort, x, cfg.local, t, loss_fn=dynamic_loss(cfg.alpha, x, base_loss), aux=g

@@ -89,7 +89,9 @@ def protocol(
     k = cfg.cohort.k(world.num_clients)
     sampler = selection.Sampler(cfg.cohort)
     for t in world.steps(state.round):
-        drawn = sampler.draw(world, k, t, learn.num_samples)  # S_t
+        x_bits = learn.bits(ModelMessage(x))
+        expected = selection.expected_work(learn, cfg.local, x_bits, x_bits)
+        drawn = sampler.draw(world, k, t, learn.num_samples, expected)  # S_t
         cohort = drawn.clients
         prev = previous.rows(cohort, default=x.expand(len(cohort), -1))  # first time: w^t
         work = learn.local_train(

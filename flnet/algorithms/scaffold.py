@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
 
-from flnet.algorithms import delivery, server, train_loss
+from flnet.algorithms import delivery, selection, server, train_loss
 from flnet.algorithms.base import Steps
 from flnet.algorithms.configs import ScaffoldConfig as Config
 from flnet.learn import optim
@@ -121,7 +121,9 @@ def protocol(
         lr = cfg.local.lr_at(t)  # eta_l of this round (local.lr_schedule)
         assert lr is not None  # ScaffoldConfig allows sgd only, which has one
         corrected = optim.chain(optim.add_correction(), optim.from_config(cfg.local, t))
-        cohort = world.sample_clients(k, t, cfg.cohort.over_selection)  # S
+        down_bits = learn.bits(Down(x, c))  # up: two model-shaped tensors as well
+        expected = selection.expected_work(learn, cfg.local, down_bits, down_bits)
+        cohort = world.sample_clients(k, t, cfg.cohort.over_selection, work=expected)  # S
         c_i = c_table.rows(cohort)  # [C, P]
         work = learn.local_train(
             cohort,
@@ -138,7 +140,7 @@ def protocol(
         done = yield from round_trip(
             world,
             cohort,
-            Packet(Down(x, c), learn.bits(Down(x, c))),
+            Packet(Down(x, c), down_bits),
             work.flops,
             Packet(up, learn.bits(Up(up.dy[0], up.dc[0]))),
             tag=t,

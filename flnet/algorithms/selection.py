@@ -42,9 +42,11 @@ from typing import TYPE_CHECKING, NamedTuple
 import numpy as np
 
 from flnet.algorithms import delivery
+from flnet.sim.scheduling import Work
 
 if TYPE_CHECKING:  # annotations only
-    from flnet.config import CohortConfig
+    from flnet.config import CohortConfig, LocalConfig
+    from flnet.learn.local import Learner
     from flnet.sim.patterns import Delivery
     from flnet.sim.world import AbstractWorld
 
@@ -98,11 +100,19 @@ class Sampler:
         self.cfg = cfg
         self._weights: tuple[np.ndarray, SizeWeights] | None = None  # sizes seen, their law
 
-    def draw(self, world: AbstractWorld, k: int, round: int, sizes: np.ndarray) -> Cohort:
+    def draw(
+        self,
+        world: AbstractWorld,
+        k: int,
+        round: int,
+        sizes: np.ndarray,
+        work: Work | None = None,
+    ) -> Cohort:
         """Round `round`'s cohort of K = `k` (with over-selection, ceil(K * over_selection)
-        distinct clients); `sizes` [N] the clients' training rows (this round's block's)."""
+        distinct clients); `sizes` [N] the clients' training rows (this round's block's);
+        `work` what each member is expected to do (a scheduler's deadline filter reads it)."""
         if self.cfg.sampling == "uniform":
-            return Cohort(world.sample_clients(k, round, self.cfg.over_selection), None)
+            return Cohort(world.sample_clients(k, round, self.cfg.over_selection, work=work), None)
         replace = self.cfg.sampling == "by_data_size_with_replacement"
         m = math.ceil(k * self.cfg.over_selection - 1e-9)  # draws: K may exceed N
         m = m if replace else min(world.num_clients, m)
@@ -116,6 +126,16 @@ class Sampler:
         if self._weights is None or self._weights[0] is not sizes:
             self._weights = (sizes, SizeWeights(sizes))
         return self._weights[1]
+
+
+def expected_work(
+    learn: Learner, local: LocalConfig, down_bits: float, up_bits: float, block: int | None = None
+) -> Work:
+    """What the server expects of each member when it draws a cohort (`resources`'
+    scheduler): the messages' bits and each candidate's full local work, its steps times a
+    full minibatch's FLOPs (only the candidates' rows are read)."""
+    step_flops = learn.step_flops(local)
+    return Work(down_bits, lambda c: step_flops * learn.full_steps(c, local, block), up_bits)
 
 
 def delivered(done: Delivery, cohort: Cohort, sizes: np.ndarray) -> delivery.Delivered | None:

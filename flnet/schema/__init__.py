@@ -66,6 +66,7 @@ from flnet.schema.radio import (
     Radio,
     RandomWaypoint,
 )
+from flnet.schema.resources import SCHEDULERS, ResourcesConfig, SchedulingConfig
 from flnet.schema.run import (
     DivergenceConfig,
     OutputConfig,
@@ -116,9 +117,12 @@ __all__ = [
     "RandomGossipCompression",
     "RandomReluFeatures",
     "ReferenceName",
+    "ResourcesConfig",
     "Resnet18Config",
     "Resnet18Features",
     "RunConfig",
+    "SCHEDULERS",
+    "SchedulingConfig",
     "ShardsPartition",
     "SizeSkewPartition",
     "SyntheticConfig",

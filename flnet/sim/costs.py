@@ -45,6 +45,8 @@ class Costs:
         self.devices, self.speeds, self.num_clients = devices, speeds, num_clients
         self.seed, self.rayleigh_fading = seed, rayleigh_fading
         self._fading_draws: FadingCounts = {}
+        # a round's CPU frequencies set by a resource policy (`flnet.sim.resources`), by client
+        self.cpu_hz_now: dict[int, float] = {}
 
     # ------------------------------------------------------------------ fading
 
@@ -78,7 +80,15 @@ class Costs:
         if self.speeds is not None:
             return float(self.compute_times_s(flops, np.array([node]))[0])
         dev = self.devices
-        return compute_time_s(flops, float(dev.cpu_hz[node]), float(dev.flops_per_cycle[node]))
+        return compute_time_s(flops, self._cpu_hz(node), float(dev.flops_per_cycle[node]))
+
+    def _cpu_hz(self, node: int) -> float:
+        """`node`'s CPU frequency now: its own, or the round's policy's."""
+        if self.cpu_hz_now:
+            hz = self.cpu_hz_now.get(node)
+            if hz is not None:
+                return hz
+        return float(self.devices.cpu_hz[node])
 
     def compute_times_s(
         self, flops: float | np.ndarray, clients: np.ndarray | None = None
@@ -100,7 +110,7 @@ class Costs:
         return float(
             compute_energy_j(
                 flops,
-                float(dev.cpu_hz[node]),
+                self._cpu_hz(node),
                 float(dev.flops_per_cycle[node]),
                 float(dev.kappa[node]),
             )

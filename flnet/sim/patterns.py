@@ -121,7 +121,9 @@ def round_trip(
     Where what can stop the members' work is known when it starts (their fates, drawn as
     their trips start: `World.trip_fates`: slowdowns, dropouts, a session's end, an upload's
     judge; no battery), the World computes the whole round at once (`World.round_plan`,
-    `flnet.sim.at_once`): the same rows, outcomes and instants.
+    `flnet.sim.at_once`): the same rows, outcomes and instants. Under the resource policies'
+    allocations (`World.allocate`: bands, frequencies, powers of the round) it goes event by
+    event.
     """
     world = pattern_side(world)
     start = world.now
@@ -133,10 +135,16 @@ def round_trip(
     down_bits, up_bits = _per_member(down.bits, n), _per_member(up.bits, n)
     step = Tag("round_trip", tag)
     flops = _per_member(work_flops, n)
+    # the resource policies' band, frequencies and powers (`resources`): event by event
+    allocated = world.allocate(cohort, down_bits, flops, up_bits)
     # each member's fate, drawn as its trip starts (the cohort's at once), for either path
     fates = world.trip_fates(cohort.tolist(), step, _works(down_bits, flops, up_bits))
-    plan = world.round_plan.plan(
-        Trips(cohort, down_bits, flops, up_bits, step, deadline_s, keep, fates)
+    plan = (
+        None
+        if allocated
+        else world.round_plan.plan(
+            Trips(cohort, down_bits, flops, up_bits, step, deadline_s, keep, fates)
+        )
     )
     if plan is not None:  # nothing but the server could stop anyone: computed at once
         yield world.wait_until(plan.end_s)
@@ -144,6 +152,7 @@ def round_trip(
         if client_state is not None:
             client_state.commit(np.flatnonzero(plan.completed))
         world.events += len(plan.positions)
+        world.round_over(cohort[plan.positions], tag)
         return Delivery(plan.positions, plan.outcomes, plan.completed, start, world.now)
     gather = _Gather(world, n, keep)
     works = _works(down_bits, flops, up_bits)
@@ -163,9 +172,9 @@ def round_trip(
     if client_state is not None:
         client_state.commit(np.flatnonzero(completed))
     world.events += len(gather.delivered)
-    return Delivery(
-        np.asarray(gather.delivered, dtype=np.int64), gather.outcomes, completed, start, world.now
-    )
+    positions = np.asarray(gather.delivered, dtype=np.int64)
+    world.round_over(cohort[positions], tag)
+    return Delivery(positions, gather.outcomes, completed, start, world.now)
 
 
 def _works(

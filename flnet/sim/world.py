@@ -33,7 +33,7 @@ from flnet import draws
 from flnet.dists import AnyDist
 from flnet.errors import ScenarioError
 from flnet.rng import Stream, generator, stream_keys
-from flnet.schema import D2D, ClientsConfig, Radio
+from flnet.schema import D2D, ClientsConfig, Radio, ResourcesConfig
 from flnet.sim import availability as availability_mod
 from flnet.sim import population as population_mod
 from flnet.sim.at_once import AtOnce, EventByEvent, RoundPlan
@@ -48,6 +48,8 @@ from flnet.sim.interference import D2DReuseBand
 from flnet.sim.ledger import NOBODY, SERVER, Ledger, Tag
 from flnet.sim.mobility import moving_cells
 from flnet.sim.network import Link, Network, d2d_link
+from flnet.sim.resources import Policies, equal_share_rate_bps
+from flnet.sim.scheduling import Work
 from flnet.sim.stops import ScheduledStops
 from flnet.sim.traces import TraceError, TraceReplay, TraceSpeeds, speeds_from
 
@@ -150,6 +152,7 @@ class AbstractWorld(Protocol):
         round: int,
         over_selection: float = 1.0,
         stream: Stream = Stream.SELECTION,
+        work: Work | None = None,
     ) -> np.ndarray: ...
 
     def sample_weighted(
@@ -241,6 +244,16 @@ class PatternWorld(AbstractWorld, Protocol):
 
     def end_at(self, t_s: float, stop: Callable[[str], None], outcome: str) -> int: ...
 
+    def allocate(
+        self,
+        cohort: np.ndarray,
+        down_bits: np.ndarray,
+        flops: np.ndarray,
+        up_bits: np.ndarray,
+    ) -> bool: ...
+
+    def round_over(self, delivered: np.ndarray, round: int) -> None: ...
+
     def cancel_end(self, token: int) -> None: ...
 
     def freeze(self, jobs: list[Job]) -> dict: ...
@@ -276,9 +289,11 @@ class World:
         *,
         start_time_s: float = 0.0,
         flops_per_sample: float | None = None,
+        resources: ResourcesConfig | None = None,
     ) -> None:
         """`flops_per_sample` (the training FLOPs charged per sample) turns a capacity trace's
-        seconds per sample into seconds per FLOP; needed only with `clients.capacity_trace`."""
+        seconds per sample into seconds per FLOP; needed only with `clients.capacity_trace`.
+        `resources`: the per-round resource policies (`flnet.sim.resources`; None: none)."""
         self.clients = clients
         self.radio = radio
         self.seed = seed
@@ -327,6 +342,8 @@ class World:
         self._selections: dict[tuple[int, int, int], np.ndarray] = {}  # (stream, size, round)
         self._d2d_channel: Channel | None = None  # made when the first D2D link is
         self.air_scheduler = AirScheduler(radio.d2d.sharing == "tdma", radio.d2d.half_duplex)
+        self.resources = Policies(resources) if resources is not None else None
+        self._round_links: dict[tuple[int, int], Link] = {}  # a round's uplinks by a policy
 
     @property
     def num_clients(self) -> int:
@@ -393,10 +410,14 @@ class World:
         round: int,
         over_selection: float = 1.0,
         stream: Stream = Stream.SELECTION,
+        work: Work | None = None,
     ) -> np.ndarray:
         """ceil(k * over_selection) distinct clients, uniformly, from `stream` (the selection
         stream; a second draw in a round, such as DRFA's dual step, names its own). Under an
         availability model other than `always`, only clients online now (`_sample_online`).
+        With a scheduler (`resources.scheduling`), the selection stream's cohort is its
+        choice among a uniform pool of candidates (`flnet.sim.resources`; `work`: what the
+        server expects each member to do, for its deadline filter).
 
         Each round's draw comes from its own generator. They are made SELECTION_AHEAD rounds at
         a time: the same draws, at a third of the cost of making each between training steps,
@@ -407,6 +428,8 @@ class World:
         clients is every client, sorted, whatever it draws: no draw is made for it.
         """
         m = min(self.num_clients, math.ceil(k * over_selection - 1e-9))
+        if self.resources is not None and self.resources.schedules and stream == Stream.SELECTION:
+            return self.resources.schedule(self, m, round, work)
         if self.battery is not None or not isinstance(self.availability, availability_mod.Always):
             return self._sample_online(m, round, stream)
         if m == self.num_clients:
@@ -420,6 +443,62 @@ class World:
                 for r in range(round, round + SELECTION_AHEAD)
             }
         return self._selections[(stream, m, round)].copy()
+
+    def candidates(self, pool: int, round: int) -> np.ndarray:
+        """A scheduler's `pool` candidates for round `round`, uniformly, in draw order: online
+        ones only under an availability model or batteries (`_sample_online`, its order by
+        id). O(pool), never O(N), as `sample_clients`."""
+        if self.battery is not None or not isinstance(self.availability, availability_mod.Always):
+            return self._sample_online(pool, round, Stream.SELECTION)
+        if pool == self.num_clients:
+            return np.arange(pool, dtype=np.int64)
+        rng = generator(self.seed, Stream.SELECTION, round)
+        return rng.choice(self.num_clients, size=pool, replace=False).astype(np.int64)
+
+    def up_rate_bps(self, clients: np.ndarray, users: int) -> np.ndarray:
+        """[C] each client's uplink rate alone without fading on an equal share of the band
+        among `users` (a dedicated band: the whole band; a capacity trace: its rate)."""
+        net = self.network
+        if self.speeds is not None:
+            return self.speeds.up_rate_bps[self.speeds.mapping(clients)]
+        share = users if net.uplink.shared else 1
+        snr = self.population.up_snr_hz[clients]
+        return equal_share_rate_bps(net.uplink.bandwidth_hz, share, snr)
+
+    def allocate(
+        self,
+        cohort: np.ndarray,
+        down_bits: np.ndarray,
+        flops: np.ndarray,
+        up_bits: np.ndarray,
+    ) -> bool:
+        """A round trip's start: the resource policies' band, CPU frequency and transmit
+        power for each member ([C] each: the members, their bits and FLOPs), in force until
+        `round_over`. False (nothing set) without such policies. The members' uplinks are
+        then links of their own: a sub-band of the uplink each (FDMA, `Channel`), or the
+        shared band at the policy's power."""
+        if self.resources is None or not self.resources.allocates:
+            return False
+        plan, snr_hz, power_w = self.resources.allocate(self, cohort, down_bits, flops, up_bits)
+        cfg = self.resources.cfg
+        if cfg.compute_power != "fixed":
+            self.costs.cpu_hz_now = dict(zip(cohort.tolist(), plan.cpu_hz.tolist()))
+        own_band = cfg.bandwidth != "equal"
+        for k, client in enumerate(cohort.tolist()):
+            channel = (
+                Channel(self.env, float(plan.bandwidth_hz[k])) if own_band else self.network.uplink
+            )
+            link = Link(channel, float(snr_hz[k]), float(power_w[k]), "upload")
+            self._round_links[(client, SERVER)] = link
+        return True
+
+    def round_over(self, delivered: np.ndarray, round: int) -> None:
+        """A round trip's end: `delivered` clients delivered their update (the policies'
+        history); the round's allocation ends."""
+        if self.resources is not None:
+            self.resources.delivered(delivered, round)
+            self._round_links = {}
+            self.costs.cpu_hz_now = {}
 
     def sample_weighted(
         self, m: int, round: int, weights: Weights, replace: bool = True
@@ -498,6 +577,10 @@ class World:
         A client-to-client link is made on first use from `radio.d2d`, its SNR (or shadowing)
         drawn from the pair's own key (seed, D2D, min(src, dst), max(src, dst)): reciprocal, and
         never dependent on the order links are used in; the network caches it (`keep`)."""
+        if self._round_links:
+            link = self._round_links.get((src, dst))
+            if link is not None:
+                return link
         try:
             return self.network.link(src, dst)
         except KeyError:
