@@ -12,7 +12,7 @@ from tolerance import assert_ledgers_close, assert_records_close, assert_tensors
 from torch import nn
 
 from flnet.config import LocalConfig
-from flnet.learn import cohort
+from flnet.learn import cohort, optim
 from flnet.learn.data import FederatedData
 from flnet.learn.kernels.conv import ConvStack
 from flnet.learn.kernels.dense import DenseStack
@@ -180,3 +180,37 @@ def test_the_epochs_scenario_records_equal_those_of_short_batches_through_autogr
     assert not fast.records.train_loss.equals(old.records.train_loss)  # another path ...
     assert_records_close(fast.records, old.records, eval_rows=EVAL_ROWS)  # ... the same run
     assert_ledgers_close(fast.ledger, old.ledger)
+
+
+def test_a_short_batch_repeated_past_a_clients_own_steps_keeps_the_full_engine():
+    """Client 0 takes one step, a short one; its repeats at steps 2 and 3 are masked, so they
+    take the full-batch engine: the padded twin only at step 1. The same as autograd's."""
+    model = mlp()
+    g = torch.Generator().manual_seed(3)
+    x, y = torch.randn(20, *model.input_shape, generator=g), torch.randint(0, 4, (20,))
+    trainer = cohort.Trainer(model, x, y)
+    rows = torch.randint(0, 20, (2, 3, 4), generator=g)
+    steps, sizes = torch.tensor([1, 3]), np.array([[2, 2, 2], [4, 4, 4]])
+    pads = []
+    with pytest.MonkeyPatch.context() as patch:
+        inner = DenseStack._pieces
+        patch.setattr(
+            DenseStack,
+            "_pieces",
+            lambda self, *a, **k: pads.append(self.pads) or inner(self, *a, **k),
+        )
+        fast = trainer.train(
+            model.init_params()[None].repeat(2, 1), rows, steps, optim.sgd(0.1), sizes=sizes
+        )
+    assert pads == [True, False, False]
+    generic = trainer.train(
+        model.init_params()[None].repeat(2, 1),
+        rows,
+        steps,
+        optim.sgd(0.1),
+        sizes=sizes,
+        loss_fn=cohort.cross_entropy,
+    )
+    assert_tensors_close(fast.params, generic.params)
+    assert_tensors_close(fast.loss, generic.loss)
+    assert fast.sample_grads.tolist() == [2, 12]

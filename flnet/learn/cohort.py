@@ -398,7 +398,15 @@ class Trainer:
         snapshot_at: torch.Tensor | None = None,
     ) -> CohortResult:
         c, t_max, b = batches.shape
-        short = [False] * t_max if sizes is None else np.asarray((sizes < b).any(0)).tolist()
+        short: list[bool] = [False] * t_max
+        if sizes is not None:  # where a client still training has a short batch (the steps
+            # repeated past a client's own are masked, whichever engine takes them)
+            own = np.arange(t_max) < steps.cpu().numpy()[:, None]  # [C, T]
+            short = np.any((np.asarray(sizes) < b) & own, axis=0).tolist()
+        if any(short):  # each step's sizes [T, C] and empty slots [T, C, B], moved once
+            assert sizes is not None  # a step is short only where sizes say so
+            sizes_by_step = torch.as_tensor(np.ascontiguousarray(sizes.T), device=params.device)
+            empty_slots = torch.arange(b, device=params.device) >= sizes_by_step[..., None]
         sample_grads = torch.zeros(c, dtype=torch.int64, device=params.device)
         if opt_state is None:
             opt_state = optimizer.init(params)
@@ -440,9 +448,8 @@ class Trainer:
             value_and_grad = engines[short[s]]
             size: torch.Tensor | int
             if short[s]:
-                assert sizes is not None  # a step is short only where sizes say so
-                size = torch.as_tensor(sizes[:, s], device=yb.device)  # [C]
-                yb.masked_fill_(torch.arange(b, device=yb.device) >= size[:, None], PAD)
+                size = sizes_by_step[s]  # [C]
+                yb.masked_fill_(empty_slots[s], PAD)
             else:
                 size = b
             calls = 0
