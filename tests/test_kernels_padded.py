@@ -2,7 +2,8 @@
 empty slots masked, equals its readable path, autograd through `cohort.cross_entropy` (the mean
 over the batch's real samples), within tests/tolerance.py; and epoch-mode local training with
 short batches (`drop_last: false`) trains in the engines' batched call as the generic engine
-does, for a logistic model, an MLP and a CNN, with SGD, momentum, FedProx's term and Adam."""
+does, for a logistic model, an MLP and a CNN, with SGD, momentum, Adam, SAM and FedProx's
+term."""
 
 import numpy as np
 import pytest
@@ -99,10 +100,11 @@ def learner(model: Model) -> Learner:
     return Learner(model, FederatedData("toy", x, y, x[:4], y[:4], parts, 4), seed=0)
 
 
-OPTIMIZERS = {
-    "sgd": {"name": "sgd"},  # plain SGD: the engine's own step (`descend`) on the MLPs
-    "momentum": {"name": "sgd", "momentum": 0.9},
-    "adam": {"name": "adam"},
+OPTIMIZERS = {  # LocalConfig's fields
+    "sgd": {"lr": 0.1},  # plain SGD: the engine's own step (`descend`) on the MLPs
+    "momentum": {"lr": 0.1, "optimizer": {"name": "sgd", "momentum": 0.9}},
+    "adam": {"lr": 0.01, "optimizer": {"name": "adam"}},
+    "sam": {"lr": 0.1, "sam_rho": 0.05},  # a second gradient, at the perturbed point
 }
 
 
@@ -117,8 +119,7 @@ def test_epochs_with_short_batches_train_batched_as_the_generic_engine(name, opt
     model = MODELS[name]()
     learn = learner(model)
     clients = np.arange(len(SIZES))
-    lr = 0.01 if opt == "adam" else 0.1
-    local = LocalConfig(epochs=2, batch_size=5, lr=lr, optimizer=OPTIMIZERS[opt])
+    local = LocalConfig(epochs=2, batch_size=5, **OPTIMIZERS[opt])
     start = model.init_params()
     term = cohort.ProximalLoss(0.5, start + 0.1) if prox else None
     hand_calls = []  # each hand-engine call: through the padded twin?
@@ -141,7 +142,8 @@ def test_epochs_with_short_batches_train_batched_as_the_generic_engine(name, opt
     assert_tensors_close(fast.params, generic.params)
     assert_tensors_close(fast.loss, generic.loss)
     assert np.array_equal(fast.samples, generic.samples)
-    assert fast.samples.tolist() == [2 * n for n in SIZES]  # every real sample, twice
+    grads = 2 if opt == "sam" else 1
+    assert fast.samples.tolist() == [2 * n * grads for n in SIZES]  # every real sample, twice
 
 
 @pytest.mark.parametrize("algorithm", ["fedavg", "fedprox"])
