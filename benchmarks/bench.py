@@ -984,7 +984,8 @@ def main(argv=None) -> None:
     p.add_argument(
         "--reps",
         type=int,
-        help="fresh runs of each W1 variant, interleaved (default 5; 1 with --quick)",
+        help="fresh runs of each W1 variant or --short-batch case, interleaved (default 5; "
+        "1 with --quick)",
     )
     p.add_argument(
         "--device",
