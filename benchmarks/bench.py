@@ -4,6 +4,7 @@ simulation around it costs. One command; it prints throughput and ratios and ass
     .venv/bin/python benchmarks/bench.py [--quick]        # or: make bench
     .venv/bin/python benchmarks/bench.py --w1 [--reps N]  # only W1 side by side
     .venv/bin/python benchmarks/bench.py --training       # only the local-training table
+    .venv/bin/python benchmarks/bench.py --short-batch    # only epochs' short last batches
     .venv/bin/python benchmarks/bench.py --device cuda    # training and W1 on a GPU
 
 - the machine's single-thread float32 matmul peak (GFLOP/s);
@@ -26,7 +27,10 @@ simulation around it costs. One command; it prints throughput and ratios and ass
 - scenarios, each in a fresh process (imports excluded, as in BENCHMARKS.md): the
   quickstart's share of wall time spent outside local training (simulation, bookkeeping,
   evaluation, checkpoints, writing results; median and range of 7 runs), as `flnet run` runs
-  it and with a checkpoint every 10 rounds; the peak memory of a 1000-client digits run.
+  it and with a checkpoint every 10 rounds; the peak memory of a 1000-client digits run;
+  epoch mode with the papers' short last batch (`drop_last: false`) beside `drop_last: true`
+  (benchmarks/fedprox_synthetic.yaml: wall seconds, medians of interleaved runs, and their
+  ratio; target within 1.5x).
 
 Training is timed in CPU seconds of this process on one torch thread, the best of a few
 repeats, so the numbers hold on a shared, noisy machine; scenario times are wall seconds.
@@ -699,6 +703,43 @@ def scenarios_report(reps: int, quick: bool, w1_reps: int) -> None:
         f"1000 clients (benchmarks/digits_1000.yaml, {rounds} rounds): peak memory "
         f"{big['peak_rss_mb']:.0f} MB, {big['wall_s']:.2f} s wall"
     )
+    short_batch_report(1 if quick else 5)
+
+
+SHORT_BATCH_CASES = {  # label -> overrides of benchmarks/fedprox_synthetic.yaml
+    "drop_last: true": ("algorithm.local.drop_last=true",),
+    "drop_last: false (short last batches)": (),
+}
+
+
+def short_batch_report(reps: int) -> None:
+    """FedProx on Synthetic(1, 1) in epochs (benchmarks/fedprox_synthetic.yaml) with its
+    short last batches (`drop_last: false`, the papers' default: padded and masked in the
+    batched call) beside `drop_last: true` (full batches only): median wall seconds of `reps`
+    fresh runs of each, interleaved, the run's and the trainer's steps', and their ratio.
+    `drop_last: false` also takes an epoch's one more step wherever n_k mod B > 0."""
+    path = HERE / "fedprox_synthetic.yaml"
+    runs: dict[str, list[dict]] = {label: [] for label in SHORT_BATCH_CASES}
+    for _ in range(reps):
+        for label, overrides in SHORT_BATCH_CASES.items():
+            runs[label] += scenario_runs(path, *overrides)
+    keys = ("wall_s", "trainer_wall_s", "cpu_s")
+    medians = {
+        label: {key: statistics.median(r[key] for r in rs) for key in keys}
+        for label, rs in runs.items()
+    }
+    print(f"epochs' short last batches ({path.name}, median of {reps}):")
+    for label, m in medians.items():
+        print(
+            f"  {label:38} {m['wall_s']:7.2f} s wall ({m['trainer_wall_s']:.2f} s in the "
+            f"trainer's steps), {m['cpu_s']:.2f} CPU-s"
+        )
+    full, short = (medians[label] for label in SHORT_BATCH_CASES)
+    ratio = {key: short[key] / full[key] for key in keys}
+    print(
+        f"  short / full: {ratio['wall_s']:.2f}x wall (target <= 1.5), "
+        f"{ratio['trainer_wall_s']:.2f}x in the trainer, {ratio['cpu_s']:.2f}x CPU"
+    )
 
 
 def compare_w1(other: Path, reps: int = 7) -> None:
@@ -1022,9 +1063,15 @@ def main(argv=None) -> None:
         help="only the matmul peak and the local-training table: (a) MLP, (b) and (c) CNNs",
     )
     p.add_argument(
+        "--short-batch",
+        action="store_true",
+        help="only epochs' short last batches (drop_last false) beside drop_last true",
+    )
+    p.add_argument(
         "--reps",
         type=int,
-        help="fresh runs of each W1 variant, interleaved (default 5; 1 with --quick)",
+        help="fresh runs of each W1 variant or --short-batch case, interleaved (default 5; "
+        "1 with --quick)",
     )
     p.add_argument(
         "--device",
@@ -1060,6 +1107,8 @@ def main(argv=None) -> None:
     w1_reps = args.reps or (1 if args.quick else 5)
     if args.w1:
         return w1_side_by_side(w1_reps)
+    if args.short_batch:
+        return short_batch_report(args.reps or (1 if args.quick else 5))
     reps = 1 if args.quick else 3
     peak = matmul_peak_gflops(reps=max(reps, 3))
     print(

@@ -98,7 +98,7 @@ def test_the_proximal_term_on_a_hand_engine_is_autograds(kind):
     taken, over = [], prox.over
     prox.over = lambda engine: taken.append(engine) or over(engine)  # type: ignore[method-assign]
     fast = trainer.train(w0, batches, steps, optim.sgd(0.1), loss_fn=prox)
-    assert taken == [trainer.hand]
+    assert taken == [trainer.hand, trainer.hand_padded]  # full and short batches
     slow = Trainer(model, x, y)
     slow.hand = None  # the autograd path, as for a model without a hand engine
     ref = slow.train(w0, batches, steps, optim.sgd(0.1), loss_fn=prox)

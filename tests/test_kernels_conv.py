@@ -215,7 +215,7 @@ def test_only_supported_stacks_take_the_conv_engine():
     assert not accepts(nn.Conv2d(1, 2, 3), nn.MaxPool2d(2, ceil_mode=True), *head)
 
 
-def test_training_through_conv_stack_equals_autograd_short_batches_through_autograd():
+def test_training_through_conv_stack_equals_autograd_short_batches_included():
     model = model_of("cnn_dfl_mnist")
     g = torch.Generator().manual_seed(5)
     x, y = torch.randn(40, 1, 28, 28, generator=g), torch.randint(0, 10, (40,), generator=g)
@@ -225,7 +225,7 @@ def test_training_through_conv_stack_equals_autograd_short_batches_through_autog
     batches = torch.randint(0, 40, (c, t, b), generator=g)
     steps = torch.tensor([3, 2, 3])
     sizes = np.full((c, t), b)
-    sizes[0, 2], sizes[2, 1] = 2, 4  # short batches: PAD slots, through autograd
+    sizes[0, 2], sizes[2, 1] = 2, 4  # short batches: PAD slots, through ConvStack.padded
     params = model.init_params().expand(c, -1)
     opt = optim.sgd(0.1, momentum=0.9)
     fast = trainer.train(params, batches, steps, opt, sizes=sizes)

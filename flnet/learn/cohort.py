@@ -12,7 +12,8 @@ Engines compute a step's losses and gradients, with the same maths:
   readable path;
 - its accelerators in `flnet.learn.kernels` for the default cross-entropy: `DenseStack`
   (Flatten/Linear/ReLU stacks) and `ConvStack` (small CNNs), written out as batched matmuls
-  into reused buffers (benchmarks/bench.py compares them with autograd).
+  into reused buffers (benchmarks/bench.py compares them with autograd); a step with a short
+  batch (an epoch's last) takes their `padded` twin, its empty slots masked, in the same call.
 
 A cohort too large to stack trains in slices of clients (`path: sequential` is slices of one);
 the numbers are the same, since every row's maths is independent of the others. Per-client data
@@ -38,6 +39,7 @@ from torch.utils._pytree import tree_leaves, tree_map
 from flnet.learn import optim
 from flnet.learn.kernels.conv import ConvStack, conv_layers
 from flnet.learn.kernels.dense import DenseStack, dense_layers
+from flnet.learn.kernels.padded import PAD  # an empty minibatch slot's label (short batch)
 from flnet.learn.models import Model
 from flnet.learn.optim import GradientTransformation
 
@@ -61,9 +63,6 @@ class CohortResult(NamedTuple):
     sample_grads: torch.Tensor  # [C] per-sample gradients computed: sum over evaluations of
     # the minibatch's real size (steps * B * grads per step when no batch is short)
     snapshot: torch.Tensor | None = None  # [C, P] each client's iterate at step t' (if asked)
-
-
-PAD = -100  # label of a minibatch slot with no sample (a short last batch of an epoch)
 
 
 def cross_entropy(
@@ -207,6 +206,8 @@ class Trainer:
             DenseStack(layers) if layers else ConvStack(conv) if conv else None
         )
         self.default_value_and_grad: ValueAndGrad = self.hand or autograd_value_and_grad(model)
+        # the hand engine for steps with a short batch (its buffers shared)
+        self.hand_padded = None if self.hand is None else self.hand.padded()
         self._buffers: tuple[tuple, tuple] = ((), ())  # a step's buffers, by shape
         # threads a cohort trained in several calls is split over (CPU only; `_in_threads`)
         self.threads = threads
@@ -269,7 +270,8 @@ class Trainer:
         fresh); `loss_fn` replaces the mean cross-entropy (e.g. to add a proximal term);
         `path` is the scenario's ``algorithm.local.path``; `sizes` [C, T] (host), if given,
         the samples each minibatch really holds (its first `sizes` slots; the loss is the mean
-        over them): steps with a short batch take the generic engine. `aux` is per-client data,
+        over them): steps with a short batch take the engine's `padded` twin (the generic
+        engine where there is no hand-derived one). `aux` is per-client data,
         a pytree of ``[C, ...]`` tensors handed (sliced with the cohort) to `loss_fn` and to
         the optimizer's ``update(..., aux=)``; `snapshot_at` (an int or [C]) asks for each
         client's iterate after that many of its steps (its last, where it takes fewer).
@@ -317,19 +319,17 @@ class Trainer:
     def _engines(
         self, loss_fn: LossFn | None
     ) -> tuple[tuple[ValueAndGrad, ValueAndGrad], ValueAndGrad]:
-        """(the steps' engine for full batches, the one for short batches), and the engine
+        """(the steps' engine for full batches, the one for short batches: the hand engine's
+        `padded` twin, or autograd, whose cross-entropy masks PAD slots), and the engine
         `clients_per_call` sizes the cohort by: this trainer's own (its buffers)."""
-        engine: ValueAndGrad
-        if loss_fn is None:
-            value_and_grad = engine = self.default_value_and_grad
-        elif self.hand is not None and isinstance(loss_fn, ProximalLoss):
-            value_and_grad, engine = loss_fn.over(self.hand), self.hand
-        else:
-            value_and_grad = engine = autograd_value_and_grad(self.model, loss_fn)
-        return (
-            value_and_grad,
-            autograd_value_and_grad(self.model, loss_fn or cross_entropy),
-        ), engine
+        hand, padded = self.hand, self.hand_padded
+        if hand is not None and padded is not None:
+            if loss_fn is None:
+                return (hand, padded), hand
+            if isinstance(loss_fn, ProximalLoss):
+                return (loss_fn.over(hand), loss_fn.over(padded)), hand
+        value_and_grad = autograd_value_and_grad(self.model, loss_fn or cross_entropy)
+        return (value_and_grad, value_and_grad), value_and_grad
 
     def _in_threads(
         self, part: Callable[[Trainer, int], CohortResult], starts: list[int], workers: int
@@ -398,7 +398,15 @@ class Trainer:
         snapshot_at: torch.Tensor | None = None,
     ) -> CohortResult:
         c, t_max, b = batches.shape
-        short = [False] * t_max if sizes is None else np.asarray((sizes < b).any(0)).tolist()
+        short: list[bool] = [False] * t_max
+        if sizes is not None:  # where a client still training has a short batch (the steps
+            # repeated past a client's own are masked, whichever engine takes them)
+            own = np.arange(t_max) < steps.cpu().numpy()[:, None]  # [C, T]
+            short = np.any((np.asarray(sizes) < b) & own, axis=0).tolist()
+        if any(short):  # each step's sizes [T, C] and empty slots [T, C, B], moved once
+            assert sizes is not None  # a step is short only where sizes say so
+            sizes_by_step = torch.as_tensor(np.ascontiguousarray(sizes.T), device=params.device)
+            empty_slots = torch.arange(b, device=params.device) >= sizes_by_step[..., None]
         sample_grads = torch.zeros(c, dtype=torch.int64, device=params.device)
         if opt_state is None:
             opt_state = optimizer.init(params)
@@ -412,8 +420,10 @@ class Trainer:
         # tensor each): `work` is then what the steps update; it is joined into params where
         # [C, P] is read (a step through the optimizer, a snapshot, the end) and split again
         # after such a step
-        descend = getattr(engines[0], "descend", None) if optimizer.plain_lr is not None else None
-        split = getattr(engines[0], "split", None) if descend is not None else None
+        # (a full batch's, a short batch's): engines of one kind, so one layout
+        plain = optimizer.plain_lr is not None
+        descends = [getattr(e, "descend", None) if plain else None for e in engines]
+        split = getattr(engines[0], "split", None) if descends[0] is not None else None
         join = getattr(engines[0], "join", None)
         work = split(start) if split is not None else params.copy_(start)
 
@@ -438,9 +448,8 @@ class Trainer:
             value_and_grad = engines[short[s]]
             size: torch.Tensor | int
             if short[s]:
-                assert sizes is not None  # a step is short only where sizes say so
-                size = torch.as_tensor(sizes[:, s], device=yb.device)  # [C]
-                yb.masked_fill_(torch.arange(b, device=yb.device) >= size[:, None], PAD)
+                size = sizes_by_step[s]  # [C]
+                yb.masked_fill_(empty_slots[s], PAD)
             else:
                 size = b
             calls = 0
@@ -451,8 +460,9 @@ class Trainer:
                 return value_and_grad(p, xb, yb, aux=aux)[1]  # noqa: B023 (called within this step)
 
             before = None if uniform else tree_map(torch.clone, work)
-            if descend is not None and not short[s]:  # plain SGD, stepped by the engine
-                loss, new_state = descend(work, xb, yb, optimizer.plain_lr), opt_state
+            step_descend = descends[short[s]]
+            if step_descend is not None:  # plain SGD, stepped by the engine
+                loss, new_state = step_descend(work, xb, yb, optimizer.plain_lr), opt_state
             else:
                 loss, grads = value_and_grad(joined(), xb, yb, out=grads_buf, aux=aux)
                 new_state = optim.step(

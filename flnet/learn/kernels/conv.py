@@ -97,12 +97,13 @@ Every intermediate lives in buffers reused across calls of the same cohort and b
 faults; the plan also makes every view of them once, and its per-layer steps only call
 kernels (2-3% off a (b) step against making the views each call). Only float maths and ops
 that exist on every device are used, so the engine runs on CUDA as on the CPU (untested
-there: no GPU was lent). Short batches (PAD labels) are not handled here: `cohort.Trainer`
-routes those steps to autograd.
+there: no GPU was lent). Short batches (PAD labels) take `ConvStack.padded`, whose loss head
+is `padded.cross_entropy_head`.
 """
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple
@@ -111,6 +112,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from flnet.learn.kernels.padded import cross_entropy_head
 from flnet.learn.models import Model
 
 
@@ -631,6 +633,15 @@ class ConvStack:
         self.layers = layers
         self._plans: dict[tuple, _Plan] = {}  # the two most recent cohort shapes'
         self._views: tuple[tuple, dict[int, _Views]] = ((), {})  # the last params' views
+        self.pads = False  # labels may be PAD (`padded`)
+
+    def padded(self) -> ConvStack:
+        """This engine for minibatches with empty slots (PAD labels: an epoch's short last
+        batch), the loss the mean over each client's real slots (`padded.cross_entropy_head`);
+        it shares this one's plans (buffers)."""
+        twin = copy.copy(self)
+        twin.pads = True
+        return twin
 
     def floats_per_sample(self) -> int:
         """Elements this engine keeps per sample (activations, columns, their gradients):
@@ -680,10 +691,13 @@ class ConvStack:
             a = forward(a, views.get(i))
 
         # ---- the loss and its gradient (log-softmax over the middle dimension, as DenseStack)
-        label = y.unsqueeze(1)  # [C, 1, B]
         logp = torch.ops.aten._log_softmax.out(a, 1, False, out=plan.logp)  # [C, K, B]
-        loss = logp.gather(1, label).mean((1, 2)).neg_()  # [C]
-        d = logp.exp_().div_(b).scatter_add_(1, label, plan.minus)  # [C, K, B]
+        if self.pads:  # empty slots' gradient 0
+            loss, d = cross_entropy_head(logp, y), logp
+        else:
+            label = y.unsqueeze(1)  # [C, 1, B]
+            loss = logp.gather(1, label).mean((1, 2)).neg_()  # [C]
+            d = logp.exp_().div_(b).scatter_add_(1, label, plan.minus)  # [C, K, B]
 
         # ---- backward
         for i, backward in plan.backward:

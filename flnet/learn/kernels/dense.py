@@ -11,6 +11,7 @@ checks both.
 
 from __future__ import annotations
 
+import copy
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -18,6 +19,7 @@ import torch
 from torch import nn
 
 from flnet.learn.kernels.conv import batched_affine
+from flnet.learn.kernels.padded import cross_entropy_head
 from flnet.learn.models import Model
 
 
@@ -90,6 +92,15 @@ class DenseStack:
         ]
         self._plans: dict[tuple, _DensePlan] = {}  # the two most recent, by params and B
         self._buffers: dict[tuple, dict[str, Any]] = {}  # the two most recent, by shape
+        self.pads = False  # labels may be PAD (`padded`)
+
+    def padded(self) -> DenseStack:
+        """This engine for minibatches with empty slots (PAD labels: an epoch's short last
+        batch), the loss the mean over each client's real slots (`padded.cross_entropy_head`);
+        it shares this one's plans and buffers."""
+        twin = copy.copy(self)
+        twin.pads = True
+        return twin
 
     def split(
         self, params: torch.Tensor, out: list[torch.Tensor] | None = None
@@ -251,10 +262,13 @@ class DenseStack:
         z, w, bias, a_t = plan.logits  # z [C, K, B]
         a_t = x.transpose(1, 2) if a_t is None else a_t
         batched_affine(z, w, a_t, bias)
-        label = y.unsqueeze(1)  # [C, 1, B]
         logp = torch._log_softmax(z, 1, False, out=plan.logp)  # [C, K, B]
-        loss = logp.gather(1, label).mean((1, 2)).neg_()  # [C]
-        logp.exp_().div_(b).scatter_add_(1, label, plan.minus_1_over_b)  # dz [C, K, B]
+        if self.pads:  # dz [C, K, B], empty slots 0
+            loss = cross_entropy_head(logp, y)
+        else:
+            label = y.unsqueeze(1)  # [C, 1, B]
+            loss = logp.gather(1, label).mean((1, 2)).neg_()  # [C]
+            logp.exp_().div_(b).scatter_add_(1, label, plan.minus_1_over_b)  # dz [C, K, B]
         # backward, last layer first; each layer's input gradient is taken before its own
         # weights change
         for step in plan.backward:
