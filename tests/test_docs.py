@@ -167,6 +167,16 @@ def test_cli_reference_names_every_command_and_option():
     assert missing == []
 
 
+def test_python_api_page_documents_every_name_flnet_exports():
+    """Each name in `flnet.__all__` has its mkdocstrings entry (`::: module.Name`)."""
+    import flnet
+
+    page = (DOCS / "reference" / "python-api.md").read_text()
+    documented = {path.rsplit(".", 1)[-1] for path in re.findall(r"^::: ([\w.]+)", page, re.M)}
+    assert "compare" in flnet.__all__
+    assert set(flnet.__all__) - documented == set()
+
+
 # ---------------------------------------------------------------- the ledger's outcomes
 
 OUTCOME_ROUNDS = 30  # the page says "in their first 30 rounds"
