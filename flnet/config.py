@@ -62,8 +62,8 @@ class SgdConfig(Strict):
 
     default_lr: ClassVar[float] = 0.05
     name: Literal["sgd"] = "sgd"
-    momentum: float = Field(0.0, ge=0, lt=1)
-    weight_decay: float = Field(0.0, ge=0)
+    momentum: float = Field(0.0, ge=0, lt=1, description="heavy-ball momentum (0: plain SGD)")
+    weight_decay: float = Field(0.0, ge=0, description="L2 coefficient added to the gradient")
 
 
 class AdamConfig(Strict):
@@ -72,10 +72,10 @@ class AdamConfig(Strict):
 
     default_lr: ClassVar[float] = 1e-3
     name: Literal["adam"]
-    b1: float = Field(0.9, ge=0, lt=1)
-    b2: float = Field(0.999, ge=0, lt=1)
-    eps: float = Field(1e-8, gt=0)
-    weight_decay: float = Field(0.0, ge=0)
+    b1: float = Field(0.9, ge=0, lt=1, description="first-moment decay beta1")
+    b2: float = Field(0.999, ge=0, lt=1, description="second-moment decay beta2")
+    eps: float = Field(1e-8, gt=0, description="added to the denominator's square root")
+    weight_decay: float = Field(0.0, ge=0, description="L2 coefficient added to the gradient")
 
 
 class AdagradConfig(Strict):
@@ -84,9 +84,9 @@ class AdagradConfig(Strict):
 
     default_lr: ClassVar[float] = 1e-2
     name: Literal["adagrad"]
-    eps: float = Field(1e-10, gt=0)
-    initial_accumulator: float = Field(0.0, ge=0)
-    weight_decay: float = Field(0.0, ge=0)
+    eps: float = Field(1e-10, gt=0, description="added to the denominator's square root")
+    initial_accumulator: float = Field(0.0, ge=0, description="starting sum of squared gradients")
+    weight_decay: float = Field(0.0, ge=0, description="L2 coefficient added to the gradient")
 
 
 class SpsConfig(Strict):
@@ -95,10 +95,10 @@ class SpsConfig(Strict):
 
     default_lr: ClassVar[None] = None
     name: Literal["sps"]
-    c: float = Field(0.5, gt=0)
-    f_star: float = 0.0
+    c: float = Field(0.5, gt=0, description="c in the step's denominator")
+    f_star: float = Field(0.0, description="f*, the loss the step aims at (a lower bound)")
     max_step: float | None = Field(None, gt=0, description="SPS_max cap on the step size")
-    eps: float = Field(1e-8, ge=0)
+    eps: float = Field(1e-8, ge=0, description="added to the denominator")
 
 
 class DeltaSgdConfig(Strict):
@@ -207,12 +207,14 @@ class LocalConfig(Strict):
     drop_last: bool = Field(
         False, description="epochs: drop each epoch's short last batch (floor(n_k / B) * E)"
     )
-    batch_size: int = Field(32, ge=1, le=1_000_000)
+    batch_size: int = Field(32, ge=1, le=1_000_000, description="samples per minibatch B")
     sampling: Literal["with_replacement"] = Field(
         "with_replacement",
         description="steps: minibatches drawn with replacement from the client's samples",
     )
-    optimizer: OptimizerConfig = SgdConfig()
+    optimizer: OptimizerConfig = Field(
+        SgdConfig(), description="the local optimizer, by `name` (default SGD)"
+    )
     lr: float | None = Field(
         None, gt=0, description="learning rate of sgd, adam, adagrad; default: the optimizer's"
     )

@@ -23,8 +23,8 @@ class Lognormal(Strict):
     """exp(N(log median, sigma^2)): the usual model of device-speed spread."""
 
     kind: Literal["lognormal"]
-    median: float = Field(gt=0)
-    sigma: float = Field(ge=0)
+    median: float = Field(gt=0, description="median, in the field's unit")
+    sigma: float = Field(ge=0, description="std of the natural log (0: every client the median)")
 
     def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
         return self.median * np.exp(self.sigma * rng.standard_normal(n))
@@ -36,8 +36,8 @@ class Lognormal(Strict):
 
 class Uniform(Strict):
     kind: Literal["uniform"]
-    low: float
-    high: float
+    low: float = Field(description="smallest value, in the field's unit")
+    high: float = Field(description="largest value, in the field's unit")
 
     @model_validator(mode="after")
     def _ordered(self) -> Uniform:
@@ -51,8 +51,8 @@ class Uniform(Strict):
 
 class Normal(Strict):
     kind: Literal["normal"]
-    mean: float
-    std: float = Field(ge=0)
+    mean: float = Field(description="mean, in the field's unit")
+    std: float = Field(ge=0, description="standard deviation, in the field's unit")
 
     def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
         return self.mean + self.std * rng.standard_normal(n)
@@ -66,8 +66,10 @@ class Choice(Strict):
     """One of `values` per client, with optional `weights` (device tiers)."""
 
     kind: Literal["choice"]
-    values: list[float] = Field(min_length=1)
-    weights: list[float] | None = None
+    values: list[float] = Field(min_length=1, description="the values a client may get")
+    weights: list[float] | None = Field(
+        None, description="relative weight of each value (default: equal)"
+    )
 
     @model_validator(mode="after")
     def _weights_match(self) -> Choice:
@@ -91,7 +93,9 @@ class PerClient(Strict):
     """An explicit value for each client, in client order."""
 
     kind: Literal["per_client"]
-    values: list[float] = Field(min_length=1)
+    values: list[float] = Field(
+        min_length=1, description="one value per client, in client order (count of them)"
+    )
 
     def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
         if n != len(self.values):
@@ -105,7 +109,7 @@ class PerClient(Strict):
 
 class Constant(Strict):
     kind: Literal["constant"] = "constant"
-    value: float
+    value: float = Field(description="every client's value, in the field's unit")
 
     def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
         return np.full(n, self.value, dtype=float)

@@ -66,20 +66,35 @@ class Scenario(Strict):
         description="the name of this run's series in plots, reports and flnet.compare; "
         "default: the fewest fields that tell the runs apart",
     )
-    seed: int = Field(0, ge=0, le=2**32 - 1)
-    device: Literal["auto", "cpu", "cuda"] = "auto"
-    data: DataConfig = DataConfig()
-    model: ModelConfig = MlpConfig()
-    algorithm: AlgorithmConfig
+    seed: int = Field(
+        0,
+        ge=0,
+        le=2**32 - 1,
+        description="root of every random stream: the same seed, the same run",
+    )
+    device: Literal["auto", "cpu", "cuda"] = Field(
+        "auto", description="where the training maths runs; auto: cuda when present, else cpu"
+    )
+    data: DataConfig = Field(
+        DataConfig(), description="the data set and how it is split among the clients"
+    )
+    model: ModelConfig = Field(MlpConfig(), description="the model trained, chosen by `kind`")
+    algorithm: AlgorithmConfig = Field(description="the learning algorithm, chosen by `name`")
     clients: ClientsConfig = ClientsConfig()
-    radio: Radio = PhysicalRadio()
+    radio: Radio = Field(
+        PhysicalRadio(),
+        description="links, powers and bands; `mode` physical (SNR from distance) or direct (SNR "
+        "in dB)",
+    )
     resources: ResourcesConfig | None = Field(
         None,
         description="per-round resource policies (scheduling, bandwidth, CPU frequency and "
         "transmit power) for round-trip algorithms; null: none (today's behaviour)",
     )
     run: RunConfig = RunConfig()
-    output: OutputConfig = OutputConfig()
+    output: OutputConfig = Field(
+        OutputConfig(), description="where and in which format results are written"
+    )
 
     @model_validator(mode="before")
     @classmethod

@@ -108,6 +108,29 @@ def test_scenario_reference_rows_say_type_default_and_unit(scenario_page):
     assert "`kind: lognormal`" in scenario_page  # the distributions have their own section
 
 
+def test_every_field_on_the_scenario_reference_has_a_description(scenario_page):
+    """Each row says what its field means: from the field's own description, its model's
+    docstring, or, for the tag that picks a section (`kind`, `name`, `mode`), the hook's."""
+    bare = []
+    for anchor, line in _rows(scenario_page):
+        cells = [c.strip() for c in line.strip("|").split(" | ")]
+        if not cells[-1]:
+            bare.append(f"{anchor}.{cells[0].strip('`')}")
+    assert bare == []
+
+
+def _rows(page: str) -> list[tuple[str, str]]:
+    """(section anchor, table row) of each field row of a scenario reference page."""
+    rows, anchor = [], ""
+    for line in page.splitlines():
+        heading = re.match(r"#{2,3} .*\{#([\w-]+)\}$", line)
+        if heading:
+            anchor = heading[1]
+        elif re.match(r"\| `\w+` \|", line):
+            rows.append((anchor, line))
+    return rows
+
+
 def test_units_come_from_names_and_the_plausible_ranges():
     named = hook.named_units()
     assert hook.unit_of("noise_psd_dbm_hz", named) == "dBm/Hz"
@@ -142,6 +165,16 @@ def test_cli_reference_names_every_command_and_option():
     walk(parser())
     assert "`flnet traces fedscale`" in page  # nested commands too
     assert missing == []
+
+
+def test_python_api_page_documents_every_name_flnet_exports():
+    """Each name in `flnet.__all__` has its mkdocstrings entry (`::: module.Name`)."""
+    import flnet
+
+    page = (DOCS / "reference" / "python-api.md").read_text()
+    documented = {path.rsplit(".", 1)[-1] for path in re.findall(r"^::: ([\w.]+)", page, re.M)}
+    assert "compare" in flnet.__all__
+    assert set(flnet.__all__) - documented == set()
 
 
 # ---------------------------------------------------------------- the ledger's outcomes

@@ -240,6 +240,13 @@ def _prose(text: str) -> str:
     return _cell("`".join(parts))
 
 
+TAGS = {  # the tag fields that pick one of several sections: their value says which
+    "kind": "which kind this is: the value picks this section's fields",
+    "name": "which one this is: the value picks this section's fields",
+    "mode": "which radio model: the value picks this section's fields",
+}
+
+
 def field_table(defn: dict, defs: dict, units: dict[str, str] | None = None) -> list[str]:
     required = set(defn.get("required", []))
     rows = [
@@ -251,6 +258,8 @@ def field_table(defn: dict, defs: dict, units: dict[str, str] | None = None) -> 
         description = node.get("description", "")
         if not description and _ref_name(node):
             description = defs[_ref_name(node) or ""].get("description", "")
+        if not description and field in TAGS and ("const" in node or "enum" in node):
+            description = TAGS[field]
         cells = [
             f"`{field}`",
             kind,

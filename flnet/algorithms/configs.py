@@ -33,6 +33,8 @@ from flnet.config import (
 )
 from flnet.schema.compression import CompressionConfig, IdentityCompression
 
+TOPOLOGY_HELP = "who gossips with whom and the mixing weights, by `kind` (default: a ring)"
+
 PARTIAL_WORK = Field(
     None,
     description="systems heterogeneity as in FedProx's experiments: clients that cannot do "
@@ -85,7 +87,7 @@ class DpsgdConfig(Strict):
     """D-PSGD (Lian et al. 2017): gossip on `topology`, one local step per exchange."""
 
     name: Literal["dpsgd"] = "dpsgd"
-    topology: TopologyConfig = GraphTopology()
+    topology: TopologyConfig = Field(GraphTopology(), description=TOPOLOGY_HELP)
     local: LocalConfig = LocalConfig(steps=1)
     timeout_s: float | None = Field(
         None,
@@ -369,7 +371,7 @@ class DfedavgConfig(Strict):
     """DFedAvg (Sun et al. 2022): K local SGD steps, then one gossip mix of the results."""
 
     timeout_s: float | None = GOSSIP_TIMEOUT_S
-    topology: TopologyConfig = GraphTopology()
+    topology: TopologyConfig = Field(GraphTopology(), description=TOPOLOGY_HELP)
     local: LocalConfig = LocalConfig()
     name: Literal["dfedavg"] = "dfedavg"
 
@@ -379,7 +381,7 @@ class DfedavgmConfig(Strict):
     """DFedAvgM (Sun et al. 2022): DFedAvg whose local steps carry momentum theta."""
 
     timeout_s: float | None = GOSSIP_TIMEOUT_S
-    topology: TopologyConfig = GraphTopology()
+    topology: TopologyConfig = Field(GraphTopology(), description=TOPOLOGY_HELP)
     local: LocalConfig = LocalConfig()
     name: Literal["dfedavgm"] = "dfedavgm"
     momentum: float = Field(0.9, gt=0, lt=1, description="theta in x = y_k + theta (y_k - y_{k-1})")
@@ -411,7 +413,7 @@ class DfedsamConfig(Strict):
     """DFedSAM (Shi et al. 2023): DFedAvg with SAM local steps (radius local.sam_rho)."""
 
     timeout_s: float | None = GOSSIP_TIMEOUT_S
-    topology: TopologyConfig = GraphTopology()
+    topology: TopologyConfig = Field(GraphTopology(), description=TOPOLOGY_HELP)
     local: LocalConfig = LocalConfig(sam_rho=0.1)
     name: Literal["dfedsam"] = "dfedsam"
 
@@ -436,7 +438,7 @@ class OledflSgdConfig(Strict):
 
     beta: float = OLE_BETA
     timeout_s: float | None = GOSSIP_TIMEOUT_S
-    topology: TopologyConfig = GraphTopology()
+    topology: TopologyConfig = Field(GraphTopology(), description=TOPOLOGY_HELP)
     local: LocalConfig = LocalConfig()
     name: Literal["oledfl_sgd"] = "oledfl_sgd"
 
@@ -447,7 +449,7 @@ class OledflSamConfig(Strict):
 
     beta: float = OLE_BETA
     timeout_s: float | None = GOSSIP_TIMEOUT_S
-    topology: TopologyConfig = GraphTopology()
+    topology: TopologyConfig = Field(GraphTopology(), description=TOPOLOGY_HELP)
     local: LocalConfig = LocalConfig(sam_rho=0.1)
     name: Literal["oledfl_sam"] = "oledfl_sam"
 
@@ -462,7 +464,7 @@ class DflConfig(Strict):
     """DFL (Liu et al.): tau1 = local.steps local steps, then tau2 = gossip_steps mixes."""
 
     timeout_s: float | None = GOSSIP_TIMEOUT_S
-    topology: TopologyConfig = GraphTopology()
+    topology: TopologyConfig = Field(GraphTopology(), description=TOPOLOGY_HELP)
     local: LocalConfig = LocalConfig(steps=4)
     name: Literal["dfl"] = "dfl"
     gossip_steps: int = Field(4, ge=1, le=10_000, description="tau2: gossip steps per round")
@@ -473,12 +475,14 @@ class CdflConfig(Strict):
     """C-DFL (Liu et al., Algorithm 2): DFL whose gossip steps are CHOCO-Gossip steps on
     compressed innovations. No timeout: a lost q would split the public copies."""
 
-    topology: TopologyConfig = GraphTopology()
+    topology: TopologyConfig = Field(GraphTopology(), description=TOPOLOGY_HELP)
     local: LocalConfig = LocalConfig(steps=4)
     name: Literal["cdfl"] = "cdfl"
     gossip_steps: int = Field(4, ge=1, le=10_000, description="tau2: gossip steps per round")
     consensus_step: float = Field(1.0, gt=0, le=1, description="gamma (the paper runs 1)")
-    compression: CompressionConfig = IdentityCompression()
+    compression: CompressionConfig = Field(
+        IdentityCompression(), description="how each gossip message is compressed, by `kind`"
+    )
     order: Literal["paper", "compress_first"] = Field(
         "paper",
         description="paper: mix with the public copies, then compress (Algorithm 2); "

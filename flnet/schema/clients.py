@@ -245,7 +245,7 @@ class ClientsConfig(Strict):
     """The client population: numbers or per-client distributions, availability and device
     behaviour (stragglers, dropout)."""
 
-    count: int = Field(10, ge=1, le=10_000_000)
+    count: int = Field(10, ge=1, le=10_000_000, description="number of clients (devices)")
     cpu_hz: PositiveDist = Field(  # type: ignore[assignment]  # number -> Constant
         1.0e9, description="CPU frequency f"
     )

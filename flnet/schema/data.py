@@ -31,7 +31,7 @@ class ShardsPartition(Strict):
     cut into equal shards (McMahan et al. 2017; OledFL's Path(k))."""
 
     kind: Literal["shards"]
-    classes_per_client: int = Field(ge=1)
+    classes_per_client: int = Field(ge=1, description="distinct labels each client holds")
 
 
 class SizeSkewPartition(Strict):
@@ -63,18 +63,18 @@ class SyntheticConfig(Strict):
 
     alpha: float = Field(1.0, ge=0, description="how much the clients' models differ")
     beta: float = Field(1.0, ge=0, description="how much the clients' inputs differ")
-    num_features: int = Field(60, ge=1)
-    num_classes: int = Field(10, ge=2)
+    num_features: int = Field(60, ge=1, description="input dimension")
+    num_classes: int = Field(10, ge=2, description="labels of the softmax models")
     size_log_mean: float = Field(4.0, description="client sizes: lognormal(mean, std) + min")
-    size_log_std: float = Field(2.0, ge=0)
-    min_samples: int = Field(50, ge=2)
+    size_log_std: float = Field(2.0, ge=0, description="std of the log of client sizes")
+    min_samples: int = Field(50, ge=2, description="added to every client's drawn size")
     test_fraction: float = Field(0.1, gt=0, lt=1, description="of each client's samples")
 
 
 class Mnist1dConfig(Strict):
     """MNIST-1D's procedural generator (80/20 train/test split)."""
 
-    num_samples: int = Field(5000, ge=20)
+    num_samples: int = Field(5000, ge=20, description="samples generated, train and test")
     seed: int = Field(
         42, ge=0, le=2**32 - 1, description="the generator's seed; 42 is the published set"
     )
@@ -108,7 +108,7 @@ class BlockCyclicConfig(Strict):
 
 class RandomReluFeatures(Strict):
     kind: Literal["random_relu"]
-    dim: int = Field(512, ge=1)
+    dim: int = Field(512, ge=1, description="features per sample (random ReLU units)")
     seed: int = Field(
         0, ge=0, le=2**32 - 1, description="fixes the backbone, independent of the run seed"
     )
@@ -147,7 +147,9 @@ class DataConfig(Strict):
     dataset: Dataset = Field("digits", description="see the README")
     root: str = Field("data", description="folder holding the real data sets' files")
     download: bool = Field(False, description="fetch missing real data sets (needs network)")
-    partition: Partition = IidPartition()
+    partition: Partition = Field(
+        IidPartition(), description="how the training rows are split among the clients, by `kind`"
+    )
     local_test_fraction: float | None = Field(
         None, gt=0, le=1, description="per-client test rows from the client's label mix"
     )

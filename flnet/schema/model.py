@@ -31,7 +31,10 @@ class _ModelCommon(Strict):
 
 class MlpConfig(_ModelCommon):
     kind: Literal["mlp"] = "mlp"
-    hidden: list[Annotated[int, Field(ge=1)]] = Field(default_factory=lambda: [64])
+    hidden: list[Annotated[int, Field(ge=1)]] = Field(
+        default_factory=lambda: [64],
+        description="units of each hidden layer (ReLU), input side first",
+    )
 
 
 class LogisticConfig(_ModelCommon):

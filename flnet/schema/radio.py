@@ -16,7 +16,7 @@ from flnet.schema.checks import inconsistent
 
 
 class Band(Strict):
-    bandwidth_hz: float = Field(gt=0)
+    bandwidth_hz: float = Field(gt=0, description="the band's width b in the rate b log2(1 + SNR)")
     sharing: Literal["shared", "dedicated"] = Field(
         "shared",
         description="shared: concurrent transfers split the band equally; "
@@ -60,7 +60,7 @@ class D2D(Strict):
     The sender is charged its tx power (+ circuit), each receiver its rx power, each on its
     own ledger row, for the airtime of the transmission. See the README's gossip radio."""
 
-    bandwidth_hz: float = Field(1.0e6, gt=0)
+    bandwidth_hz: float = Field(1.0e6, gt=0, description="the D2D band's width")
     sharing: Literal["shared", "dedicated", "tdma", "spatial_reuse"] = Field(
         "dedicated",
         description="dedicated: orthogonal links, each transmission has the whole band (an "
@@ -216,8 +216,12 @@ class _RadioCommon(Strict):
         0.0, description="client power while receiving"
     )
     rayleigh_fading: bool = Field(False, description="|h|^2 ~ Exp(1) drawn per transfer")
-    uplink: Band = Band(bandwidth_hz=20e6, sharing="shared")
-    downlink: Band = Band(bandwidth_hz=20e6, sharing="dedicated")
+    uplink: Band = Field(
+        Band(bandwidth_hz=20e6, sharing="shared"), description="client to access point"
+    )
+    downlink: Band = Field(
+        Band(bandwidth_hz=20e6, sharing="dedicated"), description="access point to client"
+    )
     d2d: D2D = D2D()
 
 
@@ -228,10 +232,10 @@ class PhysicalRadio(_RadioCommon):
     distance_m: PositiveDist = Field(
         Uniform(kind="uniform", low=50.0, high=500.0), description="client to access point"
     )
-    path_loss_at_1km_db: float = 128.1
+    path_loss_at_1km_db: float = Field(128.1, description="path loss at 1 km (3GPP macro cell)")
     path_loss_slope_db: float = Field(37.6, description="dB per decade of distance")
     shadowing_std_db: float = Field(8.0, ge=0, description="per client, drawn once")
-    noise_psd_dbm_hz: float = -174.0
+    noise_psd_dbm_hz: float = Field(-174.0, description="noise density at the receivers")
     ap_tx_power_dbm: float = Field(30.0, description="access point power; sets downlink SNR")
     cells: Cells | None = Field(
         None,
@@ -279,8 +283,12 @@ class DirectRadio(_RadioCommon):
     """SNR given directly, in dB over each link's whole band."""
 
     mode: Literal["direct"]
-    uplink_snr_db: Dist = 20.0  # type: ignore[assignment]  # number -> Constant
-    downlink_snr_db: Dist = 20.0  # type: ignore[assignment]  # number -> Constant
+    uplink_snr_db: Dist = Field(  # type: ignore[assignment]  # number -> Constant
+        20.0, description="SNR at the access point over the uplink band"
+    )
+    downlink_snr_db: Dist = Field(  # type: ignore[assignment]  # number -> Constant
+        20.0, description="SNR at the client over the downlink band"
+    )
 
 
 Radio = Annotated[PhysicalRadio | DirectRadio, Field(discriminator="mode")]

@@ -58,7 +58,13 @@ class RunConfig(Strict):
         gt=0,
         description="stop at the end of the step that reaches this energy (not cut at it)",
     )
-    target_accuracy: float | None = Field(None, gt=0, le=1)
+    target_accuracy: float | None = Field(
+        None,
+        gt=0,
+        le=1,
+        description="stop at the first evaluation whose test accuracy reaches it; also the "
+        "target flnet analyze reads costs to (null: run every round; analyze uses 0.9)",
+    )
     eval_every: int = Field(
         1, ge=1, description="steps (rounds, iterations, server updates) between evaluations"
     )
@@ -87,4 +93,6 @@ class RunConfig(Strict):
 
 class OutputConfig(Strict):
     dir: str | None = Field(None, description="default: runs/<scenario name>")
-    format: Literal["parquet", "csv"] = "parquet"
+    format: Literal["parquet", "csv"] = Field(
+        "parquet", description="file format of records and ledger"
+    )
