@@ -148,6 +148,14 @@ class Scenario(Strict):
                 f"{self.algorithm.name} sends nothing device to device (its messages go by "
                 f"{pattern}, through the server's links): D2D losses are for gossip algorithms",
             )
+        judged = getattr(self.clients.availability, "check", "during")
+        if judged == "at_completion" and pattern == "exchange":
+            raise inconsistent(
+                "clients.availability.check",
+                f"at_completion judges an upload by who is online as it ends; "
+                f"{self.algorithm.name} uploads nothing: a gossip node is asked at the "
+                "iteration's start and sits it out if offline (leave check: during)",
+            )
         for check in RECORDS[self.algorithm.name].checks:  # the algorithm's own
             problem = check(self.algorithm, self)
             if problem is not None:

@@ -63,6 +63,10 @@ FEATURES = {
             }
         },
     ),
+    "at_completion": (
+        "clients.availability.check",
+        {"clients": {"availability": {"kind": "bernoulli", "p": 0.5, "check": "at_completion"}}},
+    ),
     "dropout": ("clients.dropout_probability", {"clients": {"dropout_probability": 0.5}}),
     "stragglers": (
         "clients.slowdown_probability",
@@ -130,6 +134,9 @@ REFUSED = {
     ("cdfl", "bernoulli"),  # a node that sits a step out splits C-DFL's public copies
     ("cdfl", "diurnal"),
     ("cdfl", "trace"),
+    ("cdfl", "at_completion"),
+    ("dpsgd", "at_completion"),  # a gossip node uploads nothing to judge as it ends
+    ("dfedavg", "at_completion"),
     ("cdfl", "battery"),
     ("cdfl", "dropout"),  # a node that drops out sends no compressed message
     ("cdfl", "d2d_loss"),  # a lost compressed message
