@@ -421,7 +421,8 @@ def exchange(
 
     on = np.flatnonzero(present).tolist()
     working = [pos for pos in on if flops[pos] > 0]  # a pure gossip step draws no fate
-    fates = dict(zip(working, world.compute_fates([ids[pos] for pos in working], step) or ()))
+    drawn = world.compute_fates([ids[pos] for pos in working], step) if working else None
+    fates = dict(zip(working, drawn or ()))
     computes = []
     for pos in on:
         fate = fates.get(pos, SURE)
