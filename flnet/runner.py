@@ -153,7 +153,7 @@ class Recorder:
             losses.clear()
             return None
         train_loss = losses.take()
-        metrics = self.evaluator(progress.model)
+        metrics = self.evaluator(progress.model, self.learner.block_in_force)
         # block-cyclic data: per-block figures of the predictors, if the state has them
         metrics.update(self.evaluator.blocks(getattr(progress.state, "predictors", progress.model)))
         if progress.nodes is not None:  # gossip: every node's own model too
@@ -477,7 +477,12 @@ def check_deadline(scenario: Scenario, world: World, learner: Learner) -> None:
     if local.epochs is None:
         samples = local.steps * local.batch_size
     else:  # the fewest samples any client processes: a lower bound, so never a false alarm
-        sizes = learner.num_samples
+        blocks = learner.data.blocks  # block-cyclic: a client's rows in any block
+        sizes = (
+            learner.num_samples
+            if blocks is None
+            else np.concatenate([learner.samples_in(m) for m in range(len(blocks.train))])
+        )
         samples = local.epochs * int(
             ((sizes // local.batch_size) * local.batch_size if local.drop_last else sizes).min()
         )

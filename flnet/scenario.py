@@ -162,6 +162,21 @@ class Scenario(Strict):
                 "a capacity trace gives each link's measured rate (clients.capacity_trace); "
                 "fading would scale it, so the two do not go together",
             )
+        pattern = RECORDS[self.algorithm.name].pattern
+        if self.radio.d2d.loss_probability > 0 and pattern != "exchange":
+            raise inconsistent(
+                "radio.d2d.loss_probability",
+                f"{self.algorithm.name} sends nothing device to device (its messages go by "
+                f"{pattern}, through the server's links): D2D losses are for gossip algorithms",
+            )
+        judged = getattr(self.clients.availability, "check", "during")
+        if judged == "at_completion" and pattern == "exchange":
+            raise inconsistent(
+                "clients.availability.check",
+                f"at_completion judges an upload by who is online as it ends; "
+                f"{self.algorithm.name} uploads nothing: a gossip node is asked at the "
+                "iteration's start and sits it out if offline (leave check: during)",
+            )
         for check in RECORDS[self.algorithm.name].checks:  # the algorithm's own
             problem = check(self.algorithm, self)
             if problem is not None:
@@ -578,8 +593,10 @@ def describe(err: ErrorDetails) -> str:
     path = ctx.get("field") or _walk(loc)[0]
     got = err.get("input")
     if kind == "extra_forbidden":
-        allowed = _fields_of(_walk(loc[:-1])[1])
-        return f"{path}: unknown field; allowed fields here: {', '.join(allowed)}"
+        parent = _walk(loc[:-1])[1]
+        # a field another algorithm has (a feature that stops at this family's edge): say whose
+        owner = next((f" for {name}" for name, r in RECORDS.items() if r.config is parent), "")
+        return f"{path}: unknown field{owner}; allowed fields here: {', '.join(_fields_of(parent))}"
     if kind == "missing":
         return f"{path}: this field is required"
     if kind == "literal_error":

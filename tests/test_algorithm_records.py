@@ -106,7 +106,9 @@ def test_configs_compose_and_are_final():
         assert not any(issubclass(config, other) for other in others), config.__name__
 
 
-def test_only_cdfl_refuses_lossy_links():
+def test_of_the_gossip_algorithms_only_cdfl_refuses_lossy_links():
+    """(The others send nothing device to device and refuse D2D losses: the matrix,
+    tests/test_feature_matrix.py.)"""
     lossy = {"radio": {"d2d": {"loss_probability": 0.1}}}
     load_scenario(data={"algorithm": {"name": "dfl"}, **lossy})
     with pytest.raises(ScenarioError, match="must be 0 for cdfl"):

@@ -317,3 +317,93 @@ def test_stragglers_epochs_are_epochs_of_the_rounds_block(tmp_path):
         amounts = p.steps // epochs_of[block]
         assert (p.steps == amounts * epochs_of[block]).all()
         assert ((1 <= amounts) & (amounts <= 3)).all()
+
+
+def test_the_partition_table_has_each_blocks_label_histogram(tmp_path):
+    """A client's rows change with the block: the partition table stacks one histogram per
+    block (column `block`), each client's counts those of its rows in that block, by hand;
+    block m's labels lie in its window."""
+    sc = small(tmp_path, "fedavg", {"rounds_per_block": 1})
+    _, learn = build(sc)
+    data = learn.data
+    table = data.label_histogram()
+    assert table.columns[0] == "block" and len(table) == 2 * 20
+    y = data.y_train.numpy()
+    windows = blocks.label_windows(data.num_classes, 2)
+    for m in range(2):
+        part = table[table.block == m].set_index("client")
+        for k in range(20):
+            rows, _ = data.blocks.train[m].gather([k])
+            hand = np.bincount(y[rows], minlength=data.num_classes)
+            got = part.loc[k, [f"label_{c}" for c in range(data.num_classes)]].to_numpy()
+            assert got.tolist() == hand.tolist() and part.loc[k, "num_samples"] == len(rows)
+        held = [c for c in range(data.num_classes) if part[f"label_{c}"].sum() > 0]
+        assert set(held) <= set(windows[m].tolist())
+    assert (
+        not table[table.block == 0]
+        .drop(columns="block")
+        .equals(table[table.block == 1].drop(columns="block"))
+    )
+
+
+def test_client_accuracy_is_on_the_rows_of_the_block_in_force(tmp_path):
+    """One block a round: the records' client accuracy at round t is the global model's
+    accuracy on each client's rows of round t's block ((t - 1) mod 2), by hand, not block
+    0's (which differ in rounds of block 1); round 0's is block 0's."""
+    from harness import Keep
+
+    sc = small(tmp_path, "fedavg", {"rounds_per_block": 1}, rounds=3, run={"eval_every": 1})
+    keep = Keep(99)
+    rec = run(sc, write=False, observers=[keep]).records.set_index("round")
+    _, learn = build(sc)
+    data = learn.data
+    y = data.y_train
+
+    def by_hand(params, m):
+        accs = []
+        for k in range(20):
+            rows, _ = data.blocks.train[m].gather([k])
+            ix = torch.as_tensor(rows)
+            pred = learn.model.predict(params, data.x_train[ix]).argmax(1)
+            accs.append((pred == y[ix]).double().mean().item())
+        return np.array(accs)
+
+    differs = 0
+    for p in keep.seen:
+        m = max(p.step - 1, 0) % 2  # round 0 (the initial model): block 0, where runs start
+        hand = by_hand(p.model, m)
+        row = rec.loc[p.step]
+        assert row.client_accuracy_mean == pytest.approx(hand.mean(), rel=1e-12)
+        assert row.client_accuracy_worst == pytest.approx(hand.min(), rel=1e-12)
+        differs += m == 1 and not np.isclose(hand.mean(), by_hand(p.model, 0).mean())
+    assert differs >= 1
+
+
+def test_the_deadline_check_counts_the_fewest_rows_of_any_block(tmp_path):
+    """With epochs, `check_deadline` refuses a deadline shorter than the fastest client's
+    round on the fewest rows any client holds: in block 1 here (12 rows), not block 0 (27),
+    so a deadline between the two rounds' times is accepted (it was refused)."""
+    from flnet.runner import check_deadline
+
+    local = {"steps": None, "epochs": 1, "batch_size": 8}
+    sc = small(tmp_path, "fedavg", {"rounds_per_block": 1}, algorithm={"local": local})
+    world, learn = build(sc)
+    fewest = [int(learn.samples_in(m).min()) for m in (0, 1)]
+    assert fewest == [27, 12]
+    bits = learn.charged.num_params * 32
+
+    def fastest(samples):
+        return world.fastest_round_trip_s(bits, samples * learn.flops_per_sample, bits)
+
+    def with_deadline(s):
+        cohort = {"clients_per_round": 20, "deadline_s": s}
+        return small(
+            tmp_path,
+            "fedavg",
+            {"rounds_per_block": 1},
+            algorithm={"local": local, "cohort": cohort},
+        )
+
+    check_deadline(with_deadline((fastest(12) + fastest(27)) / 2), world, learn)
+    with pytest.raises(ScenarioError, match="algorithm.cohort.deadline_s"):
+        check_deadline(with_deadline(fastest(12) * 0.99), world, learn)

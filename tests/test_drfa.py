@@ -422,3 +422,31 @@ def test_under_availability_only_online_clients_work_and_an_empty_draw_passes(na
     for r, c in zip(down["round"].tolist(), down["node"].tolist()):
         assert generator(sc.seed, Stream.AVAILABILITY, r, c).random() < p, (r, c)
     assert set(down["round"]) != set(range(1, 7))  # some round drew nobody online
+
+
+@pytest.mark.parametrize("name", ["drfa", "drdm"])
+def test_a_round_trains_the_online_clients_lambda_weighs_by_hand(name, monkeypatch):
+    """By hand: lambda puts 0.9 on client 0, which is offline; of the others only client 2 is
+    online. lambda restricted to the online clients is then all on client 2: each training
+    round draws it m = 3 times (it trains and uploads once, weighted 3) and no offline client
+    gets a byte or a row; the dual step's uniform draw finds client 2 alone too."""
+    sc = load_scenario(
+        data=merge(
+            BASE,
+            {
+                "algorithm": {"name": name, "clients_per_round": 3},
+                "clients": {"count": 4, "availability": {"kind": "bernoulli", "p": 0.5}},
+                "run": {"rounds": 2},
+            },
+        )
+    )
+    r = Run(sc, write=False)
+    monkeypatch.setattr(r.world, "_online", lambda clients, t_s, draw: np.asarray(clients) == 2)
+    lam = simplex.Simplex.of(np.array([0.9, 0.05, 0.03, 0.02]))
+    assert r.world.sample_weighted(3, 1, lam).tolist() == [2, 2, 2]
+    d = distributional.draw(r.world, lam, 3, 1, "dedup_weighted")
+    assert d.clients.tolist() == [2] and d.draws.tolist() == [3]
+    r.simulate()
+    ledger = r.result().ledger
+    assert set(ledger[ledger.kind != "evaluate"].node) == {2}
+    assert set(ledger["round"]) == {0, 1, 2}

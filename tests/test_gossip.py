@@ -30,7 +30,7 @@ def world_of(scenario, n, **d2d):
     sc = scenario(
         clients={"count": n, "cpu_hz": 1e9},
         radio={"mode": "direct", "d2d": d2d},
-        algorithm={"name": "fedavg", "cohort": {"clients_per_round": 1}},
+        algorithm={"name": "dfedavg", "topology": {"kind": "ring"}},  # D2D is for gossip
     )
     return World(sc.clients, sc.radio, sc.seed)
 

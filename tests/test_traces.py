@@ -192,6 +192,57 @@ def test_the_world_puts_clients_online_when_the_trace_says(tmp_path, scenario):
     assert set(chosen.tolist()) == {k for k in range(9) if k % 4 in (0, 3)}
 
 
+# a session [0, 434.2) of local time at UTC+142.4 s: it ends at simulated 434.2 - 142.4, which
+# online_until computes as 291.79999999999995; there, local time 291.79999999999995 + 142.4
+# rounds to 434.19999999999993, 5.7e-14 s short of the end
+SESSION_AT_ZONE = "client,online_from_s,online_until_s,tz_offset_s\n0,0,434.2,142.4\n"
+
+
+def test_a_session_is_over_at_the_instant_it_was_computed_to_end(tmp_path):
+    """[from, until) at both ends, across the two clocks: at the instant `online_until`
+    gave, the client is offline (not online for the last 5.7e-14 s of rounding); an instant
+    within the session is online, and the session's start is online."""
+    trace = read_availability(write(tmp_path, SESSION_AT_ZONE))
+    one = np.zeros(1, dtype=np.int64)
+    end_s = float(trace.online_until(one, 0.0)[0])
+    assert end_s == 291.79999999999995 and (end_s + 142.4) < 434.2  # the rounding
+    assert not trace.online(one, end_s)[0] and trace.online_until(one, end_s)[0] == end_s
+    assert trace.online(one, 291.7)[0] and trace.online_until(one, 291.7)[0] == pytest.approx(end_s)
+    assert trace.online(one, -142.4)[0]  # local time 0: the session's first instant
+
+
+@pytest.mark.filterwarnings("ignore::flnet.errors.UnitWarning")  # a slow device, on purpose
+def test_a_round_starting_as_a_session_ends_starts_nobody_of_it(tmp_path):
+    """Two clients replay that session (in_order over one trace client); round 1's member
+    computes past the session's end and is interrupted there; round 2 starts at that instant,
+    when the other client's session has ended too: nobody works (no zero-joule `interrupted`
+    row), the round waits IDLE_RETRY_S."""
+    from flnet.sim.patterns import IDLE_RETRY_S
+
+    path = write(tmp_path, SESSION_AT_ZONE)
+    sc = load_scenario(
+        data=merge(
+            BASE,
+            {
+                "algorithm": {"cohort": {"clients_per_round": 1}},
+                "clients": {
+                    "count": 2,
+                    "cpu_hz": 1e6,  # 100 FLOP/s: local work cut by the session's end
+                    "flops_per_cycle": 1e-4,
+                    "availability": {"kind": "trace", "path": str(path), "mapping": "in_order"},
+                },
+                "run": {"rounds": 2},
+            },
+        )
+    )
+    res = run(sc, write=False)
+    led = res.ledger[res.ledger.kind != "evaluate"]
+    assert led["round"].tolist() == [1, 1]  # round 2: no row (it was a 0 J download)
+    assert led.outcome.tolist() == ["ok", "interrupted"]  # download, then compute cut
+    assert led.end_s.iloc[-1] == 291.79999999999995 and led.energy_j.iloc[-1] > 0
+    assert res.records.sim_time_s.iloc[-1] == 291.79999999999995 + IDLE_RETRY_S
+
+
 BAD = [
     ("client,online_from_s\n1,0\n", 1, "missing column(s) online_until_s"),
     ("client,online_from_s,online_until_s,colour\n", 1, "unknown column(s) colour"),

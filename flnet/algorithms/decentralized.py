@@ -15,9 +15,13 @@ per-node accuracy over the evaluation sample (`flnet.learn.evaluate`).
 
 Availability (`exchange`): a node offline at a step's start (or opted out by its battery) sits
 it out: it ends the step with exactly the models it had (`hold`; its optimizer state is not
-committed), and its neighbours mix without it (its edges count as not arrived). Records add
+committed), and its neighbours mix without it: its edges count as not arrived, so its weight
+W_ij in neighbour i's row goes to i's own model (`topology.effective_mixing`; rows stay
+stochastic, a symmetric W stays symmetric, the online nodes' average is kept). Records add
 `nodes_offline`, the nodes that sat out the round's local step. Who is online is asked before
-the local work (`train_online`), so only the nodes that take part train.
+the local work (`train_online`), so only the nodes that take part train. A node whose compute
+drops out (`clients.dropout_probability`, `exchange`) is treated as one the timeout cut: it
+sends nothing, keeps its start as its z and mixes what arrived.
 """
 
 from __future__ import annotations

@@ -16,13 +16,14 @@ can run in parallel), and the iteration ends when every node has its gradient an
 The optimizer's one step from x_k gives y = x_k - gamma g_i, so line 5 is W_t X_k + (Y - X_k).
 
 A message that did not arrive (late or lost) leaves its weight on the receiver's own model
-(W_t, `flnet.learn.aggregate`); a node whose gradient the timeout cut short takes no step that
-iteration (gamma g_i = 0: it only mixes). A node offline at the iteration's start (or opted
-out by its battery; `exchange`) sits it out: it keeps x_k exactly (no gradient, no mix; its
-optimizer state untouched), and its neighbours mix without it (its messages count as not
-arrived); `nodes_offline` counts such nodes. The model judged is the nodes' average
-x_bar = (1/n) sum_i x_i (Lian et al.'s Theorem 1 bounds its gradient); records add
-`consensus_distance`, (1/n) sum_i ||x_i - x_bar||_2^2.
+(W_t, `flnet.learn.aggregate`); a node whose gradient the timeout cut short, or whose compute
+dropped out (`clients.dropout_probability`), takes no step that iteration (gamma g_i = 0: it
+only mixes; its x_k went out as the compute started). A node offline at the iteration's
+start (or opted out by its battery; `exchange`) sits it out: it keeps x_k exactly (no
+gradient, no mix; its optimizer state untouched), and its neighbours mix without it (its
+messages count as not arrived); `nodes_offline` counts such nodes. The model judged is the
+nodes' average x_bar = (1/n) sum_i x_i (Lian et al.'s Theorem 1 bounds its gradient); records
+add `consensus_distance`, (1/n) sum_i ||x_i - x_bar||_2^2.
 """
 
 from __future__ import annotations

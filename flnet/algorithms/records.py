@@ -77,6 +77,9 @@ class _ClientsView(Protocol):
     @property
     def battery(self) -> object: ...
 
+    @property
+    def dropout_probability(self) -> float: ...
+
 
 class ScenarioView(Protocol):
     """The sections of a scenario that algorithms' checks read."""
@@ -182,6 +185,17 @@ def _cdfl_no_battery(cfg: CdflConfig, scenario: ScenarioView) -> Problem | None:
     return None
 
 
+def _cdfl_no_dropout(cfg: CdflConfig, scenario: ScenarioView) -> Problem | None:
+    if scenario.clients.dropout_probability > 0:
+        return Problem(
+            "clients.dropout_probability",
+            "must be 0 for cdfl: a node that drops out of its local work sends no compressed "
+            "message that round and leaves the public copies apart (C-DFL has no way to "
+            "resend it)",
+        )
+    return None
+
+
 def _cdfl_fixed_graph(cfg: CdflConfig, scenario: ScenarioView) -> Problem | None:
     if cfg.topology.kind == "random_k":
         return Problem(
@@ -262,7 +276,13 @@ CDFL = AlgorithmRecord(
     CdflConfig,
     "flnet.algorithms.cdfl",
     "exchange",
-    checks=(_cdfl_lossless_d2d, _cdfl_always_online, _cdfl_no_battery, _cdfl_fixed_graph),
+    checks=(
+        _cdfl_lossless_d2d,
+        _cdfl_always_online,
+        _cdfl_no_battery,
+        _cdfl_no_dropout,
+        _cdfl_fixed_graph,
+    ),
 )
 
 MM_PSGD = AlgorithmRecord(

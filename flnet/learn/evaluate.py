@@ -16,12 +16,14 @@ model over the same sample (every client is a node there), as its mean and worst
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import numpy as np
 import torch
 from torch.nn import functional as F
 
 from flnet.learn.data import FederatedData
+from flnet.learn.data.views import ClientViews
 from flnet.learn.models import Model
 
 METRICS = (
@@ -50,6 +52,24 @@ def quantile(values: torch.Tensor, q: float) -> torch.Tensor:
     return torch.lerp(below, above, torch.tensor(rank - math.floor(rank), dtype=ranked.dtype))
 
 
+class _Shares(NamedTuple):
+    """The rows the evaluation sample's clients are judged on, flat, and whose each is."""
+
+    rows: torch.Tensor  # [R] row indices (training or test set)
+    sizes: torch.Tensor  # [E] float64 rows per client
+    client_of_row: torch.Tensor  # [R] position in the sample
+
+    @classmethod
+    def of(cls, views: ClientViews, clients: np.ndarray, data: FederatedData) -> _Shares:
+        rows, sizes = views.gather(clients)
+        device = data.x_train.device
+        return cls(
+            torch.as_tensor(rows, device=device),
+            torch.as_tensor(sizes, dtype=torch.float64, device=device),
+            torch.as_tensor(np.repeat(np.arange(len(clients)), sizes), device=device),
+        )
+
+
 class Evaluator:
     def __init__(self, model: Model, data: FederatedData, chunk: int = 8192) -> None:
         self.model = model
@@ -60,17 +80,21 @@ class Evaluator:
         clients = data.eval_clients
         # lazy data has local test views; eval_clients is set by FederatedData itself
         assert views is not None and clients is not None
-        rows, sizes = views.gather(clients)
-        device = data.x_train.device
         self.clients_evaluated = len(clients)
         # without local tests, every training row's logits when every client is evaluated
         # (each row once), else only the sampled clients' rows
         self._all_rows = self._local_test or len(clients) == data.num_clients
-        self._client_of_row = torch.as_tensor(
-            np.repeat(np.arange(len(clients)), sizes), device=device
-        )
-        self._rows = torch.as_tensor(rows, device=device)
-        self._sizes = torch.as_tensor(sizes, dtype=torch.float64, device=device)
+        self._shares: dict[int | None, _Shares] = {None: _Shares.of(views, clients, data)}
+
+    def _shares_in(self, block: int | None) -> _Shares:
+        """The evaluation sample's rows in block `block` (block-cyclic data: each client's
+        training share is that block's; None: the data's own views, block 0's)."""
+        if block not in self._shares:
+            assert self.data.blocks is not None and block is not None
+            views, clients = self.data.blocks.train[block], self.data.eval_clients
+            assert clients is not None  # set by FederatedData
+            self._shares[block] = _Shares.of(views, clients, self.data)
+        return self._shares[block]
 
     def _logits(
         self, params: torch.Tensor, x: torch.Tensor, rows: torch.Tensor | None = None
@@ -83,25 +107,28 @@ class Evaluator:
         )
         return torch.cat([self.model.predict(params, take(i)) for i in range(0, n, self.chunk)])
 
-    def __call__(self, params: torch.Tensor) -> dict[str, float]:
+    def __call__(self, params: torch.Tensor, block: int | None = None) -> dict[str, float]:
         """params [P] -> accuracy and loss on the test set; client accuracy mean/worst/p10/std
-        over the evaluation sample, and its size."""
+        over the evaluation sample, and its size. With block-cyclic data each client's
+        accuracy is on its training share of block `block` (the block in force; None: block
+        0), the rows it trains on then."""
+        shares = self._shares[None] if block is None else self._shares_in(block)
         logits = self._logits(params, self.data.x_test)
         test_loss = F.cross_entropy(logits, self.data.y_test)
         test_correct = (logits.argmax(1) == self.data.y_test).double()
         if self._local_test:  # local test rows are test-set rows: reuse their logits
-            correct = test_correct[self._rows]
+            correct = test_correct[shares.rows]
         elif self._all_rows:  # every row, in place, then each client's: no copy of the inputs
             correct = (
                 self._logits(params, self.data.x_train).argmax(1) == self.data.y_train
-            ).double()[self._rows]
+            ).double()[shares.rows]
         else:  # the sampled clients' rows only
             correct = (
-                self._logits(params, self.data.x_train, self._rows).argmax(1)
-                == self.data.y_train[self._rows]
+                self._logits(params, self.data.x_train, shares.rows).argmax(1)
+                == self.data.y_train[shares.rows]
             ).double()
-        per_client = torch.zeros_like(self._sizes).index_add_(0, self._client_of_row, correct)
-        per_client /= self._sizes
+        per_client = torch.zeros_like(shares.sizes).index_add_(0, shares.client_of_row, correct)
+        per_client /= shares.sizes
         values = torch.stack(
             [
                 test_correct.mean(),

@@ -131,6 +131,9 @@ class Learner:
         self.model = model
         self.data = data
         self.clock = clock  # block-cyclic data: which block is in force (data.blocks)
+        # the block of the round under way or last run (`block`); None: block 0 before the
+        # first round (the data a run starts in, `FederatedData.client_indices`) or no blocks
+        self.block_in_force: int | None = None
         self._blocks: dict[int, FederatedData] = {}
         self.seed = seed
         self.charged = charged or references.own(model)
@@ -146,8 +149,11 @@ class Learner:
         self.train_loss = LossTally()  # the step's participating clients' local losses
 
     def block(self, round: int, now_s: float) -> int | None:
-        """The data block of round `round` starting at `now_s` (None: data without blocks)."""
-        return None if self.clock is None else self.clock.block(round, now_s)
+        """The data block of round `round` starting at `now_s` (None: data without blocks).
+        The block-aware algorithms ask it as each round starts: it is then the block in force
+        (`block_in_force`) until the next round asks."""
+        self.block_in_force = None if self.clock is None else self.clock.block(round, now_s)
+        return self.block_in_force
 
     def data_in(self, block: int | None) -> FederatedData:
         """The data as block `block` has them (`FederatedData.in_block`), made once."""

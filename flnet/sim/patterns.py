@@ -20,8 +20,9 @@ online then; a member's work ends early, charged up to that instant, when its se
 (`interrupted`), when it drops out (`dropped`) or, with the `at_completion` check, when it is
 offline as its upload completes (`lost`). Such members count as arrived without an update.
 `exchange` (gossip) starts only nodes online at the iteration's start (availability and battery
-opt-out, drawn with the iteration as key); the others sit the iteration out. A node's work is
-not cut by a session ending, or its battery running empty, during the iteration.
+opt-out, drawn with the iteration as key); the others sit the iteration out. A node's compute
+is slowed and dropped as a round trip member's work is (`World.compute_fates`); it is not cut
+by a session ending, or its battery running empty, during the iteration.
 
 Safe points, where a run may stop or checkpoint (each `World.publish`; `World.request_stop`
 stops at the next one): the end of a round for `round_trip` and the end of an iteration for
@@ -31,6 +32,7 @@ way is frozen into the published state's `flight` (see `stream`) and resumes to 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Generator, Iterator
 from typing import Any, NamedTuple, Protocol
 
@@ -40,7 +42,7 @@ import simpy
 from flnet.errors import FlnetError
 from flnet.rng import Stream
 from flnet.sim.at_once import Trips
-from flnet.sim.fate import Fate
+from flnet.sim.fate import SURE, Fate
 from flnet.sim.ledger import SERVER, Tag
 from flnet.sim.world import (
     SELECTION_TRIES,
@@ -304,11 +306,6 @@ class _Trip:
 # ---------------------------------------------------------------------------- exchange
 
 
-def _then(fn: Callable[[int], None], arg: int) -> Callable[[Job], None]:
-    """A job's `then` that calls `fn(arg)`, `arg` bound now (not when the job ends)."""
-    return lambda _job: fn(arg)
-
-
 class Exchange(NamedTuple):
     """How one gossip iteration ended."""
 
@@ -365,6 +362,14 @@ def exchange(
     With everyone online (availability `always`, no battery) nothing differs from a run
     without availability. `present` ([N] bool) is that answer when the caller asked it already
     (to train only the nodes online: `flnet.algorithms.decentralized.train_online`).
+
+    Dropouts and stragglers (`clients.dropout_probability`, `slowdown_*`): a present node's
+    compute (where `work_flops` > 0; a pure gossip step draws nothing) has the fate a round
+    trip member's work would, drawn from (seed, BEHAVIOUR, `tag`, node) (`World.compute_fates`):
+    slowed, it takes `slowdown_factor` times longer for the same joules; dropped, it stops at
+    its uniform point (outcome `dropped`, charged up to then) as a timeout would stop it:
+    `computed` is False, and with `send_after_work` it sends nothing; messages it sent as its
+    compute started go on (the node took no step, it still mixes what arrives).
     """
     world = pattern_side(world)
     start = world.now
@@ -413,15 +418,34 @@ def exchange(
                 then=aired(group),
             )
 
-    def worked(pos: int) -> None:
-        computed[pos] = True
+    def worked(pos: int, job: Job) -> None:
         remaining.tick()
+        if job.outcome != "ok":  # dropped: no local step, and its sends never start
+            for _ in groups[pos] if send_after_work else ():
+                remaining.tick()
+            return
+        computed[pos] = True
         if send_after_work:
             send(pos)
 
+    on = np.flatnonzero(present).tolist()
+    working = [pos for pos in on if flops[pos] > 0]  # a pure gossip step draws no fate
+    drawn = world.compute_fates([ids[pos] for pos in working], step) if working else None
+    fates = dict(zip(working, drawn or ()))
     computes = []
-    for pos in np.flatnonzero(present).tolist():
-        computes.append(world.start_compute(ids[pos], flops[pos], step, then=_then(worked, pos)))
+    for pos in on:
+        fate = fates.get(pos, SURE)
+        share, ends = fate.portion(1)
+        computes.append(
+            world.start_compute(
+                ids[pos],
+                flops[pos] * share,
+                step,
+                then=functools.partial(worked, pos),
+                slowdown=fate.slowdown,
+                ends_as=ends,
+            )
+        )
         if not send_after_work:
             send(pos)
     if timeout_s is None:

@@ -117,11 +117,27 @@ class IntervalTrace(NamedTuple):
             whole = starts_at_zero & (jj == first)  # one interval [0, P): always online
             left_s = np.where(starts_at_zero, left_s + self.until_s[first], left_s)
             left_s = np.where(whole, np.inf, left_s)
+        on &= left_s > _rounding_s(np.asarray(t_s), t_s + self.tz_offset_s[rows])
         return np.where(on, t_s + left_s, t_s)
 
     def online(self, rows: np.ndarray, t_s: float) -> np.ndarray:
         """[k] bool: trace clients `rows` online at simulated time `t_s`."""
         return self.online_until(rows, t_s) > t_s
+
+
+# An interval is [online_from_s, online_until_s) of a client's local clock, and the simulated
+# instant t is local time t + tz_offset_s (mod the period): one rounding. So at the simulated
+# instant a session was computed to end (`online_until`: t0 + (until - local(t0))), local(t)
+# can fall a few ulps short of `until`, and the client would count as online for ~1e-13 s:
+# selected at a round's start and interrupted at once, zero-joule rows. A session with no more
+# than this many ulps (of the clocks' magnitude) left has ended: half-open at both ends.
+ENDED_WITHIN_ULPS = 8
+
+
+def _rounding_s(t_s: np.ndarray, local: np.ndarray) -> np.ndarray:
+    """What is left of a session at `t_s` (local clock `local`) that counts as nothing: the
+    rounding of converting between the two clocks."""
+    return ENDED_WITHIN_ULPS * np.spacing(np.maximum(np.abs(t_s), np.abs(local)))
 
 
 def _last_start_at_or_before(

@@ -242,6 +242,8 @@ class PatternWorld(AbstractWorld, Protocol):
 
     def trip_fates(self, cohort: list[int], tag: Tag, works: Iterable[tuple]) -> list[Fate]: ...
 
+    def compute_fates(self, nodes: list[int], tag: Tag) -> list[Fate] | None: ...
+
     def end_at(self, t_s: float, stop: Callable[[str], None], outcome: str) -> int: ...
 
     def allocate(
@@ -763,6 +765,30 @@ class World:
             self._drawn_fate(c, tag.step, Stream.BEHAVIOUR, (tag.step, c), w, None, u, e)
             for c, w, u, e in zip(cohort, works, drawn, ends_s)
         ]
+
+    def compute_fates(self, nodes: list[int], tag: Tag) -> list[Fate] | None:
+        """Each gossip node's compute as its iteration starts (`patterns.exchange`): its
+        slowdown and dropout point, drawn as a round trip member's (stream BEHAVIOUR at
+        (iteration, node), in the order slowdown, dropout, point), the point uniform over the
+        compute, which is the node's work there (its sends are the D2D radio's). None: no
+        dropouts or slowdowns, every compute sure. Sessions' ends and batteries play no part:
+        work a node started in an iteration runs on (`exchange`)."""
+        if not self._draws_fates:
+            return None
+        cfg = self.clients
+        u = draws.uniforms(stream_keys(self.seed, Stream.BEHAVIOUR, tag.step, nodes), 3)
+        fates = []
+        for u_slow, u_drop, point in u.tolist():
+            slowdown = cfg.slowdown_factor if u_slow < cfg.slowdown_probability else 1.0
+            dropped = u_drop < cfg.dropout_probability
+            fates.append(
+                Fate(
+                    slowdown=slowdown,
+                    drop_phase=1 if dropped else 3,
+                    drop_fraction=point if dropped else 1.0,
+                )
+            )
+        return fates
 
     @property
     def _draws_fates(self) -> bool:

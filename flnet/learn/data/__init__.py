@@ -124,7 +124,20 @@ class FederatedData:
         """The partition table, columnar. In memory: one row per client (its size, how many
         samples of each label it holds and, with local test splits, how many test rows it
         has); with shared rows one row per slot (column `slot`: client k holds slot k mod S).
-        Lazy data: one row per client of the evaluation sample, whose rows were generated."""
+        Lazy data: one row per client of the evaluation sample, whose rows were generated.
+        Block-cyclic data: a client's rows change with the block, so one table per block,
+        stacked, in column `block` (each client once per block)."""
+        if self.blocks is None:
+            return self._label_histogram()
+        tables = [
+            self.in_block(m)._label_histogram().assign(block=m)
+            for m in range(len(self.blocks.train))
+        ]
+        table = pd.concat(tables, ignore_index=True)
+        return table[["block", *table.columns[:-1]]]
+
+    def _label_histogram(self) -> pd.DataFrame:
+        """`label_histogram` of the rows these data's views hold (one block's)."""
         k = self.num_classes
         if self.lazy is not None:
             clients, label_counts = self.eval_clients, self.eval_label_counts
