@@ -30,6 +30,7 @@ from flnet.dists import PerClient
 from flnet.errors import ScenarioError, UnitWarning
 from flnet.schema import *  # noqa: F403  (re-exported: `from flnet.scenario import X` works)
 from flnet.schema import (
+    D2D,
     ClientsConfig,
     DataConfig,
     MlpConfig,
@@ -163,11 +164,19 @@ class Scenario(Strict):
                 "fading would scale it, so the two do not go together",
             )
         pattern = RECORDS[self.algorithm.name].pattern
-        if self.radio.d2d.loss_probability > 0 and pattern != "exchange":
+        d2d = self.radio.d2d
+        d2d_set = [f for f in type(d2d).model_fields if getattr(d2d, f) != getattr(D2D(), f)]
+        if d2d_set and pattern != "exchange":
             raise inconsistent(
-                "radio.d2d.loss_probability",
+                f"radio.d2d.{d2d_set[0]}",
                 f"{self.algorithm.name} sends nothing device to device (its messages go by "
-                f"{pattern}, through the server's links): D2D losses are for gossip algorithms",
+                f"{pattern}, through the server's links): radio.d2d is for gossip algorithms",
+            )
+        if getattr(self.radio, "cells", None) is not None and pattern == "exchange":
+            raise inconsistent(
+                "radio.cells",
+                f"{self.algorithm.name} is a gossip algorithm: its nodes talk device to device "
+                "(radio.d2d), not through the cells' base stations",
             )
         judged = getattr(self.clients.availability, "check", "during")
         if judged == "at_completion" and pattern == "exchange":

@@ -127,6 +127,25 @@ FEATURES = {
         {"run": {"time_budget_s": 0.01, "rounds": 50, "eval_every": 1}},
     ),
     "energy_budget": ("run.energy_budget_j", None),  # half the first round's joules, per family
+    "cells": (
+        "radio.cells",
+        {
+            "clients": {"positions": {"kind": "uniform", "side_m": 1000}},
+            "radio": {"cells": {"stations_xy_m": [[250, 500], [750, 500]]}},
+        },
+    ),
+    "spatial_reuse": (
+        "radio.d2d.sharing",
+        {
+            "clients": {"positions": {"kind": "uniform", "side_m": 200}},
+            "radio": {"d2d": {"sharing": "spatial_reuse", "path_loss": {}}},
+        },
+    ),
+    "scheduling": ("resources", {"resources": {"scheduling": {"kind": "best_channel"}}}),
+    "dvfs": (
+        "resources",
+        {"resources": {"compute_power": "just_in_time", "deadline_s": 30.0}},
+    ),
 }
 
 # The cells validation refuses: (family, feature). Every other cell runs.
@@ -150,6 +169,14 @@ REFUSED = {
     *((f, "compression") for f in ("fedavg", "drfa", "fedbuff", "dpsgd", "dfedavg")),
     *((f, "partial_work") for f in ("drfa", "fedbuff", "dpsgd", "dfedavg", "cdfl")),
     *((f, "server_rule") for f in ("fedbuff", "dpsgd", "dfedavg", "cdfl")),
+    *((f, "cells") for f in ("dpsgd", "dfedavg", "cdfl")),  # gossip talks device to device
+    *((f, "spatial_reuse") for f in ("fedavg", "drfa", "fedbuff")),  # no D2D links
+    # the policies are wired into uniform round trips only (resources.py says why)
+    *(
+        (f, p)
+        for f in ("drfa", "fedbuff", "dpsgd", "dfedavg", "cdfl")
+        for p in ("scheduling", "dvfs")
+    ),
 }
 
 

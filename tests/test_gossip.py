@@ -181,7 +181,7 @@ def test_d2d_path_loss_from_positions_is_the_log_distance_formula_and_reciprocal
             "tx_power_dbm": {"kind": "per_client", "values": [20.0, 10.0, 10.0]},
             "d2d": {"path_loss": {"exponent": 3.0, "shadowing_std_db": 0.0}},
         },
-        algorithm={"name": "fedavg", "cohort": {"clients_per_round": 1}},
+        algorithm={"name": "dfedavg", "topology": {"kind": "ring"}},  # D2D is for gossip
     )
     world = World(sc.clients, sc.radio, sc.seed)
     fspl_db = 20 * math.log10(4 * math.pi * 2.4e9 / 299_792_458.0)  # 40.05 dB at 1 m
@@ -193,7 +193,7 @@ def test_d2d_path_loss_from_positions_is_the_log_distance_formula_and_reciprocal
     sc2 = scenario(
         clients={"count": 3, "positions": {"kind": "uniform", "side_m": 100.0}},
         radio={"mode": "direct", "d2d": {"path_loss": {"shadowing_std_db": 8.0}}},
-        algorithm={"name": "fedavg", "cohort": {"clients_per_round": 1}},
+        algorithm={"name": "dfedavg", "topology": {"kind": "ring"}},  # D2D is for gossip
     )
     w2 = World(sc2.clients, sc2.radio, sc2.seed)
     assert w2.link(2, 0).snr_hz == w2.link(0, 2).snr_hz  # equal powers: the same SNR
@@ -203,7 +203,10 @@ def test_d2d_path_loss_from_positions_is_the_log_distance_formula_and_reciprocal
 
 def test_path_loss_and_random_geometric_graphs_need_positions(scenario):
     with pytest.raises(ScenarioError, match="radio.d2d.path_loss: needs clients.positions"):
-        scenario(radio={"mode": "direct", "d2d": {"path_loss": {}}})
+        scenario(
+            radio={"mode": "direct", "d2d": {"path_loss": {}}},
+            algorithm={"name": "dfedavg", "topology": {"kind": "ring"}},
+        )
     with pytest.raises(ScenarioError, match=r"clients.positions.xy_m: lists 1 positions"):
         scenario(clients={"count": 2, "positions": {"kind": "given", "xy_m": [[0, 0]]}})
 

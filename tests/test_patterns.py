@@ -27,7 +27,10 @@ def world_of(scenario, cpu_hz, **radio):
             "cpu_hz": {"kind": "per_client", "values": cpu_hz},
         },
         radio={"mode": "direct", **radio},
-        algorithm={"name": "fedavg", "cohort": {"clients_per_round": 1}},
+        # D2D settings are for gossip; the World is the same for a round trip's links
+        algorithm={"name": "dfedavg", "topology": {"kind": "ring"}}
+        if "d2d" in radio
+        else {"name": "fedavg", "cohort": {"clients_per_round": 1}},
     )
     return World(sc.clients, sc.radio, sc.seed)
 
