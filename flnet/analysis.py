@@ -387,9 +387,10 @@ def _best_joint(
         for f in fields:
             out[f"best_{f}"] = value(winner, f)
             won = mine[f"best_{f}"].dropna()
-            out[f"best_{f}_median"] = won.median() if len(won) else math.nan
-            out[f"best_{f}_min"] = won.min() if len(won) else math.nan
-            out[f"best_{f}_max"] = won.max() if len(won) else math.nan
+            spread = len(won) > 0 and _numeric(list(won))  # a policy's name has none
+            out[f"best_{f}_median"] = won.median() if spread else math.nan
+            out[f"best_{f}_min"] = won.min() if spread else math.nan
+            out[f"best_{f}_max"] = won.max() if spread else math.nan
         out["best_tau"] = shown(winner)
         out["runner_up_tau"] = shown(row.runner_up_tau)
         out["best_tau_per_seed"] = "; ".join(

@@ -284,3 +284,29 @@ def test_best_tau_among_several_fields_is_the_cheapest_combination():
     assert best_tau(tie, "joules", fields)[0].best_tau.item() == (
         "tau=1, cpu_hz=1e+08, tx_power_dbm=10"
     )
+
+
+def test_a_policy_name_is_chosen_with_a_number():
+    """A field swept as names (resources.compute_power) is chosen among with tau; it has no
+    median and no edge."""
+    rows = [
+        {
+            "seed": s,
+            TAU: t,
+            "resources.compute_power": c,
+            "reached": True,
+            "joules_to_target": t + (0 if c == "min_energy" else 5) + s,
+        }
+        for s in (0, 1)
+        for t in (1, 5)
+        for c in ("fixed", "just_in_time", "min_energy")
+    ]
+    _, per_cell = best_tau(pd.DataFrame(rows), "joules", [TAU, "resources.compute_power"])
+    cell = per_cell.iloc[0]
+    assert cell.best_tau == "tau=1, compute_power=min_energy"
+    assert cell["best_resources.compute_power"] == "min_energy"
+    assert math.isnan(cell["best_resources.compute_power_median"])
+    assert cell.verdict == (
+        "tau=1, compute_power=min_energy in every seed (2 of 2); at the edge of the grid of "
+        "tau {1, 5}: try beyond it"
+    )
