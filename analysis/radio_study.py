@@ -29,7 +29,7 @@ seeds of the rounds, simulated seconds and joules to target, and, paired seed by
 part's baseline at the same load, the median ratio of joules and seconds to the baseline's
 (below 1: the policy costs less). Tables are written as CSV under the folder given.
 
-    python analysis/radio_study.py runs/radio_study             # 3 seeds, ~10-15 min on 2 cores
+    python analysis/radio_study.py runs/radio_study             # 3 seeds, 171 runs, ~6 min
     python analysis/radio_study.py runs/radio_study --smoke     # seconds: what CI runs
 """
 
