@@ -20,7 +20,7 @@ def study():
 
 def test_the_smoke_study_runs_and_the_radio_claims_hold(tmp_path, capsys):
     module = study()
-    result = study().main([str(tmp_path), "--smoke"])
+    result = module.main([str(tmp_path), "--smoke"])
     per_run = result["per_run"]
     assert (per_run.status == "completed").all()
     expected = {(pt["part"], pt["load"], pt["policy"]) for pt in module.points(True, 1)}
