@@ -164,13 +164,20 @@ def _costs(row: pd.Series | None) -> dict:
 def best_tau(
     per_run: pd.DataFrame,
     cost: str = "joules",
-    tau: str = TAU,
+    tau: str | list[str] = TAU,
     cell: list[str] | None = None,
     seed: str = "seed",
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The tau (or any swept field, `tau`) that minimises `cost`-to-target (rounds, seconds,
     joules or bits), per seed in each cell of the other swept fields; not reached counts as
     infinity.
+
+    `tau` may name several fields (a list, or one string with commas, e.g. local steps, CPU
+    frequency and transmit power): the choice is then among their combinations tried, each as
+    one value (`joint_choice`), the values shown as ``steps=5, cpu_hz=1e+09``; the tables add
+    each field's winning value (``best_<field>``, and the per-seed medians and ranges of the
+    winners are per field, ``best_<field>_median`` ...); a winner is at the edge when any of
+    its fields is at the edge of that field's grid.
 
     Returns (per_seed, per_cell). per_seed: one row per cell and seed with its best tau and
     cost (``best_tau`` NaN when no tau reached the target; a tie goes to the smaller tau), the
@@ -185,6 +192,10 @@ def best_tau(
     sparse evaluation; ``edge`` when the winner is the smallest or largest tau tried;
     ``verdict`` says it all in words.
     """
+    fields = chosen_fields(tau)
+    if len(fields) > 1:
+        return _best_joint(per_run, cost, fields, cell, seed)
+    tau = fields[0]
     column = f"{cost}_to_target"
     if column not in per_run:
         raise FlnetError(f"cost must be one of {', '.join(COSTS)}, got {cost!r}")
@@ -271,11 +282,155 @@ def best_tau(
     return per_seed, pd.DataFrame(per_cell)
 
 
+def chosen_fields(tau: str | list[str]) -> list[str]:
+    """The field or fields a choice is among: ``"a,b"`` or ``["a", "b"]`` -> ``["a", "b"]``."""
+    fields = tau.split(",") if isinstance(tau, str) else list(tau)
+    fields = [f.strip() for f in fields if f.strip()]
+    if not fields or len(set(fields)) != len(fields):
+        raise FlnetError(f"choose one or more different swept fields, got {tau!r}")
+    return fields
+
+
+JOINT = "_joint_choice"  # the column `joint_choice` adds
+
+
+def _short(field: str) -> str:
+    return "tau" if field == TAU else field.rsplit(".", 1)[-1]
+
+
+def choice_name(tau: str | list[str]) -> str:
+    """What a choice is called: ``tau``, a field (``algorithm.local.epochs``), or several
+    (``(tau, cpu_hz, tx_power_dbm)``)."""
+    fields = chosen_fields(tau)
+    if len(fields) == 1:
+        return "tau" if fields[0] == TAU else fields[0]
+    return "(" + ", ".join(_short(f) for f in fields) + ")"
+
+
+def joint_choice(per_run: pd.DataFrame, fields: list[str]) -> tuple[pd.DataFrame, dict]:
+    """`per_run` with a column `JOINT` numbering each run's combination of `fields` in the
+    order of their values (so a tie goes to the smallest values, first field first), and the
+    numbers' labels (``steps=5, cpu_hz=1e+09``)."""
+    missing = [f for f in fields if f not in per_run]
+    if missing:
+        raise FlnetError(f"no column {', '.join(map(repr, missing))}: the records do not sweep it")
+    combos = per_run[fields].drop_duplicates().sort_values(fields, kind="stable")
+    combos = combos.reset_index(drop=True)
+    labels = {
+        i: ", ".join(f"{_short(f)}={_value(row[f])}" for f in fields)
+        for i, row in combos.iterrows()
+    }
+    code = per_run[fields].merge(combos.reset_index(), on=fields, how="left")["index"]
+    return per_run.assign(**{JOINT: code.to_numpy()}), labels
+
+
+def _value(v: Any) -> str:
+    """A field's value in a label: 5, 0.5, 1e+09, fixed."""
+    if isinstance(v, str) or _isnan(v):
+        return _fmt(v) if not isinstance(v, str) else v
+    return _fmt(v) if abs(float(v)) < 1e6 else f"{v:g}"
+
+
+def _numeric(values: list) -> bool:
+    return all(isinstance(v, (int, float, np.number)) for v in values)
+
+
+def _best_joint(
+    per_run: pd.DataFrame, cost: str, fields: list[str], cell: list[str] | None, seed: str
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """`best_tau` among the combinations of several `fields` (see there)."""
+    coded, labels = joint_choice(per_run, fields)
+    cell = [c for c in (cell if cell is not None else swept_columns(per_run)) if c not in fields]
+    per_seed, per_cell = best_tau(coded, cost, JOINT, cell=cell, seed=seed)
+    values = coded.drop_duplicates(JOINT).set_index(JOINT)[fields]
+
+    def shown(code: Any) -> Any:
+        return labels.get(code, math.nan) if not _isnan(code) else math.nan
+
+    def value(code: Any, f: str) -> Any:
+        return values.at[code, f] if not _isnan(code) else math.nan
+
+    name = "(" + ", ".join(_short(f) for f in fields) + ")"
+    for f in fields:
+        per_seed[f"best_{f}"] = [value(c, f) for c in per_seed.best_tau]
+    rows = []
+    for _, row in per_cell.iterrows():
+        mine = per_seed
+        for c in cell:
+            v = row[c]
+            mine = mine[mine[c] == v] if not _isnan(v) else mine[mine[c].isna()]
+        grids = {
+            f: sorted(coded.loc[_in_cell(coded, cell, row), f].dropna().unique()) for f in fields
+        }
+        winner = row.best_tau
+        at_edge = [
+            f
+            for f in fields
+            if not _isnan(winner)
+            and len(grids[f]) > 1
+            and _numeric(grids[f])
+            and value(winner, f) in (grids[f][0], grids[f][-1])
+        ]
+        out = row.to_dict()
+        out["edge"] = bool(at_edge)
+        out["verdict"] = _verdict(
+            mine, None if _isnan(winner) else winner, bool(row.clear), False, [], name, seed, shown
+        )
+        if at_edge:
+            out["verdict"] += (
+                "; at the edge of the grid of "
+                + ", ".join(
+                    f"{_short(f)} {{{', '.join(_value(g) for g in grids[f])}}}" for f in at_edge
+                )
+                + ": try beyond it"
+            )
+        for f in fields:
+            out[f"best_{f}"] = value(winner, f)
+            won = mine[f"best_{f}"].dropna()
+            spread = len(won) > 0 and _numeric(list(won))  # a policy's name has none
+            out[f"best_{f}_median"] = won.median() if spread else math.nan
+            out[f"best_{f}_min"] = won.min() if spread else math.nan
+            out[f"best_{f}_max"] = won.max() if spread else math.nan
+        out["best_tau"] = shown(winner)
+        out["runner_up_tau"] = shown(row.runner_up_tau)
+        out["best_tau_per_seed"] = "; ".join(
+            labels[c] if not _isnan(c) else "none" for c in mine.best_tau
+        )
+        for k in ("best_tau_median", "best_tau_min", "best_tau_max"):
+            out[k] = math.nan  # a combination has no median: see best_<field>_median
+        rows.append(out)
+    per_seed = per_seed.assign(
+        best_tau=[shown(c) for c in per_seed.best_tau],
+        runner_up_tau=[shown(c) for c in per_seed.runner_up_tau],
+    )
+    return per_seed, pd.DataFrame(rows, columns=list(rows[0]) if rows else per_cell.columns)
+
+
+def _in_cell(df: pd.DataFrame, cell: list[str], row: pd.Series) -> pd.Series:
+    """Which rows of `df` lie in `row`'s cell."""
+    inside = pd.Series(True, index=df.index)
+    for c in cell:
+        v = row[c]
+        inside &= df[c].isna() if _isnan(v) else df[c] == v
+    return inside
+
+
 def _verdict(
-    mine: pd.DataFrame, winner: Any, clear: bool, edge: bool, grid: list, tau: str, seed: str
+    mine: pd.DataFrame,
+    winner: Any,
+    clear: bool,
+    edge: bool,
+    grid: list,
+    tau: str,
+    seed: str,
+    fmt: Any = None,
 ) -> str:
-    """A cell's answer in words, compared seed by seed."""
-    name = "tau" if tau == TAU else tau.rsplit(".", 1)[-1]
+    """A cell's answer in words, compared seed by seed (`fmt`: how a value is shown)."""
+    name = tau if fmt is not None else _short(tau)
+
+    def show(v: Any) -> str:  # a value as chosen: tau=5 (a label of several fields as it is)
+        return fmt(v) if fmt is not None else f"{name}={_fmt(v)}"
+
     n = len(mine)
     if winner is None:
         return f"no {name} reached the target in any of {n} seeds"
@@ -283,20 +438,18 @@ def _verdict(
         bad = mine[mine.too_sparse]
         seeds = ", ".join(_fmt(v) for v in bad[seed]) if seed in bad else "?"
         pairs = "; ".join(
-            sorted(
-                {f"{name}={_fmt(r.best_tau)} vs {_fmt(r.runner_up_tau)}" for r in bad.itertuples()}
-            )
+            sorted({f"{show(r.best_tau)} vs {show(r.runner_up_tau)}" for r in bad.itertuples()})
         )
         return (
             f"cannot rank: evaluation too sparse (seed {seeds}: {pairs} reach the target "
             "between the same evaluations); rerun with run.eval_every=1"
         )
     if clear:
-        text = f"{name}={_fmt(winner)} in every seed ({n} of {n})"
+        text = f"{show(winner)} in every seed ({n} of {n})"
     else:
         picks = []
         for t, rows in mine.groupby(mine.best_tau.fillna(math.inf), sort=True):
-            which = "none reached" if not np.isfinite(t) else f"{name}={_fmt(t)}"
+            which = "none reached" if not np.isfinite(t) else show(t)
             ties = ", tied" if not rows.decided.all() and np.isfinite(t) else ""
             seeds = ", ".join(_fmt(v) for v in rows[seed]) if seed in rows else str(len(rows))
             picks.append(f"{which} (seed {seeds}{ties})")

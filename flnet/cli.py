@@ -747,9 +747,12 @@ def parser() -> argparse.ArgumentParser:
     )
     a.add_argument(
         "--tau",
-        metavar="FIELD",
+        "--choose",
+        dest="tau",
+        metavar="FIELD[,FIELD...]",
         help="the swept field to choose (default algorithm.local.steps, or "
-        "algorithm.local.epochs where only that varies)",
+        "algorithm.local.epochs where only that varies); several with commas are chosen "
+        "together, e.g. --choose algorithm.local.steps,clients.cpu_hz,radio.tx_power_dbm",
     )
     a.add_argument("--out", help="where to write the tables (default: the results folder, if one)")
     _series_options(a)

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from flnet.analysis import OK, TAU, best_tau, pareto, to_target
+from flnet.analysis import OK, TAU, best_tau, choice_name, chosen_fields, pareto, to_target
 from flnet.plot import (
     Results,
     ResultsError,
@@ -101,7 +101,10 @@ def compare(
     `target`: the accuracy to reach (default: the scenario's run.target_accuracy, else 0.9);
     `metric`: the accuracy column it applies to; `cost`: what the best `choose` (a swept field;
     by default the first local-work field that varies, `LOCAL_WORK`) minimises: rounds,
-    seconds, joules or bits; `labels`, `by`: as in `flnet.plot.load_results`.
+    seconds, joules or bits; `choose` may name several fields with commas (e.g.
+    ``algorithm.local.steps,clients.cpu_hz,radio.tx_power_dbm``): the best combination of
+    their values tried is chosen (`flnet.analysis.best_tau`); `labels`, `by`: as in
+    `flnet.plot.load_results`.
     """
     if len(results) == 1 and isinstance(results[0], (Results, pd.DataFrame)):
         res = as_results(results[0])
@@ -119,13 +122,17 @@ def compare(
         choose = varies[0] if varies else TAU
     per_run = _per_run(res, target, metric)
     cmp = Comparison(res, target, metric, cost, choose, per_run, _series(res, per_run, metric))
-    if choose in res.records and res.records[choose].nunique() > 1:
-        per_run["cell"] = _cells(res, choose).reindex(per_run.run_id).to_numpy()
-        per_run[choose] = per_run.run_id.map(res.records.groupby("run_id")[choose].first())
-        tried = per_run.groupby("cell")[choose].nunique()
-        several = per_run[per_run.cell.map(tried) > 1]  # cells where the field takes values
+    fields = chosen_fields(choose)  # one field, or several chosen together: "a,b,c"
+    if set(fields) <= set(res.records) and len(res.records[fields].drop_duplicates()) > 1:
+        per_run["cell"] = _cells(res, fields).reindex(per_run.run_id).to_numpy()
+        first = res.records.groupby("run_id")[fields].first()
+        for f in fields:
+            per_run[f] = per_run.run_id.map(first[f])
+        combos = per_run[fields].astype(str).agg("|".join, axis=1)
+        tried = combos.groupby(per_run.cell).nunique()
+        several = per_run[per_run.cell.map(tried) > 1]  # cells where the fields take values
         if len(several):
-            cmp.per_seed, cmp.per_cell = best_tau(several, cost, choose, cell=["cell"])
+            cmp.per_seed, cmp.per_cell = best_tau(several, cost, fields, cell=["cell"])
     points = res.sources[0] / "points.csv" if res.kind == "sweep" else None
     if points is not None and points.exists():
         table = pd.read_csv(points)
@@ -197,11 +204,15 @@ def _series(res: Results, per_run: pd.DataFrame, metric: str) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _cells(res: Results, choose: str) -> pd.Series:
-    """Each run's cell: what its series is called once the `choose` field is left out."""
-    configs = [{k: v for k, v in c.items() if k != choose} for c in _run_configs(res)]
+def _cells(res: Results, choose: list[str]) -> pd.Series:
+    """Each run's cell: what its series is called once the `choose` fields are left out."""
+
+    def chosen(key: str) -> bool:  # a chosen field, or a part of one (clients.cpu_hz.value)
+        return any(key == f or key.startswith(f"{f}.") for f in choose)
+
+    configs = [{k: v for k, v in c.items() if not chosen(k)} for c in _run_configs(res)]
     runs = res.runs[["run_id", "seed"]].copy()
-    name_series(runs, configs, order=[f for f in res.fields if f != choose])
+    name_series(runs, configs, order=[f for f in res.fields if not chosen(f)])
     return runs.set_index("run_id").group
 
 
@@ -250,7 +261,7 @@ def comparison_text(cmp: Comparison) -> str:
     lines += ["per run ('-': not reached; evaluations_apart: rounds between the two read)"]
     lines += [_text(per_run), ""]
     if cmp.per_cell is not None:
-        name = "tau" if cmp.choose == TAU else cmp.choose
+        name = choice_name(cmp.choose)
         column = f"{cmp.cost}_to_target"
         cells = cmp.per_cell
         best = pd.DataFrame(

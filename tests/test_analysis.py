@@ -36,6 +36,7 @@ TAU_COL = "algorithm.local.steps"
 
 
 # ---------------------------------------------------------------- flnet.analysis on hand-made
+import itertools  # noqa: E402
 import math  # noqa: E402
 
 import numpy as np  # noqa: E402
@@ -237,3 +238,75 @@ def test_device_costs_sum_each_devices_rows():
         "receive_s": 2.5,
         "energy_j": 1.25,
     }
+
+
+def test_best_tau_among_several_fields_is_the_cheapest_combination():
+    """Choosing (tau, f, p) together: each seed's best triple, the cell's by median, and the
+    per-field winners; a tie goes to the smallest values, first field first."""
+    rows = []
+    for seed in (0, 1, 2):
+        for tau, f, p in itertools.product((1, 5), (1e8, 1e9), (10.0, 20.0)):
+            joules = 10 * tau + f / 1e8 + p + seed  # (1, 1e8, 10) is cheapest: 21 + seed
+            if seed == 2 and (tau, f, p) == (1, 1e8, 10.0):
+                joules = math.nan  # not reached on seed 2: (1, 1e9, 10) = 32 wins there
+            rows.append(
+                {
+                    "seed": seed,
+                    TAU: tau,
+                    "clients.cpu_hz": f,
+                    "radio.tx_power_dbm": p,
+                    "reached": joules == joules,
+                    "joules_to_target": joules,
+                }
+            )
+    per_run = pd.DataFrame(rows)
+    fields = f"{TAU},clients.cpu_hz,radio.tx_power_dbm"
+    per_seed, per_cell = best_tau(per_run, "joules", fields)
+    assert per_seed.best_tau.tolist() == [
+        "tau=1, cpu_hz=1e+08, tx_power_dbm=10",
+        "tau=1, cpu_hz=1e+08, tx_power_dbm=10",
+        "tau=1, cpu_hz=1e+09, tx_power_dbm=10",
+    ]
+    assert per_seed["best_clients.cpu_hz"].tolist() == [1e8, 1e8, 1e9]
+    cell = per_cell.iloc[0]
+    # the medians over seeds: (1, 1e8, 10) = median(21, 22, inf) = 22; (1, 1e9, 10) = 31
+    assert cell.best_tau == "tau=1, cpu_hz=1e+08, tx_power_dbm=10"
+    assert cell.joules_to_target_median == 22 and not cell.clear
+    assert cell.runner_up_tau == "tau=1, cpu_hz=1e+09, tx_power_dbm=10"
+    assert (cell["best_clients.cpu_hz_min"], cell["best_clients.cpu_hz_max"]) == (1e8, 1e9)
+    assert cell.verdict.startswith(
+        "no clear winner: tau=1, cpu_hz=1e+08, tx_power_dbm=10 (seed 0, 1); "
+        "tau=1, cpu_hz=1e+09, tx_power_dbm=10 (seed 2)"
+    )
+    assert cell.edge and "at the edge of the grid of tau {1, 5}" in cell.verdict
+    # a tie between two triples goes to the smaller values
+    tie = per_run[per_run.seed == 0].assign(joules_to_target=7.0)
+    assert best_tau(tie, "joules", fields)[0].best_tau.item() == (
+        "tau=1, cpu_hz=1e+08, tx_power_dbm=10"
+    )
+
+
+def test_a_policy_name_is_chosen_with_a_number():
+    """A field swept as names (resources.compute_power) is chosen among with tau; it has no
+    median and no edge."""
+    rows = [
+        {
+            "seed": s,
+            TAU: t,
+            "resources.compute_power": c,
+            "reached": True,
+            "joules_to_target": t + (0 if c == "min_energy" else 5) + s,
+        }
+        for s in (0, 1)
+        for t in (1, 5)
+        for c in ("fixed", "just_in_time", "min_energy")
+    ]
+    _, per_cell = best_tau(pd.DataFrame(rows), "joules", [TAU, "resources.compute_power"])
+    cell = per_cell.iloc[0]
+    assert cell.best_tau == "tau=1, compute_power=min_energy"
+    assert cell["best_resources.compute_power"] == "min_energy"
+    assert math.isnan(cell["best_resources.compute_power_median"])
+    assert cell.verdict == (
+        "tau=1, compute_power=min_energy in every seed (2 of 2); at the edge of the grid of "
+        "tau {1, 5}: try beyond it"
+    )

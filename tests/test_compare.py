@@ -427,3 +427,31 @@ def test_a_label_shared_by_a_sweeps_points_keeps_them_apart():
     assert groups[0].startswith("Ours, ") and groups[2].startswith("Ours, ")
     assert groups[0] != groups[2]
     assert groups[3] == "Theirs"
+
+
+def test_analyze_chooses_tau_f_and_p_together_the_argmin_of_the_per_run_table(tmp_path, capsys):
+    """`flnet analyze --choose tau,f,p` on a small sweep: the triple it picks is, seed by seed
+    and in the median over seeds, the one with the fewest joules to target in its own per-run
+    table (not reached: infinitely many)."""
+    from conftest import small_base
+
+    fields = [TAU, "clients.cpu_hz", "radio.tx_power_dbm"]
+    out = tmp_path / "sweep"
+    grid = {TAU: [1, 4], "clients.cpu_hz": [2e8, 1e9], "radio.tx_power_dbm": [0.0, 20.0]}
+    flnet.sweep(small_base(), {**grid, "seed": [0, 1]}, out_dir=out)
+    assert main(["analyze", str(out), "--target", "0.15", "--choose", ",".join(fields)]) == 0
+    assert "best (tau, cpu_hz, tx_power_dbm) per cell" in capsys.readouterr().out
+    per_run = pd.read_csv(out / "to_target.csv")
+    best = pd.read_csv(out / "best_tau.csv").iloc[0]
+    per_seed = pd.read_csv(out / "best_tau_per_seed.csv")
+    assert len(per_run) == 16 and per_run.reached.any()
+    cost = per_run.joules_to_target.where(per_run.reached, math.inf)
+    by_hand = per_run.assign(cost=cost)
+    for seed, runs in by_hand.groupby("seed"):
+        argmin = runs.sort_values("cost", kind="stable").iloc[0]
+        mine = per_seed[per_seed.seed == seed].iloc[0]
+        assert [mine[f"best_{f}"] for f in fields] == [argmin[f] for f in fields]
+    medians = by_hand.groupby(fields).cost.median()
+    assert tuple(best[f"best_{f}"] for f in fields) == medians.idxmin()
+    assert best.joules_to_target_median == pytest.approx(medians.min())
+    assert best.best_tau == "tau={:g}, cpu_hz={:g}, tx_power_dbm={:g}".format(*medians.idxmin())
