@@ -633,7 +633,7 @@ def _pick_idle(
     return None
 
 
-PICK_CHUNK = 4  # candidates asked at once by the first availability question of a pick
+PICK_CHUNK = 16  # candidates asked at once by the first availability question of a pick
 
 
 class _Flight:
