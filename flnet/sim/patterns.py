@@ -481,6 +481,30 @@ class Work(NamedTuple):
     state: ClientState | None = None  # committed (positions [0]) when its compute completes
 
 
+class Deferred(Protocol):
+    """An upload's payload computed when first needed (`flnet.algorithms.deferred`): the
+    pattern checkpoints what it is now (`frozen`), and drops it when its work fails."""
+
+    def frozen(self) -> Any:
+        """What a checkpoint keeps of it (tensors, numbers, flnet NamedTuples)."""
+
+    def cancel(self) -> None:
+        """Its work failed: it will never be needed."""
+
+
+def _frozen(payload: Any) -> Any:
+    return payload.frozen() if hasattr(payload, "frozen") else payload
+
+
+def thawed_payloads(frozen: dict, thaw: Callable[[Any], Any]) -> dict:
+    """A stream's frozen flight (`stream`'s `resume`) with every payload under way and every
+    arrival's made `thaw(payload)` (a `Deferred`'s frozen form back into one), in launch
+    order: the works under way, then the arrivals."""
+    works = [{**w, "up": thaw(w["up"])} for w in frozen["works"]]
+    arrived = [[*a[:4], thaw(a[4]), *a[5:]] for a in frozen["arrived"]]
+    return {**frozen, "works": works, "arrived": arrived}
+
+
 class Arrival(NamedTuple):
     """An upload that reached the server."""
 
@@ -542,7 +566,9 @@ def stream(
     the launch and work counts, the arrivals not yet handed to the server, and each work under
     way with its payload and its transfer or compute frozen to the bit (`World.freeze`, shared
     bands included). `stream(..., resume=state.flight)` continues exactly where it was.
-    Uploads' payloads must be tensors (or plain numbers) to go through a checkpoint.
+    Uploads' payloads must be tensors (or plain numbers) to go through a checkpoint, or
+    `Deferred` (computed when first needed), which freeze to those; a resumed server makes
+    them `Deferred` again (`thawed_payloads`).
     """
     world = pattern_side(world)
     flight = _Flight(world, server)
@@ -653,6 +679,8 @@ class _Flight:
         """A work ended early (its ledger rows are written): its client's slot is free."""
         self.under_way.remove(done)
         self.failed.append(done.client)
+        if hasattr(done.work.up.payload, "cancel"):  # a `Deferred`: never needed now
+            done.work.up.payload.cancel()
         if not self.wake.triggered:
             self.wake.succeed()
 
@@ -690,7 +718,7 @@ class _Flight:
                 "flops": float(w.work.flops),
                 "down_bits": float(w.work.down.bits),
                 "up_bits": float(w.work.up.bits),
-                "up": w.work.up.payload,
+                "up": _frozen(w.work.up.payload),
                 "state_under_way": w.work.state is not None and w.phase < 2,
             }
             for w in self.under_way
@@ -700,7 +728,7 @@ class _Flight:
             "launches": launches,
             "works": works,
             "jobs": self.world.freeze([w.job for w in self.under_way]),
-            "arrived": [list(a) for a in self.arrived],
+            "arrived": [list(a._replace(payload=_frozen(a.payload))) for a in self.arrived],
         }
 
     def thaw(self, frozen: dict) -> tuple[dict[int, int], int]:
