@@ -67,15 +67,19 @@ def test_delta_sgd_has_no_plan(scenario):
     assert learn.planned_samples(np.arange(3), sc.algorithm.local, 1) is None
 
 
-def make(scenario, tmp_path, name, algorithm, *, persist=False, rounds=12):
+def make(
+    scenario, tmp_path, name, algorithm, *, persist=False, schedule=False, trace=True, rounds=12
+):
     local = {"steps": 3, "batch_size": 8, "lr": 0.05}
+    if schedule:  # a learning rate per server version: works batch only with their own
+        local.update(lr_schedule={"kind": "cosine", "rounds": rounds})
     if persist:
         local.update(optimizer={"name": "sgd", "momentum": 0.9}, optimizer_state="persist")
     return scenario(
         algorithm={**ALGORITHMS[algorithm], "local": local},
         clients={
             "count": 24,
-            **TRACE,
+            **(TRACE if trace else {}),
             "dropout_probability": 0.2,
             "slowdown_probability": 0.3,
             "slowdown_factor": 5.0,
@@ -90,9 +94,19 @@ def make(scenario, tmp_path, name, algorithm, *, persist=False, rounds=12):
     )
 
 
-@pytest.mark.parametrize("persist", [False, True])
-@pytest.mark.parametrize("algorithm", ["fedbuff", "fedasync"])
-def test_lazy_batches_equal_the_eager_path(scenario, tmp_path, monkeypatch, algorithm, persist):
+@pytest.mark.parametrize(
+    "algorithm, persist, schedule",
+    [
+        ("fedbuff", False, False),
+        ("fedbuff", True, False),
+        ("fedbuff", False, True),
+        ("fedasync", False, False),
+        ("fedasync", True, False),
+    ],
+)
+def test_lazy_batches_equal_the_eager_path(
+    scenario, tmp_path, monkeypatch, algorithm, persist, schedule
+):
     from flnet.learn.local import Learner
     from flnet.runner import run
 
@@ -104,10 +118,10 @@ def test_lazy_batches_equal_the_eager_path(scenario, tmp_path, monkeypatch, algo
         return train(self, clients, *args, **kwargs)
 
     monkeypatch.setattr(Learner, "local_train", counting)
-    lazy = run(make(scenario, tmp_path, "lazy", algorithm, persist=persist))
+    lazy = run(make(scenario, tmp_path, "lazy", algorithm, persist=persist, schedule=schedule))
     lazy_sizes, sizes[:] = list(sizes), []
     monkeypatch.setattr(deferred, "LAZY", False)
-    eager = run(make(scenario, tmp_path, "eager", algorithm, persist=persist))
+    eager = run(make(scenario, tmp_path, "eager", algorithm, persist=persist, schedule=schedule))
     assert_records_close(lazy.records, eager.records, eval_rows=360)
     assert_records_close(lazy.ledger, eager.ledger, eval_rows=1)
     # works that dropped out were charged alike, and the lazy path trained fewer clients
@@ -117,9 +131,12 @@ def test_lazy_batches_equal_the_eager_path(scenario, tmp_path, monkeypatch, algo
     assert len(lazy_sizes) < len(sizes) and max(lazy_sizes) > max(sizes[1:])
 
 
-@pytest.mark.parametrize("algorithm", ["fedbuff", "fedasync"])
+@pytest.mark.parametrize(
+    "algorithm, schedule, trace, stop",
+    [("fedbuff", True, False, 8), ("fedasync", False, True, 7)],  # steps with both under way
+)
 def test_a_stop_with_untrained_work_under_way_resumes_to_the_bit(
-    scenario, tmp_path, monkeypatch, algorithm
+    scenario, tmp_path, monkeypatch, algorithm, schedule, trace, stop
 ):
     thawed = []
     thaw = deferred.Batches.thaw
@@ -130,6 +147,9 @@ def test_a_stop_with_untrained_work_under_way_resumes_to_the_bit(
 
     monkeypatch.setattr(deferred.Batches, "thaw", spying)
     assert_resumes_exactly(
-        lambda name: make(scenario, tmp_path, name, algorithm, rounds=14), StopAt(7)
+        lambda name: make(
+            scenario, tmp_path, name, algorithm, schedule=schedule, trace=trace, rounds=14
+        ),
+        StopAt(stop),
     )
     assert {"Ticket", "Upload"} <= set(thawed)  # trained and untrained work under way

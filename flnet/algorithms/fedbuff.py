@@ -89,6 +89,7 @@ class Server:
         self.learn, self.cfg, self.loss_fn = learn, cfg, loss_fn
         self.state = state._replace(flight=None)  # the stream holds what is under way
         self.model_bits = learn.bits(ModelMessage(state.x))
+        self.waiting: list[Arrival] = []  # arrivals since the last update, not yet added
         self.batches = deferred.Batches(
             learn, cfg.local, self._train, self._deltas, self.model_bits
         )
@@ -139,11 +140,17 @@ class Server:
         ]
 
     def receive(self, arrival: Arrival) -> Progress | None:
-        before, tau = self.state, arrival.staleness
-        payload = deferred.received(arrival.payload)
-        self.state = receive(before, arrived(self.learn, payload), tau, self.cfg)
-        if self.state.round == before.round:
+        """Keep the arrival; the K-th of a buffer adds them all to it, in arrival order (the
+        same sums), and updates the server model. Nothing reads a delta before: lazily
+        trained work (`deferred`) is first needed then, in fewer and larger batches."""
+        self.waiting.append(arrival)
+        if self.state.buffered + len(self.waiting) < self.cfg.buffer_size:
             return None
+        for waited in self.waiting:
+            before, tau = self.state, waited.staleness
+            delta = arrived(self.learn, deferred.received(waited.payload))
+            self.state = receive(before, delta, tau, self.cfg)
+        self.waiting.clear()
         k = self.cfg.buffer_size
         return progress(
             self.state,
