@@ -638,24 +638,24 @@ def _pick_idle(
 ) -> int | None:
     """A uniform idle client online now (availability drawn with key `launches`), or None
     when none of SELECTION_TRIES candidates is: the first online one of the candidates drawn
-    in turn, skipping busy ones. Availability is asked of candidates in chunks (4, 8, 16, ...)
-    rather than one at a time: a question costs about the same for one client as for a few,
-    and availability is keyed per client (a client's answer does not depend on who else is
-    asked), so the pick is the one-at-a-time loop's; the extra draws of a chunk's tail come
-    from this launch's own generator and change nothing else."""
+    in turn, skipping busy ones. Candidates are drawn and asked about in chunks (16, 32, ...)
+    rather than one at a time: numpy draws an array of integers as the same calls one by one
+    would (tests/test_stream_pick.py), an availability question costs about the same for one
+    client as for a few, and availability is keyed per client (a client's answer does not
+    depend on who else is asked), so the pick is the one-at-a-time loop's; the extra draws
+    of a chunk's tail come from this launch's own generator and change nothing else."""
     rng = world.generator(Stream.ARRIVALS, launches)
     tries, chunk = 0, PICK_CHUNK
     while tries < SELECTION_TRIES:  # busy clients are at most `concurrency` of the pool
-        candidates: list[int] = []
-        while len(candidates) < min(chunk, SELECTION_TRIES - tries):
-            client = pool[int(rng.integers(len(pool)))]
-            if client not in busy:
-                candidates.append(client)
+        drawn = (pool[i] for i in rng.integers(len(pool), size=chunk).tolist())
+        candidates = [c for c in drawn if c not in busy][: SELECTION_TRIES - tries]
+        chunk *= 2
+        if not candidates:
+            continue
         tries += len(candidates)
         online = world.online_clients(np.asarray(candidates, dtype=np.int64), launches)
         if online.any():
             return candidates[int(online.argmax())]
-        chunk *= 2
     return None
 
 
