@@ -137,9 +137,12 @@ class Batches:
         return later
 
     def drop(self, later: Later) -> None:
-        group = self.pending.get(self.local.lr_at(later.ticket.version), [])
+        lr = self.local.lr_at(later.ticket.version)
+        group = self.pending.get(lr, [])
         if later in group:
             group.remove(later)
+            if not group:  # (a schedule makes a group per version: none is kept empty)
+                del self.pending[lr]
 
     def train(self, later: Later) -> None:
         """Train `later`'s group: every pending work of its learning rate, rows in (client,
