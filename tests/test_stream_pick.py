@@ -42,3 +42,21 @@ def test_chunked_availability_questions_pick_the_same_client(scenario, p):
     assert any(g is not None for g in picks)
     if p < 0.1:
         assert any(g is None for g in picks)
+
+
+def test_few_trace_queries_find_the_sessions_the_shared_search_finds(monkeypatch):
+    from flnet.sim import traces
+
+    rng = np.random.default_rng(3)
+    counts = rng.integers(0, 6, 50)  # clients with no session included
+    offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    starts = np.concatenate([np.sort(rng.uniform(0, 100, c)) for c in counts])
+    rows = rng.integers(0, 50, traces.FEW_QUERIES)
+    lo, hi = offsets[rows], offsets[rows + 1]
+    x = rng.uniform(-5, 105, len(rows))
+    x[:5] = starts[np.minimum(lo[:5], len(starts) - 1)]  # ties: a session starting right then
+    few = traces._last_start_at_or_before(starts, lo, hi, x)
+    monkeypatch.setattr(traces, "FEW_QUERIES", 0)
+    shared = traces._last_start_at_or_before(starts, lo, hi, x)
+    np.testing.assert_array_equal(few, shared)
+    assert (few == lo - 1).any() and (few >= lo).any()  # both "none" and found occur
