@@ -6,6 +6,7 @@ simulation around it costs. One command; it prints throughput and ratios and ass
     .venv/bin/python benchmarks/bench.py --training       # only the local-training table
     .venv/bin/python benchmarks/bench.py --short-batch    # only epochs' short last batches
     .venv/bin/python benchmarks/bench.py --device cuda    # training and W1 on a GPU
+    .venv/bin/python benchmarks/bench.py --streams        # FedBuff, FedAsync beside FedAvg
 
 - the machine's single-thread float32 matmul peak (GFLOP/s);
 - local training throughput, batched vs sequential path, in samples and GFLOP per CPU-second
@@ -31,6 +32,10 @@ simulation around it costs. One command; it prints throughput and ratios and ass
   epoch mode with the papers' short last batch (`drop_last: false`) beside `drop_last: true`
   (benchmarks/fedprox_synthetic.yaml: wall seconds, medians of interleaved runs, and their
   ratio; target within 1.5x).
+- asynchronous servers beside FedAvg (`--streams`, or in the full run): FedAvg, FedBuff and
+  FedAsync on the same 300 clients replaying a week-long smartphone-like availability trace
+  (`week_trace`), wall and CPU seconds per simulated hour and per client work, each a fresh
+  process.
 
 Training is timed in CPU seconds of this process on one torch thread, the best of a few
 repeats, so the numbers hold on a shared, noisy machine; scenario times are wall seconds.
@@ -509,6 +514,8 @@ def scenario_child(path: str, overrides: list[str], write: bool) -> None:
     spent.update(
         accuracy={int(r): round(float(a), 4) for r, a in acc.items() if r % 10 == 0},
         peak_rss_mb=peak_rss_mb(),
+        events=int(res.records.events.iloc[-1]),  # uploads the server received
+        final_accuracy=round(float(acc.iloc[-1]), 4),
     )
     print(json.dumps(spent))
 
@@ -547,6 +554,75 @@ def scenario_runs(path: Path, *overrides: str, write: bool = False, reps: int = 
 def scenario(path: Path, *overrides: str, write: bool = False, reps: int = 1) -> dict:
     """The fastest of `reps` runs, each in a fresh process."""
     return min(scenario_runs(path, *overrides, write=write, reps=reps), key=lambda r: r["wall_s"])
+
+
+# ---------------------------------------------------------------- streams beside FedAvg
+
+STREAM_CLIENTS = 300
+WEEK_S = 7 * 86_400.0
+STREAM_LOCAL = "{steps: 10, batch_size: 32, lr: 0.05}"  # trace_replay.yaml's and fedbuff.yaml's
+STREAM_ALGORITHMS = {  # each with 10 clients training at a time, as the shipped scenarios
+    "FedAvg (10 a round)": "name: fedavg, cohort: {clients_per_round: 10}",
+    "FedBuff (10 at once, K 5)": "name: fedbuff, concurrency: 10, buffer_size: 5",
+    "FedAsync (10 at once)": "name: fedasync, concurrency: 10",
+}
+
+
+def week_trace(path: Path, clients: int = STREAM_CLIENTS, seed: int = 7) -> Path:
+    """A smartphone-like availability trace in flnet's CSV: each client alternates online
+    sessions of 1 min + Exp(1 h) and offline gaps of 1 min + Exp(3 h) over a week that repeats
+    (about a quarter online at a time), its first session within its first 4 hours. Synthetic:
+    no real trace ships with flnet (FedScale's convert with `flnet traces fedscale`)."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    rows = [f"# period_s: {WEEK_S:g}", "client,online_from_s,online_until_s,tz_offset_s"]
+    for c in range(clients):
+        t = float(rng.uniform(0, 4 * 3600))
+        while t < WEEK_S:
+            end = min(t + rng.exponential(3600.0) + 60, WEEK_S)
+            rows.append(f"{c},{t:.1f},{end:.1f},0")
+            t = end + rng.exponential(3 * 3600.0) + 60
+    path.write_text("\n".join(rows) + "\n")
+    return path
+
+
+def streams_report(quick: bool) -> None:
+    """FedAvg, FedBuff and FedAsync on the same clients and trace (trace_replay.yaml with 300
+    clients, `week_trace`), `hours` simulated hours each in a fresh process, interleaved."""
+    hours = 1.0 if quick else 3.0
+    reps = 1 if quick else 2
+    with tempfile.TemporaryDirectory() as tmp:
+        trace = week_trace(Path(tmp) / "week.csv")
+        common = (
+            f"clients.count={STREAM_CLIENTS}",
+            f"clients.availability.path={trace}",
+            "run.rounds=1000000",
+            f"run.time_budget_s={hours * 3600:g}",
+            "run.eval_every=1000000",
+        )
+        runs: dict[str, list] = {label: [] for label in STREAM_ALGORITHMS}
+        scenario = HERE.parent / "scenarios" / "trace_replay.yaml"
+        for _ in range(reps):
+            for label, algorithm in STREAM_ALGORITHMS.items():
+                section = f"algorithm={{{algorithm}, local: {STREAM_LOCAL}}}"
+                runs[label] += scenario_runs(scenario, section, *common)
+    print(
+        f"streams beside FedAvg: {STREAM_CLIENTS} clients replaying a week-long trace "
+        f"(benchmarks/bench.py week_trace), {hours:g} simulated hours, best of {reps}:"
+    )
+    base = min(r["wall_s"] for r in runs[next(iter(runs))]) / hours
+    for label, done in runs.items():
+        best = min(done, key=lambda r: r["wall_s"])
+        wall_h, cpu_h = best["wall_s"] / hours, best["cpu_s"] / hours
+        per_work_ms = 1000 * best["wall_s"] / max(1, best["events"])
+        print(
+            f"  {label:<26} {wall_h:6.2f} s wall ({cpu_h:6.2f} s CPU) per simulated hour, "
+            f"{wall_h / base:4.2f}x FedAvg; {best['events'] / hours:6.0f} client works an hour, "
+            f"{per_work_ms:5.2f} ms wall each; local training "
+            f"{100 * best['train_wall_s'] / best['wall_s']:3.0f}% of wall; "
+            f"accuracy {best['final_accuracy']:.3f}"
+        )
 
 
 # ---------------------------------------------------------------- W1 side by side
@@ -1084,6 +1160,11 @@ def main(argv=None) -> None:
         default="abd",
         help="with --device, the workloads: letters of a (MLP), b, c (CNNs), d (C1's cohort)",
     )
+    p.add_argument(
+        "--streams",
+        action="store_true",
+        help="only FedBuff's and FedAsync's wall time per simulated hour beside FedAvg's",
+    )
     p.add_argument("--population-child", help=argparse.SUPPRESS)
     p.add_argument("--ckpt-child", help=argparse.SUPPRESS)
     p.add_argument("--child", help=argparse.SUPPRESS)
@@ -1099,6 +1180,8 @@ def main(argv=None) -> None:
         return checkpoint_child(args.ckpt_child, args.child_set)
     if args.population:
         return population_report(args.quick)
+    if args.streams:
+        return streams_report(args.quick)
     if args.compare_w1:
         return compare_w1(args.compare_w1)
     if args.device:
@@ -1122,6 +1205,8 @@ def main(argv=None) -> None:
     channel_report(reps)
     print()
     scenarios_report(reps, args.quick, w1_reps)
+    print()
+    streams_report(args.quick)
 
 
 if __name__ == "__main__":

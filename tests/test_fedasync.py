@@ -8,7 +8,7 @@ import torch
 from harness import StopAt, assert_resumes_exactly, run_protocol
 from tolerance import assert_tensors_close
 
-from flnet.algorithms import fedasync, fedbuff, staleness
+from flnet.algorithms import deferred, fedasync, fedbuff, staleness
 from flnet.config import ConstantStaleness, HingeStaleness, PolynomialStaleness
 
 
@@ -116,11 +116,12 @@ def test_two_clients_in_simulated_time_by_hand(scenario):
 
 
 @pytest.mark.parametrize("name", ["fedasync", "fedbuff"])
-def test_batched_starts_equal_one_by_one(scenario, name):
-    """Clients starting at one instant train in one call: the same works (keys by client and
-    work count) as each alone, within tolerance."""
+def test_batched_starts_equal_one_by_one(scenario, name, monkeypatch):
+    """On the eager path, clients starting at one instant train in one call: the same works
+    (keys by client and work count) as each alone, within tolerance."""
     from flnet.runner import build
 
+    monkeypatch.setattr(deferred, "LAZY", False)
     sc = scenario(
         algorithm={"name": name, "concurrency": 4, "local": {"steps": 3, "batch_size": 8}},
         clients={"count": 8},
@@ -175,9 +176,11 @@ def test_the_fedasync_scenario_runs(tmp_path):
     assert res.records.test_accuracy.iloc[-1] > res.records.test_accuracy.iloc[0]
 
 
-def test_the_first_fill_trains_in_one_call_and_later_starts_alone(scenario):
+def test_the_first_fill_trains_in_one_call_and_later_starts_alone(scenario, monkeypatch):
+    """On the eager path (lazy batches: tests/test_deferred.py)."""
     from flnet.runner import build
 
+    monkeypatch.setattr(deferred, "LAZY", False)
     sc = scenario(
         algorithm={"name": "fedasync", "concurrency": 4, "local": {"steps": 2, "batch_size": 8}},
         clients={"count": 8, "cpu_hz": {"kind": "lognormal", "median": 1e9, "sigma": 0.5}},

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, NamedTuple
 import numpy as np
 import torch
 
-from flnet.algorithms import staleness
+from flnet.algorithms import deferred, staleness
 from flnet.algorithms.base import Steps
 from flnet.algorithms.configs import FedAsyncConfig as Config
 from flnet.algorithms.train_loss import Upload, arrived
@@ -35,7 +35,7 @@ from flnet.sim.patterns import Arrival, Member, Packet, Work, stream
 from flnet.sim.world import AbstractWorld, Progress
 
 if TYPE_CHECKING:  # the learning side's object, for annotations only
-    from flnet.learn.local import Learner
+    from flnet.learn.local import Learner, LocalWork
 
 
 class State(NamedTuple):
@@ -78,6 +78,9 @@ class Server:
         self.learn, self.cfg, self.loss_fn = learn, cfg, loss_fn
         self.state = state._replace(flight=None)  # the stream holds what is under way
         self.model_bits = learn.bits(ModelMessage(state.x))
+        self.batches = deferred.Batches(
+            learn, cfg.local, self._train, lambda done, starts: done.params, self.model_bits
+        )
 
     @property
     def version(self) -> int:
@@ -88,9 +91,30 @@ class Server:
         one, `cohort.ProximalLoss`); with rho = 0 the plain loss (None)."""
         return ProximalLoss(self.cfg.rho, x_tau) if self.cfg.rho > 0 else None
 
+    def _train(
+        self, clients: np.ndarray, counts: np.ndarray, starts: torch.Tensor, version: int
+    ) -> LocalWork:
+        """Local steps of works started from the rows of `starts` [C, P] (`deferred`), each
+        on its own g_x_tau: the proximal term's anchors are the start rows (`aux`)."""
+        own = ProximalLoss(self.cfg.rho, None) if self.cfg.rho > 0 else None
+        return self.learn.local_train(
+            clients,
+            starts,
+            self.cfg.local,
+            version,
+            loss_fn=self.loss_fn or own,
+            aux=starts,
+            work_counts=counts,
+        )
+
     def work(self, clients: np.ndarray, counts: np.ndarray) -> list[Work]:
-        """Each worker's local steps on g_x_tau from x_tau = the current x, in one call."""
+        """Each worker's local steps on g_x_tau from x_tau = the current x: trained when first
+        needed with the other works pending then (`deferred`), else now in one call."""
         x = self.state.x
+        if deferred.LAZY:
+            later = self.batches.start(clients, counts, x, self.state.round)
+            if later is not None:
+                return later
         done = self.learn.local_train(
             clients,
             x,
@@ -112,7 +136,8 @@ class Server:
 
     def receive(self, arrival: Arrival) -> Progress:
         tau = arrival.staleness
-        self.state = receive(self.state, arrived(self.learn, arrival.payload), tau, self.cfg)
+        payload = deferred.received(arrival.payload)
+        self.state = receive(self.state, arrived(self.learn, payload), tau, self.cfg)
         figures = {"staleness_mean": float(tau), "staleness_max": tau}
         return progress(self.state, {**figures, "alpha_t": mixing_weight(tau, self.cfg)})
 
@@ -131,7 +156,7 @@ def protocol(
         server,
         range(world.num_clients),
         concurrency=cfg.concurrency,
-        resume=state.flight,
+        resume=server.batches.resumed(state.flight),
     )
 
 

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, NamedTuple
 import numpy as np
 import torch
 
-from flnet.algorithms import staleness
+from flnet.algorithms import deferred, staleness
 from flnet.algorithms.base import Steps
 from flnet.algorithms.configs import FedBuffConfig as Config
 from flnet.algorithms.train_loss import Upload, arrived
@@ -35,7 +35,7 @@ from flnet.sim.patterns import Arrival, Member, Packet, Work, stream
 from flnet.sim.world import AbstractWorld, Progress
 
 if TYPE_CHECKING:  # the learning side's object, for annotations only
-    from flnet.learn.local import Learner
+    from flnet.learn.local import Learner, LocalWork
 
 
 class State(NamedTuple):
@@ -89,14 +89,36 @@ class Server:
         self.learn, self.cfg, self.loss_fn = learn, cfg, loss_fn
         self.state = state._replace(flight=None)  # the stream holds what is under way
         self.model_bits = learn.bits(ModelMessage(state.x))
+        self.waiting: list[Arrival] = []  # arrivals since the last update, not yet added
+        self.batches = deferred.Batches(
+            learn, cfg.local, self._train, self._deltas, self.model_bits
+        )
 
     @property
     def version(self) -> int:
         return self.state.round
 
+    def _train(
+        self, clients: np.ndarray, counts: np.ndarray, starts: torch.Tensor, version: int
+    ) -> LocalWork:
+        """ClientUpdate of works started from the rows of `starts` [C, P] (`deferred`)."""
+        local = self.cfg.local
+        return self.learn.local_train(
+            clients, starts, local, version, loss_fn=self.loss_fn, work_counts=counts
+        )
+
+    @staticmethod
+    def _deltas(done: LocalWork, starts: torch.Tensor) -> torch.Tensor:
+        return done.params - starts  # y_Q - y_0
+
     def work(self, clients: np.ndarray, counts: np.ndarray) -> list[Work]:
-        """ClientUpdate from y_0 = the current x, each keyed by (client, count), in one call."""
+        """ClientUpdate from y_0 = the current x, each keyed by (client, count): trained when
+        first needed with the other works pending then (`deferred`), else now in one call."""
         x = self.state.x
+        if deferred.LAZY:
+            later = self.batches.start(clients, counts, x, self.state.round)
+            if later is not None:
+                return later
         done = self.learn.local_train(
             clients,
             x,
@@ -118,10 +140,17 @@ class Server:
         ]
 
     def receive(self, arrival: Arrival) -> Progress | None:
-        before, tau = self.state, arrival.staleness
-        self.state = receive(before, arrived(self.learn, arrival.payload), tau, self.cfg)
-        if self.state.round == before.round:
+        """Keep the arrival; the K-th of a buffer adds them all to it, in arrival order (the
+        same sums), and updates the server model. Nothing reads a delta before: lazily
+        trained work (`deferred`) is first needed then, in fewer and larger batches."""
+        self.waiting.append(arrival)
+        if self.state.buffered + len(self.waiting) < self.cfg.buffer_size:
             return None
+        for waited in self.waiting:
+            before, tau = self.state, waited.staleness
+            delta = arrived(self.learn, deferred.received(waited.payload))
+            self.state = receive(before, delta, tau, self.cfg)
+        self.waiting.clear()
         k = self.cfg.buffer_size
         return progress(
             self.state,
@@ -146,7 +175,7 @@ def protocol(
         server,
         range(world.num_clients),
         concurrency=cfg.concurrency,
-        resume=state.flight,
+        resume=server.batches.resumed(state.flight),
     )
 
 

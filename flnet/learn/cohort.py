@@ -83,18 +83,23 @@ def sample_losses(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 
 class ProximalLoss:
     """The mean cross-entropy plus ``(mu / 2) ||w - anchor||^2`` per client, anchor [P] one
-    point for the whole cohort (FedProx's x_t, FedAsync's x_tau). A `LossFn` (for autograd),
+    point for the whole cohort (FedProx's x_t, FedAsync's x_tau), or with anchor None each
+    client's own, its row of the trainer's `aux` [C, P] (sliced with the cohort: FedAsync's
+    clients trained together from different versions). A `LossFn` (for autograd),
     and `over(engine)`: a hand-derived engine's losses and gradients plus the term's value
     and its gradient ``mu (w - anchor)``, the same maths without autograd (`Trainer.train`
     takes it where the model has such an engine)."""
 
-    def __init__(self, mu: float, anchor: torch.Tensor) -> None:
+    def __init__(self, mu: float, anchor: torch.Tensor | None) -> None:
         self.mu, self.anchor = mu, anchor
+
+    def _anchor(self, aux: Any) -> torch.Tensor:
+        return aux if self.anchor is None else self.anchor
 
     def __call__(
         self, model: Model, params: torch.Tensor, x: torch.Tensor, y: torch.Tensor, aux: Any = None
     ) -> torch.Tensor:
-        return cross_entropy(model, params, x, y) + self._term(params - self.anchor)
+        return cross_entropy(model, params, x, y) + self._term(params - self._anchor(aux))
 
     def _term(self, diff: torch.Tensor) -> torch.Tensor:
         return 0.5 * self.mu * diff.square().sum(1)
@@ -108,17 +113,18 @@ class ProximalLoss:
             aux: Any = None,
         ) -> tuple[torch.Tensor, torch.Tensor]:
             loss, grads = engine(params, x, y, out=out, aux=aux)
-            diff = params - self.anchor  # once for the term's value and its gradient
+            diff = params - self._anchor(aux)  # once for the term's value and its gradient
             return loss + self._term(diff), grads.add_(diff, alpha=self.mu)
 
-        if not isinstance(engine, DenseStack):
+        anchor = self.anchor
+        if not isinstance(engine, DenseStack) or anchor is None:  # (descend has no aux)
             return value_and_grad
 
         def descend(params: torch.Tensor, x: torch.Tensor, y: torch.Tensor, lr: float) -> Any:
             """`DenseStack.descend` with the term: each gradient piece plus its slice of
             mu (w - anchor), then the step: `value_and_grad`'s and plain SGD's maths."""
             loss, pieces = engine._pieces(params, x, y)
-            diff = params - self.anchor  # before any piece of params moves
+            diff = params - anchor  # before any piece of params moves
             for (view, grad), span in zip(pieces, engine.spans):
                 view.add_(grad.add_(diff[:, slice(*span)], alpha=self.mu), alpha=-lr)
             return loss + self._term(diff)

@@ -183,6 +183,23 @@ class Learner:
             self.samples_in(block)[clients], local.epochs, local.batch_size, local.drop_last
         )
 
+    def planned_samples(
+        self, clients: np.ndarray, local: LocalConfig, round: int
+    ) -> np.ndarray | None:
+        """[C] per-sample gradients `local_train(clients, _, local, round)` will compute (what
+        its FLOPs count), known before training: the samples its steps process (`local.steps`
+        full batches, or each epoch's rows: n_k, or floor(n_k / B) * B with drop_last) times
+        the gradients a step takes. None where only training tells: Delta-SGD takes its
+        second gradient only once a client has a previous iterate."""
+        if local.optimizer.name == "delta_sgd":
+            return None
+        grads = optim.from_config(local, round).grads_per_step
+        if local.epochs is None:
+            return self.full_steps(clients, local) * (local.batch_size * grads)
+        n = self.num_samples[clients].astype(np.int64)
+        used = (n // local.batch_size) * local.batch_size if local.drop_last else n
+        return used * local.epochs * grads
+
     def step_flops(self, local: LocalConfig) -> float:
         """FLOPs of one local step of a full minibatch: B samples times the gradient
         evaluations the optimizer's step takes at most (a short batch costs less)."""

@@ -514,6 +514,30 @@ class Work(NamedTuple):
     state: ClientState | None = None  # committed (positions [0]) when its compute completes
 
 
+class Deferred(Protocol):
+    """An upload's payload computed when first needed (`flnet.algorithms.deferred`): the
+    pattern checkpoints what it is now (`frozen`), and drops it when its work fails."""
+
+    def frozen(self) -> Any:
+        """What a checkpoint keeps of it (tensors, numbers, flnet NamedTuples)."""
+
+    def cancel(self) -> None:
+        """Its work failed: it will never be needed."""
+
+
+def _frozen(payload: Any) -> Any:
+    return payload.frozen() if hasattr(payload, "frozen") else payload
+
+
+def thawed_payloads(frozen: dict, thaw: Callable[[Any], Any]) -> dict:
+    """A stream's frozen flight (`stream`'s `resume`) with every payload under way and every
+    arrival's made `thaw(payload)` (a `Deferred`'s frozen form back into one), in launch
+    order: the works under way, then the arrivals."""
+    works = [{**w, "up": thaw(w["up"])} for w in frozen["works"]]
+    arrived = [[*a[:4], thaw(a[4]), *a[5:]] for a in frozen["arrived"]]
+    return {**frozen, "works": works, "arrived": arrived}
+
+
 class Arrival(NamedTuple):
     """An upload that reached the server."""
 
@@ -575,7 +599,9 @@ def stream(
     the launch and work counts, the arrivals not yet handed to the server, and each work under
     way with its payload and its transfer or compute frozen to the bit (`World.freeze`, shared
     bands included). `stream(..., resume=state.flight)` continues exactly where it was.
-    Uploads' payloads must be tensors (or plain numbers) to go through a checkpoint.
+    Uploads' payloads must be tensors (or plain numbers) to go through a checkpoint, or
+    `Deferred` (computed when first needed), which freeze to those; a resumed server makes
+    them `Deferred` again (`thawed_payloads`).
     """
     world = pattern_side(world)
     flight = _Flight(world, server)
@@ -644,17 +670,29 @@ def _pick_idle(
     world: PatternWorld, pool: range | list[int], busy: set[int], launches: int
 ) -> int | None:
     """A uniform idle client online now (availability drawn with key `launches`), or None
-    when none of SELECTION_TRIES candidates is."""
+    when none of SELECTION_TRIES candidates is: the first online one of the candidates drawn
+    in turn, skipping busy ones. Candidates are drawn and asked about in chunks (16, 32, ...)
+    rather than one at a time: numpy draws an array of integers as the same calls one by one
+    would (tests/test_stream_pick.py), an availability question costs about the same for one
+    client as for a few, and availability is keyed per client (a client's answer does not
+    depend on who else is asked), so the pick is the one-at-a-time loop's; the extra draws
+    of a chunk's tail come from this launch's own generator and change nothing else."""
     rng = world.generator(Stream.ARRIVALS, launches)
-    tries = 0
+    tries, chunk = 0, PICK_CHUNK
     while tries < SELECTION_TRIES:  # busy clients are at most `concurrency` of the pool
-        client = pool[int(rng.integers(len(pool)))]
-        if client in busy:
+        drawn = (pool[i] for i in rng.integers(len(pool), size=chunk).tolist())
+        candidates = [c for c in drawn if c not in busy][: SELECTION_TRIES - tries]
+        chunk *= 2
+        if not candidates:
             continue
-        tries += 1
-        if world.online_clients(np.asarray([client]), launches)[0]:
-            return client
+        tries += len(candidates)
+        online = world.online_clients(np.asarray(candidates, dtype=np.int64), launches)
+        if online.any():
+            return candidates[int(online.argmax())]
     return None
+
+
+PICK_CHUNK = 16  # candidates asked at once by the first availability question of a pick
 
 
 class _Flight:
@@ -674,6 +712,8 @@ class _Flight:
         """A work ended early (its ledger rows are written): its client's slot is free."""
         self.under_way.remove(done)
         self.failed.append(done.client)
+        if hasattr(done.work.up.payload, "cancel"):  # a `Deferred`: never needed now
+            done.work.up.payload.cancel()
         if not self.wake.triggered:
             self.wake.succeed()
 
@@ -711,7 +751,7 @@ class _Flight:
                 "flops": float(w.work.flops),
                 "down_bits": float(w.work.down.bits),
                 "up_bits": float(w.work.up.bits),
-                "up": w.work.up.payload,
+                "up": _frozen(w.work.up.payload),
                 "state_under_way": w.work.state is not None and w.phase < 2,
             }
             for w in self.under_way
@@ -721,7 +761,7 @@ class _Flight:
             "launches": launches,
             "works": works,
             "jobs": self.world.freeze([w.job for w in self.under_way]),
-            "arrived": [list(a) for a in self.arrived],
+            "arrived": [list(a._replace(payload=_frozen(a.payload))) for a in self.arrived],
         }
 
     def thaw(self, frozen: dict) -> tuple[dict[int, int], int]:

@@ -140,11 +140,25 @@ def _rounding_s(t_s: np.ndarray, local: np.ndarray) -> np.ndarray:
     return ENDED_WITHIN_ULPS * np.spacing(np.maximum(np.abs(t_s), np.abs(local)))
 
 
+FEW_QUERIES = 16  # at most this many, `_last_start_at_or_before` searches one at a time
+
+
 def _last_start_at_or_before(
     starts: np.ndarray, lo: np.ndarray, hi: np.ndarray, x: np.ndarray
 ) -> np.ndarray:
     """Per query i, the last index j in [lo_i, hi_i) with starts[j] <= x_i (lo_i - 1 if none):
-    a binary search run for all queries at once, O(k log R) and no per-client Python."""
+    a binary search run for all queries at once, O(k log R) and no per-client Python; up to
+    FEW_QUERIES (a stream's pick, a work's fate) each searches its own slice, which costs
+    less than the shared search's passes over arrays (the same indices)."""
+    if len(x) <= FEW_QUERIES:
+        return np.fromiter(
+            (
+                a + int(np.searchsorted(starts[a:b], v, side="right")) - 1
+                for a, b, v in zip(lo.tolist(), hi.tolist(), x.tolist())
+            ),
+            dtype=np.int64,
+            count=len(x),
+        )
     lo, hi = lo.copy(), hi.copy()
     while True:
         active = lo < hi
