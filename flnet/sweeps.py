@@ -43,7 +43,7 @@ from flnet.output import (
     lock_sweep,
     run_status,
 )
-from flnet.run_folders import finished, format_of, identity
+from flnet.run_folders import default_sweep_folder, finished, format_of, identity
 from flnet.scenario import Scenario, describe, merge, nest, parse_override, resolve
 
 LR = "algorithm.local.lr"
@@ -542,7 +542,7 @@ def run_sweep(
     spec = combine(file_spec, spec)
     points = plan(base, spec)
     name = base.get("name", "scenario")
-    out = Path(out_dir) if out_dir else Path("runs") / f"{name}-sweep"
+    out = Path(out_dir) if out_dir else default_sweep_folder(name)
     with lock_sweep(out) as folder:  # held until the tables are written
         try:
             result = _run_locked(
