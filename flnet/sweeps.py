@@ -30,6 +30,7 @@ from pydantic import ValidationError
 
 from flnet import reuse
 from flnet import workers as pool
+from flnet.base import yaml_text
 from flnet.cluster import ClusterOptions
 from flnet.columns import REUSE_COLUMNS, SUMMARY_COLUMNS
 from flnet.config import AdagradConfig, AdamConfig, DeltaSgdConfig, SgdConfig, SpsConfig
@@ -71,11 +72,11 @@ def parse_values(item: str, option: str = "--grid") -> tuple[str, list]:
     key, raw = (s.strip() for s in item.split("=", 1))
     try:
         values = (
-            yaml.safe_load(raw)
+            yaml.load(raw, Loader=yaml_text.Loader)
             if raw.startswith("[")
-            else [yaml.safe_load(v) for v in raw.split(",")]
+            else [yaml.load(v, Loader=yaml_text.Loader) for v in raw.split(",")]
         )
-    except yaml.YAMLError:
+    except (yaml.YAMLError, RecursionError):
         raise ScenarioError(f"{option} {item!r}: the values are not valid YAML") from None
     if not key or not isinstance(values, list) or not values:
         raise ScenarioError(f"{option} {item!r} has no field or no values")

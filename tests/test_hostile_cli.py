@@ -1,13 +1,19 @@
 """Hostile input through the real command (issue 41's leftovers): a ragged mixing matrix and
 positions of 1e308 m are one clear scenario error from `flnet validate`; a scenario whose name
 takes a folder name's 255 bytes still sweeps into a default folder (`runs/<name>-sweep` does
-not fit). Each is a real `python -m flnet.cli` process, as a user would run it."""
+not fit); `flnet plot` and `flnet report` refuse a results file that is a FIFO, a device or
+huge, by its kind or size, before reading; a YAML error names the line, the column and the
+kind of error, never a piece of the file. Each is a real `python -m flnet.cli` process, as a
+user would run it."""
 
+import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 from flnet.run_folders import NAME_MAX_BYTES, default_sweep_folder
@@ -105,3 +111,99 @@ def test_a_sweep_of_a_250_character_name_runs_into_a_bounded_folder(tmp_path):
     (folder,) = (tmp_path / "runs").iterdir()
     assert folder.name == default_sweep_folder(data["name"]).name
     assert (folder / "points.csv").read_text().count("completed") == 2
+
+
+@pytest.fixture
+def results(run_dir, tmp_path):
+    """A copy of a finished small run's folder, to break."""
+    return Path(shutil.copytree(run_dir, tmp_path / "run"))
+
+
+def one_error(rc, err):
+    assert rc == 2, err
+    assert "Traceback" not in err
+    lines = [ln for ln in err.splitlines() if ln.strip() and not ln.startswith("warning:")]
+    assert len(lines) == 1 and lines[0].startswith("error:"), err
+    return lines[0]
+
+
+def test_plot_refuses_a_fifo_for_records_by_its_kind_without_blocking(results, tmp_path):
+    (results / "records.parquet").unlink()
+    os.mkfifo(results / "records.parquet")  # a reader opening it would wait for a writer
+    rc, _, err = flnet("plot", results, "-o", tmp_path / "plots", timeout=120)
+    line = one_error(rc, err)
+    assert "records.parquet is a named pipe (FIFO), not a regular file" in line
+
+
+def test_report_refuses_a_device_summary_and_a_huge_ledger(results, tmp_path):
+    (results / "summary.json").unlink()
+    (results / "summary.json").symlink_to("/dev/zero")  # endless: read, it fills memory
+    rc, _, err = flnet("report", results, "-o", tmp_path / "r.html", timeout=120)
+    assert "summary.json is a character device" in one_error(rc, err)
+    (results / "summary.json").unlink()  # none: a reader goes on without it
+    with open(results / "ledger.parquet", "r+b") as f:
+        f.truncate(5 << 30)  # sparse: 5 GiB on paper, nothing on disk
+    rc, _, err = flnet("report", results, "-o", tmp_path / "r.html", timeout=120)
+    assert "ledger.parquet is 5120 MiB; a results table may be at most 4096 MiB" in one_error(
+        rc, err
+    )
+
+
+def test_a_fifo_in_the_lock_file_place_does_not_block_a_reader(results, tmp_path):
+    summary = (results / "summary.json").read_text()
+    (results / "summary.json").write_text(summary.replace('"completed"', '"running"'))
+    (results / ".flnet.lock").unlink(missing_ok=True)
+    os.mkfifo(results / ".flnet.lock")  # opened to probe who holds the run's lock
+    rc, out, err = flnet("plot", results, "-o", tmp_path / "plots", timeout=120)
+    assert rc == 0, err
+    assert (tmp_path / "plots" / "accuracy_vs_time.png").exists(), out
+
+
+SECRET = "SECRETxyzzy"
+LEAKY_YAML = {  # what PyYAML's own message would quote -> the kind of error said instead
+    f"name: !{SECRET} x": "could not determine a constructor for the tag",
+    f"name: *{SECRET}": "found undefined alias",
+    f"name: !{SECRET}!x y": "found undefined tag handle",
+    f"%{SECRET} x\n---\nname: x": "found unknown directive name",
+    f"a: [&{SECRET} 1, &{SECRET} 2]": "second occurrence",
+    f"name: !!int 12{SECRET}": "not a valid int",
+    "name: !!timestamp 2001-13-45": "not a valid timestamp",
+    f"name: {SECRET}\x01": "character #x0001 is not allowed in YAML",
+}
+
+
+def test_yaml_errors_name_line_column_and_kind_never_the_files_text(tmp_path):
+    """Each broken file is named by `extends:` from a scenario, as a shared scenario could
+    name any local file; all go through one driver process (tests/corpus_driver.py), the
+    first through its own `flnet validate` too."""
+    argv = []
+    for i, text in enumerate(LEAKY_YAML):
+        target = tmp_path / f"other{i}.txt"
+        target.write_text(text + "\n")
+        scenario = tmp_path / f"s{i}.yaml"
+        scenario.write_text(f"extends: {target}\nalgorithm: {{name: fedavg}}\n")
+        argv.append([str(scenario)])
+    results = drive(tmp_path, argv)
+    results[0] = dict(zip(("rc", "stdout", "stderr"), flnet("validate", *argv[0], timeout=120)))
+    assert len(results) == len(argv)
+    for i, (kind, result) in enumerate(zip(LEAKY_YAML.values(), results)):
+        line = one_error(result["rc"], result["stderr"])
+        assert f"other{i}.txt: not valid YAML at line 1, column " in line, line
+        assert kind in line, line
+        assert SECRET not in line and "2001-13-45" not in line, line
+
+
+def drive(tmp_path, argv):
+    """`flnet validate` of each argument list in one process (tests/corpus_driver.py)."""
+    cases = tmp_path / "cases.json"
+    cases.write_text(json.dumps(argv))
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "tests" / "corpus_driver.py"), str(cases)],
+        capture_output=True,
+        text=True,
+        env=ENV,
+        timeout=60 * len(argv),
+    )
+    results = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert len(results) == len(argv), proc.stderr
+    return results
