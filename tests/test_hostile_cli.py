@@ -3,8 +3,8 @@ positions of 1e308 m are one clear scenario error from `flnet validate`; a scena
 takes a folder name's 255 bytes still sweeps into a default folder (`runs/<name>-sweep` does
 not fit); `flnet plot` and `flnet report` refuse a results file that is a FIFO, a device or
 huge, by its kind or size, before reading; a YAML error names the line, the column and the
-kind of error, never a piece of the file. Each is a real `python -m flnet.cli` process, as a
-user would run it."""
+kind of error, never a piece of the file; a stream whose every upload is lost stops. Each is a
+real `python -m flnet.cli` process, as a user would run it."""
 
 import json
 import os
@@ -207,3 +207,26 @@ def drive(tmp_path, argv):
     results = [json.loads(line) for line in proc.stdout.splitlines()]
     assert len(results) == len(argv), proc.stderr
     return results
+
+
+@pytest.mark.parametrize("algorithm", ["fedbuff", "fedasync"])
+def test_a_stream_whose_every_upload_is_lost_stops_and_says_why(tmp_path, algorithm):
+    """Every work is dropped before its upload arrives: no server update would ever come, and
+    the stream used to retrain forever. It fails after 1,000 works in a row, saying so."""
+    data = {
+        "name": "lossy",
+        "device": "cpu",
+        "data": {"dataset": "synthetic"},
+        "model": {"kind": "logistic"},
+        "algorithm": {"name": algorithm, "concurrency": 2, "local": {"steps": 1, "batch_size": 4}},
+        "clients": {"count": 4, "dropout_probability": 0.999999},
+        "run": {"rounds": 2},
+    }
+    out = tmp_path / "out"
+    rc, _, err = flnet("run", write(tmp_path / "s.yaml", data), "--out", out, "-q", timeout=300)
+    line = one_error(rc, err)
+    assert "no upload arrived in 1,000 works in a row (1,000 dropped)" in line, line
+    assert "clients.dropout_probability" in line
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["status"] == "failed" and summary["rounds"] == 0
+    assert "no upload arrived" in summary["error"]
