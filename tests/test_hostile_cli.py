@@ -3,8 +3,17 @@ positions of 1e308 m are one clear scenario error from `flnet validate`; a scena
 takes a folder name's 255 bytes still sweeps into a default folder (`runs/<name>-sweep` does
 not fit); `flnet plot` and `flnet report` refuse a results file that is a FIFO, a device or
 huge, by its kind or size, before reading; a YAML error names the line, the column and the
-kind of error, never a piece of the file; a stream whose every upload is lost stops. Each is a
-real `python -m flnet.cli` process, as a user would run it."""
+kind of error, never a piece of the file; a stream whose every upload is lost stops; a gossip
+run follows availability and C-DFL refuses it. Each is a real `python -m flnet.cli` process, as a
+user would run it.
+
+Issue 41's eight classes, each tested on a real process (a CLI subprocess):
+1. unbounded reads: test_userfiles (a FIFO named anywhere), the plot/report tests here;
+2. another file's content echoed: the YAML test here, test_fuzz_cli (a marker never printed);
+3. terminal injection: test_userfiles (a hostile name), test_fuzz_cli (no escape printed);
+4. reader tracebacks: test_userfiles (FedScale), test_corpus, the matrix/positions/sweep here;
+5. accepted nonsense: test_nonsense; 6. untrue messages: test_true_endings and the stream
+here; 7. a warning lost: test_warnings_reach; 8. a family's edge: the gossip test here."""
 
 import json
 import os
@@ -13,6 +22,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import yaml
 
@@ -230,3 +240,32 @@ def test_a_stream_whose_every_upload_is_lost_stops_and_says_why(tmp_path, algori
     summary = json.loads((out / "summary.json").read_text())
     assert summary["status"] == "failed" and summary["rounds"] == 0
     assert "no upload arrived" in summary["error"]
+
+
+def test_gossip_nodes_follow_availability_and_cdfl_refuses_it(tmp_path):
+    """Class 8: a feature either works with a family or is refused naming both. D-PSGD nodes
+    online with p = 0.5 train in fewer than all 4 x 3 node-iterations; C-DFL, whose public
+    copies an offline node would leave apart, refuses availability at validation."""
+    data = {
+        "name": "edge",
+        "device": "cpu",
+        "data": {"dataset": "synthetic"},
+        "model": {"kind": "logistic"},
+        "algorithm": {
+            "name": "dpsgd",
+            "topology": {"kind": "ring"},
+            "local": {"steps": 1, "batch_size": 4},
+        },
+        "clients": {"count": 4, "availability": {"kind": "bernoulli", "p": 0.5}},
+        "run": {"rounds": 3},
+    }
+    out = tmp_path / "out"
+    rc, _, err = flnet("run", write(tmp_path / "g.yaml", data), "--out", out, "-q")
+    assert rc == 0, err
+    ledger = pd.read_parquet(out / "ledger.parquet")
+    computes = int((ledger.kind == "compute").sum())
+    assert 0 < computes < 4 * 3, computes
+    data["algorithm"] = {"name": "cdfl", "topology": {"kind": "ring"}}
+    rc, _, err = flnet("validate", write(tmp_path / "c.yaml", data))
+    assert rc == 2, err
+    assert "clients.availability.kind: must be 'always' for cdfl, got 'bernoulli'" in err
