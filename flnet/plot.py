@@ -236,7 +236,7 @@ def _load_run(folder: Path) -> Results:
     records = _read_records(folder)
     summary = read_json(folder / "summary.json")
     records.insert(0, "run_id", 0)
-    text = read_text(folder / "scenario.yaml")
+    text = _read_scenario(folder / "scenario.yaml")
     own = _own_label(text)
     label = own or _base_label(records)
     runs = pd.DataFrame(
@@ -303,19 +303,24 @@ def _load_many(folders: list[Path]) -> Results:
     return Results(records, runs, varying, "runs", folders, text, grid)
 
 
-def scenario_fields(text: str | None) -> dict[str, Any]:
-    """A resolved scenario (scenario.yaml's text) as {dotted field: value}, every section
-    flattened down to its leaves; lists become tuples, so every value can be compared."""
+def _read_scenario(path: Path) -> str | None:
+    """The text of a run's scenario.yaml, refused here, naming it, when it is not YAML."""
+    text = read_text(path)
+    scenario_fields(text, str(path))
+    return text
+
+
+def scenario_fields(text: str | None, source: str = "a scenario.yaml") -> dict[str, Any]:
+    """A resolved scenario (scenario.yaml's text, from `source`) as {dotted field: value}, every
+    section flattened down to its leaves; lists become tuples, so every value can be compared."""
     if not text:
         return {}
     try:
         data = yaml.load(text, Loader=yaml_text.Loader)
     except yaml.YAMLError as e:
-        raise ResultsError(
-            f"a scenario.yaml that is not YAML{yaml_text.describe(e, text)}"
-        ) from None
+        raise ResultsError(f"{source}: not valid YAML{yaml_text.describe(e, text)}") from None
     except RecursionError:
-        raise ResultsError("a scenario.yaml that is not YAML: nested too deeply") from None
+        raise ResultsError(f"{source}: not valid YAML: nested too deeply") from None
     return _flatten(data) if isinstance(data, dict) else {}
 
 
@@ -559,7 +564,8 @@ def _run_configs(res: Results) -> list[dict[str, Any]]:
         folder = run.get("folder")
         if isinstance(folder, str) and (Path(folder) / "scenario.yaml").exists():
             if folder not in cache:
-                cache[folder] = scenario_fields(read_text(Path(folder) / "scenario.yaml"))
+                path = Path(folder) / "scenario.yaml"
+                cache[folder] = scenario_fields(read_text(path), str(path))
             config = dict(cache[folder])
         else:
             config = {**base, **{f: run.get(f) for f in res.fields}}
@@ -610,7 +616,7 @@ def _load_sweep(folder: Path) -> Results:
     fields = [f for f in swept if f != "seed"]
     _label_runs(runs, fields, base=_base_label(records))
     first = next((f for f in runs.folder if f), None)
-    text = read_text(Path(first) / "scenario.yaml") if first else None
+    text = _read_scenario(Path(first) / "scenario.yaml") if first else None
     grid = {k: list(dict.fromkeys(points[k])) for k in swept}
     return Results(records, runs, fields, "sweep", [folder], text, grid)
 

@@ -159,6 +159,14 @@ def test_report_refuses_a_device_summary_and_a_huge_ledger(results, tmp_path):
     )
 
 
+def test_plot_names_a_broken_scenario_yaml_without_quoting_it(results, tmp_path):
+    (results / "scenario.yaml").write_text(f"name: x\nseed: !{SECRET} 1\n")
+    rc, _, err = flnet("plot", results, "-o", tmp_path / "plots", timeout=120)
+    line = one_error(rc, err)
+    assert f"{results / 'scenario.yaml'}: not valid YAML at line 2, column 7" in line, line
+    assert SECRET not in err
+
+
 def test_a_fifo_in_the_lock_file_place_does_not_block_a_reader(results, tmp_path):
     summary = (results / "summary.json").read_text()
     (results / "summary.json").write_text(summary.replace('"completed"', '"running"'))
