@@ -28,6 +28,7 @@ import numpy as np
 import pandas as pd
 
 from flnet.errors import FlnetError, ScenarioError
+from flnet.result_files import read_table
 
 if TYPE_CHECKING:
     from flnet.scenario import Scenario
@@ -527,10 +528,10 @@ def read_records(path: str | Path) -> pd.DataFrame:
     candidates = [path] if path.is_file() else [path / "records.parquet", path / "records.csv"]
     for p in candidates:
         if p.exists():
-            records = pd.read_parquet(p) if p.suffix == ".parquet" else pd.read_csv(p)
+            records = read_table(p)
             points = p.parent / "points.csv"
             if "point" in records and points.exists():
-                records = with_status(records, pd.read_csv(points))
+                records = with_status(records, read_table(points))
             return records
     raise FlnetError(f"no records in {path} (expected records.parquet or records.csv)")
 

@@ -37,6 +37,7 @@ from flnet.plot import (
     load_results,
     name_series,
 )
+from flnet.result_files import read_table
 
 COSTS = ("seconds", "joules", "bits")
 LOCAL_WORK = (TAU, "algorithm.local.epochs")  # the fields "which local work" chooses among
@@ -135,7 +136,7 @@ def compare(
             cmp.per_seed, cmp.per_cell = best_tau(several, cost, fields, cell=["cell"])
     points = res.sources[0] / "points.csv" if res.kind == "sweep" else None
     if points is not None and points.exists():
-        table = pd.read_csv(points)
+        table = read_table(points)
         done = table[table.status == OK] if "status" in table else table
         if len(done) > 1 and {"final_test_accuracy", "sim_time_s", "energy_j"} <= set(done):
             front = pareto(done)

@@ -656,6 +656,14 @@ def topology_problem(topology: TopologyConfig, num_nodes: int) -> tuple[str, str
         )
     if topology.kind == "matrix" and len(topology.matrix) != num_nodes:
         return ("matrix", f"has {len(topology.matrix)} rows for {num_nodes} nodes")
+    if topology.kind == "matrix":
+        for i, row in enumerate(topology.matrix):
+            if len(row) != num_nodes:
+                return (
+                    "matrix",
+                    f"row {i} has {len(row)} entries; an n x n matrix on {num_nodes} nodes "
+                    f"needs {num_nodes} in every row",
+                )
     if topology.kind == "random_k" and topology.k > num_nodes - 1:
         return ("k", f"{topology.k} neighbours, but there are {num_nodes - 1} other nodes")
     if topology.kind == "edges":

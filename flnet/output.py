@@ -269,8 +269,8 @@ def lock_holder(path: Path) -> str | None:
     descriptor of its own, released at once; never creates the lock file (a folder without one
     is locked by nobody). When the lock cannot be probed at all, says held: a reader then keeps
     what the summary says rather than call a live run killed."""
-    try:
-        fd = os.open(path / LOCK, os.O_RDONLY)
+    try:  # non-blocking: a FIFO put in the lock's place must not block a reader
+        fd = os.open(path / LOCK, os.O_RDONLY | os.O_NONBLOCK)
     except OSError:
         return None
     try:

@@ -21,7 +21,6 @@ from __future__ import annotations
 import functools
 import glob
 import io
-import json
 import math
 import textwrap
 from collections.abc import Callable, Iterable
@@ -34,9 +33,10 @@ import pandas as pd
 import yaml
 
 from flnet.analysis import best_tau, to_target
+from flnet.base import yaml_text
 from flnet.columns import POINT_OUTCOMES
-from flnet.errors import FlnetError
 from flnet.output import run_status
+from flnet.result_files import ResultsError, read_json, read_table, read_text
 from flnet.sim.ledger import FLOATS
 
 if TYPE_CHECKING:  # matplotlib is imported when a figure is drawn
@@ -51,11 +51,6 @@ R = TypeVar("R")
 RECORD_FILES = ("records.parquet", "records.csv")
 NEEDED_COLUMNS = ("round", "sim_time_s", "energy_j", "test_accuracy")
 DEFAULT_TARGET = 0.9
-
-
-class ResultsError(FlnetError):
-    """A folder that is not a flnet results folder or sweep, or a results file flnet can't
-    read."""
 
 
 @dataclass
@@ -114,9 +109,11 @@ class Results:
         if self.scenario_text:
             try:
                 value = (
-                    (yaml.safe_load(self.scenario_text) or {}).get("run", {}).get("target_accuracy")
+                    (yaml.load(self.scenario_text, Loader=yaml_text.Loader) or {})
+                    .get("run", {})
+                    .get("target_accuracy")
                 )
-            except (yaml.YAMLError, AttributeError):
+            except (yaml.YAMLError, AttributeError, RecursionError):
                 value = None
             if isinstance(value, (int, float)) and 0 < value <= 1:
                 return float(value)
@@ -217,19 +214,8 @@ def _check_folder(folder: Path) -> None:
 def _read_table(folder: Path, stem: str, columns: list[str] | None = None) -> pd.DataFrame | None:
     """`stem`.parquet or `stem`.csv from `folder`, or None when neither exists."""
     for path in (folder / f"{stem}.parquet", folder / f"{stem}.csv"):
-        if not path.exists():
-            continue
-        try:
-            if path.suffix == ".csv":
-                return pd.read_csv(path, usecols=lambda c: columns is None or c in columns)  # noqa: B023
-            if columns is not None:
-                import pyarrow.parquet as pq
-
-                names = set(pq.read_schema(path).names)
-                columns = [c for c in columns if c in names]
-            return pd.read_parquet(path, columns=columns)
-        except (OSError, ValueError) as e:
-            raise ResultsError(f"{path}: cannot read it as a table ({e})") from None
+        if path.exists():
+            return read_table(path, columns)
     return None
 
 
@@ -246,24 +232,11 @@ def _read_records(folder: Path) -> pd.DataFrame:
     return records.sort_values("round", kind="stable").reset_index(drop=True)
 
 
-def _read_json(path: Path) -> dict:
-    if not path.exists():
-        return {}
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError) as e:
-        raise ResultsError(f"{path}: cannot read it as JSON ({e})") from None
-
-
-def _read_text(path: Path) -> str | None:
-    return path.read_text() if path.exists() else None
-
-
 def _load_run(folder: Path) -> Results:
     records = _read_records(folder)
-    summary = _read_json(folder / "summary.json")
+    summary = read_json(folder / "summary.json")
     records.insert(0, "run_id", 0)
-    text = _read_text(folder / "scenario.yaml")
+    text = _read_scenario(folder / "scenario.yaml")
     own = _own_label(text)
     label = own or _base_label(records)
     runs = pd.DataFrame(
@@ -330,15 +303,24 @@ def _load_many(folders: list[Path]) -> Results:
     return Results(records, runs, varying, "runs", folders, text, grid)
 
 
-def scenario_fields(text: str | None) -> dict[str, Any]:
-    """A resolved scenario (scenario.yaml's text) as {dotted field: value}, every section
-    flattened down to its leaves; lists become tuples, so every value can be compared."""
+def _read_scenario(path: Path) -> str | None:
+    """The text of a run's scenario.yaml, refused here, naming it, when it is not YAML."""
+    text = read_text(path)
+    scenario_fields(text, str(path))
+    return text
+
+
+def scenario_fields(text: str | None, source: str = "a scenario.yaml") -> dict[str, Any]:
+    """A resolved scenario (scenario.yaml's text, from `source`) as {dotted field: value}, every
+    section flattened down to its leaves; lists become tuples, so every value can be compared."""
     if not text:
         return {}
     try:
-        data = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+        data = yaml.load(text, Loader=yaml_text.Loader)
     except yaml.YAMLError as e:
-        raise ResultsError(f"a scenario.yaml that is not YAML ({e})") from None
+        raise ResultsError(f"{source}: not valid YAML{yaml_text.describe(e, text)}") from None
+    except RecursionError:
+        raise ResultsError(f"{source}: not valid YAML: nested too deeply") from None
     return _flatten(data) if isinstance(data, dict) else {}
 
 
@@ -582,7 +564,8 @@ def _run_configs(res: Results) -> list[dict[str, Any]]:
         folder = run.get("folder")
         if isinstance(folder, str) and (Path(folder) / "scenario.yaml").exists():
             if folder not in cache:
-                cache[folder] = scenario_fields((Path(folder) / "scenario.yaml").read_text())
+                path = Path(folder) / "scenario.yaml"
+                cache[folder] = scenario_fields(read_text(path), str(path))
             config = dict(cache[folder])
         else:
             config = {**base, **{f: run.get(f) for f in res.fields}}
@@ -595,10 +578,7 @@ def _run_configs(res: Results) -> list[dict[str, Any]]:
 def _load_sweep(folder: Path) -> Results:
     """A sweep folder: points.csv says which fields were swept and each point's status; the
     records come from the sweep's records table, or from the point folders when it has none."""
-    try:
-        points = pd.read_csv(folder / "points.csv")
-    except (OSError, ValueError) as e:
-        raise ResultsError(f"{folder / 'points.csv'}: cannot read it as a table ({e})") from None
+    points = read_table(folder / "points.csv")
     if "point" not in points:
         raise ResultsError(
             f"{folder / 'points.csv'}: no `point` column; expected the table flnet sweep writes"
@@ -636,7 +616,7 @@ def _load_sweep(folder: Path) -> Results:
     fields = [f for f in swept if f != "seed"]
     _label_runs(runs, fields, base=_base_label(records))
     first = next((f for f in runs.folder if f), None)
-    text = _read_text(Path(first) / "scenario.yaml") if first else None
+    text = _read_scenario(Path(first) / "scenario.yaml") if first else None
     grid = {k: list(dict.fromkeys(points[k])) for k in swept}
     return Results(records, runs, fields, "sweep", [folder], text, grid)
 

@@ -8,6 +8,8 @@ import json
 from pathlib import Path
 
 FINISHED = ("completed", "diverged")  # a folder holding one of these is not run again
+NAME_MAX_BYTES = 255  # one path component, on every common file system
+SWEEP_SUFFIX = "-sweep"
 
 
 def identity(data: dict) -> str:
@@ -40,3 +42,17 @@ def finished(folder: Path) -> dict | None:
 def format_of(folder: Path) -> str | None:
     """The format of the records `folder` holds (None: none written)."""
     return next((f for f in ("parquet", "csv") if (folder / f"records.{f}").exists()), None)
+
+
+def default_sweep_folder(name: str) -> Path:
+    """``runs/<name>-sweep``, a sweep's folder when no ``--out`` is given. A scenario name may
+    take the 255 bytes a folder name has (``runs/<name>`` fits), so when the suffix does not
+    fit, the name is cut on a character boundary and an 8-hex hash of the whole name takes the
+    cut part's place: the folder stays one for that name, and two long names sharing a start
+    stay apart."""
+    raw = name.encode("utf-8", "replace")
+    if len(raw) + len(SWEEP_SUFFIX) <= NAME_MAX_BYTES:
+        return Path("runs") / (name + SWEEP_SUFFIX)
+    tag = "-" + hashlib.sha256(raw).hexdigest()[:8] + SWEEP_SUFFIX
+    head = raw[: NAME_MAX_BYTES - len(tag)].decode("utf-8", "ignore")  # a cut character dropped
+    return Path("runs") / (head + tag)

@@ -24,7 +24,7 @@ from pydantic_core import ErrorDetails
 
 from flnet import units
 from flnet.algorithms.records import CONFIGS, RECORDS
-from flnet.base import userfiles
+from flnet.base import userfiles, yaml_text
 from flnet.config import Strict, topology_problem
 from flnet.dists import PerClient
 from flnet.errors import ScenarioError, UnitWarning
@@ -371,7 +371,7 @@ def safe_yaml(text: str, source: str) -> Any:
     """`yaml.safe_load`, refusing documents that aliases blow up (a "billion laughs" in 1 kB)
     or make refer to themselves: the node graph is composed first (linear in the text), its
     expanded size counted, and only then turned into Python objects."""
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)(text)
+    loader = yaml_text.Loader(text)
     try:
         node = loader.get_single_node()
         if node is None:
@@ -384,11 +384,8 @@ def safe_yaml(text: str, source: str) -> Any:
                 f"{MAX_ALIAS_NODES:,} may come from aliases"
             )
         return loader.construct_document(node)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
-        raise ScenarioError(f"{source}: not valid YAML{where}: {short(problem, 200)}") from None
+    except yaml.YAMLError as e:  # where and what, never a piece of the file
+        raise ScenarioError(f"{source}: not valid YAML{yaml_text.describe(e, text)}") from None
     except RecursionError:
         raise ScenarioError(f"{source}: YAML nested too deeply") from None
     finally:

@@ -14,7 +14,7 @@ from pathlib import Path
 import pandas as pd
 
 from flnet.columns import REUSE_COLUMNS, SUMMARY_COLUMNS
-from flnet.run_folders import finished
+from flnet.run_folders import default_sweep_folder, finished
 from flnet.scenario import Scenario
 from flnet.sweeps import Spec, combine, left_behind, load_base, plan, point_row, typed
 
@@ -28,7 +28,7 @@ def sweep_status(
     that folder (`out_dir`, default ``runs/<name>-sweep`` as `flnet.sweeps.run_sweep`)."""
     base, file_spec = load_base(scenario)
     points = plan(base, combine(file_spec, spec or Spec()))
-    out = Path(out_dir) if out_dir else Path("runs") / f"{base.get('name', 'scenario')}-sweep"
+    out = Path(out_dir) if out_dir else default_sweep_folder(base.get("name", "scenario"))
     rows = []
     for p in points:
         summary = finished(out / p.key) if p.key else None

@@ -30,6 +30,7 @@ from pydantic import ValidationError
 
 from flnet import reuse
 from flnet import workers as pool
+from flnet.base import yaml_text
 from flnet.cluster import ClusterOptions
 from flnet.columns import REUSE_COLUMNS, SUMMARY_COLUMNS
 from flnet.config import AdagradConfig, AdamConfig, DeltaSgdConfig, SgdConfig, SpsConfig
@@ -43,7 +44,7 @@ from flnet.output import (
     lock_sweep,
     run_status,
 )
-from flnet.run_folders import finished, format_of, identity
+from flnet.run_folders import default_sweep_folder, finished, format_of, identity
 from flnet.scenario import Scenario, describe, merge, nest, parse_override, resolve
 
 LR = "algorithm.local.lr"
@@ -71,11 +72,11 @@ def parse_values(item: str, option: str = "--grid") -> tuple[str, list]:
     key, raw = (s.strip() for s in item.split("=", 1))
     try:
         values = (
-            yaml.safe_load(raw)
+            yaml.load(raw, Loader=yaml_text.Loader)
             if raw.startswith("[")
-            else [yaml.safe_load(v) for v in raw.split(",")]
+            else [yaml.load(v, Loader=yaml_text.Loader) for v in raw.split(",")]
         )
-    except yaml.YAMLError:
+    except (yaml.YAMLError, RecursionError):
         raise ScenarioError(f"{option} {item!r}: the values are not valid YAML") from None
     if not key or not isinstance(values, list) or not values:
         raise ScenarioError(f"{option} {item!r} has no field or no values")
@@ -542,7 +543,7 @@ def run_sweep(
     spec = combine(file_spec, spec)
     points = plan(base, spec)
     name = base.get("name", "scenario")
-    out = Path(out_dir) if out_dir else Path("runs") / f"{name}-sweep"
+    out = Path(out_dir) if out_dir else default_sweep_folder(name)
     with lock_sweep(out) as folder:  # held until the tables are written
         try:
             result = _run_locked(

@@ -67,7 +67,7 @@ LATE = {
     ("flnet.output", "pandas"): "start-up speed: the CLI imports this module",
     ("flnet.output", "pyarrow"): "start-up speed: the CLI imports this module",
     ("flnet.plot", "matplotlib"): "start-up speed: matplotlib only when a figure is drawn",
-    ("flnet.plot", "pyarrow"): "start-up speed: parquet only when a table is read",
+    ("flnet.result_files", "pyarrow"): "start-up speed: parquet only when a table is read",
     ("flnet.sim.topology", "scipy"): "start-up speed: scipy only where a gossip graph is built",
     ("flnet.sim.ledger", "pyarrow"): "start-up speed: the ledger's text columns, at write time",
     ("flnet.report", "selenium"): "start-up speed, and optional: only for screenshots",

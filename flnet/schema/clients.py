@@ -128,19 +128,28 @@ AvailabilityConfig = Annotated[
 ]
 
 
+# 10,000 km: farther than any two devices on Earth are apart along the ground; beyond it,
+# squared distances and path losses overflow to infinity (a link rate of 0, a transfer that
+# never ends) instead of describing a place.
+MAX_POSITION_M = 1.0e7
+Coordinate_m = Annotated[float, Field(ge=-MAX_POSITION_M, le=MAX_POSITION_M)]
+
+
 class UniformPositions(Strict):
     """Clients dropped uniformly at random in a side_m x side_m square (stream POSITIONS)."""
 
     kind: Literal["uniform"]
-    side_m: float = Field(gt=0, description="side of the square area")
+    side_m: float = Field(
+        gt=0, le=MAX_POSITION_M, description="side of the square area (at most 10,000 km)"
+    )
 
 
 class GivenPositions(Strict):
     """Each client's (x, y) in metres, in client order."""
 
     kind: Literal["given"]
-    xy_m: list[Annotated[list[float], Field(min_length=2, max_length=2)]] = Field(
-        description="[[x, y], ...], one per client"
+    xy_m: list[Annotated[list[Coordinate_m], Field(min_length=2, max_length=2)]] = Field(
+        description="[[x, y], ...], one per client, each coordinate within +-10,000 km"
     )
 
 

@@ -33,6 +33,7 @@ way is frozen into the published state's `flight` (see `stream`) and resumes to 
 from __future__ import annotations
 
 import functools
+from collections import Counter
 from collections.abc import Callable, Generator, Iterator
 from typing import Any, NamedTuple, Protocol
 
@@ -649,6 +650,7 @@ def stream(
         busy.difference_update(flight.failed)
         flight.failed.clear()
         if arrival is None:  # a work failed (dropped, interrupted, lost): its slot is free
+            flight.give_up_if_nothing_arrives()
             continue
         busy.discard(arrival.client)
         world.events += 1
@@ -664,6 +666,12 @@ def stream(
 
 IDLE_RETRY_S = 60.0  # a round with nobody online, or an idle stream, looks again after this
 IDLE_GIVE_UP_S = 7 * 86400.0  # a stream idle this long fails (nobody will come online): no hang
+# A stream whose works all fail (every upload dropped, interrupted or lost) would retrain
+# forever: it fails once this many works in a row have failed, before any upload arrived
+# (nothing suggests one ever will) and after (a stream that made progress, then stopped).
+# By chance alone: 1,000 in a row is a 4e-5 event at a 99% failure rate, 10,000 one at 99.9%.
+GIVE_UP_FAILED_FIRST = 1_000
+GIVE_UP_FAILED = 10_000
 
 
 def _pick_idle(
@@ -703,22 +711,43 @@ class _Flight:
         self.under_way: list[_Work] = []
         self.arrived: list[Arrival] = []
         self.failed: list[int] = []  # clients whose work failed since the loop last looked
+        self.failed_in_a_row: Counter[str] = Counter()  # outcomes since the last arrival
+        self.any_arrived = False  # since this process started (a resumed stream: its version)
         self.wake = world.signal()
 
     def launch(self, client: int, count: int, launch: int, work: Work) -> None:
         self.under_way.append(_Work(self, client, count, launch, self.server.version, work))
 
-    def fail(self, done: _Work) -> None:
+    def fail(self, done: _Work, cause: str) -> None:
         """A work ended early (its ledger rows are written): its client's slot is free."""
         self.under_way.remove(done)
         self.failed.append(done.client)
         if hasattr(done.work.up.payload, "cancel"):  # a `Deferred`: never needed now
             done.work.up.payload.cancel()
+        self.failed_in_a_row[cause] += 1
         if not self.wake.triggered:
             self.wake.succeed()
 
+    def give_up_if_nothing_arrives(self) -> None:
+        """Fail the run once GIVE_UP_FAILED_FIRST works in a row have failed before any upload
+        arrived, or GIVE_UP_FAILED after: no upload arrives, so no server update (the stream's
+        progress, and its stop) will come."""
+        failed = sum(self.failed_in_a_row.values())
+        first = not self.any_arrived and self.server.version == 0
+        if failed < (GIVE_UP_FAILED_FIRST if first else GIVE_UP_FAILED):
+            return
+        how = ", ".join(f"{n:,} {cause}" for cause, n in self.failed_in_a_row.most_common())
+        raise FlnetError(
+            f"no upload arrived in {failed:,} works in a row ({how}), by {self.world.now:.4g} "
+            "simulated s: "
+            "every work fails before it is delivered; check clients.dropout_probability, "
+            "clients.availability (sessions shorter than a work) and clients.battery"
+        )
+
     def arrive(self, done: _Work) -> None:
         self.under_way.remove(done)
+        self.failed_in_a_row.clear()
+        self.any_arrived = True
         self.arrived.append(
             Arrival(
                 done.client,
@@ -902,4 +931,4 @@ class _Work:
         self.over = True
         self.flight.world.cancel_end(self.cut)
         self.job.stop(cause)
-        self.flight.fail(self)
+        self.flight.fail(self, cause)

@@ -310,6 +310,12 @@ def mixing_matrix(
 def check_mixing(w: ArrayLike, *, field: str = "algorithm.topology.matrix") -> np.ndarray:
     """A W given by hand: square, finite, non-negative, rows summing to 1, and its support
     connected. Returns it as float64."""
+    if isinstance(w, list | tuple) and any(
+        not isinstance(r, list | tuple) or len(r) != len(w) for r in w
+    ):  # ragged: numpy would refuse it with its own words
+        raise ScenarioError(
+            f"must be a square matrix: {len(w)} rows of {len(w)} entries each", field=field
+        )
     w = np.asarray(w, dtype=np.float64)
     if w.ndim != 2 or w.shape[0] != w.shape[1] or w.shape[0] == 0:
         raise ScenarioError(f"must be a non-empty square matrix, got shape {w.shape}", field=field)
