@@ -61,7 +61,7 @@ from flnet.analysis import (
     to_target,
 )
 from flnet.errors import ScenarioError, TopologyWarning
-from flnet.papers.sources import scenario_data
+from flnet.papers.sources import scenario_base, scenario_data
 from flnet.runner import build
 from flnet.scenario import load_scenario, merge
 from flnet.sim import topology
@@ -86,18 +86,14 @@ OLE_TARGET = 0.4  # MNIST-1D: a level every method reaches within the rounds
 # counts as diverged (stable runs stay within O(10))
 OLE_DIVERGENCE = {"consensus_above": 1e4}
 
-DFL_BASE: dict[str, Any] = {
-    "seed": 0,
-    "device": "cpu",
-    "data": {"dataset": "digits", "partition": {"kind": "shards", "classes_per_client": 2}},
-    "model": {"kind": "mlp", "hidden": [32], "costs_as": "cnn_dfl_mnist"},
-    "clients": {"count": 10},
-    "algorithm": {
-        "topology": {"kind": "ring"},
-        "local": {"steps": 4, "batch_size": 16, "lr": 0.05},
-    },
-    "run": {"rounds": 100_000, "eval_every": 100_000, "checkpoint_interval_s": None},
-}
+# the CPU-scale DFL setup (scenarios/papers/dfl/cpu.yaml) run to a time budget: each point
+# names its method, its tau1 and tau2
+DFL_BASE: dict[str, Any] = merge(
+    scenario_base(
+        "dfl", "cpu", "name", "algorithm.name", "algorithm.gossip_steps", "run.global_train_loss"
+    ),
+    {"run": {"rounds": 100_000, "eval_every": 100_000}},
+)
 LINKS = {  # D2D band and SNR: about 133 and 3.5 Mbit/s
     "fast": {"bandwidth_hz": 20e6, "snr_db": 20.0},
     "slow": {"bandwidth_hz": 1e6, "snr_db": 10.0},

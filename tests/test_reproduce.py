@@ -53,6 +53,10 @@ def test_a_claim_is_decided_seed_by_seed_and_says_why_only_where_it_fails():
     none = checked("C3", "c", holds=pd.Series([False, False, False]), why_not="erratum", **kw)
     assert (held.holds, held.why) == ("holds", "")
     assert (partly.holds, partly.why) == ("holds in 1 of 3 seeds", "scale")
+    # holds wherever it is decided: the why says so, and why the rest is undecided
+    gap = checked("C4", "d", holds=pd.Series([True, None, True]), why_not="scale", **kw)
+    assert gap.holds == "holds in 2 of 3 seeds"
+    assert gap.why == "holds in every seed it decides; 1 undecided: a run it needs did not complete"
     assert (none.holds, none.why) == ("does not hold", "erratum")
     report = PaperReport("p", "T", "ref", command("p", False, 3), "setup", [held, partly, none])
     table = claims_table(report).set_index("id")

@@ -116,6 +116,7 @@ def run(seeds: list[int], smoke: bool, work: Path) -> PaperReport:
                 "the target is reached within a few evaluations by both, so a few rounds decide "
                 "it; at this scale the lookahead shortens the way by far less than the paper's 3x",
                 figure="accuracy",
+                undecided="neither method reached the target within the rounds run",
             )
         )
         magnitude = (faster >= 3).all(axis=1).where(faster.notna().all(axis=1), None)

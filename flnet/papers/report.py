@@ -239,10 +239,16 @@ def checked(
     seeds: list[int],
     why_not: str = "",
     figure: str = "",
+    undecided: str = "a run it needs did not complete",
 ) -> Claim:
     """A claim decided seed by seed: `holds` is True, False or None (undecided) per seed; the
-    row's `why` is `why_not` unless the claim holds in every seed."""
-    verdict, detail = per_seed(pd.Series(list(holds), dtype=object))
+    row's `why` is `why_not` unless the claim holds in every seed, or, where it holds in every
+    seed it decides, why the others are undecided (`undecided`)."""
+    seedwise = pd.Series(list(holds), dtype=object)
+    verdict, detail = per_seed(seedwise)
+    if verdict != "holds" and seedwise.dropna().astype(bool).all() and seedwise.isna().any():
+        n = int(seedwise.isna().sum())
+        why_not = f"holds in every seed it decides; {n} undecided: {undecided}"
     return Claim(
         id=id,
         claim=claim,
