@@ -9,7 +9,7 @@ import pytest
 
 from flnet.cli import main
 from flnet.papers import PAPERS, command
-from flnet.papers.report import PaperReport, checked, claims_table, render_markdown
+from flnet.papers.report import PaperReport, checked, claims_table, publish, render_markdown
 from flnet.scenario import load_scenario
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -71,3 +71,14 @@ def test_the_command_names_what_differs_from_the_default():
     assert command("oledfl", False, 3) == "flnet reproduce oledfl"
     assert command("oledfl", False, 5) == "flnet reproduce oledfl --seeds 5"
     assert command("oledfl", True, 1) == "flnet reproduce oledfl --smoke"
+
+
+def test_publish_puts_the_figures_beside_the_page_and_rewrites_their_links(tmp_path):
+    report = tmp_path / "runs" / "oledfl"
+    report.mkdir(parents=True)
+    (report / "report.md").write_text("# T\n\n![acc](accuracy.png)\n\nsee accuracy.png\n")
+    (report / "accuracy.png").write_bytes(b"png")
+    page = publish(report, tmp_path / "docs")
+    assert page == tmp_path / "docs" / "oledfl.md"
+    assert page.read_text() == "# T\n\n![acc](oledfl/accuracy.png)\n\nsee accuracy.png\n"
+    assert (tmp_path / "docs" / "oledfl" / "accuracy.png").read_bytes() == b"png"
