@@ -9,7 +9,7 @@ import pytest
 
 from flnet.cli import main
 from flnet.papers import PAPERS, command
-from flnet.papers.report import PaperReport, checked, claims_table, publish, render_markdown
+from flnet.papers.report import Claim, PaperReport, checked, claims_table, publish, render_markdown
 from flnet.scenario import load_scenario
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -64,7 +64,10 @@ def test_a_claim_is_decided_seed_by_seed_and_says_why_only_where_it_fails():
     assert table.loc["C1", "seeds"] == "0, 1, 2"
     assert (table.command == "flnet reproduce p").all()
     md = render_markdown(report)
-    assert "1 of 3 claims hold in every seed, 1 in some seeds, 1 in none" in md
+    assert "1 of 3 claims hold in every seed, 1 in some seeds, 1 in none." in md
+    elsewhere = Claim("C9", "e", "p", "o", "not run here", "not run here", "x.yaml", [0])
+    report.claims.append(elsewhere)
+    assert "1 in none. 1 more not run by this command." in render_markdown(report)
 
 
 def test_the_command_names_what_differs_from_the_default():

@@ -164,6 +164,8 @@ decided per seed, paired by seed. A diverged run counts as chance accuracy (what
 does); test accuracy is never used to choose.
 """
 NOTES = [
+    "Each task's runs are a sweep under the output folder's delta_sgd/runs/: running the "
+    "command again reuses the finished ones (its wall time is then not the runs').",
     "The paper's baselines SGDM, Adam, Adagrad and SPS are in flnet "
     "(algorithm.local.optimizer) but not in this reproduction: its claim is about tuning, "
     "and SGD is the baseline tuned per task here.",

@@ -203,6 +203,8 @@ final round alone is noisy). Target for rounds-to-target: worst client at {targe
 is tuned and nothing is chosen on test accuracy.
 """
 NOTES = [
+    "Each algorithm's runs are a sweep under the output folder's drdm/runs/: running the "
+    "command again reuses the finished ones (its wall time is then not the runs').",
     "SCAFF-PD is not in flnet; FedProx, FedDyn and MOON are extra baselines the paper does not "
     "run (FedDyn is the drift half of DRDM).",
     "The paper averages 10 Monte Carlo runs and gives no per-run spread.",

@@ -113,13 +113,16 @@ def markdown_table(df: pd.DataFrame, headers: dict[str, str] | None = None) -> s
 
 
 def _headline(report: PaperReport) -> str:
-    n = len(report.claims)
-    held = sum(c.holds == "holds" for c in report.claims)
-    partly = sum(c.holds.startswith("holds in") for c in report.claims)
-    return (
+    checked_here = [c for c in report.claims if c.holds != "not run here"]
+    n = len(checked_here)
+    held = sum(c.holds == "holds" for c in checked_here)
+    partly = sum(c.holds.startswith("holds in") for c in checked_here)
+    text = (
         f"{held} of {n} claims hold in every seed, {partly} in some seeds, "
         f"{n - held - partly} in none."
     )
+    elsewhere = len(report.claims) - n
+    return text + (f" {elsewhere} more not run by this command." if elsewhere else "")
 
 
 def render_markdown(report: PaperReport) -> str:
