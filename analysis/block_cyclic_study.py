@@ -44,21 +44,31 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from flnet.analysis import OK, ended_as, median_range, per_seed, raised_points, run_point
+from flnet.analysis import (
+    OK,
+    decided,
+    ended_as,
+    median_range,
+    per_seed,
+    raised_points,
+    run_point,
+    to_target,
+)
+from flnet.papers.sources import scenario_base
 from flnet.scenario import merge
 
-BASE: dict[str, Any] = {
-    "device": "cpu",
-    "data": {"dataset": "digits"},
-    "model": {"kind": "mlp", "hidden": [32]},
-    "algorithm": {
-        "cohort": {"clients_per_round": 20},
-        "local": {"steps": 10, "batch_size": 8, "lr": 0.05},
-    },
-    "clients": {"count": 20},
-    "radio": {"mode": "physical", "distance_m": {"kind": "uniform", "low": 50, "high": 500}},
-    "run": {"eval_every": 5, "checkpoint_every": None, "checkpoint_interval_s": None},
-}
+# the CPU-scale setting (scenarios/papers/block_cyclic/cpu.yaml); each run sets its method, its
+# blocks (none for FedAvg-shuffled), its seed and its rounds
+BASE: dict[str, Any] = scenario_base(
+    "block_cyclic",
+    "cpu",
+    "name",
+    "seed",
+    "algorithm.name",
+    "algorithm.averaging",
+    "data.blocks",
+    "run.rounds",
+)
 METHODS = {  # name -> (algorithm section, block-cyclic data?)
     "fedavg_cyclic": ({"name": "fedavg"}, True),
     "fedavg_shuffled": ({"name": "fedavg"}, False),
@@ -148,17 +158,9 @@ def last_cycle(rec: pd.DataFrame, cycle_rounds: int) -> dict[str, Any]:
 
 def first_round_at(rec: pd.DataFrame, threshold: float) -> tuple[float, float, float]:
     """(round, seconds, joules) when the block-averaged accuracy first reaches `threshold`
-    (nan: never, or the run did not complete: refused, as `flnet.analysis.to_target`)."""
-    hit = rec[rec["block_avg"] >= threshold]
-    if hit.empty or not ok(rec):
-        return (np.nan, np.nan, np.nan)
-    row = hit.iloc[0]
-    return (float(row["round"]), float(row.sim_time_s), float(row.energy_j))
-
-
-def decided(needed: list[bool], holds: bool) -> bool | None:
-    """A seed's verdict, None (undecided) when a run the claim needs did not complete."""
-    return holds if all(needed) else None
+    (nan: never, or the run did not complete: refused by `flnet.analysis.to_target`)."""
+    hit = to_target(rec, threshold, "block_avg", keys=["seed"]).iloc[0]
+    return (hit.rounds_to_target, hit.seconds_to_target, hit.joules_to_target)
 
 
 def claim(name: str, holds: pd.Series, numbers: str) -> dict[str, Any]:
@@ -169,8 +171,7 @@ def claim(name: str, holds: pd.Series, numbers: str) -> dict[str, Any]:
 
 def med(values: Any, status: Any = None, digits: int = 3) -> str:
     """median [min-max] over seeds, runs without a figure counted by why."""
-    v = pd.Series(list(values), dtype=float)
-    return median_range(v, None if status is None else pd.Series(list(status)), digits=digits)
+    return median_range(values, status, digits=digits)
 
 
 def main(argv: list[str] | None = None) -> dict[str, pd.DataFrame]:
@@ -180,6 +181,23 @@ def main(argv: list[str] | None = None) -> dict[str, pd.DataFrame]:
     args = ap.parse_args(argv)
     seeds = [0] if args.smoke else [0, 1, 2]
     e, cycles = (5, 2) if args.smoke else (50, 6)  # E rounds a block (M = 2), C cycles
+    tables = study(seeds, e, cycles, args.smoke)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    for name in ("runs", "claims"):
+        tables[name].to_csv(out / f"{name}.csv", index=False)
+    with pd.option_context("display.max_colwidth", None, "display.width", 200):
+        print(tables["claims"].to_string(index=False))
+    failed = raised_points(tables["runs"], ["study", "method", "seed", "blocks", "steps"])
+    if failed:
+        print("\n" + failed)
+    return {name: tables[name] for name in ("runs", "claims")}
+
+
+def study(seeds: list[int], e: int, cycles: int, smoke: bool) -> dict[str, pd.DataFrame]:
+    """Every claim's runs and verdicts: E rounds a block at M = 2, `cycles` cycles. Returns
+    the tables runs (one row per run), claims (one row per claim) and curves (C1's records,
+    every method and seed)."""
     cycle_rounds = 2 * e
     rows, claims = [], []
 
@@ -235,7 +253,7 @@ def main(argv: list[str] | None = None) -> dict[str, pd.DataFrame]:
         claim("C1c MM, MC >= shuffled - 1 point", pd.Series(c), nums),
         claim("C1d MM, MC band <= FedAvg band / 3", pd.Series(d), nums),
     ]
-    r0, r1 = e, e + 10 if not args.smoke else e + 5
+    r0, r1 = e, e + 10 if not smoke else e + 5
     jump = {}
     for s in seeds:
         by_round = c1[("mm_ema", s)].set_index("round").block_avg
@@ -251,7 +269,7 @@ def main(argv: list[str] | None = None) -> dict[str, pd.DataFrame]:
     )
 
     # C2: M * E fixed
-    m_values = [2, 5] if args.smoke else [2, 5, 10]
+    m_values = [2, 5] if smoke else [2, 5, 10]
     c2: dict[tuple[str, int, int], dict] = {}
     for m_blocks in m_values:
         for method in ("fedavg_cyclic", "mm_ema", "mc_ema"):
@@ -396,17 +414,8 @@ def main(argv: list[str] | None = None) -> dict[str, pd.DataFrame]:
         )
     )
 
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    tables = {"runs": pd.DataFrame(rows), "claims": pd.DataFrame(claims)}
-    for name, table in tables.items():
-        table.to_csv(out / f"{name}.csv", index=False)
-    with pd.option_context("display.max_colwidth", None, "display.width", 200):
-        print(tables["claims"].to_string(index=False))
-    failed = raised_points(tables["runs"], ["study", "method", "seed", "blocks", "steps"])
-    if failed:
-        print("\n" + failed)
-    return tables
+    curves = pd.concat(c1.values(), ignore_index=True)
+    return {"runs": pd.DataFrame(rows), "claims": pd.DataFrame(claims), "curves": curves}
 
 
 if __name__ == "__main__":

@@ -38,9 +38,18 @@ import numpy as np
 import pandas as pd
 
 from flnet.algorithms.records import CONFIGS
-from flnet.analysis import OK, ended_as, median_range, statuses, to_target, with_status
+from flnet.analysis import (
+    OK,
+    censored_median,
+    ended_as,
+    median_range,
+    statuses,
+    to_target,
+    with_status,
+)
 from flnet.learn.data import load
-from flnet.scenario import Scenario
+from flnet.papers.sources import scenario_base
+from flnet.scenario import Scenario, merge
 from flnet.sweeps import run_sweep, spec_from
 
 ALGORITHMS = ("fedavg", "fedprox", "scaffold", "feddyn", "moon", "drfa", "drdm")
@@ -58,27 +67,12 @@ def algorithm(name: str, per_round: int) -> dict:
 
 
 def scenario(name: str, num_clients: int, per_round: int, rounds: int) -> dict:
-    """The study's scenario for algorithm `name`."""
-    return {
-        "name": "central_study",
-        "data": {
-            "dataset": "digits",
-            "partition": {"kind": "zipf", "sigma": 0.3, "alpha": 0.1},
-            "local_test_fraction": 1.0,
-        },
-        "model": {"kind": "mlp", "hidden": [64], "costs_as": "cnn_kmnist"},
-        "algorithm": algorithm(name, per_round),
-        "clients": {"count": num_clients, "cpu_hz": 1.0e9, "flops_per_cycle": 1, "kappa": 1e-28},
-        "radio": {
-            "mode": "direct",
-            "tx_power_dbm": 20,
-            "uplink_snr_db": 10,
-            "downlink_snr_db": 20,
-            "uplink": {"bandwidth_hz": 1.0e6, "sharing": "dedicated"},
-            "downlink": {"bandwidth_hz": 10.0e6, "sharing": "dedicated"},
-        },
-        "run": {"rounds": rounds, "eval_every": 1},
-    }
+    """The study's scenario for algorithm `name`: scenarios/papers/drdm/cpu.yaml with this
+    algorithm section, client count and rounds."""
+    base = scenario_base("drdm", "cpu", "seed", "algorithm")
+    base["name"] = "central_study"
+    sections = {"algorithm": algorithm(name, per_round), "run": {"rounds": rounds}}
+    return merge(base, {**sections, "clients": {"count": num_clients}})
 
 
 def check_local_tests(base: dict, seeds: list[int]) -> int:
@@ -100,18 +94,11 @@ def torch_cpu():
 
 
 def _cost(run: pd.DataFrame, cost: str) -> str:
-    """Median over seeds of the cost to target; censored seeds (and runs that did not complete)
-    count as infinite, and when the median is censored it reads '> x' with the least any
-    censored seed spent; runs that did not complete are named (``(1 diverged)``)."""
-    values = run[f"{cost}_to_target"].fillna(np.inf)
-    med = float(np.median(values)) if len(values) else np.inf
-    bad = run.status[run.status != OK] if "status" in run else pd.Series(dtype=object)
-    told = ", ".join(f"{n} {s}" for s, n in bad.value_counts(sort=False).items())
-    suffix = f" ({told})" if told else ""
-    if np.isfinite(med):
-        return f"{med:.4g}{suffix}"
-    spent = run[f"censored_at_{cost}"].min()
-    return (f"> {spent:.4g}" if pd.notna(spent) else "-") + suffix
+    """Median over seeds of the cost to target, censored seeds counted as infinite ('> x' with
+    the least any censored seed spent when the median is censored; `censored_median`)."""
+    return censored_median(
+        run[f"{cost}_to_target"], run[f"censored_at_{cost}"], run.get("status"), digits=4
+    )
 
 
 def _shown(runs: pd.DataFrame, col: str) -> str:
@@ -194,32 +181,11 @@ def main(argv: list[str] | None = None) -> dict[str, pd.DataFrame]:
     if args.smoke:
         clients, per_round, rounds, seeds, args.target = 10, 5, 3, [0], 0.05
         args.workers = 0  # in this process: no worker to start per point
-    available = [a for a in ALGORITHMS if a in CONFIGS]
     missing = [a for a in ALGORITHMS if a not in CONFIGS]
     fewest = check_local_tests(scenario("fedavg", clients, per_round, rounds), seeds)
     out = Path(args.out)
-    results = [
-        run_sweep(
-            scenario(name, clients, per_round, rounds),
-            spec_from(seeds=seeds),
-            workers=args.workers,
-            out_dir=out / name,
-        )
-        for name in available
-    ]
-    points = pd.concat([r.table.assign(algorithm=n) for n, r in zip(available, results)])
-    records = pd.concat([r.records for r in results], ignore_index=True)
-    per_run, final = outcomes(points, records, args.target)
-    table = summary(per_run, final, available)
-    per_seed = final.merge(
-        per_run[
-            ["algorithm", "seed", "reached"]
-            + [f"{c}_to_target" for c in ("rounds", "seconds", "joules")]
-            + [f"censored_at_{c}" for c in ("rounds", "seconds", "joules")]
-        ],
-        on=["algorithm", "seed"],
-        how="left",
-    ).sort_values(["algorithm", "seed"])
+    tables = study(out, seeds, clients, per_round, rounds, args.target, args.workers)
+    table, per_seed, points = tables["summary"], tables["per_seed"], tables["points"]
     table.to_csv(out / "summary.csv", index=False)
     per_seed.to_csv(out / "per_seed.csv", index=False)
 
@@ -238,9 +204,58 @@ def main(argv: list[str] | None = None) -> dict[str, pd.DataFrame]:
     bad = points[points.status != "completed"]
     if len(bad):
         print(f"\n{len(bad)} runs did not complete:\n{bad.to_string(index=False)}")
-    wall_s = sum(r.wall_s for r in results)
-    print(f"\nsweeps' wall time {wall_s:.1f} s; runs under {out}/<algorithm>/, tables in {out}/")
-    return {"summary": table, "per_seed": per_seed, "per_run": per_run}
+    print(
+        f"\nsweeps' wall time {tables['wall_s']:.1f} s; runs under {out}/<algorithm>/, "
+        f"tables in {out}/"
+    )
+    return {"summary": table, "per_seed": per_seed, "per_run": tables["per_run"]}
+
+
+def study(
+    out: Path,
+    seeds: list[int],
+    clients: int,
+    per_round: int,
+    rounds: int,
+    target: float,
+    workers: int,
+    algorithms: tuple[str, ...] = ALGORITHMS,
+) -> dict:
+    """Every available algorithm's sweep over `seeds` (runs under `out`/<algorithm>/) and its
+    tables: summary (per algorithm), per_seed, per_run (cost to the worst-client `target`),
+    points (every run and how it ended), records (every run's records with its algorithm),
+    wall_s."""
+    available = [a for a in algorithms if a in CONFIGS]
+    results = [
+        run_sweep(
+            scenario(name, clients, per_round, rounds),
+            spec_from(seeds=seeds),
+            workers=workers,
+            out_dir=out / name,
+        )
+        for name in available
+    ]
+    points = pd.concat([r.table.assign(algorithm=n) for n, r in zip(available, results)])
+    records = pd.concat([r.records for r in results], ignore_index=True)
+    per_run, final = outcomes(points, records, target)
+    table = summary(per_run, final, available)
+    per_seed = final.merge(
+        per_run[
+            ["algorithm", "seed", "reached"]
+            + [f"{c}_to_target" for c in ("rounds", "seconds", "joules")]
+            + [f"censored_at_{c}" for c in ("rounds", "seconds", "joules")]
+        ],
+        on=["algorithm", "seed"],
+        how="left",
+    ).sort_values(["algorithm", "seed"])
+    return {
+        "summary": table,
+        "per_seed": per_seed,
+        "per_run": per_run,
+        "points": points,
+        "records": records,
+        "wall_s": sum(r.wall_s for r in results),
+    }
 
 
 if __name__ == "__main__":

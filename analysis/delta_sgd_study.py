@@ -48,6 +48,8 @@ import numpy as np
 import pandas as pd
 
 from flnet.analysis import OK, median_range, per_seed
+from flnet.papers.sources import scenario_base
+from flnet.scenario import merge
 from flnet.sweeps import run_sweep, spec_from
 
 LRS = (0.001, 0.003, 0.01, 0.03, 0.1, 0.3, 1.0, 3.0)
@@ -87,19 +89,29 @@ CHANCE = 0.1  # every task has 10 classes
 
 
 def scenario(task: str, clients: int, per_round: int, rounds: int) -> dict:
+    """The task's FedAvg run: scenarios/papers/delta_sgd/cpu.yaml with the task's data and
+    model, the optimizer left to the sweep."""
     t = TASKS[task]
-    return {
-        "name": f"delta_sgd_{task}",
-        "data": {**t["data"], "validation_fraction": 0.1},
-        "model": t["model"],
-        "algorithm": {
-            "name": "fedavg",
-            "cohort": {"clients_per_round": per_round},
-            "local": {"steps": 10, "batch_size": 16},
+    base = scenario_base(
+        "delta_sgd",
+        "cpu",
+        "seed",
+        "data.dataset",
+        "data.partition",
+        "model",
+        "algorithm.local.optimizer",
+    )
+    return merge(
+        base,
+        {
+            "name": f"delta_sgd_{task}",
+            "data": t["data"],
+            "model": t["model"],
+            "algorithm": {"cohort": {"clients_per_round": per_round}},
+            "clients": {"count": clients},
+            "run": {"rounds": rounds, "eval_every": rounds},
         },
-        "clients": {"count": clients},
-        "run": {"rounds": rounds, "eval_every": rounds},
-    }
+    )
 
 
 def optimizers(lrs: list[float]) -> dict[str, list]:
@@ -219,7 +231,10 @@ def eta0_sensitivity(
 ) -> pd.DataFrame:
     """Delta-SGD's test accuracy per task at other first step sizes eta0 (mean over seeds,
     diverged = chance): reported beside the study, never used to choose (the digest's
-    advice: with a step-size reset every round, eta0 acts as a learning rate)."""
+    advice: with a step-size reset every round, eta0 acts as a learning rate). No `eta0s`
+    (--eta0s none): an empty table."""
+    if not eta0s:
+        return pd.DataFrame(columns=["task", "eta0", "test_accuracy"])
     rows = []
     for task in tasks:
         base = scenario(task, *sizes)
@@ -263,23 +278,10 @@ def main(argv: list[str] | None = None) -> dict[str, pd.DataFrame]:
         clients, per_round, rounds, args.eta0s = 10, 3, 2, "1.0"
         args.workers = 0  # in this process: no worker to start per point
     out = Path(args.out)
-    runs, wall_s = [], 0.0
-    for task in tasks:
-        result = run_sweep(
-            scenario(task, clients, per_round, rounds),
-            spec_from(paired=optimizers(lrs), seeds=seeds),
-            workers=args.workers,
-            out_dir=out / task,
-        )
-        wall_s += result.wall_s
-        runs.append(outcomes(result.table, result.records, task))
-    every = pd.concat(runs, ignore_index=True)
     eta0s = [] if args.eta0s == "none" else [float(v) for v in args.eta0s.split(",")]
-    sensitivity = eta0_sensitivity(
-        tasks, eta0s, seeds, (clients, per_round, rounds), args.workers, out
-    )
-    grid = grid_table(every)
-    summary = summary_table(grid, every)
+    tables = study(out, tasks, lrs, seeds, (clients, per_round, rounds), eta0s, args.workers)
+    every, grid, summary = tables["runs"], tables["grid"], tables["summary"]
+    sensitivity, wall_s = tables["eta0"], tables["wall_s"]
     every.to_csv(out / "runs.csv", index=False)
     grid.to_csv(out / "grid.csv", index=False)
     summary.to_csv(out / "summary.csv", index=False)
@@ -321,6 +323,43 @@ def main(argv: list[str] | None = None) -> dict[str, pd.DataFrame]:
         f"tables in {out}/"
     )
     return {"runs": every, "grid": grid, "summary": summary, "eta0": sensitivity}
+
+
+def study(
+    out: Path,
+    tasks: list[str],
+    lrs: list[float],
+    seeds: list[int],
+    sizes: tuple[int, int, int],
+    eta0s: list[float],
+    workers: int,
+) -> dict:
+    """Every task's paired sweep (SGD at every rate of `lrs`, Delta-SGD at its defaults) over
+    `seeds`, runs under `out`/<task>/; `sizes` = (clients, per round, rounds). Returns the
+    tables runs, grid, summary, eta0 (`eta0_sensitivity`; empty without `eta0s`), records
+    (every run's records with its task) and wall_s."""
+    runs, records, wall_s = [], [], 0.0
+    for task in tasks:
+        result = run_sweep(
+            scenario(task, *sizes),
+            spec_from(paired=optimizers(lrs), seeds=seeds),
+            workers=workers,
+            out_dir=out / task,
+        )
+        wall_s += result.wall_s
+        runs.append(outcomes(result.table, result.records, task))
+        records.append(result.records.assign(task=task))
+    every = pd.concat(runs, ignore_index=True)
+    sensitivity = eta0_sensitivity(tasks, eta0s, seeds, sizes, workers, out)
+    grid = grid_table(every)
+    return {
+        "runs": every,
+        "grid": grid,
+        "summary": summary_table(grid, every),
+        "eta0": sensitivity,
+        "records": pd.concat(records, ignore_index=True),
+        "wall_s": wall_s,
+    }
 
 
 if __name__ == "__main__":

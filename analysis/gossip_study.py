@@ -50,29 +50,26 @@ from flnet.analysis import (
     accuracy_at,
     column,
     device_costs,
-    ended_as,
+    final_value,
     median_range,
     per_seed,
     raised_points,
     raised_row,
+    run_ended,
     run_point,
     statuses,
     to_target,
 )
 from flnet.errors import ScenarioError, TopologyWarning
+from flnet.papers.sources import scenario_base, scenario_data
 from flnet.runner import build
 from flnet.scenario import load_scenario, merge
 from flnet.sim import topology
 
-OLE_BASE: dict[str, Any] = {
-    "seed": 0,
-    "device": "cpu",
-    "data": {"dataset": "mnist1d", "partition": {"kind": "dirichlet", "alpha": 0.3}},
-    "model": {"kind": "mlp", "hidden": [128]},
-    "clients": {"count": 16},
-    "algorithm": {"local": {"steps": 10, "batch_size": 32, "lr": 0.1}},
-    "run": {"rounds": 80, "eval_every": 10, "checkpoint_interval_s": None},
-}
+# the CPU-scale OledFL setup (scenarios/papers/oledfl/cpu.yaml); each point names its method
+# and topology
+OLE_BASE: dict[str, Any] = scenario_data("oledfl", "cpu")
+del OLE_BASE["algorithm"]["name"], OLE_BASE["algorithm"]["topology"]
 OLE_TOPOLOGIES = {
     "ring": {"kind": "ring"},
     "erdos_renyi": {"kind": "erdos_renyi", "p": 0.3},
@@ -89,18 +86,14 @@ OLE_TARGET = 0.4  # MNIST-1D: a level every method reaches within the rounds
 # counts as diverged (stable runs stay within O(10))
 OLE_DIVERGENCE = {"consensus_above": 1e4}
 
-DFL_BASE: dict[str, Any] = {
-    "seed": 0,
-    "device": "cpu",
-    "data": {"dataset": "digits", "partition": {"kind": "shards", "classes_per_client": 2}},
-    "model": {"kind": "mlp", "hidden": [32], "costs_as": "cnn_dfl_mnist"},
-    "clients": {"count": 10},
-    "algorithm": {
-        "topology": {"kind": "ring"},
-        "local": {"steps": 4, "batch_size": 16, "lr": 0.05},
-    },
-    "run": {"rounds": 100_000, "eval_every": 100_000, "checkpoint_interval_s": None},
-}
+# the CPU-scale DFL setup (scenarios/papers/dfl/cpu.yaml) run to a time budget: each point
+# names its method, its tau1 and tau2
+DFL_BASE: dict[str, Any] = merge(
+    scenario_base(
+        "dfl", "cpu", "name", "algorithm.name", "algorithm.gossip_steps", "run.global_train_loss"
+    ),
+    {"run": {"rounds": 100_000, "eval_every": 100_000}},
+)
 LINKS = {  # D2D band and SNR: about 133 and 3.5 Mbit/s
     "fast": {"bandwidth_hz": 20e6, "snr_db": 20.0},
     "slow": {"bandwidth_hz": 1e6, "snr_db": 10.0},
@@ -116,15 +109,6 @@ GOLF_ROUNDS = 60
 def scenario(base: dict, name: str, **sections: Any) -> dict:
     """A point's scenario, as data: validated when it runs (`flnet.analysis.run_point`)."""
     return merge(merge(base, {"name": name}), sections)
-
-
-def final(rec: pd.DataFrame, metric: str = "test_accuracy") -> float:
-    """`metric` at the run's end: NaN for a run that diverged (never its last finite figure)."""
-    return accuracy_at(rec, round_=float(rec["round"].max()), metric=metric)
-
-
-def ended(rec: pd.DataFrame) -> str:
-    return ended_as(rec.status.iloc[0], rec.diverged_round.iloc[0], rec.diverged_by.iloc[0])
 
 
 def stable_beta(data: dict) -> float:
@@ -143,7 +127,16 @@ def stable_beta(data: dict) -> float:
 # ---------------------------------------------------------------------------- 1. Ole
 
 
-def ole(seeds: list[int], rounds: int, topologies: list[str]) -> pd.DataFrame:
+def ole(
+    seeds: list[int],
+    rounds: int,
+    topologies: list[str],
+    run: dict | None = None,
+    curves: list[pd.DataFrame] | None = None,
+) -> pd.DataFrame:
+    """One row per run; `run` adds to each point's run section, `curves` (when given) gets
+    each run's records with its topology and algorithm."""
+    run = {"rounds": rounds, **(run or {})}
     rows = []
     for topo_name in topologies:
         for seed in seeds:
@@ -152,16 +145,14 @@ def ole(seeds: list[int], rounds: int, topologies: list[str]) -> pd.DataFrame:
                     alg: dict[str, Any] = {"name": name, "topology": OLE_TOPOLOGIES[topo_name]}
                     if "sam" in name:
                         alg["local"] = {"sam_rho": SAM_RHO}
-                    sc = scenario(OLE_BASE, name, seed=seed, algorithm=alg, run={"rounds": rounds})
+                    sc = scenario(OLE_BASE, name, seed=seed, algorithm=alg, run=run)
                     point = None
                     if name.startswith("oledfl"):
                         try:
                             alg["beta"] = OLE_FIXED_BETA.get(topo_name) or stable_beta(sc)
                         except ScenarioError as e:  # a bad point: no W to take beta from
                             point = Point(None, None, "invalid", str(e))
-                        sc = scenario(
-                            OLE_BASE, name, seed=seed, algorithm=alg, run={"rounds": rounds}
-                        )
+                        sc = scenario(OLE_BASE, name, seed=seed, algorithm=alg, run=run)
                     with warnings.catch_warnings():  # random_k: not symmetric (reported)
                         warnings.simplefilter("ignore", TopologyWarning)
                         point = point or run_point(sc)
@@ -170,6 +161,8 @@ def ole(seeds: list[int], rounds: int, topologies: list[str]) -> pd.DataFrame:
                         rows.append(raised_row(point, **keys, beta=alg.get("beta", 0.0)))
                         continue
                     rec = point.records
+                    if curves is not None:
+                        curves.append(rec.assign(topology=topo_name, algorithm=name))
                     last = rec.iloc[-1]
                     hit = to_target(rec, OLE_TARGET).iloc[0]
                     rows.append(
@@ -177,11 +170,11 @@ def ole(seeds: list[int], rounds: int, topologies: list[str]) -> pd.DataFrame:
                             **keys,
                             "beta": alg.get("beta", 0.0),
                             "status": rec.status.iloc[0],
-                            "ended": ended(rec),
-                            "test_accuracy": final(rec),
-                            "node_accuracy_mean": final(rec, "node_accuracy_mean"),
-                            "node_accuracy_worst": final(rec, "node_accuracy_worst"),
-                            "consensus_distance": final(rec, "consensus_distance"),
+                            "ended": run_ended(rec),
+                            "test_accuracy": final_value(rec),
+                            "node_accuracy_mean": final_value(rec, "node_accuracy_mean"),
+                            "node_accuracy_worst": final_value(rec, "node_accuracy_worst"),
+                            "consensus_distance": final_value(rec, "consensus_distance"),
                             "rounds_to_target": hit.rounds_to_target,
                             "seconds_to_target": hit.seconds_to_target,
                             "joules_to_target": hit.joules_to_target,
@@ -193,8 +186,15 @@ def ole(seeds: list[int], rounds: int, topologies: list[str]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def ole_beta(seeds: list[int], rounds: int, betas: tuple) -> pd.DataFrame:
-    """OledFL-SGD on the ring (lambda_min = -1/3: stable for beta < 1/2) across beta."""
+def ole_beta(
+    seeds: list[int],
+    rounds: int,
+    betas: tuple,
+    curves: list[pd.DataFrame] | None = None,
+    per_run: list[dict] | None = None,
+) -> pd.DataFrame:
+    """OledFL-SGD on the ring (lambda_min = -1/3: stable for beta < 1/2) across beta;
+    `curves` (when given) gets each run's records with its beta, `per_run` each run's row."""
     rows = []
     for beta in betas:
         for seed in seeds:
@@ -214,6 +214,8 @@ def ole_beta(seeds: list[int], rounds: int, betas: tuple) -> pd.DataFrame:
                 rows.append(raised_row(point, beta=beta, seed=seed))
                 continue
             rec = point.records
+            if curves is not None:
+                curves.append(rec.assign(beta=beta))
             rows.append(
                 {
                     "beta": beta,
@@ -221,13 +223,15 @@ def ole_beta(seeds: list[int], rounds: int, betas: tuple) -> pd.DataFrame:
                     "status": rec.status.iloc[0],
                     "diverged_round": rec.diverged_round.iloc[0],
                     "diverged_by": rec.diverged_by.iloc[0],
-                    "test_accuracy": final(rec),
-                    "consensus_distance": final(rec, "consensus_distance"),
+                    "test_accuracy": final_value(rec),
+                    "consensus_distance": final_value(rec, "consensus_distance"),
                     # the last finite figure before it diverged: how far it had run away
                     "last_consensus_distance": rec.consensus_distance.iloc[-1],
                 }
             )
     df = pd.DataFrame(rows)
+    if per_run is not None:
+        per_run.extend(rows)
     out = []
     for beta, g in df.groupby("beta"):
         out.append(
@@ -353,9 +357,9 @@ def dfl_grid(
                                 "budget_s": budget,
                                 "rounds": last["round"],
                                 "status": rec.status.iloc[0],
-                                "ended": ended(rec),
-                                "test_accuracy": final(rec),
-                                "consensus_distance": final(rec, "consensus_distance"),
+                                "ended": run_ended(rec),
+                                "test_accuracy": final_value(rec),
+                                "consensus_distance": final_value(rec, "consensus_distance"),
                                 "energy_j": last.energy_j,
                                 "bits_d2d": last.bits_d2d,
                             }

@@ -21,6 +21,7 @@ from __future__ import annotations
 import math
 import sys
 import traceback
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -686,17 +687,23 @@ def _end(run: pd.DataFrame, column: str, first: pd.Series | None) -> float | Non
 
 
 def median_range(
-    values: pd.Series, status: pd.Series | None = None, never: str = "never", digits: int = 4
+    values: pd.Series | Sequence[float],
+    status: pd.Series | Sequence[Any] | None = None,
+    never: str = "never",
+    digits: int = 4,
 ) -> str:
     """``median [min-max]`` of the runs' `values` that are figures, then how many runs have
     none and why (`status`: the same runs in the same order): a run whose status is not
     completed by its status (``1 diverged``), a completed run with NaN as `never` (e.g. never
     reached the target). A run that ended badly but has a figure (its accuracy before it
     diverged) is in the median. An infinite value is no figure either (a -inf that ranked a
-    diverged run last is shown as the run's status), so a range is always finite."""
+    diverged run last is shown as the run's status), so a range is always finite. `values` and
+    `status` may be plain lists (one entry per run)."""
+    if not isinstance(values, pd.Series):
+        values = pd.Series(list(values), dtype=float)
     ok = pd.Series(np.isfinite(values.to_numpy(dtype=float)), index=values.index)
     if status is not None:  # the runs in `values`' order, whatever its index
-        status = pd.Series(status.to_numpy(), index=values.index)
+        status = pd.Series(list(status), index=values.index, dtype=object)
     parts = []
     if ok.any():
         v = values[ok].astype(float)
@@ -711,6 +718,44 @@ def median_range(
         told = ", ".join(f"{n} {reason}" for reason, n in counts.items())
         parts.append(f"({told})" if ok.any() else f"none: {told}")
     return " ".join(parts)
+
+
+def censored_median(
+    values: pd.Series, censored_at: pd.Series, status: pd.Series | None = None, digits: int = 4
+) -> str:
+    """Median over runs of a cost to target where a run that never reached it (NaN: censored)
+    counts as infinite: the median itself when it is finite, else ``> x`` with the least any
+    censored run spent (`censored_at`, `to_target`'s ``censored_at_*``); runs that did not
+    complete are named after it (``(1 diverged)``)."""
+    costs = pd.Series(values.to_numpy(dtype=float)).fillna(np.inf)
+    med = float(np.median(costs)) if len(costs) else np.inf
+    told = ""
+    if status is not None:
+        bad = pd.Series(status.to_numpy())[lambda s: s != OK]
+        told = ", ".join(f"{n} {s}" for s, n in bad.value_counts(sort=False).items())
+    suffix = f" ({told})" if told else ""
+    if np.isfinite(med):
+        return f"{med:.{digits}g}{suffix}"
+    spent = censored_at.min()
+    return (f"> {spent:.{digits}g}" if pd.notna(spent) else "-") + suffix
+
+
+def final_value(run: pd.DataFrame, metric: str = "test_accuracy") -> float:
+    """`metric` at one run's last evaluation (`accuracy_at` at its last round): NaN for a run
+    that did not complete, never its last finite figure."""
+    return accuracy_at(run, round_=float(run["round"].max()), metric=metric)
+
+
+def run_ended(run: pd.DataFrame) -> str:
+    """How one run ended (`ended_as`), read from its records' `STATUS` columns."""
+    first = run.iloc[0]
+    return ended_as(first.get("status"), first.get("diverged_round"), first.get("diverged_by"))
+
+
+def decided(needed: Sequence[bool], holds: bool) -> bool | None:
+    """A claim's verdict in one seed: `holds`, or None (undecided) when a run the claim needs
+    (`needed`: whether each completed) did not complete. `per_seed` counts the Nones."""
+    return bool(holds) if all(needed) else None
 
 
 def statuses(

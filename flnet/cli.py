@@ -1,5 +1,6 @@
 """Command line: ``flnet run``, ``flnet sweep``, ``flnet analyze``, ``flnet plot``,
-``flnet report``, ``flnet validate``, ``flnet calibrate``, ``flnet traces``, ``flnet schema``.
+``flnet report``, ``flnet reproduce``, ``flnet validate``, ``flnet calibrate``, ``flnet traces``,
+``flnet schema``.
 
 Only what a command needs is imported, inside it: ``--help``, ``--version`` and ``schema`` never
 load torch."""
@@ -33,6 +34,7 @@ from flnet import __version__
 from flnet.base.userfiles import printable
 from flnet.errors import FlnetError, TopologyWarning, UnitWarning
 from flnet.output import WriteError
+from flnet.papers import PAPERS
 
 if TYPE_CHECKING:  # for annotations only: importing these at start would load torch
     import pandas as pd
@@ -419,6 +421,24 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_reproduce(args: argparse.Namespace) -> int:
+    import pandas as pd
+
+    from flnet.papers import reproduce
+
+    written = reproduce(args.paper, args.output, smoke=args.smoke, seeds=args.seeds)
+    claims = pd.read_csv(written["claims.csv"])
+    table = Table(title=f"{args.paper}: the paper's claims, checked seed by seed")
+    for name in ("id", "claim", "holds"):
+        table.add_column(name, overflow="fold")
+    for row in claims.itertuples(index=False):
+        table.add_row(str(row.id), str(row.claim), str(row.holds))
+    Console().print(table)
+    print(written["report.md"])
+    print(written["report.html"])
+    return 0
+
+
 def cmd_validate(args: argparse.Namespace) -> int:
     """Each file through every check `run` makes before simulating (runner.check); one error
     message per bad file, exit 2 if any."""
@@ -793,6 +813,22 @@ def parser() -> argparse.ArgumentParser:
         "and Chromium with its driver)",
     )
     rp.set_defaults(func=cmd_report)
+    rr = sub.add_parser(
+        "reproduce",
+        help="run a paper's CPU-scale reproduction; write its report (markdown and HTML)",
+        description="Runs the paper's scenarios (scenarios/papers/PAPER/), checks every claim "
+        "of the paper seed by seed and writes OUTPUT/PAPER/report.md and report.html with the "
+        "paper's figures beside ours. Needs a checkout of the flnet repository.",
+    )
+    rr.add_argument("paper", choices=list(PAPERS))
+    rr.add_argument(
+        "--smoke", action="store_true", help="the tiniest version (seconds; what CI runs)"
+    )
+    rr.add_argument(
+        "-o", "--output", default="runs/reproduce", help="folder (default: runs/reproduce)"
+    )
+    rr.add_argument("--seeds", type=int, metavar="N", help="seeds 0..N-1 (default 3; --smoke: 1)")
+    rr.set_defaults(func=cmd_reproduce)
     v = sub.add_parser("validate", help="check scenario files as run would, without training")
     v.add_argument("files", nargs="+")
     v.add_argument("--set", action="append", metavar="FIELD=VALUE")

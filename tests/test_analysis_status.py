@@ -9,9 +9,13 @@ import pytest
 
 from flnet.analysis import (
     accuracy_at,
+    censored_median,
+    decided,
     ended_as,
+    final_value,
     median_range,
     per_seed,
+    run_ended,
     run_point,
     statuses,
     to_target,
@@ -120,6 +124,41 @@ def test_median_range_counts_runs_without_a_figure_by_why():
     # -inf (a diverged run ranked last) or inf is no figure: never in a range
     inf = pd.Series([0.8, -math.inf, math.inf])
     assert median_range(inf, status[:3]) == "0.8 [0.8-0.8] (1 never, 1 diverged)"
+
+
+def test_median_range_takes_lists_as_the_studies_give_them():
+    assert median_range([0.9, 0.8, math.nan], ["completed", "completed", "diverged"]) == (
+        "0.85 [0.8-0.9] (1 diverged)"
+    )
+
+
+def test_censored_median_counts_a_run_that_never_reached_as_infinite():
+    status = pd.Series(["completed", "completed", "diverged"])
+    # 10, 30 and infinity (the diverged run): the median is 30
+    assert censored_median(pd.Series([10.0, 30.0, math.nan]), pd.Series([0, 0, 50.0]), status) == (
+        "30 (1 diverged)"
+    )
+    # two of three never reached it: the median is censored, read as "> least spent"
+    never = pd.Series([10.0, math.nan, math.nan])
+    done = pd.Series(["completed"] * 3)
+    assert censored_median(never, pd.Series([math.nan, 80.0, 60.0]), done) == "> 60"
+
+
+def test_a_seed_is_undecided_when_a_run_it_needs_did_not_complete():
+    assert decided([True, True], True) is True
+    assert decided([True, True], False) is False
+    assert decided([True, False], True) is None
+    assert per_seed(pd.Series([decided([True], True), decided([False], True)]))[1] == (
+        "holds in 1 of 2 seeds, 1 undecided"
+    )
+
+
+def test_final_value_and_run_ended_read_a_run_as_it_ended():
+    records = with_status(run("p", [0.2, 0.5, 0.7]), {"status": "diverged", "diverged_round": 25})
+    assert math.isnan(final_value(records))  # never its last finite figure
+    assert run_ended(records) == "diverged at round 25"
+    ok = with_status(run("p", [0.2, 0.5, 0.7]), {"status": "completed"})
+    assert final_value(ok) == 0.7 and run_ended(ok) == "completed"
 
 
 def test_statuses_and_ended_as():

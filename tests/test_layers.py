@@ -62,6 +62,8 @@ LATE = {
     ("flnet.cli", "flnet.stop"): CLI,
     ("flnet.cli", "flnet.sweeps"): CLI,
     ("flnet.cli", "pandas"): CLI,
+    ("flnet.cli", "flnet.papers"): CLI,
+    ("flnet.papers", "flnet.papers.report"): "start-up speed: the CLI lists the papers at once",
     ("flnet.learn.data.embedded", "sklearn"): "start-up speed: only the digits, once per cache",
     ("flnet.learn.data.embedded", "mnist1d"): "start-up speed: it loads matplotlib",
     ("flnet.output", "pandas"): "start-up speed: the CLI imports this module",
