@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from flnet.errors import FlnetError, ScenarioError
-from flnet.runner import Run
+from flnet.runner import Run, run
 from flnet.scenario import Scenario, _unwrap, load_scenario
 
 
@@ -195,3 +195,18 @@ def test_a_very_weak_link_is_slow_not_stalled():
 def test_seed_out_of_range_is_named(scenario):
     with pytest.raises(ScenarioError, match="seed: must be <= 4294967295"):
         scenario(seed=2**32)
+
+
+def test_a_d2d_link_without_a_finite_positive_rate_is_named(scenario):
+    """A D2D SNR of -4000 dB is 0 in floating point: rate 0, a gossip message would never
+    arrive. Links are made as pairs first talk, so the error comes then, naming radio.d2d."""
+    sc = scenario(
+        algorithm={
+            "name": "dpsgd",
+            "topology": {"kind": "ring"},
+            "local": {"steps": 1, "batch_size": 8, "lr": 0.05},
+        },
+        radio={"mode": "direct", "d2d": {"snr_db": -4000}},
+    )
+    with pytest.raises(ScenarioError, match=r"radio\.d2d: the D2D link \d+ -> \d+ has a rate of 0"):
+        run(sc, write=False)

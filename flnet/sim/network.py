@@ -20,6 +20,7 @@ import numpy as np
 import simpy
 
 from flnet.dists import sample
+from flnet.errors import ScenarioError
 from flnet.schema import D2D, LogDistance, Radio
 from flnet.sim import cells as cells_mod
 from flnet.sim.channel import Channel, TraceRateChannel, band
@@ -189,6 +190,14 @@ def d2d_link(
         pl = d2d.path_loss
         noise_w_hz = float(dbm_to_w(pl.noise_psd_dbm_hz + pl.noise_figure_db))
         snr_hz = float(snr_hz_physical(pop.radiated_w[src], loss_db, noise_w_hz))
+    rate_bps = float(shannon_rate_bps(d2d.bandwidth_hz, snr_hz))
+    if not (math.isfinite(rate_bps) and rate_bps > 0):  # a transfer would never end, or take 0 s
+        raise ScenarioError(
+            f"the D2D link {src} -> {dst} has a rate of {rate_bps:.3g} bit/s (SNR "
+            f"{snr_hz / d2d.bandwidth_hz:.3g} over the band): check radio.d2d's SNR, path "
+            "loss, noise and the clients' powers and positions",
+            field="radio.d2d",
+        )
     return Link(
         channel, snr_hz, float(network.tx_power_w[src]), "d2d", float(network.rx_power_w[dst])
     )
