@@ -18,7 +18,7 @@ import numpy as np
 
 TRAIN_BATCHES, TRAIN_PER_BATCH, TEST_ROWS = 5, 2000, 1000
 NUM_CLASSES = 10
-BASE, SPREAD = 128.0, 25.0  # prototypes: a grey base plus a class pattern of this deviation
+BASE, SPREAD = 128.0, 20.0  # prototypes: a grey base plus a class pattern of this deviation
 NOISE = 70.0  # pixel noise's standard deviation, in bytes: the classes overlap
 
 
