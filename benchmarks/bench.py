@@ -805,10 +805,8 @@ def w1_side_by_side(reps: int, pfl_python: Path = PFL_PYTHON) -> None:
         )
     for other, name, target in (
         (FLOWER, "Flower", 50),
-        *(
-            (label, label.split(" (")[0] + f" ({PFL_WORKERS[label]} proc)", 10)
-            for label in PFL_WORKERS
-        ),
+        (PFL2, "pfl-research (2 workers)", 10),
+        (PFL1, "pfl-research (1 process)", 10),
     ):
         if FLNET in medians and other in medians:
             print(
@@ -898,6 +896,15 @@ def c1_side_by_side(reps: int, pfl_python: Path = PFL_PYTHON) -> None:
         print(
             f"  {label:50} {medians[label]:7.2f} s [{min(wall):.2f}-{max(wall):.2f}], "
             f"{statistics.median(cpu):.1f} CPU-s; test accuracy after round {curve}"
+        )
+    good = [r for r in runs[C1_FLNET] if "error" not in r]
+    if good:
+        median = lambda key: statistics.median(r[key] for r in good)  # noqa: E731
+        print(
+            f"  flnet C1's split, medians: inside cohort.Trainer.train "
+            f"{median('trainer_wall_s'):.2f} s ({median('trainer_cpu_s'):.1f} CPU-s), "
+            f"evaluation {median('evaluation_wall_s'):.2f} s, building the run (the first "
+            f"evaluation included) {median('build_wall_s'):.2f} s"
         )
     if C1_FLNET not in first or PFL2 not in first:
         return

@@ -239,7 +239,15 @@ def test_c1_section_prints_the_ratio_and_how_close_the_curves_are(monkeypatch, c
     curves = {bench.C1_FLNET: {"5": 0.61, "10": 0.80}, bench.PFL2: {"5": 0.6, "10": 0.815}}
 
     def run(label, data_root, plan, pfl_python):
-        return {"wall_s": next(walls[label]), "cpu_s": 1.0, "accuracy": {"0": 0.1, **curves[label]}}
+        wall_s = next(walls[label])
+        parts = {f"{key}_wall_s": wall_s / 10 for key in ("trainer", "evaluation", "build")}
+        return {
+            "wall_s": wall_s,
+            "cpu_s": 1.0,
+            "trainer_cpu_s": 1.5,
+            **parts,
+            "accuracy": {"0": 0.1, **curves[label]},
+        }
 
     monkeypatch.setattr(bench, "c1_run", run)
     bench.c1_side_by_side(3)
@@ -247,6 +255,7 @@ def test_c1_section_prints_the_ratio_and_how_close_the_curves_are(monkeypatch, c
     assert "ratio of medians: 1.64x (target >= 1.5x)" in out  # 36 / 22
     assert "at most 1.50 points apart (rounds [5, 10]); final 1.50 points apart (within 2)" in out
     assert "test accuracy after round 5: 0.6100 10: 0.8000" in out
+    assert "inside cohort.Trainer.train 2.20 s (1.5 CPU-s), evaluation 2.20 s" in out
 
 
 def test_w1_and_c1_say_how_to_get_pfl_when_it_is_absent(monkeypatch, capsys, tmp_path):
