@@ -709,13 +709,15 @@ def pfl_run(python: Path, workers: int, plan: Path, timeout_s: float = W1_RUN_TI
     process): wall_s the slowest worker's, cpu_s the workers' sum, accuracy the first's."""
     if not (plan / "meta.json").exists():
         return {"error": "no plan: flnet's run that writes it failed"}
-    side = [str(HERE / "pfl_side.py"), str(plan)]
-    if workers > 1:
-        side = ["-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={workers}", *side]
-    out = fresh_run([str(python), *side], timeout_s)
-    if isinstance(out, dict):
-        return out
-    ranks = [json.loads(line) for line in out.splitlines() if line.startswith('{"rank"')]
+    with tempfile.TemporaryDirectory() as tmp:
+        side = [str(HERE / "pfl_side.py"), str(plan), f"--out={tmp}"]
+        if workers > 1:
+            torchrun = ["-m", "torch.distributed.run", "--standalone"]
+            side = [*torchrun, f"--nproc-per-node={workers}", *side]
+        out = fresh_run([str(python), *side], timeout_s)
+        if isinstance(out, dict):
+            return out
+        ranks = [json.loads(f.read_text()) for f in sorted(Path(tmp).glob("rank*.json"))]
     if len(ranks) != workers:
         return {"error": f"{len(ranks)} of {workers} workers reported"}
     first = min(ranks, key=lambda r: r["rank"])

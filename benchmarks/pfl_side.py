@@ -20,9 +20,10 @@ the local lr, the average of the model differences weighted by the sample counts
 (a Postprocessor), central SGD at lr 1.0 (FedAvg). The test accuracy is evaluated after rounds
 eval_every, 2 * eval_every, ... by a callback (on the first worker).
 
-Each worker prints one line of JSON: its rank, wall_s (from loading the plan to the final
-accuracy, imports excluded; torchrun's start of the workers excluded), cpu_s (its own) and
-accuracy {round: test accuracy} (the first worker's; the others' are empty)."""
+Each worker prints one line of JSON, and with --out DIR writes it to DIR/rank<r>.json: its
+rank, wall_s (from loading the plan to the final accuracy, imports excluded; torchrun's start
+of the workers excluded), cpu_s (its own) and accuracy {round: test accuracy} (the first
+worker's; the others' are empty)."""
 
 from __future__ import annotations
 
@@ -149,12 +150,16 @@ def run(plan: Path) -> tuple[float, float, dict[int, float]]:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("plan", type=Path)
+    p.add_argument("--out", type=Path, help="also write each worker's JSON to OUT/rank<r>.json")
     args = p.parse_args()
     torch.set_num_threads(1)
     wall_s, cpu_s, curve = run(args.plan)
     rank = int(os.environ.get("RANK", 0))
     accuracy = {str(r): a for r, a in curve.items()}
-    print(json.dumps({"rank": rank, "wall_s": wall_s, "cpu_s": cpu_s, "accuracy": accuracy}))
+    line = json.dumps({"rank": rank, "wall_s": wall_s, "cpu_s": cpu_s, "accuracy": accuracy})
+    if args.out is not None:  # torchrun's workers share one stdout, where lines can interleave
+        (args.out / f"rank{rank}.json").write_text(line)
+    print(line)
 
 
 if __name__ == "__main__":

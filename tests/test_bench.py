@@ -214,18 +214,20 @@ def test_pfl_runs_workers_sum_cpu_take_the_slowest_wall_and_the_first_curve(tmp_
         '{"rank": 1, "wall_s": 3.0, "cpu_s": 2.5, "accuracy": {}}',
         '{"rank": 0, "wall_s": 2.0, "cpu_s": 1.5, "accuracy": {"10": 0.5}}',
     ]
+    # a stand-in for torchrun: each worker's JSON into --out (the last argument)
     python.write_text(
         '#!/bin/sh\necho "$@" > '
         + str(tmp_path / "args")
         + "\necho 'a log line'\n"
-        + "".join(f"echo '{line}'\n" for line in lines)
+        + 'for last; do :; done\nout="${last#--out=}"\n'
+        + "".join(f"echo '{line}' > \"$out/rank{i}.json\"\n" for i, line in enumerate(lines))
     )
     python.chmod(0o755)
     got = bench.pfl_run(python, 2, tmp_path)
     assert got == {"wall_s": 3.0, "cpu_s": 4.0, "accuracy": {"10": 0.5}}
     args = (tmp_path / "args").read_text().split()
     assert args[:4] == ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2"]
-    assert args[-2:] == [str(Path(bench.__file__).parent / "pfl_side.py"), str(tmp_path)]
+    assert args[-3:-1] == [str(Path(bench.__file__).parent / "pfl_side.py"), str(tmp_path)]
     assert "error" in bench.pfl_run(python, 3, tmp_path)
     assert "error" in bench.pfl_run(python, 2, tmp_path / "nowhere")
 
