@@ -9,7 +9,7 @@ VENV ?= .venv
 TORCH_SPEC ?= torch==2.13.0
 BIN := $(VENV)/bin
 
-.PHONY: quickstart test lint bench docs setup clean
+.PHONY: quickstart test lint bench bench-pfl docs setup clean
 
 # --force: each `make quickstart` replaces the previous one's results in runs/quickstart/
 quickstart: $(VENV)/.installed
@@ -31,6 +31,19 @@ bench: $(VENV)/.bench
 
 $(VENV)/.bench: $(VENV)/.installed
 	$(BIN)/python -m pip install --quiet -e ".[test,bench]"
+	touch $@
+
+# pfl-research 0.6 for W1 and C1 side by side, in an environment of its own (.venv-pfl: torch,
+# then pfl[pytorch]; pfl's pins would change flnet's own packages); bench.py runs
+# benchmarks/pfl_side.py there as fresh processes, beside flnet's
+bench-pfl: $(VENV)/.installed .venv-pfl/.installed
+	$(BIN)/python benchmarks/bench.py --c1
+	$(BIN)/python benchmarks/bench.py --w1
+
+.venv-pfl/.installed:
+	$(PYTHON) -m venv .venv-pfl
+	.venv-pfl/bin/python -m pip install --quiet "$(TORCH_SPEC)"
+	.venv-pfl/bin/python -m pip install --quiet "pfl[pytorch]==0.6.*"
 	touch $@
 
 # the `docs` extra (MkDocs, Material, mkdocstrings) is installed here only; the site goes to

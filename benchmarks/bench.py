@@ -56,6 +56,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -453,8 +454,83 @@ def channel_report(reps: int) -> None:
 # ---------------------------------------------------------------- scenarios, in fresh processes
 
 
-def scenario_child(path: str, overrides: list[str], write: bool) -> None:
-    """Run one scenario and print what the parent reports, as JSON."""
+class PlanRecorder:
+    """What a scenario's run trained, written for pfl's side (benchmarks/pfl_side.py) to do
+    the same work: the data as the model sees them, the model with its initial parameters,
+    and per round the cohort's clients, each one's training rows in its minibatches' order
+    and its FedAvg weight (its sample count). For runs where every client of a round takes
+    the same number of full minibatches (W1's steps; C1's epochs over equal shares)."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.learner = None
+        self.start: torch.Tensor | None = None
+        self.cohorts: list[np.ndarray] = []
+        self.rows: list[np.ndarray] = []
+
+    def install(self, patch=setattr) -> None:
+        """Wrap flnet's draws of minibatch rows and Learner.local_train with `patch`
+        (setattr; a test's monkeypatch.setattr)."""
+        from flnet.learn import data, local
+
+        recorder = self
+        local_train = local.Learner.local_train
+
+        def recorded_local_train(learner, clients, start, *args, **kwargs):
+            if recorder.learner is None:
+                recorder.learner, recorder.start = learner, start.detach().clone()
+            return local_train(learner, clients, start, *args, **kwargs)
+
+        patch(local.Learner, "local_train", recorded_local_train)
+        for name in ("minibatches", "epoch_batches"):
+            draw = getattr(data, name)
+
+            def recorded(*args, draw=draw, **kwargs):
+                out = draw(*args, **kwargs)
+                batches, sizes = out if isinstance(out, tuple) else (out, None)
+                if sizes is not None and (sizes < batches.shape[2]).any():
+                    raise ValueError("a plan for pfl needs full minibatches only")
+                recorder.cohorts.append(np.asarray(args[1]).copy())
+                recorder.rows.append(batches.reshape(len(batches), -1).cpu().numpy().copy())
+                return out
+
+            patch(data, name, recorded)
+
+    def write(self, path: str, overrides: list[str]) -> None:
+        import copy
+
+        from flnet.scenario import load_scenario
+
+        scenario = load_scenario(path, overrides)
+        learner = self.learner
+        assert learner is not None and self.start is not None, "the run trained nothing"
+        d = learner.data
+        self.folder.mkdir(parents=True, exist_ok=True)
+        np.savez(
+            self.folder / "plan.npz",
+            x_train=d.x_train.cpu().numpy(),
+            y_train=d.y_train.cpu().numpy(),
+            x_test=d.x_test.cpu().numpy(),
+            y_test=d.y_test.cpu().numpy(),
+            cohorts=np.stack(self.cohorts),
+            rows=np.stack(self.rows),
+            weights=np.stack([d.num_samples[c] for c in self.cohorts]),
+        )
+        module = copy.deepcopy(learner.trainer.model.module)
+        torch.nn.utils.vector_to_parameters(self.start, module.parameters())
+        torch.save(module, self.folder / "model.pt")
+        local = scenario.algorithm.local
+        meta = {
+            "lr": local.lr,
+            "batch_size": local.batch_size,
+            "eval_every": scenario.run.eval_every,
+        }
+        (self.folder / "meta.json").write_text(json.dumps(meta))
+
+
+def scenario_child(path: str, overrides: list[str], write: bool, plan: str | None = None) -> None:
+    """Run one scenario and print what the parent reports, as JSON; with `plan`, also write
+    what it trained there (`PlanRecorder`), for pfl's side."""
     # imports are excluded from the timing, as in BENCHMARKS.md, including the ones pandas,
     # scikit-learn and torch make lazily on first use
     import pyarrow.pandas_compat
@@ -502,17 +578,22 @@ def scenario_child(path: str, overrides: list[str], write: bool) -> None:
         "results": (runner.Run, "result"),
     }.items():
         timed(owner, name, key)
+    recorder = None if plan is None else PlanRecorder(Path(plan))
+    if recorder is not None:
+        recorder.install()
     with tempfile.TemporaryDirectory() as out:
         wall, cpu = time.perf_counter(), time.process_time()
         res = runner.run(path, [*overrides, f"output.dir={out}"], write=write)
         spent.update(wall_s=time.perf_counter() - wall, cpu_s=time.process_time() - cpu)
+    if recorder is not None:
+        recorder.write(path, overrides)
     for clock in ("wall", "cpu"):  # local_train's own work: what is neither its steps nor draws
         spent[f"local_{clock}_s"] = (
             spent[f"train_{clock}_s"] - spent[f"trainer_{clock}_s"] - spent[f"draws_{clock}_s"]
         )
     acc = res.records.set_index("round").test_accuracy
     spent.update(
-        accuracy={int(r): round(float(a), 4) for r, a in acc.items() if r % 10 == 0},
+        accuracy={int(r): round(float(a), 4) for r, a in acc.items() if a == a},  # not NaN
         peak_rss_mb=peak_rss_mb(),
         events=int(res.records.events.iloc[-1]),  # uploads the server received
         final_accuracy=round(float(acc.iloc[-1]), 4),
@@ -533,8 +614,11 @@ OUTSIDE_PARTS = (  # what a scenario's child times apart outside the trainer
 )
 
 
-def scenario_runs(path: Path, *overrides: str, write: bool = False, reps: int = 1) -> list:
-    """`reps` runs, each in a fresh process."""
+def scenario_runs(
+    path: Path, *overrides: str, write: bool = False, reps: int = 1, plan: Path | None = None
+) -> list:
+    """`reps` runs, each in a fresh process; with `plan`, each writes what it trained there
+    (`PlanRecorder`)."""
     cmd = [
         sys.executable,
         __file__,
@@ -542,6 +626,7 @@ def scenario_runs(path: Path, *overrides: str, write: bool = False, reps: int = 
         str(path),
         *(f"--child-set={o}" for o in overrides),
         *(["--child-write"] if write else []),
+        *([f"--child-plan={plan}"] if plan is not None else []),
     ]
     return [
         json.loads(
@@ -634,9 +719,20 @@ FLOWER_MISSING = (
     "Flower W1: skipped, flwr[simulation] 1.41 is not installed ({why}); `make bench` or "
     "`pip install -e .[bench]` adds it"
 )
+PFL_MISSING = (
+    "pfl-research: skipped, {why}; `make bench-pfl` makes its environment (.venv-pfl: torch "
+    "2.13.0 and pfl[pytorch] 0.6), or name one with --pfl-python"
+)
+PFL_PYTHON = HERE.parent / ".venv-pfl" / "bin" / "python"  # `make bench-pfl`'s; --pfl-python
+PFL_WORKERS = {  # label -> pfl's worker processes (torchrun's), 1 thread each
+    "pfl-research 0.6 (torchrun, 2 workers x 1 thread)": 2,
+    "pfl-research 0.6 (1 process, 1 thread)": 1,
+}
+PFL2, PFL1 = PFL_WORKERS
 W1_VARIANTS = {  # label -> the command of one fresh run; each prints JSON: wall_s, accuracy
     "flnet W1 (benchmarks/w1.yaml)": None,  # scenario_runs' --child
     "Flower 1.41 simulation (Ray, 2 actors x 1 CPU)": [str(HERE / "flower_w1.py")],
+    **dict.fromkeys(PFL_WORKERS),  # pfl_run's, on the work flnet's first run did
     "plain torch loop (nn.Module + SGD, 1 thread)": [str(HERE / "w1_reference.py"), "loop"],
     "plain torch.func vmap (1 thread)": [str(HERE / "w1_reference.py"), "vmap"],
 }
@@ -653,27 +749,76 @@ def flower_missing() -> str | None:
     return None
 
 
-def w1_run(label: str) -> dict:
-    """One fresh run of a W1 variant: its JSON, or {"error": why} when it failed."""
-    if W1_VARIANTS[label] is None:
-        return scenario_runs(HERE / "w1.yaml")[0]
+def pfl_missing(python: Path) -> str | None:
+    """Why pfl-research's side cannot run with `python` (its own environment), or None."""
+    if not python.exists():
+        return f"{python} does not exist"
+    check = subprocess.run(
+        [str(python), "-c", "import pfl.algorithm, torch.distributed.run"],
+        capture_output=True,
+        text=True,
+    )
+    if check.returncode:
+        return f"{python} cannot import pfl ({(check.stderr.strip().splitlines() or ['?'])[-1]})"
+    return None
+
+
+def fresh_run(cmd: list[str], timeout_s: float = W1_RUN_TIMEOUT_S) -> str | dict:
+    """Run `cmd` in its own process group: its stdout, or {"error": why} when it failed."""
     proc = subprocess.Popen(
-        [sys.executable, *W1_VARIANTS[label]],
+        cmd,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        start_new_session=True,  # its own group: a timeout ends Ray's processes with it
+        start_new_session=True,  # its own group: a timeout ends Ray's or torchrun's processes
     )
     try:
-        out, err = proc.communicate(timeout=W1_RUN_TIMEOUT_S)
+        out, err = proc.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.communicate()
-        return {"error": f"no result within {W1_RUN_TIMEOUT_S:.0f} s; stopped"}
+        return {"error": f"no result within {timeout_s:.0f} s; stopped"}
     if proc.returncode:
         last = (err.strip().splitlines() or ["(no message)"])[-1]
         return {"error": f"exit status {proc.returncode}: {last}"}
-    return json.loads(out.splitlines()[-1])
+    return out
+
+
+def pfl_run(python: Path, workers: int, plan: Path, timeout_s: float = W1_RUN_TIMEOUT_S) -> dict:
+    """One fresh run of benchmarks/pfl_side.py on `plan` (torchrun's `workers`, or one plain
+    process): wall_s the slowest worker's, cpu_s the workers' sum, accuracy the first's."""
+    if not (plan / "meta.json").exists():
+        return {"error": "no plan: flnet's run that writes it failed"}
+    with tempfile.TemporaryDirectory() as tmp:
+        side = [str(HERE / "pfl_side.py"), str(plan), f"--out={tmp}"]
+        if workers > 1:
+            torchrun = ["-m", "torch.distributed.run", "--standalone"]
+            side = [*torchrun, f"--nproc-per-node={workers}", *side]
+        out = fresh_run([str(python), *side], timeout_s)
+        if isinstance(out, dict):
+            return out
+        ranks = [json.loads(f.read_text()) for f in sorted(Path(tmp).glob("rank*.json"))]
+    if len(ranks) != workers:
+        return {"error": f"{len(ranks)} of {workers} workers reported"}
+    first = min(ranks, key=lambda r: r["rank"])
+    return {
+        "wall_s": max(r["wall_s"] for r in ranks),
+        "cpu_s": sum(r["cpu_s"] for r in ranks),
+        "accuracy": first["accuracy"],
+    }
+
+
+def w1_run(label: str, plan: Path | None = None, pfl_python: Path = PFL_PYTHON) -> dict:
+    """One fresh run of a W1 variant: its JSON, or {"error": why} when it failed. flnet's
+    writes what it trained into `plan` when that holds none yet; pfl's trains on it."""
+    if label == FLNET:
+        record = plan if plan is not None and not (plan / "meta.json").exists() else None
+        return scenario_runs(HERE / "w1.yaml", plan=record)[0]
+    if label in PFL_WORKERS:
+        assert plan is not None, "pfl trains on the plan flnet's run wrote"
+        return pfl_run(pfl_python, PFL_WORKERS[label], plan)
+    out = fresh_run([sys.executable, *W1_VARIANTS[label]])  # type: ignore[list-item]
+    return out if isinstance(out, dict) else json.loads(out.splitlines()[-1])
 
 
 def curve_of(run: dict) -> tuple[float, ...]:
@@ -697,12 +842,18 @@ def curve_agreement(curves: list[tuple[float, ...]]) -> str:
     return f"DIFFERS: up to {max(apart)} test samples apart at an evaluation"
 
 
-def w1_side_by_side(reps: int) -> None:
-    """W1 in flnet, Flower's simulation runtime and the plain torch references, `reps` fresh
-    runs of each interleaved (so all see the same machine load): medians, ranges, accuracy
-    curves, the ratio of medians, and W1's time inside and outside cohort.Trainer.train."""
+def w1_side_by_side(reps: int, pfl_python: Path = PFL_PYTHON) -> None:
+    """W1 in flnet, Flower's simulation runtime, pfl-research (on the work flnet's first run
+    did: `PlanRecorder`) and the plain torch references, `reps` fresh runs of each
+    interleaved (so all see the same machine load): medians, ranges, accuracy curves, the
+    ratios of medians, and W1's time inside and outside cohort.Trainer.train."""
     missing = flower_missing()
-    labels = [k for k in W1_VARIANTS if not (missing and k == FLOWER)]
+    no_pfl = pfl_missing(pfl_python)
+    labels = [
+        k
+        for k in W1_VARIANTS
+        if not (missing and k == FLOWER) and not (no_pfl and k in PFL_WORKERS)
+    ]
     print(
         f"W1 side by side (shared/BENCHMARKS.md): wall s from data load to the final "
         f"accuracy, imports excluded; median [range] of {reps} interleaved fresh runs each; "
@@ -711,10 +862,13 @@ def w1_side_by_side(reps: int) -> None:
     )
     if missing:
         print("  " + FLOWER_MISSING.format(why=missing), flush=True)
+    if no_pfl:
+        print("  " + PFL_MISSING.format(why=no_pfl), flush=True)
     runs: dict[str, list[dict]] = {k: [] for k in labels}
-    for _ in range(reps):
-        for label in labels:
-            runs[label].append(w1_run(label))
+    with tempfile.TemporaryDirectory() as tmp:
+        for _ in range(reps):
+            for label in labels:
+                runs[label].append(w1_run(label, plan=Path(tmp), pfl_python=pfl_python))
     print(f"  load average {os.getloadavg()[0]:.1f} after the runs")
     medians = {}
     for label, rs in runs.items():
@@ -731,11 +885,16 @@ def w1_side_by_side(reps: int) -> None:
             f"  {label:50} {medians[label]:7.2f} s [{min(wall):.2f}-{max(wall):.2f}]  "
             f"accuracy {' '.join(f'{a:.4f}' for a in curves[0])}: {curve_agreement(curves)}"
         )
-    if FLNET in medians and FLOWER in medians:
-        print(
-            f"  Flower / flnet, ratio of medians: {medians[FLOWER] / medians[FLNET]:.1f}x "
-            f"(target >= 50x)"
-        )
+    for other, name, target in (
+        (FLOWER, "Flower", 50),
+        (PFL2, "pfl-research (2 workers)", 10),
+        (PFL1, "pfl-research (1 process)", 10),
+    ):
+        if FLNET in medians and other in medians:
+            print(
+                f"  {name} / flnet, ratio of medians: {medians[other] / medians[FLNET]:.1f}x "
+                f"(target >= {target}x)"
+            )
     good = [r for r in runs[FLNET] if "error" not in r]
     if good:
         inside = [r["trainer_wall_s"] for r in good]
@@ -754,8 +913,109 @@ def w1_side_by_side(reps: int) -> None:
         )
 
 
-def scenarios_report(reps: int, quick: bool, w1_reps: int) -> None:
-    w1_side_by_side(w1_reps)
+C1_FLNET = "flnet C1 (benchmarks/c1.yaml, run.threads 2)"
+C1_TARGET_RATIO = 1.5  # pfl / flnet, at the same final accuracy within
+C1_SAME_POINTS = 2.0  # percentage points
+
+
+def c1_run(label: str, data_root: Path, plan: Path, pfl_python: Path) -> dict:
+    """One fresh run of a C1 variant (as `w1_run`): flnet's writes the plan when there is
+    none yet; pfl's (2 workers) trains on it."""
+    if label == C1_FLNET:
+        record = None if (plan / "meta.json").exists() else plan
+        try:
+            return scenario_runs(HERE / "c1.yaml", f"data.root={data_root}", plan=record)[0]
+        except subprocess.CalledProcessError as e:
+            return {"error": f"exit status {e.returncode}: {e.stderr.strip()[-200:]}"}
+    return pfl_run(pfl_python, PFL_WORKERS[label], plan)
+
+
+def curves_apart(a: dict, b: dict) -> tuple[float, list[int]]:
+    """The most percentage points two runs' accuracies differ by at the rounds both
+    evaluated after round 0, and those rounds."""
+    rounds = sorted(set(map(int, a["accuracy"])) & set(map(int, b["accuracy"])) - {0})
+    gaps = [100 * abs(a["accuracy"][str(r)] - b["accuracy"][str(r)]) for r in rounds]
+    return max(gaps, default=float("nan")), rounds
+
+
+def c1_side_by_side(reps: int, pfl_python: Path = PFL_PYTHON) -> None:
+    """C1 (shared/BENCHMARKS.md) in flnet and in pfl-research (2 workers), `reps` fresh
+    runs of each interleaved, on data benchmarks/c1_data.py writes: pfl trains what flnet's
+    first run trained (`PlanRecorder`: its partition, cohorts and batch order, from its
+    initial model), so both do the same work; medians, ranges, CPU seconds, the accuracy
+    curves and how far apart they are, and the ratio of medians."""
+    import c1_data
+
+    no_pfl = pfl_missing(pfl_python)
+    labels = [C1_FLNET, *([] if no_pfl else [PFL2])]
+    print(
+        f"C1 side by side (shared/BENCHMARKS.md): cnn_mcmahan, 200 clients x 50 synthetic "
+        f"3x32x32 images, cohort 50, 1 epoch of batch 10, 10 rounds; wall s from data load to "
+        f"the final accuracy, imports excluded; median [range] of {reps} interleaved fresh "
+        f"runs each; load average {os.getloadavg()[0]:.1f} before",
+        flush=True,
+    )
+    if no_pfl:
+        print("  " + PFL_MISSING.format(why=no_pfl), flush=True)
+    runs: dict[str, list[dict]] = {k: [] for k in labels}
+    with tempfile.TemporaryDirectory() as tmp:
+        data_root, plan = c1_data.write(Path(tmp) / "data").parent, Path(tmp) / "plan"
+        for _ in range(reps):
+            for label in labels:
+                runs[label].append(c1_run(label, data_root, plan, pfl_python))
+    print(f"  load average {os.getloadavg()[0]:.1f} after the runs")
+    medians, first = {}, {}
+    for label, rs in runs.items():
+        failed = [r["error"] for r in rs if "error" in r]
+        good = [r for r in rs if "error" not in r]
+        if failed:
+            print(f"  {label}: {len(failed)} of {reps} runs failed: {failed[0]}")
+        if not good:
+            continue
+        wall, cpu = [r["wall_s"] for r in good], [r["cpu_s"] for r in good]
+        medians[label], first[label] = statistics.median(wall), good[0]
+        curve = " ".join(f"{r}: {a:.4f}" for r, a in sorted(curve_points(good[0])))
+        print(
+            f"  {label:50} {medians[label]:7.2f} s [{min(wall):.2f}-{max(wall):.2f}], "
+            f"{statistics.median(cpu):.1f} CPU-s; test accuracy after round {curve}"
+        )
+    good = [r for r in runs[C1_FLNET] if "error" not in r]
+    if good:
+        median = lambda key: statistics.median(r[key] for r in good)  # noqa: E731
+        print(
+            f"  flnet C1's split, medians: inside cohort.Trainer.train "
+            f"{median('trainer_wall_s'):.2f} s ({median('trainer_cpu_s'):.1f} CPU-s), "
+            f"evaluation {median('evaluation_wall_s'):.2f} s, building the run (the first "
+            f"evaluation included) {median('build_wall_s'):.2f} s"
+        )
+    if C1_FLNET not in first or PFL2 not in first:
+        return
+    gap, rounds = curves_apart(first[C1_FLNET], first[PFL2])
+    last = str(rounds[-1]) if rounds else None
+    final_gap = (
+        100 * abs(first[C1_FLNET]["accuracy"][last] - first[PFL2]["accuracy"][last])
+        if last
+        else float("nan")
+    )
+    print(
+        f"  the same work (pfl on flnet's partition, cohorts, batch order and initial model): "
+        f"accuracy curves at most {gap:.2f} points apart (rounds {rounds}); final "
+        f"{final_gap:.2f} points apart ({'within' if final_gap <= C1_SAME_POINTS else 'NOT within'}"
+        f" {C1_SAME_POINTS:g})"
+    )
+    print(
+        f"  pfl-research (2 workers) / flnet, ratio of medians: "
+        f"{medians[PFL2] / medians[C1_FLNET]:.2f}x (target >= {C1_TARGET_RATIO}x)"
+    )
+
+
+def curve_points(run: dict) -> list[tuple[int, float]]:
+    return [(int(r), a) for r, a in run["accuracy"].items() if int(r)]
+
+
+def scenarios_report(reps: int, quick: bool, w1_reps: int, pfl_python: Path = PFL_PYTHON) -> None:
+    w1_side_by_side(w1_reps, pfl_python)
+    c1_side_by_side(w1_reps, pfl_python)
     quickstart = HERE.parent / "scenarios" / "quickstart.yaml"
     for label, overrides in (
         ("as `flnet run` runs it", ()),
@@ -1134,6 +1394,17 @@ def main(argv=None) -> None:
         help="only W1 side by side: flnet, Flower's simulation runtime, plain torch loop and vmap",
     )
     p.add_argument(
+        "--c1",
+        action="store_true",
+        help="only C1 side by side: flnet and pfl-research (2 workers) on the same work",
+    )
+    p.add_argument(
+        "--pfl-python",
+        type=Path,
+        default=PFL_PYTHON,
+        help="the python of pfl-research's environment (default: .venv-pfl's, `make bench-pfl`)",
+    )
+    p.add_argument(
         "--training",
         action="store_true",
         help="only the matmul peak and the local-training table: (a) MLP, (b) and (c) CNNs",
@@ -1170,10 +1441,11 @@ def main(argv=None) -> None:
     p.add_argument("--child", help=argparse.SUPPRESS)
     p.add_argument("--child-set", action="append", default=[], help=argparse.SUPPRESS)
     p.add_argument("--child-write", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--child-plan", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     torch.set_num_threads(1)
     if args.child:
-        return scenario_child(args.child, args.child_set, args.child_write)
+        return scenario_child(args.child, args.child_set, args.child_write, args.child_plan)
     if args.population_child:
         return population_child(args.population_child, args.child_set)
     if args.ckpt_child:
@@ -1189,7 +1461,9 @@ def main(argv=None) -> None:
         return device_report(args.device, args.rows, reps, 3 if args.reps is None else args.reps)
     w1_reps = args.reps or (1 if args.quick else 5)
     if args.w1:
-        return w1_side_by_side(w1_reps)
+        return w1_side_by_side(w1_reps, args.pfl_python)
+    if args.c1:
+        return c1_side_by_side(w1_reps, args.pfl_python)
     if args.short_batch:
         return short_batch_report(args.reps or (1 if args.quick else 5))
     reps = 1 if args.quick else 3
@@ -1204,7 +1478,7 @@ def main(argv=None) -> None:
     print()
     channel_report(reps)
     print()
-    scenarios_report(reps, args.quick, w1_reps)
+    scenarios_report(reps, args.quick, w1_reps, args.pfl_python)
     print()
     streams_report(args.quick)
 

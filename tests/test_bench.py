@@ -2,6 +2,7 @@
 client trains as they do, and the report reads right with Flower present or absent. No timing is
 asserted; Flower itself is only needed by the tests that import it (the `bench` extra)."""
 
+import json
 import statistics
 import subprocess
 import sys
@@ -103,7 +104,7 @@ def fake_runs(walls: dict[str, list[float]], curves: dict[str, tuple]):
     """A stand-in for bench.w1_run: the next canned result of each variant."""
     made = {label: iter(ws) for label, ws in walls.items()}
 
-    def run(label):
+    def run(label, **kwargs):
         wall_s = next(made[label])
         acc = {"0": 0.1, **{str(10 * (i + 1)): a for i, a in enumerate(curves[label])}}
         parts = {f"{key}_wall_s": 0.02 * wall_s for key in bench.OUTSIDE_PARTS}
@@ -164,3 +165,117 @@ def test_training_option_prints_the_training_table_and_nothing_else(monkeypatch,
     assert "float32 matmul peak: 100.0 GFLOP/s" in capsys.readouterr().out
     bench.main([])  # the whole benchmark goes on past the table
     assert ran[1:] == [("table", 3), ("channel_report",), ("scenarios_report",)]
+
+
+def test_a_plain_replay_of_the_recorded_plan_reaches_w1s_curve(tmp_path, monkeypatch):
+    """What pfl's side trains (benchmarks/pfl_side.py) is what flnet trained: a plain torch
+    FedAvg over the plan flnet's W1 run wrote (each round's clients, their rows in order in
+    minibatches of 32, weights, initial model, lr) reaches W1's accuracy after round 10."""
+    from flnet import runner
+
+    w1, overrides = str(Path(bench.__file__).parent / "w1.yaml"), ["run.rounds=10"]
+    recorder = bench.PlanRecorder(tmp_path / "plan")
+    recorder.install(monkeypatch.setattr)
+    runner.run(w1, [*overrides, f"output.dir={tmp_path}/out"], write=False)
+    recorder.write(w1, overrides)
+    plan = np.load(tmp_path / "plan" / "plan.npz")
+    meta = json.loads((tmp_path / "plan" / "meta.json").read_text())
+    assert meta == {"lr": 0.05, "batch_size": 32, "eval_every": 10}
+    assert plan["rows"].shape == (10, 100, 320) and plan["weights"].sum(1).tolist() == [1437] * 10
+    model = torch.load(tmp_path / "plan" / "model.pt", weights_only=False)
+    x, y = torch.from_numpy(plan["x_train"]), torch.from_numpy(plan["y_train"])
+    for rows, weights in zip(plan["rows"], plan["weights"]):
+        start = [p.detach().clone() for p in model.parameters()]
+        total = [torch.zeros_like(p) for p in start]
+        for client_rows, weight in zip(rows, weights):
+            for p, s in zip(model.parameters(), start):
+                p.data.copy_(s)
+            opt = torch.optim.SGD(model.parameters(), meta["lr"])
+            for batch in torch.from_numpy(client_rows).view(-1, meta["batch_size"]):
+                opt.zero_grad()
+                torch.nn.functional.cross_entropy(model(x[batch]), y[batch]).backward()
+                opt.step()
+            for t, p in zip(total, model.parameters()):
+                t.add_(p.detach(), alpha=float(weight) / weights.sum())
+        for p, t in zip(model.parameters(), total):
+            p.data.copy_(t)
+    with torch.no_grad():
+        logits = model(torch.from_numpy(plan["x_test"]))
+    accuracy = float((logits.argmax(1) == torch.from_numpy(plan["y_test"])).float().mean())
+    assert accuracy_close(accuracy, ref.W1_CURVE[0], eval_rows=360)
+
+
+def test_pfl_runs_workers_sum_cpu_take_the_slowest_wall_and_the_first_curve(tmp_path):
+    """pfl_run reads one JSON line per torchrun worker: wall the slowest's, CPU the sum,
+    accuracy the first worker's; a missing worker's line is an error, not a result."""
+    (tmp_path / "meta.json").write_text("{}")
+    python = tmp_path / "python"
+    lines = [
+        '{"rank": 1, "wall_s": 3.0, "cpu_s": 2.5, "accuracy": {}}',
+        '{"rank": 0, "wall_s": 2.0, "cpu_s": 1.5, "accuracy": {"10": 0.5}}',
+    ]
+    # a stand-in for torchrun: each worker's JSON into --out (the last argument)
+    python.write_text(
+        '#!/bin/sh\necho "$@" > '
+        + str(tmp_path / "args")
+        + "\necho 'a log line'\n"
+        + 'for last; do :; done\nout="${last#--out=}"\n'
+        + "".join(f"echo '{line}' > \"$out/rank{i}.json\"\n" for i, line in enumerate(lines))
+    )
+    python.chmod(0o755)
+    got = bench.pfl_run(python, 2, tmp_path)
+    assert got == {"wall_s": 3.0, "cpu_s": 4.0, "accuracy": {"10": 0.5}}
+    args = (tmp_path / "args").read_text().split()
+    assert args[:4] == ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2"]
+    assert args[-3:-1] == [str(Path(bench.__file__).parent / "pfl_side.py"), str(tmp_path)]
+    assert "error" in bench.pfl_run(python, 3, tmp_path)
+    assert "error" in bench.pfl_run(python, 2, tmp_path / "nowhere")
+
+
+def test_c1_section_prints_the_ratio_and_how_close_the_curves_are(monkeypatch, capsys, tmp_path):
+    import c1_data
+
+    monkeypatch.setattr(bench, "pfl_missing", lambda python: None)
+    monkeypatch.setattr(c1_data, "write", lambda root: root / "cifar-10-batches-py")
+    walls = {bench.C1_FLNET: iter([20.0, 22.0, 30.0]), bench.PFL2: iter([40.0, 33.0, 36.0])}
+    curves = {bench.C1_FLNET: {"5": 0.61, "10": 0.80}, bench.PFL2: {"5": 0.6, "10": 0.815}}
+
+    def run(label, data_root, plan, pfl_python):
+        wall_s = next(walls[label])
+        parts = {f"{key}_wall_s": wall_s / 10 for key in ("trainer", "evaluation", "build")}
+        return {
+            "wall_s": wall_s,
+            "cpu_s": 1.0,
+            "trainer_cpu_s": 1.5,
+            **parts,
+            "accuracy": {"0": 0.1, **curves[label]},
+        }
+
+    monkeypatch.setattr(bench, "c1_run", run)
+    bench.c1_side_by_side(3)
+    out = capsys.readouterr().out
+    assert "ratio of medians: 1.64x (target >= 1.5x)" in out  # 36 / 22
+    assert "at most 1.50 points apart (rounds [5, 10]); final 1.50 points apart (within 2)" in out
+    assert "test accuracy after round 5: 0.6100 10: 0.8000" in out
+    assert "inside cohort.Trainer.train 2.20 s (1.5 CPU-s), evaluation 2.20 s" in out
+
+
+def test_w1_and_c1_say_how_to_get_pfl_when_it_is_absent(monkeypatch, capsys, tmp_path):
+    import c1_data
+
+    monkeypatch.setattr(bench, "flower_missing", lambda: "no flwr")
+    monkeypatch.setattr(c1_data, "write", lambda root: root / "cifar-10-batches-py")
+    ran = []
+
+    def run(label, *args, **kwargs):
+        ran.append(label)
+        return {"error": "not run here"}
+
+    monkeypatch.setattr(bench, "w1_run", run)
+    monkeypatch.setattr(bench, "c1_run", run)
+    bench.w1_side_by_side(1, pfl_python=tmp_path / "python")
+    bench.c1_side_by_side(1, pfl_python=tmp_path / "python")
+    out = capsys.readouterr().out
+    skips = [line for line in out.splitlines() if "pfl-research: skipped" in line]
+    assert len(skips) == 2 and all("make bench-pfl" in line for line in skips)
+    assert not set(ran) & set(bench.PFL_WORKERS)

@@ -287,3 +287,39 @@ def spy(train, engines):
         return train(self, *args, **kwargs)
 
     return wrapped
+
+
+@pytest.mark.parametrize("case", ["uniform", "masked", "short"])
+def test_conv_stack_descend_equals_sgd_on_its_gradient(case, monkeypatch):
+    """Plain SGD (`plain_lr`) is stepped by `ConvStack.descend`: the Linear weights' steps
+    fused into their gradients' GEMMs (on a [C, P] slice with the weights before the step
+    giving the input gradient), the convolutions' added from their buffers; the same as the
+    gradient assembled and stepped by the optimizer within tests/tolerance.py (the GEMM adds
+    -lr times its sum, the optimizer -lr times the rounded gradient). Masked clients keep
+    their parameters; a step with a short batch takes the padded twin's `descend`."""
+    model = model_of("paper_cnn")
+    g = torch.Generator().manual_seed(3)
+    x, y = torch.randn(60, 1, 28, 28, generator=g), torch.randint(0, 10, (60,), generator=g)
+    trainer = cohort.Trainer(model, x, y)
+    c, t, b = 5, 4, 6
+    batches = torch.randint(0, 60, (c, t, b), generator=g)
+    steps = torch.tensor([t, 2, t, 1, t] if case == "masked" else [t] * c)
+    sizes = None
+    if case == "short":
+        sizes = np.full((c, t), b)
+        sizes[1, 2], sizes[3, 1] = 3, 5
+    p0 = model.init_params().expand(c, -1)
+    descents = []
+    descend = conv.ConvStack.descend
+    monkeypatch.setattr(conv.ConvStack, "descend", lambda *a: descents.append(1) or descend(*a))
+    per_call = trainer.clients_per_call(c, b, "auto", optim.sgd(0.1))
+    # every step of every call: a short batch's through the padded twin's `descend`
+    engine_steps = t * len(range(0, c, per_call))
+    fast = trainer.train(p0, batches, steps, optim.sgd(0.1), sizes=sizes)
+    assert len(descents) == engine_steps
+    plain = trainer.train(p0, batches, steps, optim.sgd(0.1)._replace(plain_lr=None), sizes=sizes)
+    assert len(descents) == engine_steps  # the optimizer's steps, not the engine's
+    assert not torch.equal(fast.params, p0)
+    assert_tensors_close(fast.params, plain.params)
+    assert_tensors_close(fast.loss, plain.loss)
+    assert torch.equal(fast.sample_grads, plain.sample_grads)

@@ -101,7 +101,7 @@ def learner(model: Model) -> Learner:
 
 
 OPTIMIZERS = {  # LocalConfig's fields
-    "sgd": {"lr": 0.1},  # plain SGD: the engine's own step (`descend`) on the MLPs
+    "sgd": {"lr": 0.1},  # plain SGD: the engine's own step (`descend`)
     "momentum": {"lr": 0.1, "optimizer": {"name": "sgd", "momentum": 0.9}},
     "adam": {"lr": 0.01, "optimizer": {"name": "adam"}},
     "sam": {"lr": 0.1, "sam_rho": 0.05},  # a second gradient, at the perturbed point
@@ -124,7 +124,7 @@ def test_epochs_with_short_batches_train_batched_as_the_generic_engine(name, opt
     term = cohort.ProximalLoss(0.5, start + 0.1) if prox else None
     hand_calls = []  # each hand-engine call: through the padded twin?
     with pytest.MonkeyPatch.context() as patch:
-        for kind, method in ((DenseStack, "_pieces"), (ConvStack, "__call__")):
+        for kind, method in ((DenseStack, "_pieces"), (ConvStack, "_forward")):
             inner = getattr(kind, method)
             patch.setattr(
                 kind,

@@ -298,6 +298,8 @@ class Trainer:
                 params, batches, steps, optimizer, opt_state, engines, sizes, aux, snapshot_at
             )
         rows = lambda tree, i: None if tree is None else _rows(tree, i, i + per_call)  # noqa
+        # every call's parameters go into their rows of one tensor: no concatenation after
+        trained = torch.empty(params.shape, dtype=params.dtype, device=params.device)
 
         def part(trainer: Trainer, i: int) -> CohortResult:
             """Clients i .. i + per_call - 1, through `trainer`'s engines and buffers."""
@@ -311,6 +313,7 @@ class Trainer:
                 None if sizes is None else sizes[i : i + per_call],
                 rows(aux, i),
                 rows(snapshot_at, i),
+                out=trained[i : i + per_call],
             )
 
         starts = list(range(0, c, per_call))
@@ -320,7 +323,8 @@ class Trainer:
         else:
             parts = [part(self, i) for i in starts]
         cat = lambda *rows: torch.cat(rows) if _per_client(rows[0]) else rows[0]  # noqa: E731
-        return CohortResult(*(tree_map(cat, *field) for field in zip(*parts)))
+        rest = (tree_map(cat, *field) for field in list(zip(*parts))[1:])
+        return CohortResult(trained, *rest)
 
     def _engines(
         self, loss_fn: LossFn | None
@@ -402,7 +406,10 @@ class Trainer:
         sizes: np.ndarray | None,
         aux: Any = None,
         snapshot_at: torch.Tensor | None = None,
+        out: torch.Tensor | None = None,
     ) -> CohortResult:
+        """`train`'s work for one call; the trained parameters go into `out` [C, P]
+        (contiguous) where given."""
         c, t_max, b = batches.shape
         short: list[bool] = [False] * t_max
         if sizes is not None:  # where a client still training has a short batch (the steps
@@ -417,7 +424,9 @@ class Trainer:
         if opt_state is None:
             opt_state = optimizer.init(params)
         start = params  # [C, P], or [P] expanded: copied into the steps' own tensors below
-        params = torch.empty_like(params, memory_format=torch.contiguous_format)
+        params = (
+            torch.empty_like(params, memory_format=torch.contiguous_format) if out is None else out
+        )
         grads_buf, xb, yb = self._step_buffers(params, b)
         xb_rows, yb_rows = xb.view(c * b, *xb.shape[2:]), yb.view(-1)  # gathered into
         rows_by_step = batches.transpose(0, 1).reshape(t_max, c * b)  # a step's rows, contiguous

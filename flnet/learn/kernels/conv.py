@@ -337,10 +337,15 @@ class _Plan:
         self.input = new(c, first.c_in, *first.in_hw, b)  # [C, Cin, H, W, B]
         self.saved: list[Any] = [None] * len(layers)  # what layer i's backward needs
         self.grads: list[torch.Tensor] = []  # gradient pieces, in the flat vector's order
+        self.unstepped: list[int] = []  # the pieces of grads `descend` adds (convolutions')
         self.spans: list[Span] = []  # what each fills of the flat vector
         self._slices: tuple[tuple, list[torch.Tensor]] = ((), [])  # the last out's
         self.forward: list[tuple[int, Step]] = []
         self.backward: list[tuple[int, Step]] = []  # last layer first
+        # `ConvStack.descend`: the Linear layers' backward steps that take the SGD step at
+        # `lr` themselves
+        self.descending: dict[int, Step] = {}
+        self.lr = 0.0
         # the first layer's output in window-major order where a tiling max-pool follows it
         tiles = _tiles(layers[1]) if len(layers) > 1 else None
         for i, layer in enumerate(layers):
@@ -360,6 +365,7 @@ class _Plan:
                 steps = self._linear(i, layer, c, b, new)
             self.forward.append((i, steps[0]))
             self.backward.insert(0, (i, steps[1]))
+        self.descent = [(i, self.descending.get(i, step)) for i, step in self.backward]
         last = layers[-1]
         assert isinstance(last, _Linear)  # conv_layers ends every stack with one
         self.logp = new(c, last.shape[0], b)  # [C, K, B]
@@ -367,6 +373,8 @@ class _Plan:
 
     def _slot(self, layer: _Conv | _Linear, dw: torch.Tensor, db: torch.Tensor | None) -> None:
         """A layer's gradient pieces in `grads`, and the spans they fill in `spans`."""
+        if isinstance(layer, _Conv):
+            self.unstepped.extend(range(len(self.grads), len(self.grads) + 1 + (db is not None)))
         self.grads.append(dw)
         self.spans.append(layer.weight)
         if layer.bias is not None:
@@ -622,6 +630,19 @@ class _Plan:
                 torch.sum(d, 2, out=db)
             return torch.bmm(views.w_t, d, out=d_in)
 
+        def descend(d: torch.Tensor, views: _Views) -> torch.Tensor:
+            """`backward` with the plain SGD step taken in place: the input gradient from the
+            weights before it, then ``W -= lr * dOut @ a^T`` as one GEMM into the parameters
+            (no dW written, copied or read back) and ``b -= lr * sum(dOut)``."""
+            torch.bmm(views.w_t, d, out=d_in)
+            views.w.baddbmm_(d, self.saved[i], alpha=-self.lr)
+            if db is not None:
+                assert views.bias is not None  # a layer with a bias has its view
+                torch.sum(d, 2, out=db)
+                views.bias.squeeze(2).add_(db, alpha=-self.lr)
+            return d_in
+
+        self.descending[i] = descend
         return forward, backward
 
 
@@ -674,6 +695,36 @@ class ConvStack:
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """params [C, P], x [C, B, *input], y [C, B] -> loss [C], grads [C, P] (into `out`);
         the cross-entropy reads no aux."""
+        plan, views, loss, d = self._forward(params, x, y)
+        for i, backward in plan.backward:
+            d = backward(d, views.get(i))
+        grads = params.new_empty(params.shape) if out is None else out
+        torch._foreach_copy_(plan.slices(grads), plan.grads)
+        return loss, grads
+
+    def descend(
+        self, params: torch.Tensor, x: torch.Tensor, y: torch.Tensor, lr: float
+    ) -> torch.Tensor:
+        """One plain SGD step on `params` [C, P] in place, ``w -= lr * grad``, returning the
+        losses [C] (`cohort.Trainer` takes it for `optim.sgd` without momentum): each Linear
+        weight's step fused into the GEMM of its gradient (its largest tensors, written and
+        read once less), the convolutions' added from their gradient buffers. Equal to
+        `__call__` and the step within float rounding."""
+        plan, views, loss, d = self._forward(params, x, y)
+        plan.lr = lr
+        for i, backward in plan.descent:
+            d = backward(d, views.get(i))
+        steps = plan.slices(params)
+        torch._foreach_add_(
+            [steps[j] for j in plan.unstepped], [plan.grads[j] for j in plan.unstepped], alpha=-lr
+        )
+        return loss
+
+    def _forward(
+        self, params: torch.Tensor, x: torch.Tensor, y: torch.Tensor
+    ) -> tuple[_Plan, dict[int, _Views], torch.Tensor, torch.Tensor]:
+        """The plan of this shape, the parameters' views, the losses [C] and the logits'
+        gradient [C, K, B]."""
         c, b = y.shape
         key = (c, b, params.dtype, params.device)
         # the two most recent shapes (a cohort's slices and its remainder), not one plan per
@@ -698,13 +749,7 @@ class ConvStack:
             label = y.unsqueeze(1)  # [C, 1, B]
             loss = logp.gather(1, label).mean((1, 2)).neg_()  # [C]
             d = logp.exp_().div_(b).scatter_add_(1, label, plan.minus)  # [C, K, B]
-
-        # ---- backward
-        for i, backward in plan.backward:
-            d = backward(d, views.get(i))
-        grads = params.new_empty(params.shape) if out is None else out
-        torch._foreach_copy_(plan.slices(grads), plan.grads)
-        return loss, grads
+        return plan, views, loss, d
 
     def _param_views(self, params: torch.Tensor) -> dict[int, _Views]:
         """Per layer with parameters, its `_Views` of `params`, kept while the same tensor
