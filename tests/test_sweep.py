@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from conftest import BASE
-from harness import sweep_on_ray
+from harness import ON_RAY, sweep_on_ray
 
 from flnet.columns import POINT_OUTCOMES
 from flnet.errors import ScenarioError
@@ -343,6 +343,7 @@ def test_cli_sweep_prints_full_headers_and_reports_invalid_points(tmp_path):
     assert list(table.status) == ["completed", "invalid"]
 
 
+@ON_RAY
 def test_ray_runs_the_points_and_gives_the_same_table_as_local_workers(tmp_path):
     pytest.importorskip("ray")
     grid = {"algorithm.local.steps": [1, 2], "seed": [0, 1]}
