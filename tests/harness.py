@@ -115,7 +115,7 @@ def signal_once_checkpointed(argv, out, at_round, sig, *, within_s):
     while checkpoint_round(out) < at_round and proc.poll() is None and time.time() < deadline:
         time.sleep(0.02)
     os.kill(proc.pid, sig)
-    return proc.wait(timeout=120)
+    return proc.wait(timeout=300)
 
 
 def checkpoint_round(out):

@@ -282,9 +282,9 @@ def test_a_sweep_stopped_half_way_keeps_finished_points_and_does_not_rerun_them(
     assert proc.poll() is None, "the sweep ended before it could be stopped"
     proc.send_signal(sig)
     stopped = time.monotonic()
-    out, err = proc.communicate(timeout=60)
+    out, err = proc.communicate(timeout=300)
     assert proc.returncode == 130, err
-    assert time.monotonic() - stopped < 30  # a hang guard, not a speed check
+    assert time.monotonic() - stopped < 120  # a hang guard, not a speed check
     assert "run the same flnet sweep command again" in err and "--resume" not in err
     kept = pd.read_csv(tmp_path / "cut" / "points.csv")
     finished = set(kept[kept.status == "completed"].point)
