@@ -15,9 +15,12 @@ BIN := $(VENV)/bin
 quickstart: $(VENV)/.installed
 	$(BIN)/flnet run scenarios/quickstart.yaml --force
 
-# lint first: a finding stops `make test` before the suite runs
+# lint first: a finding stops `make test` before the suite runs. The suite runs on every core
+# (pytest-xdist); the tests of one xdist_group share a worker. `make test PYTEST_ARGS=` runs it
+# in one process, one test after another.
+PYTEST_ARGS ?= -n auto --dist loadgroup
 test: lint
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 # ruff (lint and format) over the whole tree, then mypy over flnet/ (both set in pyproject.toml)
 lint: $(VENV)/.installed

@@ -7,8 +7,14 @@ import sys
 import time
 
 import pandas as pd
+import pytest
 import torch
 from gated import REPO
+
+# The tests that start a Ray run one after another on one pytest-xdist worker (`make test` runs
+# the suite on every core): a local Ray on each worker at once would share /tmp/ray and its
+# session's ports, and crowd out the runs beside it.
+ON_RAY = pytest.mark.xdist_group("ray")
 
 # FedAvg with a deadline, Dirichlet data, uneven CPUs and fading: every round differs, so a
 # resumed run that took another path shows it (add "name" and "run")
@@ -109,7 +115,7 @@ def signal_once_checkpointed(argv, out, at_round, sig, *, within_s):
     while checkpoint_round(out) < at_round and proc.poll() is None and time.time() < deadline:
         time.sleep(0.02)
     os.kill(proc.pid, sig)
-    return proc.wait(timeout=120)
+    return proc.wait(timeout=300)
 
 
 def checkpoint_round(out):

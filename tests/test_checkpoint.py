@@ -38,7 +38,7 @@ def test_killed_run_resumes_to_the_same_records(tmp_path):
     path = write_scenario(tmp_path)
     out = tmp_path / "out"
     cli = [sys.executable, "-m", "flnet.cli", "run", str(path), "--quiet"]
-    status = signal_once_checkpointed(cli, out, 20, signal.SIGKILL, within_s=120)
+    status = signal_once_checkpointed(cli, out, 20, signal.SIGKILL, within_s=600)
     assert status == -signal.SIGKILL, "the run ended before it could be killed"
     killed_at = checkpoint_round(out)
     assert 20 <= killed_at < 150

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from harness import sweep_on_ray
+from harness import ON_RAY, sweep_on_ray
 
 from flnet.sweeps import load_base, plan, sweep
 
@@ -44,6 +44,7 @@ def test_the_study_is_the_digests_grid_in_the_papers_setting():
     assert set(algorithm) == {"name", "cohort", "local"}
 
 
+@ON_RAY
 def test_smoke_through_ray_gives_the_local_table(tmp_path, capsys):
     pytest.importorskip("ray")
     base, spec = load_base(SMOKE)

@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from conftest import BASE
+from harness import ON_RAY
 
 from flnet import shipping
 from flnet.cluster import ClusterOptions
@@ -108,6 +109,7 @@ def test_a_cluster_option_out_of_range_is_refused():
     assert ClusterOptions(cpus_per_point=2.5).threads == 2
 
 
+@ON_RAY
 def test_a_point_asking_more_than_any_node_has_is_refused_not_left_waiting():
     ray = need("ray")
     from flnet.errors import FlnetError
@@ -124,6 +126,7 @@ def test_a_point_asking_more_than_any_node_has_is_refused_not_left_waiting():
         ray.shutdown()
 
 
+@ON_RAY
 def test_two_node_ray_cluster_sweep_survives_a_lost_node_and_equals_a_local_sweep(
     tmp_path, monkeypatch
 ):
@@ -186,9 +189,10 @@ def test_two_node_ray_cluster_sweep_survives_a_lost_node_and_equals_a_local_swee
             assert ours == (tmp_path / "local" / key / name).read_bytes(), (key, name)
 
 
-def busy_node(nodes: list, wait_s: float = 30.0):
+def busy_node(nodes: list, wait_s: float = 300.0):
     """The node one of whose Ray workers runs a point now (its process title is the task's
-    name, and the node's raylet is its ancestor); waits for one up to `wait_s`."""
+    name, and the node's raylet is its ancestor); waits for one up to `wait_s` (a hang guard:
+    other tests' processes may share the cores)."""
     raylets = {n.all_processes["raylet"][0].process.pid: n for n in nodes}
     deadline = time.monotonic() + wait_s
     while time.monotonic() < deadline:

@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from conftest import BASE
-from harness import sweep_on_ray
+from harness import ON_RAY, sweep_on_ray
 
 from flnet import reuse
 from flnet.learn import cohort
@@ -239,6 +239,7 @@ def test_timing_only_from_the_command_line(tmp_path, monkeypatch, capsys):
     assert "timing-only run supports fedavg" in capsys.readouterr().err
 
 
+@ON_RAY
 def test_ray_replays_give_the_same_table_as_local_workers(tmp_path):
     pytest.importorskip("ray")
     base = merge(BASE, COSTLY)

@@ -284,7 +284,7 @@ def test_sigterm_mid_run_then_resume_gives_the_uninterrupted_run(tmp_path):
     while checkpoint_round() < rounds // 4 and proc.poll() is None and time.time() < give_up:
         time.sleep(0.02)
     os.kill(proc.pid, signal.SIGTERM)
-    proc.wait(timeout=120)
+    proc.wait(timeout=300)
     assert proc.returncode > 0, "the run ended before it could be stopped, or died unhandled"
     stopped_at = checkpoint_round()
     assert rounds // 4 <= stopped_at < rounds  # the tag it resumes from

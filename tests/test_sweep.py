@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from conftest import BASE
-from harness import sweep_on_ray
+from harness import ON_RAY, sweep_on_ray
 
 from flnet.columns import POINT_OUTCOMES
 from flnet.errors import ScenarioError
@@ -282,9 +282,9 @@ def test_a_sweep_stopped_half_way_keeps_finished_points_and_does_not_rerun_them(
     assert proc.poll() is None, "the sweep ended before it could be stopped"
     proc.send_signal(sig)
     stopped = time.monotonic()
-    out, err = proc.communicate(timeout=60)
+    out, err = proc.communicate(timeout=300)
     assert proc.returncode == 130, err
-    assert time.monotonic() - stopped < 30  # a hang guard, not a speed check
+    assert time.monotonic() - stopped < 120  # a hang guard, not a speed check
     assert "run the same flnet sweep command again" in err and "--resume" not in err
     kept = pd.read_csv(tmp_path / "cut" / "points.csv")
     finished = set(kept[kept.status == "completed"].point)
@@ -343,6 +343,7 @@ def test_cli_sweep_prints_full_headers_and_reports_invalid_points(tmp_path):
     assert list(table.status) == ["completed", "invalid"]
 
 
+@ON_RAY
 def test_ray_runs_the_points_and_gives_the_same_table_as_local_workers(tmp_path):
     pytest.importorskip("ray")
     grid = {"algorithm.local.steps": [1, 2], "seed": [0, 1]}

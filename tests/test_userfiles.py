@@ -21,7 +21,7 @@ CLI = [sys.executable, "-m", "flnet.cli"]
 
 def _flnet(*argv: str) -> subprocess.CompletedProcess:
     """A real process under a hang guard (not a speed check)."""
-    return subprocess.run([*CLI, *argv], capture_output=True, text=True, timeout=120)
+    return subprocess.run([*CLI, *argv], capture_output=True, text=True, timeout=300)
 
 
 def test_the_limit_is_counted_while_reading_not_taken_from_the_size(tmp_path):
@@ -65,7 +65,7 @@ def test_a_fifo_swapped_in_after_the_check_cannot_block(tmp_path):
         "except Exception as e:\n"
         "    print(e)\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert "is a named pipe (FIFO), not a regular file" in out.stdout, out.stderr
 
 
