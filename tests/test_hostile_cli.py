@@ -277,3 +277,21 @@ def test_gossip_nodes_follow_availability_and_cdfl_refuses_it(tmp_path):
     rc, _, err = flnet("validate", write(tmp_path / "c.yaml", data))
     assert rc == 2, err
     assert "clients.availability.kind: must be 'always' for cdfl, got 'bernoulli'" in err
+
+
+def test_a_d2d_link_without_a_rate_stops_the_run_with_one_error_naming_it(tmp_path):
+    """An SNR that is 0 in floating point: the first message between two nodes would never
+    arrive; the run ends at once with exit 2 and one error naming radio.d2d."""
+    data = {
+        **GOSSIP,
+        "radio": {"mode": "direct", "d2d": {"snr_db": -4000}},
+        "output": {"dir": str(tmp_path / "out")},
+    }
+    rc, _, err = flnet("run", write(tmp_path / "mute.yaml", data), timeout=300)
+    assert rc == 2 and "Traceback" not in err, err
+    errors = [ln for ln in err.splitlines() if ln.startswith("error:")]  # beside the progress
+    assert len(errors) == 1, err
+    assert "radio.d2d: the D2D link" in errors[0] and "has a rate of 0 bit/s" in errors[0], err
+    (summary,) = (tmp_path / "out").rglob("summary.json")
+    recorded = json.loads(summary.read_text())
+    assert recorded["status"] == "failed" and "radio.d2d" in recorded["error"]
