@@ -195,7 +195,9 @@ def best_tau(
     ``verdict`` says it all in words.
     """
     fields = chosen_fields(tau)
-    if len(fields) > 1:
+    if len(fields) > 1 or (
+        fields[0] in per_run and not _numeric(list(per_run[fields[0]].dropna()))
+    ):  # a field of names (a distribution's, a policy's) has no median nor edge: its labels
         return _best_joint(per_run, cost, fields, cell, seed)
     tau = fields[0]
     column = f"{cost}_to_target"

@@ -36,6 +36,7 @@ from flnet.plot import (
     figure_tables,
     load_results,
     name_series,
+    readable_column,
 )
 from flnet.result_files import read_table
 
@@ -140,7 +141,9 @@ def compare(
         done = table[table.status == OK] if "status" in table else table
         if len(done) > 1 and {"final_test_accuracy", "sim_time_s", "energy_j"} <= set(done):
             front = pareto(done)
-            cmp.pareto = front[front.on_front]
+            cmp.pareto = front[front.on_front].copy()
+            for f in (c for c in cmp.pareto.columns if "." in c):  # swept fields
+                cmp.pareto[f] = readable_column(cmp.pareto[f])
     return cmp
 
 
@@ -208,7 +211,7 @@ def _series(res: Results, per_run: pd.DataFrame, metric: str) -> pd.DataFrame:
 def _cells(res: Results, choose: list[str]) -> pd.Series:
     """Each run's cell: what its series is called once the `choose` fields are left out."""
 
-    def chosen(key: str) -> bool:  # a chosen field, or a part of one (clients.cpu_hz.value)
+    def chosen(key: str) -> bool:  # a chosen field, or a leaf of a section chosen whole
         return any(key == f or key.startswith(f"{f}.") for f in choose)
 
     configs = [{k: v for k, v in c.items() if not chosen(k)} for c in _run_configs(res)]

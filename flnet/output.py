@@ -7,6 +7,9 @@ checkpoint must be there) or replaces it (`force=True`, `--force`: the old run's
 deleted first; other files in the folder are left alone). While a run writes the folder it holds
 an exclusive `flock` on `.flnet.lock` there, so a second run into the same folder is refused,
 naming the process that holds it; the lock ends with the process, even one killed with -9.
+A forked child (a multiprocessing worker, a data loader) would share the lock's open file, and
+so hold the lock after the run's process died: it closes its copy as it starts (`os.fork`'s
+`after_in_child` hook), and the lock file is opened close-on-exec, so no program run holds it.
 
 Every file is written to a temporary name unique to the writer (`.NAME.PID.RANDOM.tmp`) and
 renamed into place, so a reader sees the old file or the new one, never half of one, and two
@@ -76,6 +79,7 @@ class Folder:
         self.path = path
         self._lock_fd: int | None = lock_fd
         self.made = made  # the folders created for it, outermost first
+        _HELD.add(self)
 
     def discard_if_unused(self) -> None:
         """Remove the folders made for this run when nothing but the lock was written there
@@ -88,8 +92,18 @@ class Folder:
         self.release()
 
     def release(self) -> None:
+        _HELD.discard(self)
         if self._lock_fd is not None:
             os.close(self._lock_fd)  # closing the descriptor drops the flock
+            self._lock_fd = None
+
+    def _forget_in_child(self) -> None:
+        """In a forked child: close this process's copy of the lock's descriptor, so the lock
+        is the parent's alone (an flock belongs to the open file, which fork shares, and lasts
+        until its last descriptor closes); never unlock, which would unlock the parent's."""
+        if self._lock_fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._lock_fd)
             self._lock_fd = None
 
     def __enter__(self) -> Folder:
@@ -97,6 +111,18 @@ class Folder:
 
     def __exit__(self, *exc: object) -> None:
         self.release()
+
+
+_HELD: set[Folder] = set()  # the folders this process has locked and not released
+
+
+def _drop_locks_in_forked_child() -> None:
+    for folder in list(_HELD):
+        folder._forget_in_child()
+    _HELD.clear()
+
+
+os.register_at_fork(after_in_child=_drop_locks_in_forked_child)
 
 
 def absolute(path: str | Path) -> Path:
@@ -227,7 +253,7 @@ def lock_sweep(path: str | Path) -> Folder:
 def _lock(path: Path, writer: str = "flnet run") -> int:
     lock = path / LOCK
     try:
-        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
     except OSError as e:
         raise FlnetError(f"cannot write to the output folder {path}: {_why(e)}") from None
     try:

@@ -18,6 +18,7 @@ a min-max band), named by the fewest fields that tell the series apart (`name_se
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import glob
 import io
@@ -35,6 +36,7 @@ import yaml
 from flnet.analysis import best_tau, to_target
 from flnet.base import yaml_text
 from flnet.columns import POINT_OUTCOMES
+from flnet.dist_text import as_distribution, readable
 from flnet.output import run_status
 from flnet.result_files import ResultsError, read_json, read_table, read_text
 from flnet.sim.ledger import FLOATS
@@ -298,6 +300,7 @@ def _load_many(folders: list[Path]) -> Results:
             applies = {r: v if _applies(v) else math.nan for r, v in zip(runs.run_id, runs[f])}
             value = records.run_id.map(applies)
             records[f] = value if f not in records else records[f].where(records[f].notna(), value)
+            records[f] = _sortable(records[f])
     grid = {k: list(dict.fromkeys(runs[k])) for k in varying}
     text = next((p.scenario_text for p in parts if p.scenario_text), None)
     return Results(records, runs, varying, "runs", folders, text, grid)
@@ -327,7 +330,9 @@ def scenario_fields(text: str | None, source: str = "a scenario.yaml") -> dict[s
 def _flatten(data: dict, prefix: str = "") -> dict:
     out: dict[str, Any] = {}
     for key, value in data.items():
-        if isinstance(value, dict) and value:
+        if as_distribution(value) is not None:  # one field, named whole (`flnet.dist_text`)
+            out[f"{prefix}{key}"] = readable(value)
+        elif isinstance(value, dict) and value:
             out.update(_flatten(value, f"{prefix}{key}."))
         else:
             out[f"{prefix}{key}"] = _hashable(value)
@@ -606,6 +611,8 @@ def _load_sweep(folder: Path) -> Results:
     for f in swept:  # fields already in the records (seed) keep their records' values
         if f not in records:
             records[f] = records.run_id.map(points.set_index("point")[f])
+    for f in swept:
+        points[f], records[f] = readable_column(points[f]), readable_column(records[f])
     runs = points.rename(columns={"point": "run_id"})
     seeds = records.groupby("run_id").seed.first() if "seed" in records else pd.Series()
     runs["seed"] = runs.run_id.map(seeds) if "seed" not in swept else runs["seed"]
@@ -656,6 +663,8 @@ def _from_records(records: pd.DataFrame) -> Results:
         keys = [c for c in ("scenario", "algorithm", "seed") if c in rec]
         rec["run_id"] = rec.groupby(keys, sort=False).ngroup() if keys else 0
         fields = [c for c in ("scenario", "algorithm") if c in rec and rec[c].nunique() > 1]
+    for f in fields:
+        rec[f] = readable_column(rec[f])
     rec = _in_run_order(rec)
     runs = rec.groupby("run_id", sort=False).first().reset_index()
     runs = runs[["run_id", *fields, *(["seed"] if "seed" in runs else [])]]
@@ -664,6 +673,37 @@ def _from_records(records: pd.DataFrame) -> Results:
     runs["status"], runs["folder"] = "unknown", None
     _label_runs(runs, fields, base=_base_label(rec))
     return Results(rec, runs, fields, "records")
+
+
+def readable_column(values: pd.Series) -> pd.Series:
+    """A swept field's values with its distributions as labels show them (`readable`): a
+    sweep's tables keep a distribution as JSON text, and a number swept beside one as text
+    too. Where numbers and named distributions mix, all are text (`_sortable`)."""
+    if not any(as_distribution(v) is not None for v in values):
+        return values
+    shown = values.map(lambda v: readable(v) if as_distribution(v) is not None else _number(v))
+    return _sortable(shown)
+
+
+def _sortable(values: pd.Series) -> pd.Series:
+    """`values` as text where numbers and text mix (a constant beside a named distribution),
+    so that a choice among them sorts; else as they are. Missing values stay missing."""
+    given = [v for v in values if _applies(v)]
+    if all(isinstance(v, str) for v in given) or not any(isinstance(v, str) for v in given):
+        return values
+    return values.map(_as_text)
+
+
+def _number(value: Any) -> Any:
+    """A number written as text (a table's cell beside JSON text) as the number; else as is."""
+    if isinstance(value, str):
+        with contextlib.suppress(ValueError):
+            return float(value)
+    return value
+
+
+def _as_text(value: Any) -> Any:
+    return value if isinstance(value, str) or not _applies(value) else _fmt_value(value)
 
 
 def _first(df: pd.DataFrame, column: str, default: Any = None) -> Any:

@@ -9,9 +9,9 @@ observer that holds the flag: it learns the World at `on_start`, so a signal tha
 run was being built stops it at its first step. A second signal stops at once: it raises
 KeyboardInterrupt wherever the run is, and the runner writes the results so far and keeps the
 last checkpoint (`flnet.runner.Interrupted` says which). So does the first where no safe point
-will come: a stream with nobody online and nothing under way (`flnet.sim.world.StoppedAtOnce`).
-Signals after that are ignored while
-those files are written (SIGKILL still ends the process).
+will come: a stream with nobody online and nothing under way, or whose works go on failing
+with no server update for a second (`flnet.sim.world.StoppedAtOnce`). Signals after that are
+ignored while those files are written (SIGKILL still ends the process).
 """
 
 from __future__ import annotations

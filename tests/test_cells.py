@@ -415,3 +415,20 @@ def test_cells_refuse_the_allocation_planner_and_scheduling_under_mobility():
         )
     # scheduling alone, without mobility, is allowed with cells
     load_scenario("scenarios/quickstart.yaml", [*base, "resources={scheduling: {kind: age_based}}"])
+
+
+def test_interfering_bands_have_no_closed_form_where_the_plain_band_has_one():
+    """The accelerator's closed form (`solve_alone`) holds only without interference: the
+    cells' band and the D2D band with spatial reuse refuse it (so `schedule_alone` replays their
+    steps), while the plain band solves the same two transfers."""
+    from flnet.schema import LogDistance
+    from flnet.sim.interference import D2DReuseBand
+
+    arrival_s, bits, snr_hz = [0.0, 0.0], [1e5, 2e5], [1e8, 1e8]
+    env = simpy.Environment()
+    assert SharedBandArrays(env, W_HZ).solve_alone(arrival_s, bits, snr_hz) is not None
+    cell = _cell_band(_layout())(env)
+    x = np.array([0.0, 10.0, 100.0, 90.0])
+    d2d = D2DReuseBand(env, W_HZ, x, np.zeros(4), np.full(4, 0.1), LogDistance())
+    for band in (cell, d2d):
+        assert band.solve_alone(arrival_s, bits, snr_hz) is None

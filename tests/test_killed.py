@@ -3,6 +3,7 @@ as killed when no process holds its folder's lock, and as running while one does
 run` and `flnet sweep` processes wait at a gate after a checkpoint (tests/gated.py), are
 checked while alive, then get SIGKILL."""
 
+import contextlib
 import json
 import os
 import signal
@@ -12,7 +13,7 @@ import sys
 import pandas as pd
 import pytest
 import yaml
-from gated import REPO, gated_run
+from gated import REPO, Child, gated_run
 from harness import assert_same_tables
 
 from flnet import output
@@ -115,6 +116,71 @@ def test_a_killed_run_without_a_checkpoint_says_to_start_again(tmp_path):
         (out / "summary.json").write_text(json.dumps({"status": "running"}))
         assert output.run_status(out, "running") == "running"
     assert output.run_status(out, "running") == "killed"
+
+
+FORKING = """
+import multiprocessing, os, pathlib, sys, time
+import flnet.runner as runner
+
+stop = pathlib.Path(sys.argv[1])
+
+
+def linger():  # a worker that outlives the run: it holds whatever fork gave it
+    while not stop.exists():
+        time.sleep(0.05)
+
+
+class Fork:
+    def on_start(self, world):
+        pass
+
+    def on_progress(self, world, progress, stopping):
+        if progress.step == 2:  # after round 2's checkpoint
+            worker = multiprocessing.get_context("fork").Process(target=linger, daemon=False)
+            worker.start()
+            print(f"forked {worker.pid}", file=sys.stderr, flush=True)
+            while True:
+                time.sleep(1)
+        return None
+
+    def on_end(self, world, reason):
+        pass
+
+
+real = runner.run
+runner.run = lambda *a, observers=(), **k: real(*a, observers=(*observers, Fork()), **k)
+from flnet.cli import main
+sys.exit(main(sys.argv[2:]))
+"""
+
+
+def test_a_forked_worker_left_by_a_killed_run_does_not_hold_its_folder(tmp_path):
+    """A run forks a multiprocessing worker (a data loader would) and is killed with -9; the
+    worker lives on. An flock belongs to the open file, which fork shares: the worker used to
+    hold the folder's lock, so the folder read as running and `--resume` was refused as "being
+    written by another flnet run (pid <the dead run>)". The worker closes its copy at fork."""
+    path, out, stop = write_scenario(tmp_path), tmp_path / "out", tmp_path / "stop"
+    child = Child([sys.executable, "-c", FORKING, str(stop), "run", path, "--out", out, "-q"])
+    worker = None
+    try:
+        worker = int(child.wait_for("forked ").split()[-1])
+        assert output.lock_holder(out) == str(child.proc.pid)
+        child.proc.send_signal(signal.SIGKILL)
+        assert child.finish() == -signal.SIGKILL
+        os.kill(worker, 0)  # the worker is alive
+        assert output.lock_holder(out) is None
+        assert output.run_status(out, "running") == "killed"
+        code, said = flnet("run", path, "--out", out, "--resume")
+        assert code == 0 and "from round 2" in said, said
+        os.kill(worker, 0)  # still alive: the lock was free while it lived
+    finally:
+        stop.write_text("stop")
+        if child.proc.poll() is None:
+            child.proc.kill()
+        if worker is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(worker, signal.SIGKILL)
+    assert summary_status(out) == "completed"
 
 
 @pytest.fixture

@@ -2,6 +2,11 @@
 traceable (scenario, seeds, command); the papers' scenario files are valid scenarios; a claim's
 verdict is decided seed by seed."""
 
+import json
+import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pandas as pd
@@ -85,3 +90,65 @@ def test_publish_puts_the_figures_beside_the_page_and_rewrites_their_links(tmp_p
     assert page == tmp_path / "docs" / "oledfl.md"
     assert page.read_text() == "# T\n\n![acc](oledfl/accuracy.png)\n\nsee accuracy.png\n"
     assert (tmp_path / "docs" / "oledfl" / "accuracy.png").read_bytes() == b"png"
+
+
+WHEEL_CHECK = """
+import importlib, json, pathlib, re
+import flnet
+from flnet.papers import PAPERS, sources
+
+studies = set()
+for paper, module in PAPERS.items():
+    text = pathlib.Path(importlib.import_module(module).__file__).read_text()
+    studies |= set(re.findall(r'study[(]"(\\w+)"[)]', text))
+    for name in ("cpu", "paper"):
+        sources.scenario_data(paper, name)  # read as flnet run reads it
+found = {
+    "flnet": flnet.__file__,
+    "root": str(sources.ROOT),
+    "shown": sources.shown_path(sources.scenario_path("dfl", "cpu")),
+    "studies": {s: sources.study(s).__file__ for s in sorted(studies)},
+}
+print(json.dumps(found))
+"""
+
+
+def test_an_installed_wheel_carries_the_papers_scenarios_and_studies(tmp_path):
+    """`flnet reproduce` reads scenarios/papers/ and analysis/, which sit beside the package in
+    a checkout. A wheel built from the sdist's files (MANIFEST.in) and installed into a folder
+    of its own, read from outside any checkout, finds every paper's scenarios and studies in
+    its copy, and shows their paths as in a checkout."""
+    pytest.importorskip("setuptools", reason="building the wheel offline needs setuptools")
+    src = tmp_path / "src"
+    src.mkdir()
+    for part in ("pyproject.toml", "setup.py", "MANIFEST.in", "README.md"):
+        shutil.copy(ROOT / part, src / part)
+    for part in ("flnet", "analysis", "scenarios/papers"):
+        shutil.copytree(ROOT / part, src / part, ignore=shutil.ignore_patterns("__pycache__"))
+    pip = [sys.executable, "-m", "pip", "-q", "--disable-pip-version-check"]
+    wheels, site = tmp_path / "dist", tmp_path / "site"
+    options = ["--no-deps", "--no-index", "--no-build-isolation"]
+    subprocess.run([*pip, "wheel", *options, "-w", wheels, src], check=True, cwd=tmp_path)
+    [wheel] = wheels.glob("flnet-*.whl")
+    subprocess.run(
+        [*pip, "install", "--no-deps", "--no-index", "--target", site, wheel], check=True
+    )
+    shutil.rmtree(src)  # no checkout left to read from
+    env = {**os.environ, "PYTHONPATH": str(site)}
+    out = subprocess.run(
+        [sys.executable, "-c", WHEEL_CHECK], capture_output=True, text=True, env=env, cwd=tmp_path
+    )
+    assert out.returncode == 0, out.stderr
+    found = json.loads(out.stdout)
+    shipped = site / "flnet" / "papers" / "shipped"
+    assert found["flnet"] == str(site / "flnet" / "__init__.py")
+    assert found["root"] == str(shipped)
+    assert found["shown"] == "scenarios/papers/dfl/cpu.yaml"
+    assert set(found["studies"]) == {
+        "block_cyclic_study",
+        "delta_sgd_study",
+        "gossip_study",
+        "central_study",
+    }
+    for name, path in found["studies"].items():
+        assert path == str(shipped / "analysis" / f"{name}.py")

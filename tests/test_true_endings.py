@@ -136,6 +136,46 @@ def test_sigterm_to_an_idle_stream_stops_it_at_once_not_after_seven_days(tmp_pat
     assert summary["status"] == "interrupted" and summary["rounds"] == 0
 
 
+@pytest.mark.parametrize("algorithm", ["fedbuff", "fedasync"])
+def test_sigterm_to_a_stream_whose_works_all_fail_stops_it_not_at_the_give_up(tmp_path, algorithm):
+    """Every work is dropped, so no server update (the stream's safe point) comes. Delta-SGD
+    trains each work as it starts (its FLOPs are known only by training), 20 steps each, so
+    the give-up after 1,000 failed works is far off. SIGTERM used to be honoured only there
+    (exit 1, "no upload arrived in 1,000 works"); the stream now stops at a failure about a
+    second after it: exit 130, summary interrupted, the checkpoint of step 0 kept and said."""
+    path, out = tmp_path / "s.yaml", tmp_path / "out"
+    local = {"steps": 20, "batch_size": 8, "lr": None, "optimizer": {"name": "delta_sgd"}}
+    scenario = {
+        **SMALL,
+        "data": {"dataset": "synthetic"},
+        "model": {"kind": "logistic"},
+        "algorithm": {"name": algorithm, "concurrency": 2, "local": local},
+        "clients": {"count": 6, "dropout_probability": 0.999999},
+    }
+    path.write_text(yaml.safe_dump(scenario))
+    child = flnet_run(path, "--out", out, "--quiet")
+    try:
+        deadline = time.monotonic() + 600
+        while not (out / "checkpoint.pt").exists() and time.monotonic() < deadline:
+            assert child.proc.poll() is None, child.text()
+            time.sleep(0.02)
+        child.proc.send_signal(signal.SIGTERM)  # works are failing, one after another
+        assert child.finish(timeout_s=300) == 130, child.text()
+    finally:
+        if child.proc.poll() is None:
+            child.proc.kill()
+    said = child.message()
+    assert "stopped at once (no server update to stop at:" in said, said
+    assert "works in a row failed, the last at" in said
+    assert "the checkpoint of round 0 is kept" in said and "--resume" in said
+    assert "no upload arrived" not in said
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["status"] == "interrupted" and summary["rounds"] == 0
+    assert summary["stop_reason"] is None  # stopped at once, not at a safe point
+    dropped = pd.read_parquet(out / "ledger.parquet").query("outcome == 'dropped'")
+    assert 0 < len(dropped) < 1_000  # the failed works so far are charged (one row each)
+
+
 @pytest.mark.parametrize(
     "algorithm",
     [{"name": "fedavg"}, {"name": "fedbuff", "concurrency": 3, "buffer_size": 2, "cohort": None}],

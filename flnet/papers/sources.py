@@ -1,8 +1,11 @@
-"""Where a paper's reproduction finds its scenarios and its studies: the source checkout.
+"""Where a paper's reproduction finds its scenarios and its studies: the source checkout, or
+an installed wheel's copy of them.
 
 A paper's scenarios live in ``scenarios/papers/<paper>/`` (the paper's own setup beside the
 CPU-scale version run here) and its studies in ``analysis/``; both sit beside the flnet package
-in a checkout of the repository, not in an installed wheel.
+in a checkout of the repository. A wheel carries a copy of them with the same layout under
+``flnet/papers/shipped/`` (setup.py puts it there), read when no checkout is beside the
+package; paths are shown relative to either root, so a report reads the same from both.
 """
 
 from __future__ import annotations
@@ -15,7 +18,16 @@ from types import ModuleType
 from flnet.errors import FlnetError
 from flnet.scenario import resolve
 
-ROOT = Path(__file__).resolve().parents[2]  # the checkout: flnet/papers/ -> flnet/ -> root
+CHECKOUT = Path(__file__).resolve().parents[2]  # flnet/papers/ -> flnet/ -> the checkout
+SHIPPED = Path(__file__).resolve().parent / "shipped"  # an installed wheel's copy
+
+
+def _root() -> Path:
+    """The checkout where the package sits in one (an editable install too), else the copy."""
+    return CHECKOUT if (CHECKOUT / "scenarios" / "papers").is_dir() else SHIPPED
+
+
+ROOT = _root()
 SCENARIOS = ROOT / "scenarios" / "papers"
 STUDIES = ROOT / "analysis"
 
@@ -23,8 +35,9 @@ STUDIES = ROOT / "analysis"
 def _need(path: Path) -> Path:
     if not path.exists():
         raise FlnetError(
-            f"{path} does not exist: `flnet reproduce` runs from a checkout of the flnet "
-            "repository (its scenarios/papers/ and analysis/ folders)"
+            f"{path} does not exist: `flnet reproduce` reads the papers' scenarios/papers/ and "
+            "analysis/ folders from the checkout of the flnet repository that holds the "
+            f"package, or else from the copy an installed wheel has in {SHIPPED}"
         )
     return path
 
@@ -35,7 +48,7 @@ def scenario_path(paper: str, name: str) -> Path:
 
 
 def shown_path(path: Path) -> str:
-    """A scenario's path as a reader types it: relative to the checkout."""
+    """A scenario's path as a reader types it: relative to the checkout (or the copy)."""
     try:
         return str(path.relative_to(ROOT))
     except ValueError:

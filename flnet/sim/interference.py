@@ -33,7 +33,22 @@ from flnet.sim.radio import dbm_to_w, shannon_rate_bps
 SPEED_OF_LIGHT_M_S = 299_792_458.0
 
 
-class CellBand(SharedBandArrays):
+class InterferingBand(SharedBandArrays):
+    """A shared band whose transfers' rates depend on who else is on the air (in other cells,
+    or at other receivers): the round-trip accelerator has no closed form for it and replays
+    its steps instead."""
+
+    def solve_alone(
+        self,
+        arrival_s: list[float] | np.ndarray,
+        bits: list[float] | np.ndarray,
+        snr_hz: list[float],
+    ) -> Schedule | None:
+        """No closed form: the rates depend on the interference of the transfers under way."""
+        return None
+
+
+class CellBand(InterferingBand):
     """Every cell's transfers on one band object of `bandwidth_hz` a channel group. `attached`
     [N]: each client's station; `radiated_w` [N] and `gain` [N, B] make the power a client's
     transfer puts on each station (with `interfering`); `split`: a cell's concurrent transfers
@@ -76,15 +91,6 @@ class CellBand(SharedBandArrays):
             self.interfering,
         )
 
-    def solve_alone(
-        self,
-        arrival_s: list[float] | np.ndarray,
-        bits: list[float] | np.ndarray,
-        snr_hz: list[float],
-    ) -> Schedule | None:
-        """No closed form: the rates depend on who is on the air in other cells."""
-        return None
-
     def freeze_band(self) -> dict:
         return {**super().freeze_band(), "clients": [tx.client for tx in self._active]}
 
@@ -124,7 +130,7 @@ class CellBand(SharedBandArrays):
         return float(delays[first]), self._active[first]
 
 
-class D2DReuseBand(SharedBandArrays):
+class D2DReuseBand(InterferingBand):
     """Device-to-device transmissions with spatial reuse (`radio.d2d.sharing: spatial_reuse`):
     each has the whole band at once, and every other transmission under way interferes at its
     receiver. Transmission k (sender s_k, radiating P_k) puts ``P_k g(s_k, r)`` on receiver r,
@@ -166,14 +172,6 @@ class D2DReuseBand(SharedBandArrays):
         return D2DReuseBand(
             self.env, self.bandwidth_hz, self.x_m, self.y_m, self.radiated_w, self.model
         )
-
-    def solve_alone(
-        self,
-        arrival_s: list[float] | np.ndarray,
-        bits: list[float] | np.ndarray,
-        snr_hz: list[float],
-    ) -> Schedule | None:
-        return None
 
     def freeze_band(self) -> dict:
         return {

@@ -33,6 +33,7 @@ way is frozen into the published state's `flight` (see `stream`) and resumes to 
 from __future__ import annotations
 
 import functools
+import time
 from collections import Counter
 from collections.abc import Callable, Generator, Iterator
 from typing import Any, NamedTuple, Protocol
@@ -585,7 +586,9 @@ def stream(
     arrives goes to `server.receive`, in arrival order; a server update is published at once.
     No round barrier. The value is the work still under way when the run stopped. A stop
     requested while nobody is online and nothing is under way, where no update will come to
-    stop at, stops at once (`StoppedAtOnce`), not after IDLE_GIVE_UP_S.
+    stop at, stops at once (`StoppedAtOnce`), not after IDLE_GIVE_UP_S; so does one where works
+    go on failing and no update has come for STOP_PATIENCE_S of wall time since (at the next
+    failure), not after GIVE_UP_FAILED_FIRST failed works.
 
     Keys: a client's work is keyed by (client, its work count); the n-th launch picks uniformly
     among idle clients with the generator (seed, ARRIVALS, n), or with `pick(n, busy) ->
@@ -651,6 +654,7 @@ def stream(
         flight.failed.clear()
         if arrival is None:  # a work failed (dropped, interrupted, lost): its slot is free
             flight.give_up_if_nothing_arrives()
+            flight.stop_if_no_update_comes()
             continue
         busy.discard(arrival.client)
         world.events += 1
@@ -672,6 +676,10 @@ IDLE_GIVE_UP_S = 7 * 86400.0  # a stream idle this long fails (nobody will come 
 # By chance alone: 1,000 in a row is a 4e-5 event at a 99% failure rate, 10,000 one at 99.9%.
 GIVE_UP_FAILED_FIRST = 1_000
 GIVE_UP_FAILED = 10_000
+# A stop requested (Ctrl-C, SIGTERM) in a stream whose works fail, with no server update (its
+# safe point) for this long in wall time since: it stops at once at the next failure. Wall
+# time, as the person waiting sees it; an update that comes sooner is the usual safe stop.
+STOP_PATIENCE_S = 1.0
 
 
 def _pick_idle(
@@ -714,6 +722,7 @@ class _Flight:
         self.failed_in_a_row: Counter[str] = Counter()  # outcomes since the last arrival
         self.any_arrived = False  # since this process started (a resumed stream: its version)
         self.wake = world.signal()
+        self.stop_seen_s: float | None = None  # wall time a failure first saw a stop requested
 
     def launch(self, client: int, count: int, launch: int, work: Work) -> None:
         self.under_way.append(_Work(self, client, count, launch, self.server.version, work))
@@ -742,6 +751,24 @@ class _Flight:
             "simulated s: "
             "every work fails before it is delivered; check clients.dropout_probability, "
             "clients.availability (sessions shorter than a work) and clients.battery"
+        )
+
+    def stop_if_no_update_comes(self) -> None:
+        """At a failure: stop at once (`StoppedAtOnce`) when a stop was requested and no server
+        update, where it would be taken, has come for STOP_PATIENCE_S of wall time since a
+        failure first saw it. An update turns the request into the run's stop, so it is still
+        requested here only while none has come."""
+        if self.world.stop_requested is None:
+            return
+        now_s = time.monotonic()
+        if self.stop_seen_s is None:
+            self.stop_seen_s = now_s
+        if now_s - self.stop_seen_s < STOP_PATIENCE_S:
+            return
+        failed = sum(self.failed_in_a_row.values())
+        raise StoppedAtOnce(
+            f"no server update to stop at: {failed:,} works in a row failed, the last at "
+            f"{self.world.now:.4g} simulated s"
         )
 
     def arrive(self, done: _Work) -> None:

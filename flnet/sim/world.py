@@ -60,8 +60,9 @@ INTERRUPTED = "interrupted"  # the stop reason of `request_stop` from a signal
 
 class StoppedAtOnce(KeyboardInterrupt):
     """A stop was requested (`World.request_stop`: a signal) where no safe point will come:
-    a stream with nobody online and nothing under way. The run stops at once, as on a second
-    Ctrl-C: the runner writes its results so far and keeps the last checkpoint."""
+    a stream with nobody online and nothing under way, or whose works go on failing with no
+    server update. The run stops at once, as on a second Ctrl-C: the runner writes its
+    results so far and keeps the last checkpoint."""
 
 
 class Progress(NamedTuple):
