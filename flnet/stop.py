@@ -57,7 +57,8 @@ class StopOnSignal:
                 + (
                     "the run has ended; writing its results and final checkpoint"
                     if self.ended
-                    else "stopping at the end of this round to keep a checkpoint"
+                    else "stopping at the end of this round (a stream's next server update) to "
+                    "keep a checkpoint, or at once where none will come"
                 )
                 + " (press Ctrl-C again to stop at once, keeping the last checkpoint)"
             )
