@@ -17,7 +17,7 @@ import time
 import numpy as np
 import simpy
 
-from flnet.sim.cells import CellLayout
+from flnet.sim.cells import CellLayout, FixedCells
 from flnet.sim.channel import SharedBandArrays
 from flnet.sim.interference import CellBand
 
@@ -58,9 +58,8 @@ class Cells:
         self.gain = 10 ** rng.uniform(-14, -10, (registered, STATIONS))
 
     def __call__(self, env: simpy.Environment) -> CellBand:
-        return CellBand(
-            env, 20e6, self.cells, self.attached, self.radiated_w, self.gain, True, True
-        )
+        rows = FixedCells(self.attached, self.gain)
+        return CellBand(env, 20e6, self.cells, rows, self.radiated_w, True, True)
 
     @property
     def bytes_per_client(self) -> float:

@@ -39,6 +39,7 @@ from flnet.sim import population as population_mod
 from flnet.sim.at_once import AtOnce, EventByEvent, RoundPlan
 from flnet.sim.availability import Availability, Diurnal
 from flnet.sim.battery import Battery
+from flnet.sim.cell_clients import cell_clients
 from flnet.sim.channel import Channel, SharedBand, Transmission, band, timeout_at
 from flnet.sim.classes import ClassEnergy
 from flnet.sim.costs import Costs, Devices
@@ -46,7 +47,6 @@ from flnet.sim.d2d import AirScheduler, D2DJob
 from flnet.sim.fate import SURE, Ends, Fate
 from flnet.sim.interference import D2DReuseBand
 from flnet.sim.ledger import NOBODY, SERVER, Ledger, Tag
-from flnet.sim.mobility import moving_cells
 from flnet.sim.network import Link, Network, d2d_link
 from flnet.sim.resources import Policies, equal_share_rate_bps
 from flnet.sim.scheduling import Work
@@ -312,7 +312,7 @@ class World:
             self.speeds = speeds_from(clients.capacity_trace, seed, flops_per_sample, clients.count)
         self.costs = Costs(self.devices, self.speeds, clients.count, seed, radio.rayleigh_fading)
         self.network = Network(
-            self.env, radio, pop, self.speeds, moving_cells(radio, clients, seed, pop)
+            self.env, radio, pop, self.speeds, cell_clients(radio, clients, seed, pop)
         )
         self.availability: Availability = availability_mod.build(clients.availability, seed)
         self._stops = ScheduledStops(self.env)  # work to end when its session does
@@ -335,7 +335,7 @@ class World:
         # (not where clients move: a round's uploads may start in a later epoch than its start)
         self.round_plan: RoundPlan = (
             AtOnce(self.network, self.costs, self.env, self.fates_sure)
-            if self.fates_known and self.network.moving is None
+            if self.fates_known and getattr(self.network.cells, "walk", None) is None
             else EventByEvent()
         )
         self.observers: list[Observer] = []
@@ -464,7 +464,7 @@ class World:
         if self.speeds is not None:
             return self.speeds.up_rate_bps[self.speeds.mapping(clients)]
         share = users if net.uplink.shared else 1
-        snr = self.population.up_snr_hz[clients]
+        snr = net.snr_hz(clients)
         return equal_share_rate_bps(net.uplink.bandwidth_hz, share, snr)
 
     def allocate(
@@ -976,7 +976,9 @@ class World:
 
     def positions_m(self, nodes: np.ndarray) -> np.ndarray:
         """[len(nodes), 2] the clients' (x, y) in metres (`clients.positions`)."""
-        pop = self.population
+        pop, cells = self.population, self.network.cells
+        if not len(pop.x_m) and cells is not None:  # drawn by client (flnet.sim.cells)
+            return cells.start_xy_m(np.asarray(nodes, dtype=np.int64))
         if not len(pop.x_m):
             raise ScenarioError("no positions: set clients.positions", field="clients.positions")
         return np.stack([pop.x_m[nodes], pop.y_m[nodes]], axis=1)
