@@ -466,22 +466,25 @@ def test_cells_cost_nothing_per_registered_client():
     assert peaks["cells"] < nbytes + 8 * 1_000_000 + 1_000_000, (peaks, nbytes)
 
 
-def test_a_run_with_moving_cells_resumes_to_the_bit(tmp_path):
-    """A checkpoint mid-run with moving clients: the resumed run walks each client from t = 0
-    to the same positions, so its records and ledger are the whole run's."""
+def test_a_stream_with_moving_cells_resumes_to_the_bit(tmp_path):
+    """FedBuff's checkpoints hold transfers under way: thawed, each takes its station and gains
+    as of its own start, and every client walks again from t = 0 to the same positions, so
+    the resumed run's records and ledger are the whole run's."""
     from flnet.runner import run
 
     over = [
-        *CELLS,
-        "radio.cells.mobility={min_speed_m_s: 5, max_speed_m_s: 10, epoch_s: 0.05}",
-        "run.eval_every=1",
+        "clients.count=24",
+        "clients.positions={kind: uniform, side_m: 1000}",
+        "radio.cells={stations_xy_m: [[250, 250], [750, 250], [250, 750], [750, 750]], "
+        "mobility: {min_speed_m_s: 5, max_speed_m_s: 10, epoch_s: 0.05}}",
+        "run.eval_every=2",
     ]
-    whole = flnet.run("scenarios/quickstart.yaml", [*over, "run.rounds=4"], write=False)
+    whole = flnet.run("scenarios/fedbuff.yaml", [*over, "run.rounds=8"], write=False)
     out = f"output.dir={tmp_path / 'b'}"
-    run("scenarios/quickstart.yaml", [*over, out, "run.rounds=2", "run.checkpoint_every=1"])
+    run("scenarios/fedbuff.yaml", [*over, out, "run.rounds=4", "run.checkpoint_every=2"])
     resumed = run(
-        "scenarios/quickstart.yaml",
-        [*over, out, "run.rounds=4", "run.checkpoint_every=1"],
+        "scenarios/fedbuff.yaml",
+        [*over, out, "run.rounds=8", "run.checkpoint_every=2"],
         resume=True,
     )
     assert whole.records.equals(resumed.records)

@@ -128,17 +128,14 @@ class CellClients:
             epoch_s = self.walk.model.epoch_s
             xy = self.walk.at(clients, self.epoch_of(t_s) * epoch_s, xy)
         x_m, y_m = xy[:, 0], xy[:, 1]
-        with np.errstate(over="ignore", divide="ignore", invalid="ignore"):  # checked below
-            gain = cells_mod.gains(radio, layout, x_m, y_m, normal, clients)
-            station = cells_mod.attach(radio.cells.attach, gain, layout, x_m, y_m)
-            serving = gain[np.arange(len(clients)), station]
-            up = self.radiated_w[clients] * serving / layout.noise_w_hz
-            down = layout.station_power_w[station] * serving / layout.noise_w_hz
-            for name, snr, band_hz in (
-                ("uplink", up, layout.up_hz),
-                ("downlink", down, layout.down_hz),
-            ):
-                check_rates(name, snr, band_hz, clients)
+        # loss >= 0 dB and finite powers (checked): no overflow, no division by zero
+        gain = cells_mod.gains(radio, layout, x_m, y_m, normal, clients)
+        station = cells_mod.attach(radio.cells.attach, gain, layout, x_m, y_m)
+        serving = gain[np.arange(len(clients)), station]
+        up = self.radiated_w[clients] * serving / layout.noise_w_hz
+        down = layout.station_power_w[station] * serving / layout.noise_w_hz
+        check_rates("uplink", up, layout.up_hz, clients)
+        check_rates("downlink", down, layout.down_hz, clients)
         if keep and len(clients) <= ROWS_KEPT:
             if len(self._rows) + len(clients) > ROWS_KEPT:
                 self._rows.clear()

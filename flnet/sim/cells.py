@@ -94,7 +94,9 @@ def client_draws(seed: int, clients: np.ndarray, stations: int) -> tuple[np.ndar
     generator, keyed (seed, CELLS, client) (the module docstring)."""
     keys = key_rows(stream_key(seed, Stream.CELLS), clients)
     normal, unit_xy = np.empty((len(keys), stations)), np.empty((len(keys), 2))
-    for i, rng in enumerate(draws.generators(keys)):
+    few = len(keys) < draws.BLOCK_MIN_ROWS  # numpy's own: the block's fixed cost is more
+    rngs = (np.random.default_rng(k) for k in keys.tolist()) if few else draws.generators(keys)
+    for i, rng in enumerate(rngs):
         normal[i] = rng.standard_normal(stations)
         unit_xy[i] = rng.random(2)
     return normal, unit_xy

@@ -77,7 +77,10 @@ class Waypoints:
     def _draw(self, clients: np.ndarray, legs: np.ndarray) -> np.ndarray:
         """`legs` with their waypoints and speeds drawn (by client and leg index)."""
         keys = key_rows(stream_key(self.seed, Stream.MOBILITY), clients, legs[:, LEG])
-        u = draws.uniforms(keys, 3)
+        if len(keys) < draws.BLOCK_MIN_ROWS:  # numpy's own: the block's fixed cost is more
+            u = np.array([np.random.default_rng(k).random(3) for k in keys.tolist()])
+        else:
+            u = draws.uniforms(keys, 3)
         model = self.model
         legs[:, X1:SPEED] = self.side_m * u[:, :2]
         legs[:, SPEED] = model.min_speed_m_s + (model.max_speed_m_s - model.min_speed_m_s) * u[:, 2]
@@ -94,9 +97,8 @@ class Waypoints:
         dx, dy = legs[:, X1] - legs[:, X0], legs[:, Y1] - legs[:, Y0]
         distance_m = np.hypot(dx, dy)
         walked_m = legs[:, SPEED] * (t_s - legs[:, START_S])
-        there = walked_m >= distance_m
-        with np.errstate(divide="ignore", invalid="ignore"):  # distance 0: there
-            frac = np.where(there, 1.0, walked_m / distance_m)
+        there = walked_m >= distance_m  # so short of it, distance_m > 0
+        frac = walked_m / np.where(there, 1.0, distance_m)
         xy = np.empty((len(legs), 2))
         xy[:, 0] = np.where(there, legs[:, X1], legs[:, X0] + dx * frac)
         xy[:, 1] = np.where(there, legs[:, Y1], legs[:, Y0] + dy * frac)
