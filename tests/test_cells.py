@@ -427,6 +427,27 @@ def test_what_a_client_sees_does_not_depend_on_who_else_is_asked_or_when():
     assert np.array_equal(np.array(got), together.gain)
 
 
+def test_the_fastest_round_trip_with_cells_is_the_best_clients_and_may_stop_early(monkeypatch):
+    """The deadline check's bound with cells: every client's download, compute and upload
+    alone, as each client's own links give them; with `enough_s`, the first block holding a
+    client that quick ends the pass."""
+    from flnet.sim import world as world_mod
+
+    sc = load_scenario("scenarios/quickstart.yaml", MOVING)
+    world = world_mod.World(sc.clients, sc.radio, sc.seed)
+    alone = world.alone_s(np.arange(40), 1e6, 1e9, 1e6)
+    each = alone.down_s + alone.up_s + alone.compute_s
+    assert world.fastest_round_trip_s(1e6, 1e9, 1e6) == each.min()
+    monkeypatch.setattr(world_mod, "FASTEST_BLOCK", 16)
+    assert world.fastest_round_trip_s(1e6, 1e9, 1e6) == each.min()
+    assert world.fastest_round_trip_s(1e6, 1e9, 1e6, enough_s=math.inf) == each[:16].min()
+    assert world.network.cells.kept == 40  # the pass keeps nothing; alone_s's 40 are kept
+    with pytest.raises(ScenarioError, match=r"deadline_s"):  # no client that quick
+        flnet.run(
+            "scenarios/quickstart.yaml", [*CELLS, "algorithm.cohort.deadline_s=1e-6"], write=False
+        )
+
+
 def test_cells_cost_nothing_per_registered_client():
     """1,000,000 registered clients with moving cells: building the world and asking 100
     clients in two epochs peaks below the same world without cells (whose SNR columns are

@@ -124,9 +124,9 @@ class CellClients:
             xy = np.stack([self._given[0][clients], self._given[1][clients]], axis=1)
         else:
             xy = self._side_m * unit_xy
-        if self.walk is not None:
-            epoch_s = self.walk.model.epoch_s
-            xy = self.walk.at(clients, self.epoch_of(t_s) * epoch_s, xy)
+        epoch = self.epoch_of(t_s)
+        if self.walk is not None and epoch > 0:  # in epoch 0 everyone is where it started
+            xy = self.walk.at(clients, epoch * self.walk.model.epoch_s, xy)
         x_m, y_m = xy[:, 0], xy[:, 1]
         # loss >= 0 dB and finite powers (checked): no overflow, no division by zero
         gain = cells_mod.gains(radio, layout, x_m, y_m, normal, clients)

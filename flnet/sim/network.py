@@ -144,32 +144,34 @@ class Network:
         self, bits: float, clients: np.ndarray | None = None, down: bool = False
     ) -> np.ndarray:
         """[C] seconds each client's uplink (or downlink) takes for `bits`, alone on its band
-        and without fading (with cells and no `clients`: every client's, a block at a time)."""
+        and without fading."""
         if self.speeds is not None:
             rates = self.speeds.down_rate_bps if down else self.speeds.up_rate_bps
             rows = self.speeds.mapping(np.arange(self._n) if clients is None else clients)
             return bits / rates[rows]
         channel = self.downlink if down else self.uplink
+        if clients is None and self.cells is not None:
+            clients = np.arange(self._n)  # every client's, computed now
         if clients is not None:
             snr = self.snr_hz(clients, down)
-        elif self.cells is not None:
-            snr = np.concatenate([self._every_snr_hz(block, down) for block in _blocks(self._n)])
         else:
             snr = self._down_snr_hz if down else self._up_snr_hz
         with np.errstate(divide="ignore"):
             return bits / np.asarray(shannon_rate_bps(channel.bandwidth_hz, snr))
 
-    def _every_snr_hz(self, clients: np.ndarray, down: bool) -> np.ndarray:
-        assert self.cells is not None
-        served = self.cells.compute(clients, self.env.now)  # not kept: a pass over everyone
-        return served.down_snr_hz if down else served.up_snr_hz
-
-
-EVERY_CLIENT_BLOCK = 65_536  # clients computed at a time in a pass over every client
-
-
-def _blocks(n: int) -> list[np.ndarray]:
-    return [np.arange(a, min(a + EVERY_CLIENT_BLOCK, n)) for a in range(0, n, EVERY_CLIENT_BLOCK)]
+    def star_alone_s(
+        self, down_bits: float, up_bits: float, clients: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """[C] each of `clients`' download and upload seconds, each alone on its band and
+        without fading, as `alone_s` gives them; the cells' in one pass and not kept (for a
+        pass over many clients)."""
+        if self.cells is None:
+            return self.alone_s(down_bits, clients, down=True), self.alone_s(up_bits, clients)
+        served = self.cells.compute(clients, self.env.now)
+        with np.errstate(divide="ignore"):
+            down_s = down_bits / shannon_rate_bps(self.downlink.bandwidth_hz, served.down_snr_hz)
+            up_s = up_bits / shannon_rate_bps(self.uplink.bandwidth_hz, served.up_snr_hz)
+        return down_s, up_s
 
 
 def cell_bands(env: simpy.Environment, cells: CellClients) -> tuple:
