@@ -83,21 +83,26 @@ class CellClients:
         """What `clients` see at `t_s` (kept for this epoch, up to ROWS_KEPT)."""
         clients = np.asarray(clients, dtype=np.int64)
         self._move_to(self.epoch_of(t_s))
-        missing = np.array([c not in self._rows for c in clients.tolist()], dtype=bool).reshape(
-            len(clients)
-        )
+        kept = [self._rows.get(c) for c in clients.tolist()]
+        missing = np.array([row is None for row in kept], dtype=bool).reshape(len(clients))
         if missing.all():
             return self._compute(clients, t_s, keep=True)
-        if missing.any():
-            self._compute(clients[missing], t_s, keep=True)
-        rows = [self._rows[c] for c in clients.tolist()]
         b = self.layout.stations
-        return Served(
-            np.array([r[0] for r in rows], dtype=np.int64),
-            np.array([r[1] for r in rows], dtype=float),
-            np.array([r[2] for r in rows], dtype=float),
-            np.array([r[3] for r in rows], dtype=float).reshape(len(rows), b),
+        served = Served(
+            np.empty(len(clients), dtype=np.int64),
+            np.empty(len(clients)),
+            np.empty(len(clients)),
+            np.empty((len(clients), b)),
         )
+        for i, row in enumerate(kept):
+            if row is not None:
+                served.station[i], served.up_snr_hz[i], served.down_snr_hz[i] = row[:3]
+                served.gain[i] = row[3]
+        if missing.any():  # computing them may empty the rows kept: those were read first
+            new = self._compute(clients[missing], t_s, keep=True)
+            for mine, theirs in zip(served, new):
+                mine[missing] = theirs
+        return served
 
     def compute(self, clients: np.ndarray, t_s: float) -> Served:
         """What `clients` see at `t_s`, without keeping it (a pass over many clients)."""
