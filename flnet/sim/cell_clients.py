@@ -18,10 +18,11 @@ import numpy as np
 
 from flnet.schema import ClientsConfig, PhysicalRadio, Radio
 from flnet.sim import cells as cells_mod
+from flnet.sim.kept import KeptRows
 from flnet.sim.mobility import Waypoints
 from flnet.sim.population import Population, check_rates
 
-ROWS_KEPT = 65_536  # clients whose station, SNRs and gains in the current epoch are kept
+ROWS_KEPT = 16_384  # clients whose station, SNRs and gains in the current epoch are kept
 
 
 class Served(NamedTuple):
@@ -52,7 +53,8 @@ class CellClients:
             side_m = cells.mobility.side_m
             self.walk = Waypoints(cells.mobility, self._side_m if side_m is None else side_m, seed)
         self._epoch = 0
-        self._rows: dict[int, tuple[int, float, float, np.ndarray]] = {}
+        # this epoch's of the clients asked: station, uplink and downlink SNR, then B gains
+        self._rows = KeptRows(3 + self.layout.stations, ROWS_KEPT)
 
     @property
     def kept(self) -> int:
@@ -72,49 +74,39 @@ class CellClients:
     def serving(self, client: int, t_s: float) -> tuple[int, np.ndarray]:
         """The station and [B] gains of `client`'s transfers starting at `t_s`."""
         row = self._row(client, t_s)
-        return row[0], row[3]
+        return int(row[0]), row[3:].copy()
 
     def snr_hz(self, client: int, t_s: float, down: bool) -> float:
         """`client`'s downlink (or uplink) ``P g / N0`` at `t_s`."""
-        row = self._row(client, t_s)
-        return row[2] if down else row[1]
+        return float(self._row(client, t_s)[2 if down else 1])
 
     def at(self, clients: np.ndarray, t_s: float) -> Served:
         """What `clients` see at `t_s` (kept for this epoch, up to ROWS_KEPT)."""
         clients = np.asarray(clients, dtype=np.int64)
         self._move_to(self.epoch_of(t_s))
-        kept = [self._rows.get(c) for c in clients.tolist()]
-        missing = np.array([row is None for row in kept], dtype=bool).reshape(len(clients))
-        if missing.all():
-            return self._compute(clients, t_s, keep=True)
-        b = self.layout.stations
-        served = Served(
-            np.empty(len(clients), dtype=np.int64),
-            np.empty(len(clients)),
-            np.empty(len(clients)),
-            np.empty((len(clients), b)),
+        found, rows = self._rows.get(clients)
+        if not found.all():  # computing them may empty the rows kept: those were read first
+            missing = ~found
+            rows[missing] = self._as_rows(self._compute(clients[missing], t_s, keep=True))
+        return Served(
+            rows[:, 0].astype(np.int64), rows[:, 1].copy(), rows[:, 2].copy(), rows[:, 3:]
         )
-        for i, row in enumerate(kept):
-            if row is not None:
-                served.station[i], served.up_snr_hz[i], served.down_snr_hz[i] = row[:3]
-                served.gain[i] = row[3]
-        if missing.any():  # computing them may empty the rows kept: those were read first
-            new = self._compute(clients[missing], t_s, keep=True)
-            for mine, theirs in zip(served, new):
-                mine[missing] = theirs
-        return served
 
     def compute(self, clients: np.ndarray, t_s: float) -> Served:
         """What `clients` see at `t_s`, without keeping it (a pass over many clients)."""
         return self._compute(np.asarray(clients, dtype=np.int64), t_s, keep=False)
 
-    def _row(self, client: int, t_s: float) -> tuple[int, float, float, np.ndarray]:
+    def _row(self, client: int, t_s: float) -> np.ndarray:
         self._move_to(self.epoch_of(t_s))
-        row = self._rows.get(client)
+        row = self._rows.row(client)
         if row is None:
-            self._compute(np.array([client], dtype=np.int64), t_s, keep=True)
-            row = self._rows[client]
+            return self._as_rows(self._compute(np.array([client], dtype=np.int64), t_s, True))[0]
         return row
+
+    @staticmethod
+    def _as_rows(served: Served) -> np.ndarray:
+        """[C, 3 + B]: station, uplink and downlink SNR, gains."""
+        return np.column_stack([served.station, served.up_snr_hz, served.down_snr_hz, served.gain])
 
     def _move_to(self, epoch: int) -> None:
         if epoch != self._epoch:
@@ -141,12 +133,10 @@ class CellClients:
         down = layout.station_power_w[station] * serving / layout.noise_w_hz
         check_rates("uplink", up, layout.up_hz, clients)
         check_rates("downlink", down, layout.down_hz, clients)
-        if keep and len(clients) <= ROWS_KEPT:
-            if len(self._rows) + len(clients) > ROWS_KEPT:
-                self._rows.clear()
-            for i, c in enumerate(clients.tolist()):
-                self._rows[c] = (int(station[i]), float(up[i]), float(down[i]), gain[i])
-        return Served(station, up, down, gain)
+        served = Served(station, up, down, gain)
+        if keep:
+            self._rows.put(clients, self._as_rows(served))
+        return served
 
 
 def cell_clients(

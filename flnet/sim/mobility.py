@@ -26,8 +26,9 @@ import numpy as np
 from flnet import draws
 from flnet.rng import Stream, key_rows, stream_key
 from flnet.schema import RandomWaypoint
+from flnet.sim.kept import KeptRows
 
-LEGS_KEPT = 65_536  # clients whose current leg is kept (7 floats each); full: start over
+LEGS_KEPT = 16_384  # clients whose current leg is kept (7 floats each, flnet.sim.kept)
 # a leg's columns: its index, start instant, from (x, y), to (x, y), speed
 LEG, START_S, X0, Y0, X1, Y1, SPEED = range(7)
 
@@ -37,8 +38,7 @@ class Waypoints:
 
     def __init__(self, model: RandomWaypoint, side_m: float, seed: int) -> None:
         self.model, self.side_m, self.seed = model, side_m, seed
-        self._slot: dict[int, int] = {}  # client -> its row of _legs
-        self._legs = np.empty((64, 7))
+        self._legs = KeptRows(7, LEGS_KEPT)  # each client's leg as last seen
 
     def epoch_of(self, t_s: float) -> int:
         return math.floor(t_s / self.model.epoch_s)
@@ -46,16 +46,13 @@ class Waypoints:
     @property
     def kept(self) -> int:
         """How many clients' legs are kept."""
-        return len(self._slot)
+        return len(self._legs)
 
     def at(self, clients: np.ndarray, t_s: float, start_xy_m: np.ndarray) -> np.ndarray:
         """[C, 2] where `clients` are at instant `t_s` (>= 0), `start_xy_m` [C, 2] their
         positions at t = 0."""
         clients = np.asarray(clients, dtype=np.int64)
-        legs = np.zeros((len(clients), 7))
-        slots = np.array([self._slot.get(c, -1) for c in clients.tolist()], dtype=np.int64)
-        known = slots >= 0
-        legs[known] = self._legs[slots[known]]
+        known, legs = self._legs.get(clients)
         # one never seen, or last seen on a leg after t_s: from its first leg
         fresh = ~known | (legs[:, START_S] > t_s)
         if fresh.any():
@@ -71,7 +68,7 @@ class Waypoints:
             nxt[:, START_S] = self._end_s(legs[done])
             nxt[:, X0:X1] = legs[done, X1:SPEED]  # from the waypoint just reached
             legs[done] = self._draw(clients[done], nxt)
-        self._keep(clients, legs)
+        self._legs.put(clients, legs)
         return self._position(legs, t_s)
 
     def _draw(self, clients: np.ndarray, legs: np.ndarray) -> np.ndarray:
@@ -103,23 +100,3 @@ class Waypoints:
         xy[:, 0] = np.where(there, legs[:, X1], legs[:, X0] + dx * frac)
         xy[:, 1] = np.where(there, legs[:, Y1], legs[:, Y0] + dy * frac)
         return xy
-
-    def _keep(self, clients: np.ndarray, legs: np.ndarray) -> None:
-        """Keep the clients' current legs, at most LEGS_KEPT (emptied when full: a leg is a
-        function of its client and index, so dropping it loses nothing but the walk)."""
-        if len(clients) > LEGS_KEPT:
-            return
-        slots = np.array([self._slot.get(c, -1) for c in clients.tolist()], dtype=np.int64)
-        new = np.flatnonzero(slots < 0)
-        if len(self._slot) + len(new) > LEGS_KEPT:
-            self._slot.clear()
-            slots[:] = -1
-            new = np.arange(len(clients))
-        first = len(self._slot)
-        for i, c in zip(new.tolist(), clients[new].tolist()):
-            slots[i] = self._slot.setdefault(c, len(self._slot))
-        if len(self._slot) > len(self._legs):
-            grown = np.empty((min(2 * len(self._slot), LEGS_KEPT), 7))
-            grown[:first] = self._legs[:first]
-            self._legs = grown
-        self._legs[slots] = legs
