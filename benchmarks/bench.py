@@ -1260,6 +1260,7 @@ def population_report(quick: bool) -> None:
         f"diurnal's); peak RSS {b['peak_rss_mb']:5.0f} MB "
         f"({b['peak_rss_mb'] - r['peak_rss_mb']:+.0f} MB over diurnal without batteries)"
     )
+    cells_report(big, rounds)
     scheduler_report(big, rounds)
     from flnet.algorithms import ALGORITHMS
 
@@ -1287,6 +1288,31 @@ def population_report(quick: bool) -> None:
         f"{sum(map(mb, w)):.0f} over {len(w)} checkpoints (c_i of the clients seen so far: "
         f"{100 * rounds * 7850 * 4 / 1e6:.0f} MB at most)"
     )
+
+
+SEVEN_CELLS = (
+    "clients.positions={kind: uniform, side_m: 1000}",
+    "radio.cells={stations_xy_m: [[0, 0], [500, 0], [1000, 0], [0, 500], [500, 500], "
+    "[1000, 500], [500, 1000]]}",
+)
+
+
+def cells_report(big: dict, rounds: int) -> None:
+    """1,000,000 clients in 7 cells, standing and moving, against one access point (`big`):
+    the cells cost per client asked about (flnet.sim.cell_clients), so peak RSS should not
+    grow with the registered clients."""
+    for label, extra in (
+        ("7 cells", ()),
+        ("7 cells, moving (1 s epochs)", ("radio.cells.mobility={epoch_s: 1}",)),
+    ):
+        c = population_case("clients.count=1000000", f"run.rounds={rounds}", *SEVEN_CELLS, *extra)
+        print(
+            f"  1,000,000 in {label} (uniform on 1 km): built in {c['build_s']:5.2f} s; a round "
+            f"{c['round_s'] * 1e3:5.0f} ms ({c['round_cpu_s'] * 1e3:4.0f} CPU-ms, "
+            f"{c['round_cpu_s'] / big['round_cpu_s']:.2f}x one access point's); peak RSS "
+            f"{c['peak_rss_mb']:5.0f} MB ({c['peak_rss_mb'] - big['peak_rss_mb']:+.0f} MB over one "
+            "access point)"
+        )
 
 
 def scheduler_cost(kind: str, n: int, k: int, rounds: int) -> tuple[float, float]:

@@ -4,9 +4,11 @@
 
 For n uplinks under way at once in 7 co-channel cells (reuse 1), on a population of N registered
 clients, prints the CPU-microseconds per transfer (each start and end re-times all n) of the
-cells' band (`flnet.sim.interference.CellBand`) beside the plain shared band, and the memory the
-cells add per registered client. The band reads only the rows of the clients that transmit, so
-its cost per event grows with n (and the stations), not with N.
+cells' band (`flnet.sim.interference.CellBand`) beside the plain shared band. The band reads only
+the rows of the clients that transmit, so its cost per event grows with n (and the stations),
+not with N. The [N] and [N, B] arrays here stand in for a run's rows; a run keeps none, it
+computes a client's when asked (`flnet.sim.cell_clients`; peak RSS at 1,000,000 clients with and
+without cells: `bench.py --population`).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import time
 import numpy as np
 import simpy
 
-from flnet.sim.cells import CellLayout
+from flnet.sim.cells import CellLayout, FixedCells
 from flnet.sim.channel import SharedBandArrays
 from flnet.sim.interference import CellBand
 
@@ -58,9 +60,8 @@ class Cells:
         self.gain = 10 ** rng.uniform(-14, -10, (registered, STATIONS))
 
     def __call__(self, env: simpy.Environment) -> CellBand:
-        return CellBand(
-            env, 20e6, self.cells, self.attached, self.radiated_w, self.gain, True, True
-        )
+        rows = FixedCells(self.attached, self.gain)
+        return CellBand(env, 20e6, self.cells, rows, self.radiated_w, True, True)
 
     @property
     def bytes_per_client(self) -> float:
@@ -82,7 +83,10 @@ def main() -> None:
     print(f"CPU-us per transfer, n uplinks at once in {STATIONS} co-channel cells:")
     for registered in (1_000, 1_000_000):
         cells, plain = Cells(registered), Plain(registered)
-        print(f"  N = {registered:>9,} registered ({cells.bytes_per_client:.0f} B/client added):")
+        print(
+            f"  N = {registered:>9,} registered "
+            f"({cells.bytes_per_client:.0f} B/client of stand-ins):"
+        )
         for n in (10, 100, 1000):
             with_cells = per_transfer_us(cells, n, args.reps)
             alone = per_transfer_us(plain, n, args.reps)

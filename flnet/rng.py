@@ -72,8 +72,9 @@ class Stream(IntEnum):
     BATTERY_ZONES = 1_000_061  # a client's time zone for charging (clients.battery), by client
     DEVICE_CLASSES = 1_000_062  # every client's device class (unkeyed: one draw of the column)
     CLASS_DEVICES = 1_000_063  # a device class's own cpu_hz, ..., keyed by (class index)
-    CELLS = 1_000_070  # shadowing of every client-station link (radio.cells; one [N, B] draw)
-    MOBILITY = 1_000_071  # random waypoint legs begun in an epoch, keyed by (epoch)
+    # radio.cells: a client's shadowing to the stations, then its uniform position, by (client)
+    CELLS = 1_000_070
+    MOBILITY = 1_000_071  # a client's random waypoint leg (waypoint, speed), by (client, leg)
 
 
 def stream_key(seed: int, stream: Stream, *keys: int) -> list[int]:

@@ -487,7 +487,7 @@ def check_deadline(scenario: Scenario, world: World, learner: Learner) -> None:
             ((sizes // local.batch_size) * local.batch_size if local.drop_last else sizes).min()
         )
     flops = samples * learner.flops_per_sample
-    fastest = world.fastest_round_trip_s(model_bits, flops, model_bits)
+    fastest = world.fastest_round_trip_s(model_bits, flops, model_bits, cohort.deadline_s)
     if cohort.deadline_s < fastest:
         raise ScenarioError(
             f"{cohort.deadline_s:g} s is shorter than the fastest possible round "

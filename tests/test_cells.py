@@ -54,7 +54,8 @@ def _run_band(band_of, bits, snr_hz, clients, starts=None):
 def _cell_band(layout, gain=GAIN, split=True, band_hz=W_HZ, attached=(0, 1)):
     attached = np.asarray(attached)
     radiated = np.full(len(attached), P_W)
-    return lambda env: CellBand(env, band_hz, layout, attached, radiated, gain, split, True)
+    rows = cells_mod.FixedCells(attached, gain)
+    return lambda env: CellBand(env, band_hz, layout, rows, radiated, split, True)
 
 
 def _shannon(band_hz, sinr):
@@ -185,7 +186,7 @@ def test_attachment_nearest_and_strongest():
             ],
         )
         layout = cells_mod.layout(sc.radio)
-        gain = cells_mod.gains(sc.radio, layout, x, y, seed=0)
+        gain = cells_mod.gains(sc.radio, layout, x, y, np.zeros((1, 2)), np.array([0]))
         pl_db = -10 * np.log10(gain[0])
         assert pl_db == pytest.approx(128.1 + 37.6 * np.log10([0.1, 0.2]), rel=1e-12)
         return [int(cells_mod.attach(r, gain, layout, x, y)[0]) for r in ("nearest", "strongest")]
@@ -323,66 +324,189 @@ def test_spatial_reuse_needs_path_loss():
 
 
 def test_a_random_waypoint_walk_by_hand():
-    """One client from (0, 0) at 1 m/s toward its first waypoint (stream MOBILITY, epoch 0):
-    after one 10 s epoch it is 10 m along the line to it; a client that reaches its waypoint
-    within the epoch pauses there, then walks on to the next."""
+    """One client from (0, 0) at 1 m/s toward its first waypoint (its leg 0: stream MOBILITY
+    keyed by (client, leg)): after 10 s it is 10 m along the line to it; a client that reaches
+    its waypoint pauses there, then walks on to the next (its leg 1)."""
     from flnet.rng import Stream, generator
     from flnet.schema import RandomWaypoint
     from flnet.sim.mobility import Waypoints
 
-    model = RandomWaypoint(min_speed_m_s=1.0, max_speed_m_s=1.0, epoch_s=10.0)
-    walk = Waypoints(model, 1000.0, np.zeros(1), np.zeros(1), seed=4)
-    target = generator(4, Stream.MOBILITY, 0).uniform(0.0, 1000.0, (2, 1))[:, 0]
-    assert np.hypot(*target) > 10.0
-    assert walk.advance_to(walk.epoch_of(12.0))  # epoch 1
-    assert [walk.x_m[0], walk.y_m[0]] == pytest.approx(list(10.0 * target / np.hypot(*target)))
-    assert not walk.advance_to(1)  # epochs only go forward
+    def leg(seed, client, j, side_m):
+        u = generator(seed, Stream.MOBILITY, client, j).random(3)
+        return side_m * u[:2]
 
-    # seed 7: the first waypoint at 113 m (5.65 s at 20 m/s), a 2 s pause, then 2.35 s of the
-    # 82.7 m toward the second
+    model = RandomWaypoint(min_speed_m_s=1.0, max_speed_m_s=1.0, epoch_s=10.0)
+    walk = Waypoints(model, 1000.0, seed=4)
+    target = leg(4, 3, 0, 1000.0)  # client 3's first waypoint
+    assert np.hypot(*target) > 10.0
+    xy = walk.at(np.array([3]), 10.0, np.zeros((1, 2)))[0]
+    assert xy.tolist() == pytest.approx(list(10.0 * target / np.hypot(*target)), rel=1e-12)
+
+    # seed 7, client 0, 20 m/s, 2 s pauses: the first waypoint, the pause, then the rest of
+    # the 10 s toward the second
     fast = RandomWaypoint(min_speed_m_s=20.0, max_speed_m_s=20.0, pause_s=2.0, epoch_s=10.0)
-    walk = Waypoints(fast, 100.0, np.zeros(1), np.zeros(1), seed=7)
-    first = walk.target[:, 0].copy()
-    walk.advance_to(1)
-    second = walk.target[:, 0]
+    walk = Waypoints(fast, 100.0, seed=7)
+    first, second = leg(7, 0, 0, 100.0), leg(7, 0, 1, 100.0)
     walked_m = 20.0 * (10.0 - np.hypot(*first) / 20.0 - 2.0)
     assert 0 < walked_m < np.hypot(*(second - first))
     way = (second - first) / np.hypot(*(second - first))
-    assert [walk.x_m[0], walk.y_m[0]] == pytest.approx(list(first + walked_m * way), rel=1e-12)
+    xy = walk.at(np.array([0]), 10.0, np.zeros((1, 2)))[0]
+    assert xy.tolist() == pytest.approx(list(first + walked_m * way), rel=1e-12)
+    # at the waypoint during the pause
+    at_first = walk.at(np.array([0]), np.hypot(*first) / 20.0 + 1.0, np.zeros((1, 2)))[0]
+    assert at_first.tolist() == first.tolist()
+
+
+MOVING = [
+    "clients.count=40",
+    "clients.positions={kind: uniform, side_m: 1000}",
+    "radio.cells={stations_xy_m: [[250, 500], [750, 500]], mobility: "
+    "{min_speed_m_s: 20, max_speed_m_s: 30, epoch_s: 5}}",
+]
 
 
 def test_moving_clients_change_cells_between_epochs():
     """Fast walkers on a two-station layout: after some epochs some clients are attached to
     the other station, and their star SNRs are their new serving gains'."""
-    from flnet.sim import cells as cells_mod
     from flnet.sim.ledger import SERVER
     from flnet.sim.world import World
 
-    sc = load_scenario(
-        "scenarios/quickstart.yaml",
-        [
-            "clients.count=40",
-            "clients.positions={kind: uniform, side_m: 1000}",
-            "radio.cells={stations_xy_m: [[250, 500], [750, 500]], mobility: "
-            "{min_speed_m_s: 20, max_speed_m_s: 30, epoch_s: 5}}",
-        ],
-    )
+    sc = load_scenario("scenarios/quickstart.yaml", MOVING)
     world = World(sc.clients, sc.radio, sc.seed)
-    pop = world.population
-    before = pop.cell.copy()
-    world.network.link(0, SERVER)
-    assert (pop.cell == before).all()  # epoch 0: as drawn
-    world.env.run(until=60.0)
+    cells, everyone = world.network.cells, np.arange(40)
+    before = cells.at(everyone, 0.0).station
+    world.env.run(until=62.0)  # epoch 12: positions at 60 s
     link = world.network.link(0, SERVER)
-    assert (pop.cell != before).any()
-    walk = world.network.moving.walk
+    after = cells.at(everyone, world.env.now)
+    assert (after.station != before).any()
+    # by hand: each client's walk to 60 s, its keyed shadowing, the nearest station
     layout = cells_mod.layout(sc.radio)
-    gain = cells_mod.gains(sc.radio, layout, walk.x_m, walk.y_m, sc.seed)
-    nearest = cells_mod.attach("nearest", gain, layout, walk.x_m, walk.y_m)
-    assert (pop.cell == nearest).all()
-    expected = pop.radiated_w[0] * gain[0, nearest[0]] / layout.noise_w_hz
+    normal, unit_xy = cells_mod.client_draws(sc.seed, everyone, 2)
+    xy = cells.walk.at(everyone, 60.0, 1000.0 * unit_xy)
+    gain = cells_mod.gains(sc.radio, layout, xy[:, 0], xy[:, 1], normal, everyone)
+    nearest = cells_mod.attach("nearest", gain, layout, xy[:, 0], xy[:, 1])
+    assert after.station.tolist() == nearest.tolist()
+    assert (after.gain == gain).all()
+    expected = world.population.radiated_w[0] * gain[0, nearest[0]] / layout.noise_w_hz
     assert link.snr_hz == pytest.approx(expected, rel=1e-12)
     assert isinstance(world.round_plan, at_once.EventByEvent)  # epochs: event by event
+
+
+def test_what_a_client_sees_does_not_depend_on_who_else_is_asked_or_when(monkeypatch):
+    """Keyed by client (and leg): asking clients in another order, in other company, after
+    other instants, or with the caches emptied between asks gives the same bits."""
+    from flnet.sim import cell_clients, mobility
+    from flnet.sim.world import World
+
+    sc = load_scenario("scenarios/quickstart.yaml", MOVING)
+
+    def fresh():
+        return World(sc.clients, sc.radio, sc.seed).network.cells
+
+    together = fresh().at(np.arange(40), 61.0)
+    a = fresh()
+    a.at(np.array([39, 7]), 12.0)  # walked part of the way first, on another epoch
+    a.at(np.array([5]), 33.0)
+    apart = [a.at(np.array([c]), 61.0) for c in range(39, -1, -1)][::-1]
+    for field in together._fields:
+        assert np.array_equal(
+            getattr(together, field), np.concatenate([getattr(p, field) for p in apart])
+        ), field
+    assert a.serving(7, 61.0)[0] == together.station[7]
+    assert a.snr_hz(7, 61.0, down=True) == together.down_snr_hz[7]
+    # caches of two clients: emptied again and again, the same numbers
+    monkeypatch.setattr(cell_clients, "ROWS_KEPT", 2)
+    monkeypatch.setattr(mobility, "LEGS_KEPT", 2)
+    b = fresh()
+    for t_s in (7.0, 30.0, 61.0):
+        got = [b.at(np.array([c, (c + 1) % 40]), t_s).gain[0] for c in range(40)]
+    assert b.kept <= 2 and b.walk.kept <= 2
+    assert np.array_equal(np.array(got), together.gain)
+
+
+def test_the_fastest_round_trip_with_cells_is_the_best_clients_and_may_stop_early(monkeypatch):
+    """The deadline check's bound with cells: every client's download, compute and upload
+    alone, as each client's own links give them; with `enough_s`, the first block holding a
+    client that quick ends the pass."""
+    from flnet.sim import world as world_mod
+
+    sc = load_scenario("scenarios/quickstart.yaml", MOVING)
+    world = world_mod.World(sc.clients, sc.radio, sc.seed)
+    alone = world.alone_s(np.arange(40), 1e6, 1e9, 1e6)
+    each = alone.down_s + alone.up_s + alone.compute_s
+    assert world.fastest_round_trip_s(1e6, 1e9, 1e6) == each.min()
+    monkeypatch.setattr(world_mod, "FASTEST_BLOCK", 16)
+    assert world.fastest_round_trip_s(1e6, 1e9, 1e6) == each.min()
+    assert world.fastest_round_trip_s(1e6, 1e9, 1e6, enough_s=math.inf) == each[:16].min()
+    assert world.network.cells.kept == 40  # the pass keeps nothing; alone_s's 40 are kept
+    with pytest.raises(ScenarioError, match=r"deadline_s"):  # no client that quick
+        flnet.run(
+            "scenarios/quickstart.yaml", [*CELLS, "algorithm.cohort.deadline_s=1e-6"], write=False
+        )
+
+
+def test_cells_cost_nothing_per_registered_client():
+    """1,000,000 registered clients with moving cells: building the world and asking 100
+    clients in two epochs peaks below the same world without cells (whose SNR columns are
+    [N]), and at the population's own columns: no [N] array for the cells; they keep 100
+    clients' rows and legs."""
+    import tracemalloc
+
+    from flnet.sim.world import World
+
+    peaks = {}
+    for name, radio in (
+        ("plain", []),
+        (
+            "cells",
+            [
+                "clients.positions={kind: uniform, side_m: 1000}",
+                "radio.cells={stations_xy_m: [[0, 0], [500, 0], [1000, 0], [0, 500], "
+                "[500, 500], [1000, 500], [500, 1000]], mobility: {epoch_s: 5}}",
+            ],
+        ),
+    ):
+        sc = load_scenario("scenarios/quickstart.yaml", ["clients.count=1000000", *radio])
+        tracemalloc.start()
+        world = World(sc.clients, sc.radio, sc.seed)
+        cohort = np.arange(0, 1_000_000, 10_000)
+        world.network.star(cohort, down=False)
+        world.env.run(until=30.0)  # another epoch
+        world.network.star(cohort, down=False)
+        peaks[name] = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+        if name == "cells":
+            assert world.network.cells.kept == 100 and world.network.cells.walk.kept == 100
+            assert world.population.up_snr_hz.size == world.population.x_m.size == 0
+            nbytes = world.population.nbytes
+    assert peaks["cells"] < peaks["plain"], peaks
+    # the population's columns and the one temporary of its build (circuit power), no more
+    assert peaks["cells"] < nbytes + 8 * 1_000_000 + 2_000_000, (peaks, nbytes)
+
+
+def test_a_stream_with_moving_cells_resumes_to_the_bit(tmp_path):
+    """FedBuff's checkpoints hold transfers under way: thawed, each takes its station and gains
+    as of its own start, and every client walks again from t = 0 to the same positions, so
+    the resumed run's records and ledger are the whole run's."""
+    from flnet.runner import run
+
+    over = [
+        "clients.count=24",
+        "clients.positions={kind: uniform, side_m: 1000}",
+        "radio.cells={stations_xy_m: [[250, 250], [750, 250], [250, 750], [750, 750]], "
+        "mobility: {min_speed_m_s: 5, max_speed_m_s: 10, epoch_s: 0.05}}",
+        "run.eval_every=2",
+    ]
+    whole = flnet.run("scenarios/fedbuff.yaml", [*over, "run.rounds=8"], write=False)
+    out = f"output.dir={tmp_path / 'b'}"
+    run("scenarios/fedbuff.yaml", [*over, out, "run.rounds=4", "run.checkpoint_every=2"])
+    resumed = run(
+        "scenarios/fedbuff.yaml",
+        [*over, out, "run.rounds=8", "run.checkpoint_every=2"],
+        resume=True,
+    )
+    assert whole.records.equals(resumed.records)
+    assert whole.ledger.equals(resumed.ledger)
 
 
 def test_a_run_with_moving_clients():
@@ -432,3 +556,20 @@ def test_interfering_bands_have_no_closed_form_where_the_plain_band_has_one():
     d2d = D2DReuseBand(env, W_HZ, x, np.zeros(4), np.full(4, 0.1), LogDistance())
     for band in (cell, d2d):
         assert band.solve_alone(arrival_s, bits, snr_hz) is None
+
+
+def test_kept_rows_stay_under_their_bound():
+    """At most `limit` clients' rows: one more empties them; a block over the limit is not
+    kept; a row read back is the one put."""
+    from flnet.sim.kept import KeptRows
+
+    kept = KeptRows(2, limit=3)
+    kept.put(np.array([5, 9]), np.array([[1.0, 2.0], [3.0, 4.0]]))
+    found, rows = kept.get(np.array([9, 4, 5]))
+    assert found.tolist() == [True, False, True] and rows[[0, 2]].tolist() == [[3, 4], [1, 2]]
+    kept.put(np.array([9, 7]), np.array([[5.0, 6.0], [7.0, 8.0]]))  # 9 again, 7 new: 3 kept
+    assert len(kept) == 3 and kept.row(9).tolist() == [5, 6]
+    kept.put(np.array([1]), np.array([[0.0, 0.0]]))  # a fourth: emptied, then 1 kept
+    assert len(kept) == 1 and kept.row(5) is None
+    kept.put(np.arange(4), np.zeros((4, 2)))  # over the limit alone: not kept
+    assert len(kept) == 1

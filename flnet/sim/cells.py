@@ -18,16 +18,22 @@ interference is ``I_a s / W`` and a transfer's SINR is
 that is its SNR density ``snr_hz = P g / N0`` divided by the noise rise ``1 + I_a / (N0 W)``.
 Rates are Shannon's on the share, ``s log2(1 + SINR)``; as transfers start and end the noise
 rises change and the band re-times every transfer under way (`flnet.sim.interference`).
+
+Client k's draws come from its own generator ``default_rng([seed, CELLS, k])``: its shadowing to
+the B stations ``shadowing_std_db * standard_normal(B)``, then, with uniform
+`clients.positions` (side L), its position ``L * random(2)`` (x, y). Keyed by the client, they
+are drawn for the clients asked about only (`flnet.sim.cell_clients`), whatever the order.
 """
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 import numpy as np
 
+from flnet import draws
 from flnet.errors import ScenarioError
-from flnet.rng import Stream, generator
+from flnet.rng import Stream, key_rows, stream_key
 from flnet.schema import PhysicalRadio
 from flnet.sim.radio import dbm_to_w, path_loss_db
 
@@ -76,37 +82,72 @@ def layout(radio: PhysicalRadio) -> CellLayout:
 
 
 def distances_m(x_m: np.ndarray, y_m: np.ndarray, station_xy_m: np.ndarray) -> np.ndarray:
-    """[N, B] each client's distance to each station, at least `MIN_DISTANCE_M`."""
+    """[C, B] each client's distance to each station, at least `MIN_DISTANCE_M`."""
     dx = x_m[:, None] - station_xy_m[None, :, 0]
     dy = y_m[:, None] - station_xy_m[None, :, 1]
     return np.maximum(np.hypot(dx, dy), MIN_DISTANCE_M)
 
 
+def client_draws(seed: int, clients: np.ndarray, stations: int) -> tuple[np.ndarray, np.ndarray]:
+    """[C, B] standard normals (the clients' shadowing over its std) and [C, 2] uniforms in
+    [0, 1) (their positions over the side, where positions are uniform): each client's
+    generator, keyed (seed, CELLS, client) (the module docstring)."""
+    keys = key_rows(stream_key(seed, Stream.CELLS), clients)
+    normal, unit_xy = np.empty((len(keys), stations)), np.empty((len(keys), 2))
+    few = len(keys) < draws.BLOCK_MIN_ROWS  # numpy's own: the block's fixed cost is more
+    rngs = (np.random.default_rng(k) for k in keys.tolist()) if few else draws.generators(keys)
+    for i, rng in enumerate(rngs):
+        normal[i] = rng.standard_normal(stations)
+        unit_xy[i] = rng.random(2)
+    return normal, unit_xy
+
+
 def gains(
-    radio: PhysicalRadio, cells: CellLayout, x_m: np.ndarray, y_m: np.ndarray, seed: int
+    radio: PhysicalRadio,
+    cells: CellLayout,
+    x_m: np.ndarray,
+    y_m: np.ndarray,
+    normal: np.ndarray,
+    clients: np.ndarray,
 ) -> np.ndarray:
-    """[N, B] linear path gain from each client to each station: path loss at its distance
-    plus shadowing drawn per client and station (stream CELLS, one [N, B] draw)."""
+    """[C, B] linear path gain from each of `clients` (at `x_m`, `y_m`) to each station: path
+    loss at its distance plus its shadowing, ``shadowing_std_db * normal`` ([C, B])."""
     distance_m = distances_m(x_m, y_m, cells.station_xy_m)
     loss_db = path_loss_db(distance_m, radio.path_loss_at_1km_db, radio.path_loss_slope_db)
     if radio.shadowing_std_db > 0:
-        rng = generator(seed, Stream.CELLS)
-        loss_db += radio.shadowing_std_db * rng.standard_normal(loss_db.shape)
+        loss_db += radio.shadowing_std_db * normal
     if not (loss_db >= 0).all():
         k, b = np.unravel_index(int(np.argmin(loss_db)), loss_db.shape)
         raise ScenarioError(
-            f"client {k}'s path loss to station {b} is {float(loss_db[k, b]):.4g} dB, below "
-            "0 dB: a receiver would get more power than was sent (check the stations' and "
-            "clients' positions and the path loss)",
+            f"client {int(clients[k])}'s path loss to station {b} is "
+            f"{float(loss_db[k, b]):.4g} dB, below 0 dB: a receiver would get more power than "
+            "was sent (check the stations' and clients' positions and the path loss)",
             field="radio.cells.stations_xy_m",
         )
     return 10.0 ** (-loss_db / 10.0)
 
 
+class CellRows(Protocol):
+    """Where a client's transfer is served: its station and [B] gains, at an instant."""
+
+    def serving(self, client: int, t_s: float) -> tuple[int, np.ndarray]: ...
+
+
+class FixedCells(NamedTuple):
+    """`CellRows` from arrays that never change: [N] stations, [N, B] gains (tests and
+    benchmarks; a run's are `flnet.sim.cell_clients.CellClients`)."""
+
+    attached: np.ndarray
+    gain: np.ndarray
+
+    def serving(self, client: int, t_s: float) -> tuple[int, np.ndarray]:
+        return int(self.attached[client]), self.gain[client]
+
+
 def attach(
     rule: str, gain: np.ndarray, cells: CellLayout, x_m: np.ndarray, y_m: np.ndarray
 ) -> np.ndarray:
-    """[N] the station each client is attached to: the `nearest`, or the `strongest` (largest
+    """[C] the station each client is attached to: the `nearest`, or the `strongest` (largest
     received station power ``P_b g[k, b]``); ties to the lowest station index."""
     if rule == "nearest":
         return np.argmin(distances_m(x_m, y_m, cells.station_xy_m), axis=1)

@@ -26,7 +26,7 @@ import numpy as np
 import simpy
 
 from flnet.schema import LogDistance
-from flnet.sim.cells import CellLayout, noise_rise
+from flnet.sim.cells import CellLayout, CellRows, noise_rise
 from flnet.sim.channel import Schedule, SharedBand, SharedBandArrays, Transmission
 from flnet.sim.radio import dbm_to_w, shannon_rate_bps
 
@@ -49,24 +49,23 @@ class InterferingBand(SharedBandArrays):
 
 
 class CellBand(InterferingBand):
-    """Every cell's transfers on one band object of `bandwidth_hz` a channel group. `attached`
-    [N]: each client's station; `radiated_w` [N] and `gain` [N, B] make the power a client's
-    transfer puts on each station (with `interfering`); `split`: a cell's concurrent transfers
-    split its band (shared) or each has all of it (dedicated)."""
+    """Every cell's transfers on one band object of `bandwidth_hz` a channel group. `rows`
+    gives a transfer's station and gains [B] as of its start (`serving`), which with
+    `radiated_w` [N] and `interfering` make the power it puts on each station; `split`: a
+    cell's concurrent transfers split its band (shared) or each has all of it (dedicated)."""
 
     def __init__(
         self,
         env: simpy.Environment,
         bandwidth_hz: float,
         cells: CellLayout,
-        attached: np.ndarray,
+        rows: CellRows,
         radiated_w: np.ndarray,
-        gain: np.ndarray,
         split: bool,
         interfering: bool,
     ) -> None:
         super().__init__(env, bandwidth_hz)
-        self.cells, self.attached, self.radiated_w, self.gain = cells, attached, radiated_w, gain
+        self.cells, self.rows, self.radiated_w = cells, rows, radiated_w
         self.split = split
         self.interfering = interfering and bool(cells.coupled.any())
         self._cell = np.empty(16, dtype=np.int64)  # [capacity] each transfer's station
@@ -84,9 +83,8 @@ class CellBand(InterferingBand):
             self.env,
             self.bandwidth_hz,
             self.cells,
-            self.attached,
+            self.rows,
             self.radiated_w,
-            self.gain,
             self.split,
             self.interfering,
         )
@@ -99,11 +97,11 @@ class CellBand(InterferingBand):
         if n == len(self._cell):
             self._cell = np.concatenate([self._cell, np.empty_like(self._cell)])
             self._rows = np.concatenate([self._rows, np.empty_like(self._rows)])
-        cell = int(self.attached[tx.client])
+        cell, gain = self.rows.serving(tx.client, tx.start_s)  # as of its start (a thaw too)
         self._cell[n] = cell
         if self.interfering:
             coupled = self.cells.coupled[cell]
-            self._rows[n] = self.radiated_w[tx.client] * self.gain[tx.client] * coupled
+            self._rows[n] = self.radiated_w[tx.client] * gain * coupled
         super()._join(tx)
 
     def _leave(self, txs: list[Transmission]) -> list[Transmission]:

@@ -5,10 +5,16 @@ Each client walks from its position to a waypoint drawn uniformly in the square 
 `pause_s` there, and draws the next (Camp, Boleng and Davies, "A survey of mobility models for
 ad hoc network research", 2002, section 2.1.1). Positions are taken at epochs: a transfer that
 starts in epoch k = floor(t / epoch_s) uses the positions, gains and attachment at k * epoch_s,
-so they change between rounds, never under a transfer. Epoch k's new waypoints and speeds are
-drawn from stream MOBILITY keyed by k, in client order, so the walk depends only on the epoch,
-never on when it is asked for. Each epoch moves every client (O(N) array work an epoch, none
-per event); the shadowing of each client-station link is kept (drawn once).
+so they change between rounds, never under a transfer.
+
+Every client walks on its own, from t = 0: its leg j (j = 0, 1, ...) starts where leg j - 1
+ended (leg 0 at its position), when leg j - 1's pause is over, toward a waypoint with a speed
+drawn from ``default_rng([seed, MOBILITY, client, j]).random(3)`` = (u0, u1, u2): the waypoint
+(L u0, L u1), the speed ``min + (max - min) u2``. So a client's position at an instant depends
+only on the seed, the client and the instant: never on which clients are asked, in what order
+or when. It is computed for the clients asked about, walking on from the leg each was last seen
+on (kept for at most `LEGS_KEPT` clients; one dropped walks again from leg 0, to the same
+numbers): O(legs walked) a client asked, nothing per registered client.
 """
 
 from __future__ import annotations
@@ -17,107 +23,80 @@ import math
 
 import numpy as np
 
-from flnet.rng import Stream, generator
-from flnet.schema import ClientsConfig, PhysicalRadio, Radio, RandomWaypoint
-from flnet.sim import cells as cells_mod
-from flnet.sim.population import Population
+from flnet import draws
+from flnet.rng import Stream, key_rows, stream_key
+from flnet.schema import RandomWaypoint
+from flnet.sim.kept import KeptRows
+
+LEGS_KEPT = 16_384  # clients whose current leg is kept (7 floats each, flnet.sim.kept)
+# a leg's columns: its index, start instant, from (x, y), to (x, y), speed
+LEG, START_S, X0, Y0, X1, Y1, SPEED = range(7)
 
 
 class Waypoints:
-    """Every client's random walk in the square [0, `side_m`]^2, from (`x_m`, `y_m`)."""
+    """Every client's random walk in the square [0, `side_m`]^2, each from its own start."""
 
-    def __init__(
-        self, model: RandomWaypoint, side_m: float, x_m: np.ndarray, y_m: np.ndarray, seed: int
-    ) -> None:
+    def __init__(self, model: RandomWaypoint, side_m: float, seed: int) -> None:
         self.model, self.side_m, self.seed = model, side_m, seed
-        self.x_m, self.y_m = x_m.astype(float), y_m.astype(float)
-        n = len(x_m)
-        self.target = np.empty((2, n))
-        self.speed_m_s = np.empty(n)
-        self.pause_left_s = np.zeros(n)
-        self.epoch = 0
-        self._draw(np.arange(n), generator(seed, Stream.MOBILITY, 0))
+        self._legs = KeptRows(7, LEGS_KEPT)  # each client's leg as last seen
 
     def epoch_of(self, t_s: float) -> int:
         return math.floor(t_s / self.model.epoch_s)
 
-    def advance_to(self, epoch: int) -> bool:
-        """Walk on to `epoch` (epochs only go forward); whether anyone moved."""
-        moved = epoch > self.epoch
-        while self.epoch < epoch:
-            self.epoch += 1
-            self._walk(self.model.epoch_s, generator(self.seed, Stream.MOBILITY, self.epoch))
-        return moved
+    @property
+    def kept(self) -> int:
+        """How many clients' legs are kept."""
+        return len(self._legs)
 
-    def _draw(self, who: np.ndarray, rng: np.random.Generator) -> None:
-        """New waypoints and speeds for `who`."""
-        m = len(who)
-        self.target[:, who] = rng.uniform(0.0, self.side_m, (2, m))
-        self.speed_m_s[who] = rng.uniform(self.model.min_speed_m_s, self.model.max_speed_m_s, m)
-
-    def _walk(self, seconds: float, rng: np.random.Generator) -> None:
-        left = np.full(len(self.x_m), seconds)
+    def at(self, clients: np.ndarray, t_s: float, start_xy_m: np.ndarray) -> np.ndarray:
+        """[C, 2] where `clients` are at instant `t_s` (>= 0), `start_xy_m` [C, 2] their
+        positions at t = 0."""
+        clients = np.asarray(clients, dtype=np.int64)
+        known, legs = self._legs.get(clients)
+        # one never seen, or last seen on a leg after t_s: from its first leg
+        fresh = ~known | (legs[:, START_S] > t_s)
+        if fresh.any():
+            first = np.zeros((int(fresh.sum()), 7))
+            first[:, X0:X1] = start_xy_m[fresh]
+            legs[fresh] = self._draw(clients[fresh], first)
         while True:
-            pause = np.minimum(self.pause_left_s, left)
-            self.pause_left_s -= pause
-            left -= pause
-            walking = np.flatnonzero(left > 0)
-            if not len(walking):
-                return
-            dx = self.target[0, walking] - self.x_m[walking]
-            dy = self.target[1, walking] - self.y_m[walking]
-            distance = np.hypot(dx, dy)
-            reach = self.speed_m_s[walking] * left[walking]
-            arrive = reach >= distance
-            on = walking[~arrive]  # still on the way at the epoch's end
-            frac = reach[~arrive] / distance[~arrive]
-            self.x_m[on] += dx[~arrive] * frac
-            self.y_m[on] += dy[~arrive] * frac
-            left[on] = 0.0
-            there = walking[arrive]  # at the waypoint: pause, then the next
-            self.x_m[there], self.y_m[there] = self.target[0, there], self.target[1, there]
-            left[there] -= distance[arrive] / self.speed_m_s[there]
-            self.pause_left_s[there] = self.model.pause_s
-            self._draw(there, rng)
+            done = np.flatnonzero(self._end_s(legs) <= t_s)
+            if not len(done):
+                break
+            nxt = np.empty((len(done), 7))
+            nxt[:, LEG] = legs[done, LEG] + 1
+            nxt[:, START_S] = self._end_s(legs[done])
+            nxt[:, X0:X1] = legs[done, X1:SPEED]  # from the waypoint just reached
+            legs[done] = self._draw(clients[done], nxt)
+        self._legs.put(clients, legs)
+        return self._position(legs, t_s)
 
+    def _draw(self, clients: np.ndarray, legs: np.ndarray) -> np.ndarray:
+        """`legs` with their waypoints and speeds drawn (by client and leg index)."""
+        keys = key_rows(stream_key(self.seed, Stream.MOBILITY), clients, legs[:, LEG])
+        if len(keys) < draws.BLOCK_MIN_ROWS:  # numpy's own: the block's fixed cost is more
+            u = np.array([np.random.default_rng(k).random(3) for k in keys.tolist()])
+        else:
+            u = draws.uniforms(keys, 3)
+        model = self.model
+        legs[:, X1:SPEED] = self.side_m * u[:, :2]
+        legs[:, SPEED] = model.min_speed_m_s + (model.max_speed_m_s - model.min_speed_m_s) * u[:, 2]
+        return legs
 
-class MovingCells:
-    """Keeps the population's cell columns (`cell`, `cell_gain`, the star SNRs) at the
-    positions of the clock's epoch: `at(t_s)` walks on to t_s's epoch and recomputes them in
-    place (the bands read them when a transfer starts)."""
+    def _end_s(self, legs: np.ndarray) -> np.ndarray:
+        """When each leg's pause at its waypoint is over (the next leg's start)."""
+        dx, dy = legs[:, X1] - legs[:, X0], legs[:, Y1] - legs[:, Y0]
+        return legs[:, START_S] + np.hypot(dx, dy) / legs[:, SPEED] + self.model.pause_s
 
-    def __init__(self, radio: PhysicalRadio, population: Population, side_m: float, seed: int):
-        assert radio.cells is not None and radio.cells.mobility is not None
-        self.radio, self.population, self.seed = radio, population, seed
-        self.layout = cells_mod.layout(radio)
-        self.walk = Waypoints(radio.cells.mobility, side_m, population.x_m, population.y_m, seed)
-
-    def at(self, t_s: float) -> None:
-        walk = self.walk
-        if not walk.advance_to(walk.epoch_of(t_s)):
-            return
-        pop, layout = self.population, self.layout
-        assert self.radio.cells is not None
-        gain = cells_mod.gains(self.radio, layout, walk.x_m, walk.y_m, self.seed)
-        cell = cells_mod.attach(self.radio.cells.attach, gain, layout, walk.x_m, walk.y_m)
-        serving = gain[np.arange(len(cell)), cell]
-        pop.cell_gain[:] = gain
-        pop.cell[:] = cell
-        pop.up_snr_hz[:] = pop.radiated_w * serving / layout.noise_w_hz
-        pop.down_snr_hz[:] = layout.station_power_w[cell] * serving / layout.noise_w_hz
-
-
-def moving_cells(
-    radio: Radio, clients: ClientsConfig, seed: int, population: Population
-) -> MovingCells | None:
-    """The walk of `radio.cells.mobility` (None where clients stand still)."""
-    cells = radio.cells if radio.mode == "physical" else None
-    if cells is None or cells.mobility is None:
-        return None
-    assert radio.mode == "physical"
-    side_m = cells.mobility.side_m
-    if side_m is None:
-        positions = clients.positions
-        assert positions is not None and positions.kind == "uniform"  # the scenario's check
-        side_m = positions.side_m
-    return MovingCells(radio, population, side_m, seed)
+    @staticmethod
+    def _position(legs: np.ndarray, t_s: float) -> np.ndarray:
+        """[C, 2] each on its leg at `t_s`: along the line, or at the waypoint once reached."""
+        dx, dy = legs[:, X1] - legs[:, X0], legs[:, Y1] - legs[:, Y0]
+        distance_m = np.hypot(dx, dy)
+        walked_m = legs[:, SPEED] * (t_s - legs[:, START_S])
+        there = walked_m >= distance_m  # so short of it, distance_m > 0
+        frac = walked_m / np.where(there, 1.0, distance_m)
+        xy = np.empty((len(legs), 2))
+        xy[:, 0] = np.where(there, legs[:, X1], legs[:, X0] + dx * frac)
+        xy[:, 1] = np.where(there, legs[:, Y1], legs[:, Y0] + dy * frac)
+        return xy

@@ -22,11 +22,10 @@ import simpy
 from flnet.dists import sample
 from flnet.errors import ScenarioError
 from flnet.schema import D2D, LogDistance, Radio
-from flnet.sim import cells as cells_mod
+from flnet.sim.cell_clients import CellClients
 from flnet.sim.channel import Channel, TraceRateChannel, band
 from flnet.sim.interference import SPEED_OF_LIGHT_M_S, CellBand
 from flnet.sim.ledger import SERVER
-from flnet.sim.mobility import MovingCells
 from flnet.sim.population import Population
 from flnet.sim.radio import dbm_to_w, shannon_rate_bps, snr_hz_direct, snr_hz_physical
 from flnet.sim.traces import TraceSpeeds
@@ -52,17 +51,16 @@ class Network:
         radio: Radio,
         population: Population,
         speeds: TraceSpeeds | None = None,
-        moving: MovingCells | None = None,
+        cells: CellClients | None = None,
     ) -> None:
-        """`moving`: the cells' clients walk (`radio.cells.mobility`): each star link reads
-        their columns as they are at its start's epoch."""
+        """`cells` (`radio.cells`): each star link's SNR is its client's as of its start
+        (`flnet.sim.cell_clients`), not a column of the population."""
         n = population.size
-        self.env, self.moving = env, moving
+        self.env, self.cells = env, cells
         up_band, down_band = radio.uplink, radio.downlink
         self.speeds = speeds  # a capacity trace: each star link's rate is its trace client's
-        cells = radio.cells if radio.mode == "physical" else None
         if cells is not None:
-            self.uplink, self.downlink = cell_bands(env, radio, population)
+            self.uplink, self.downlink = cell_bands(env, cells)
         elif speeds is None:
             self.uplink = band(env, up_band.bandwidth_hz, up_band.sharing == "shared", users=n)
             self.downlink = band(
@@ -90,8 +88,6 @@ class Network:
 
     def link(self, src: int, dst: int) -> Link:
         """The star's links by rule from the client's row; others as added."""
-        if self.moving is not None:
-            self.moving.at(self.env.now)
         if dst == SERVER and 0 <= src < self._n:
             return Link(
                 self.uplink, self._quality(src, down=False), float(self.tx_power_w[src]), "upload"
@@ -111,13 +107,11 @@ class Network:
     def star(self, clients: np.ndarray, down: bool) -> tuple[list[float], list[float]]:
         """What `link` gives for each of `clients`' downlinks (or uplinks), at once: their
         `snr_hz` (or trace rates) and `power_w`."""
-        if self.moving is not None:
-            self.moving.at(self.env.now)
         if self.speeds is not None:
             rates = self.speeds.down_rate_bps if down else self.speeds.up_rate_bps
             quality = rates[self.speeds.mapping(clients)]
         else:
-            quality = (self._down_snr_hz if down else self._up_snr_hz)[clients]
+            quality = self.snr_hz(clients, down)
         power_w = (self.rx_power_w if down else self.tx_power_w)[clients]
         return quality.tolist(), power_w.tolist()
 
@@ -126,7 +120,16 @@ class Network:
         if self.speeds is not None:
             rates = self.speeds.down_rate_bps if down else self.speeds.up_rate_bps
             return float(rates[self.speeds.mapping(np.array([client]))[0]])
+        if self.cells is not None:
+            return self.cells.snr_hz(client, self.env.now, down)
         return float((self._down_snr_hz if down else self._up_snr_hz)[client])
+
+    def snr_hz(self, clients: np.ndarray, down: bool = False) -> np.ndarray:
+        """[C] the clients' downlink (or uplink) ``P g / N0`` now, without fading."""
+        if self.cells is not None:
+            served = self.cells.at(clients, self.env.now)
+            return served.down_snr_hz if down else served.up_snr_hz
+        return (self._down_snr_hz if down else self._up_snr_hz)[clients]
 
     @property
     def graph(self) -> nx.DiGraph:
@@ -142,27 +145,41 @@ class Network:
     ) -> np.ndarray:
         """[C] seconds each client's uplink (or downlink) takes for `bits`, alone on its band
         and without fading."""
-        if self.moving is not None:
-            self.moving.at(self.env.now)
         if self.speeds is not None:
             rates = self.speeds.down_rate_bps if down else self.speeds.up_rate_bps
             rows = self.speeds.mapping(np.arange(self._n) if clients is None else clients)
             return bits / rates[rows]
-        snr = self._down_snr_hz if down else self._up_snr_hz
         channel = self.downlink if down else self.uplink
-        snr = snr if clients is None else snr[clients]
+        if clients is None and self.cells is not None:
+            clients = np.arange(self._n)  # every client's, computed now
+        if clients is not None:
+            snr = self.snr_hz(clients, down)
+        else:
+            snr = self._down_snr_hz if down else self._up_snr_hz
         with np.errstate(divide="ignore"):
             return bits / np.asarray(shannon_rate_bps(channel.bandwidth_hz, snr))
 
+    def star_alone_s(
+        self, down_bits: float, up_bits: float, clients: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """[C] each of `clients`' download and upload seconds, each alone on its band and
+        without fading, as `alone_s` gives them; the cells' in one pass and not kept (for a
+        pass over many clients)."""
+        if self.cells is None:
+            return self.alone_s(down_bits, clients, down=True), self.alone_s(up_bits, clients)
+        served = self.cells.compute(clients, self.env.now)
+        with np.errstate(divide="ignore"):
+            down_s = down_bits / shannon_rate_bps(self.downlink.bandwidth_hz, served.down_snr_hz)
+            up_s = up_bits / shannon_rate_bps(self.uplink.bandwidth_hz, served.up_snr_hz)
+        return down_s, up_s
 
-def cell_bands(env: simpy.Environment, radio: Radio, population: Population) -> tuple:
+
+def cell_bands(env: simpy.Environment, cells: CellClients) -> tuple:
     """The uplink and downlink of `radio.cells`: each cell's share of its channel group's band,
     the uplinks coupled by interference (`flnet.sim.interference`); the downlink without
     interference (a dedicated one: each transfer has its group's whole band)."""
-    assert radio.mode == "physical" and radio.cells is not None
-    stations = cells_mod.layout(radio)
-    pop = population
-    columns = (stations, pop.cell, pop.radiated_w, pop.cell_gain)
+    radio, stations = cells.radio, cells.layout
+    columns = (stations, cells, cells.radiated_w)
     up_split = radio.uplink.sharing == "shared"
     uplink = CellBand(env, stations.up_hz, *columns, split=up_split, interfering=True)
     downlink: Channel

@@ -7,9 +7,10 @@ endpoints' rows when a transfer happens (`flnet.sim.network`). Each column is dr
 all clients at once, from its stream: compute from DEVICES (cpu_hz, flops_per_cycle, kappa, in
 that order), radio from RADIO (tx power, circuit power, rx power, then distance and shadowing,
 or the direct SNRs), so the numbers are those of one draw per client in order; positions from
-POSITIONS (every x, then every y). With `radio.cells`, the SNRs come instead from the client's
-gains to the B stations (`flnet.sim.cells`: B + 2 floats more a client, with its station and
-radiated power; shadowing from CELLS). With `clients.device_classes`, each client's class is
+POSITIONS (every x, then every y). With `radio.cells`, the SNR columns (and uniform positions)
+are left empty: a client's SNRs come from its gains to the stations, computed when it is asked
+about (`flnet.sim.cell_clients`, its draws keyed by client); the population keeps its radiated
+power (one float more). With `clients.device_classes`, each client's class is
 drawn from DEVICE_CLASSES (one draw of the column, after the others, so they are unchanged), and a
 class that gives its own cpu_hz, flops_per_cycle or kappa redraws its members' entries from
 CLASS_DEVICES keyed by the class's index (in that order)."""
@@ -24,7 +25,6 @@ from flnet.dists import sample
 from flnet.errors import ScenarioError
 from flnet.rng import Stream, generator
 from flnet.schema import ClientsConfig, Radio
-from flnet.sim import cells as cells_mod
 from flnet.sim.radio import dbm_to_w, path_loss_db, shannon_rate_bps, snr_hz_direct, snr_hz_physical
 
 
@@ -35,7 +35,7 @@ class Population(NamedTuple):
     flops_per_cycle: np.ndarray
     kappa: np.ndarray  # effective switched capacitance
     up_snr_hz: np.ndarray  # P g / N0 of its uplink to the access point, without fading
-    down_snr_hz: np.ndarray  # of its downlink from the access point
+    down_snr_hz: np.ndarray  # of its downlink from the access point (both empty with cells)
     tx_power_w: np.ndarray  # battery power while transmitting: tx + circuit
     rx_power_w: np.ndarray  # battery power while receiving
     x_m: np.ndarray = np.empty(0)  # position (clients.positions); empty without positions
@@ -43,9 +43,6 @@ class Population(NamedTuple):
     radiated_w: np.ndarray = np.empty(0)  # tx power alone (no circuit): D2D path loss, cells
     # index into clients.device_classes; empty without classes
     device_class: np.ndarray = np.empty(0, dtype=np.int8)
-    # radio.cells: the station each client is attached to, and its gain to every station
-    cell: np.ndarray = np.empty(0, dtype=np.int64)
-    cell_gain: np.ndarray = np.empty((0, 0))  # [N, B] linear, shadowing included
 
     @property
     def size(self) -> int:
@@ -76,24 +73,19 @@ def build(clients: ClientsConfig, radio: Radio, seed: int) -> Population:
     tx_power_w = dbm_to_w(sample(radio.tx_power_dbm, rng, n))
     circuit_w = sample(radio.tx_circuit_power_w, rng, n)
     rx_power_w = sample(radio.rx_power_w, rng, n)
-    x_m, y_m = positions_m(clients, seed)
     cells = radio.cells if radio.mode == "physical" else None
-    cell, cell_gain = np.empty(0, dtype=np.int64), np.empty((0, 0))
-    with np.errstate(over="ignore", divide="ignore", invalid="ignore"):  # checked below
-        if cells is None:
+    if cells is None:
+        x_m, y_m = positions_m(clients, seed)
+        with np.errstate(over="ignore", divide="ignore", invalid="ignore"):  # checked below
             up_snr, down_snr = _snr_hz(radio, tx_power_w, n, rng)
-            up_hz, down_hz = radio.uplink.bandwidth_hz, radio.downlink.bandwidth_hz
-        else:
-            assert radio.mode == "physical"
-            stations = cells_mod.layout(radio)
-            cell_gain = cells_mod.gains(radio, stations, x_m, y_m, seed)
-            cell = cells_mod.attach(cells.attach, cell_gain, stations, x_m, y_m)
-            serving = cell_gain[np.arange(n), cell]
-            up_snr = tx_power_w * serving / stations.noise_w_hz
-            down_snr = stations.station_power_w[cell] * serving / stations.noise_w_hz
-            up_hz, down_hz = stations.up_hz, stations.down_hz
-        for name, snr, band_hz in (("uplink", up_snr, up_hz), ("downlink", down_snr, down_hz)):
-            _check_rates(name, snr, band_hz)
+            for name, snr, band_hz in (
+                ("uplink", up_snr, radio.uplink.bandwidth_hz),
+                ("downlink", down_snr, radio.downlink.bandwidth_hz),
+            ):
+                check_rates(name, snr, band_hz)
+    else:  # by client, when asked (flnet.sim.cell_clients); given positions are the list's
+        x_m, y_m = positions_m(clients, seed) if _given(clients) else (np.empty(0), np.empty(0))
+        up_snr, down_snr = np.empty(0), np.empty(0)
     keep_radiated = radio.d2d.path_loss is not None or cells is not None
     radiated_w = tx_power_w.copy() if keep_radiated else np.empty(0)
     tx_power_w += circuit_w
@@ -109,8 +101,6 @@ def build(clients: ClientsConfig, radio: Radio, seed: int) -> Population:
         y_m,
         radiated_w,
         device_class,
-        cell,
-        cell_gain,
     )
 
 
@@ -137,17 +127,26 @@ def positions_m(clients: ClientsConfig, seed: int) -> tuple[np.ndarray, np.ndarr
     return rng.uniform(0.0, pos.side_m, clients.count), rng.uniform(0.0, pos.side_m, clients.count)
 
 
-def _check_rates(name: str, snr_hz: np.ndarray, bandwidth_hz: float) -> None:
+def check_rates(
+    name: str, snr_hz: np.ndarray, bandwidth_hz: float, clients: np.ndarray | None = None
+) -> None:
+    """A ScenarioError naming the first client whose `name` link has no finite positive rate
+    (`clients`: the rows' client ids; default: row k is client k)."""
     rate = shannon_rate_bps(bandwidth_hz, snr_hz)
     bad = np.flatnonzero(~(np.isfinite(rate) & (rate > 0)))
     if len(bad):
         k = int(bad[0])
+        client = k if clients is None else int(clients[k])
         raise ScenarioError(
-            f"client {k}'s {name} has a rate of {float(rate[k]):.3g} bit/s (SNR "
+            f"client {client}'s {name} has a rate of {float(rate[k]):.3g} bit/s (SNR "
             f"{float(snr_hz[k] / bandwidth_hz):.3g} over the band): check the "
             "radio's powers, distances, path loss and noise",
             field="radio",
         )
+
+
+def _given(clients: ClientsConfig) -> bool:
+    return clients.positions is not None and clients.positions.kind == "given"
 
 
 def _snr_hz(

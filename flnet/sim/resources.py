@@ -181,7 +181,9 @@ class Policies:
         pop, net, n = world.population, world.network, len(cohort)
         down = net.downlink
         users = n if down.shared else 1
-        down_s = down_bits / equal_share_rate_bps(down.bandwidth_hz, users, pop.down_snr_hz[cohort])
+        down_s = down_bits / equal_share_rate_bps(
+            down.bandwidth_hz, users, net.snr_hz(cohort, down=True)
+        )
         radiated = self.radiated_w(world)[cohort]
         f_max = pop.cpu_hz[cohort]
         p_min = np.minimum(float(dbm_to_w(self.cfg.tx_power_min_dbm)), radiated)
@@ -189,7 +191,7 @@ class Policies:
             down_s=np.asarray(down_s, dtype=float),
             cycles=flops / pop.flops_per_cycle[cohort],
             bits=np.asarray(up_bits, dtype=float),
-            gain_hz_w=pop.up_snr_hz[cohort] / radiated,
+            gain_hz_w=net.snr_hz(cohort) / radiated,
             f_min_hz=f_max * self.cfg.cpu_min_fraction,
             f_max_hz=f_max,
             p_min_w=p_min,

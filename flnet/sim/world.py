@@ -39,6 +39,7 @@ from flnet.sim import population as population_mod
 from flnet.sim.at_once import AtOnce, EventByEvent, RoundPlan
 from flnet.sim.availability import Availability, Diurnal
 from flnet.sim.battery import Battery
+from flnet.sim.cell_clients import cell_clients
 from flnet.sim.channel import Channel, SharedBand, Transmission, band, timeout_at
 from flnet.sim.classes import ClassEnergy
 from flnet.sim.costs import Costs, Devices
@@ -46,7 +47,6 @@ from flnet.sim.d2d import AirScheduler, D2DJob
 from flnet.sim.fate import SURE, Ends, Fate
 from flnet.sim.interference import D2DReuseBand
 from flnet.sim.ledger import NOBODY, SERVER, Ledger, Tag
-from flnet.sim.mobility import moving_cells
 from flnet.sim.network import Link, Network, d2d_link
 from flnet.sim.resources import Policies, equal_share_rate_bps
 from flnet.sim.scheduling import Work
@@ -54,6 +54,7 @@ from flnet.sim.stops import ScheduledStops
 from flnet.sim.traces import TraceError, TraceReplay, TraceSpeeds, speeds_from
 
 SELECTION_AHEAD = 16  # rounds of client selection drawn at once
+FASTEST_BLOCK = 16_384  # clients a block in `fastest_round_trip_s` with cells
 SELECTION_TRIES = 64  # under availability: candidates examined per client wanted, at most
 INTERRUPTED = "interrupted"  # the stop reason of `request_stop` from a signal
 
@@ -313,7 +314,7 @@ class World:
             self.speeds = speeds_from(clients.capacity_trace, seed, flops_per_sample, clients.count)
         self.costs = Costs(self.devices, self.speeds, clients.count, seed, radio.rayleigh_fading)
         self.network = Network(
-            self.env, radio, pop, self.speeds, moving_cells(radio, clients, seed, pop)
+            self.env, radio, pop, self.speeds, cell_clients(radio, clients, seed, pop)
         )
         self.availability: Availability = availability_mod.build(clients.availability, seed)
         self._stops = ScheduledStops(self.env)  # work to end when its session does
@@ -336,7 +337,7 @@ class World:
         # (not where clients move: a round's uploads may start in a later epoch than its start)
         self.round_plan: RoundPlan = (
             AtOnce(self.network, self.costs, self.env, self.fates_sure)
-            if self.fates_known and self.network.moving is None
+            if self.fates_known and getattr(self.network.cells, "walk", None) is None
             else EventByEvent()
         )
         self.observers: list[Observer] = []
@@ -465,7 +466,7 @@ class World:
         if self.speeds is not None:
             return self.speeds.up_rate_bps[self.speeds.mapping(clients)]
         share = users if net.uplink.shared else 1
-        snr = self.population.up_snr_hz[clients]
+        snr = net.snr_hz(clients)
         return equal_share_rate_bps(net.uplink.bandwidth_hz, share, snr)
 
     def allocate(
@@ -623,10 +624,25 @@ class World:
             net.alone_s(up_bits, clients),
         )
 
-    def fastest_round_trip_s(self, down_bits: float, flops: float, up_bits: float) -> float:
+    def fastest_round_trip_s(
+        self, down_bits: float, flops: float, up_bits: float, enough_s: float = -math.inf
+    ) -> float:
         """The quickest any client could download, compute and upload: alone on every band,
-        without fading."""
+        without fading. With cells, which compute a client's channel when it is asked about,
+        clients are taken a block at a time, and the first block's best at most `enough_s`
+        is the answer (what a check against `enough_s` needs, without a pass over all N)."""
         net = self.network
+        if net.cells is not None:
+            best = math.inf
+            for first in range(0, self.num_clients, FASTEST_BLOCK):
+                block = np.arange(first, min(first + FASTEST_BLOCK, self.num_clients))
+                down_s, up_s = net.star_alone_s(down_bits, up_bits, block)
+                best = min(
+                    best, float((down_s + up_s + self.costs.compute_times_s(flops, block)).min())
+                )
+                if best <= enough_s:
+                    break
+            return best
         total = (
             net.alone_s(down_bits, down=True)
             + net.alone_s(up_bits)
@@ -977,7 +993,9 @@ class World:
 
     def positions_m(self, nodes: np.ndarray) -> np.ndarray:
         """[len(nodes), 2] the clients' (x, y) in metres (`clients.positions`)."""
-        pop = self.population
+        pop, cells = self.population, self.network.cells
+        if not len(pop.x_m) and cells is not None:  # drawn by client (flnet.sim.cells)
+            return cells.start_xy_m(np.asarray(nodes, dtype=np.int64))
         if not len(pop.x_m):
             raise ScenarioError("no positions: set clients.positions", field="clients.positions")
         return np.stack([pop.x_m[nodes], pop.y_m[nodes]], axis=1)
