@@ -182,3 +182,14 @@ def test_models_without_a_convolutional_trunk_take_whole_chunks(one_kernel_threa
         evaluator = Evaluator(model, data())
         evaluator(model.init_params())
         assert evaluator._split is None
+
+
+def test_run_threads_reaches_the_evaluator(scenario):
+    from flnet.runner import Run
+
+    sim = Run(
+        scenario(model={"kind": "cnn_dfl_mnist"}, run={"rounds": 1, "threads": 3}), write=False
+    )
+    assert sim.recorder.evaluator.threads == 3
+    if sim.learner.data.x_test.device.type == "cpu":  # step 0 was judged by trunk passes
+        assert sim.recorder.evaluator._split is not None
