@@ -537,9 +537,8 @@ class Run:
         if write:
             output.remove_stale_tables(self.output_dir, scenario.output.format)
             write_inputs(scenario, self.partition, self.output_dir)
-        self.recorder = Recorder(
-            scenario, Evaluator(self.learner.model, self.learner.data), self.learner
-        )
+        evaluator = Evaluator(self.learner.model, self.learner.data, threads=scenario.run.threads)
+        self.recorder = Recorder(scenario, evaluator, self.learner)
         self.stop_rules = StopRules(scenario)
         self.target = TargetAccuracy(scenario.run.target_accuracy, self.recorder)
         chain: list[Observer] = [self.stop_rules, self.recorder, self.target]

@@ -279,3 +279,32 @@ def test_w1_and_c1_say_how_to_get_pfl_when_it_is_absent(monkeypatch, capsys, tmp
     skips = [line for line in out.splitlines() if "pfl-research: skipped" in line]
     assert len(skips) == 2 and all("make bench-pfl" in line for line in skips)
     assert not set(ran) & set(bench.PFL_WORKERS)
+
+
+def test_c1_data_are_pickled_as_cifars_own_files_and_read_back(monkeypatch, tmp_path):
+    """Each batch holds its image bytes as one Python 2 str (the real CIFAR-10 files' layout),
+    not as Python 3's protocol-2 text (half as long again: every byte over 127 takes two), and
+    flnet reads back the bytes written, over 255."""
+    import c1_data
+
+    from flnet.learn.data import files
+
+    rng = np.random.default_rng(0)
+    written = {}
+
+    def images(_, prototypes, n):  # any bytes, every value present
+        x, y = rng.integers(0, 256, (n, 3072)).astype(np.uint8), rng.integers(0, 10, n)
+        written.setdefault(n, []).append((x, y))
+        return x, y
+
+    monkeypatch.setattr(c1_data, "images", images)
+    monkeypatch.setattr(c1_data, "TRAIN_PER_BATCH", 20)
+    monkeypatch.setattr(c1_data, "TEST_ROWS", 10)
+    folder = c1_data.write(tmp_path)
+    raw = (folder / "test_batch").read_bytes()
+    assert b"T" + (10 * 3072).to_bytes(4, "little") + written[10][0][0].tobytes() in raw
+    assert len(raw) < 10 * 3072 + 500
+    src = files.load_cifar_set("cifar10", tmp_path, download=False)
+    x_train = np.concatenate([x for x, _ in written[20]]).reshape(-1, 3, 32, 32)
+    assert np.array_equal(src.x_train, x_train.astype(np.float32) / np.float32(255))
+    assert np.array_equal(src.y_test, written[10][0][1])

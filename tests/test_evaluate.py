@@ -115,3 +115,81 @@ def test_node_accuracy_is_each_nodes_own_model_on_the_test_set():
         "node_accuracy_mean": pytest.approx(0.5),
         "node_accuracy_worst": pytest.approx(1 / 3),
     }
+
+
+def small_cnn_evaluation():
+    """A CNN (two 2x2 pools after ReLU) on 6x6 inputs and its data: 53 test rows, 4 clients
+    of 10 training rows, and parameters drawn from a seed."""
+    g = torch.Generator().manual_seed(3)
+    module = nn.Sequential(
+        nn.Conv2d(2, 4, 3, padding=1),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Conv2d(4, 5, 3, padding=1),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Flatten(),
+        nn.Linear(5, 6),
+        nn.ReLU(),
+        nn.Linear(6, 3),
+    )
+    model = Model(module, (2, 6, 6))
+    x_train, x_test = torch.randn(40, 2, 6, 6, generator=g), torch.randn(53, 2, 6, 6, generator=g)
+    y_train, y_test = (
+        torch.randint(0, 3, (40,), generator=g),
+        torch.randint(0, 3, (53,), generator=g),
+    )
+    shares = [np.arange(10 * k, 10 * k + 10) for k in range(4)]
+    fed = FederatedData("toy", x_train, y_train, x_test, y_test, shares, 3)
+    return model, fed, torch.randn(model.num_params, generator=g)
+
+
+@pytest.fixture
+def one_kernel_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as runner.threads_for sets it for models under 5M parameters
+    yield
+    torch.set_num_threads(threads)
+
+
+def test_cnn_trunk_passes_give_the_same_figures_in_any_number_of_threads(
+    one_kernel_thread, monkeypatch
+):
+    """The trunk (convolutions and pools) by 7 rows a pass (53 test rows: 8 passes), spread
+    over 1, 2 or 3 threads: the same figures bit for bit; and those of the module itself (the
+    torch kernels' max pool, ReLU before it) on all rows at once, to rounding."""
+    from tolerance import PARAM_RTOL, accuracy_close
+
+    model, fed, params = small_cnn_evaluation()
+    monkeypatch.setattr("flnet.learn.evaluate.TRUNK_CHUNK_BYTES", 7 * 4 * 6 * 6 * 4)  # 7 rows
+    figures = []
+    for threads in (1, 2, 3):
+        evaluator = Evaluator(model, fed, threads=threads)
+        figures.append(evaluator(params))
+        assert evaluator._split == (7, 7)  # the first Linear is layer 7; 7 rows a pass
+    assert figures[0] == figures[1] == figures[2]
+    with torch.no_grad():
+        logits = torch.func.functional_call(model.module, model.unflatten(params), (fed.x_test,))
+    accuracy = (logits.argmax(1) == fed.y_test).double().mean().item()
+    assert accuracy_close(figures[0]["test_accuracy"], accuracy, len(fed.y_test))
+    expected_loss = torch.nn.functional.cross_entropy(logits, fed.y_test).item()
+    assert figures[0]["test_loss"] == pytest.approx(expected_loss, rel=PARAM_RTOL)
+
+
+def test_models_without_a_convolutional_trunk_take_whole_chunks(one_kernel_thread):
+    mlp = Model(nn.Sequential(nn.Flatten(), nn.Linear(2, 3), nn.ReLU(), nn.Linear(3, 2)), (2,))
+    for model in (linear_model(), mlp):
+        evaluator = Evaluator(model, data())
+        evaluator(model.init_params())
+        assert evaluator._split is None
+
+
+def test_run_threads_reaches_the_evaluator(scenario):
+    from flnet.runner import Run
+
+    sim = Run(
+        scenario(model={"kind": "cnn_dfl_mnist"}, run={"rounds": 1, "threads": 3}), write=False
+    )
+    assert sim.recorder.evaluator.threads == 3
+    if sim.learner.data.x_test.device.type == "cpu":  # step 0 was judged by trunk passes
+        assert sim.recorder.evaluator._split is not None

@@ -113,3 +113,33 @@ def test_cnn_from_a_scenario_trains_and_charges_its_flops(scenario):
     )
     assert res.summary["model_params"] == 160 + 4640 + 1290
     assert res.records.test_loss.iloc[-1] < res.records.test_loss.iloc[0]
+
+
+def test_max_pool_2x2_takes_the_largest_of_each_square_by_hand():
+    x = torch.tensor(
+        [
+            [1.0, 5.0, -2.0, 0.5, 9.0],
+            [3.0, -1.0, -3.0, -4.0, 8.0],
+            [7.0, 2.0, 6.0, float("nan"), 1.0],
+        ]
+    )
+    # floor mode: the odd last row and column are dropped
+    out = models.MaxPool2x2()(x.view(1, 1, 3, 5))
+    assert out.tolist() == [[[[5.0, 0.5]]]]
+    y = x.clone()
+    y[1, 2] = float("nan")  # a NaN wins its square, as in max_pool2d
+    assert models.MaxPool2x2()(y.view(1, 1, 3, 5))[0, 0, 0, 1].isnan()
+    assert F.max_pool2d(y.view(1, 1, 3, 5), 2)[0, 0, 0, 1].isnan()
+
+
+def test_the_inference_copy_pools_before_relu_and_gives_the_modules_logits():
+    """cnn_mcmahan's copy for `predict`: each ReLU, 2x2 max pool pair as MaxPool2x2 then
+    ReLU, parameters in the same order; the module's own logits on random images."""
+    model = build("cnn_mcmahan", (3, 12, 12))
+    names = [type(layer).__name__ for layer in model._predictor]
+    assert names[:6] == ["Conv2d", "MaxPool2x2", "ReLU", "Conv2d", "MaxPool2x2", "ReLU"]
+    assert names[6:] == [type(layer).__name__ for layer in model.module][6:]
+    params = model.init_params() * 1.5  # not the module's own: predict must use these
+    x = torch.randn(9, 3, 12, 12, generator=torch.Generator().manual_seed(0))
+    expected = functional_call(model.module, model.unflatten(params), (x,))
+    assert_tensors_close(model.predict(params, x), expected)

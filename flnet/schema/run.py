@@ -79,7 +79,8 @@ class RunConfig(Strict):
         ge=1,
         le=1024,
         description="threads a cohort trained in several calls (CNNs on the CPU take one or "
-        "two clients a call) is split over; results are the same bit for bit for any number. "
+        "two clients a call) is split over, and a CNN's evaluation passes; results are the "
+        "same bit for bit for any number. "
         "One by default: on a shared, loaded 2-core machine two measured no faster "
         "(benchmarks/cohort_threads.py); on idle cores, set it to their number",
     )

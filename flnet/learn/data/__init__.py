@@ -251,7 +251,12 @@ def load(config: DataConfig, num_clients: int, seed: int, device: torch.device) 
             ),
             num_clients,
         )
-    as_t = lambda a, dt: _tensor(a, dt, device)  # noqa: E731
+    # a data file's arrays are this run's own (not cached ones: an embedded set's, features'),
+    # so the tensors may take them over without a copy
+    own = config.features is None and (
+        config.dataset in files.IDX_SETS or config.dataset in files.CIFAR_SETS
+    )
+    as_t = lambda a, dt: _tensor(a, dt, device, copy=not own)  # noqa: E731
     return FederatedData(
         name=config.dataset,
         x_train=as_t(src.x_train, torch.float32),
@@ -268,12 +273,15 @@ def load(config: DataConfig, num_clients: int, seed: int, device: torch.device) 
     )
 
 
-def _tensor(a: np.ndarray, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    """A copy of `a` on `device`, made by numpy: torch's own copy of an array (`torch.tensor`)
-    runs on its thread pool, whose start costs a fresh run milliseconds on a busy machine,
-    more than copying the digits takes."""
+def _tensor(
+    a: np.ndarray, dtype: torch.dtype, device: torch.device, copy: bool = True
+) -> torch.Tensor:
+    """A copy of `a` on `device` (without `copy`, `a` itself where it is already of that type
+    on the CPU), made by numpy: torch's own copy of an array (`torch.tensor`) runs on its
+    thread pool, whose start costs a fresh run milliseconds on a busy machine, more than
+    copying the digits takes."""
     np_dtype = torch.empty(0, dtype=dtype).numpy().dtype
-    return torch.from_numpy(np.array(a, dtype=np_dtype)).to(device)
+    return torch.from_numpy(np.array(a, dtype=np_dtype, copy=copy or None)).to(device)
 
 
 def held_out(config: DataConfig, src: Source, seed: int) -> tuple[Source, Source | None]:

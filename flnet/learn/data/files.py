@@ -312,7 +312,7 @@ def cifar_arrays(
             f"of 'data'; it is {list(y.shape)} {y.dtype}"
         )
     check_labels(y, num_classes, str(path))
-    return x.astype(np.uint8), y.astype(np.int64)
+    return x.astype(np.uint8, copy=False), y.astype(np.int64, copy=False)
 
 
 def load_cifar_set(name: str, root: Path, download: bool) -> Source:
@@ -332,7 +332,9 @@ def load_cifar_set(name: str, root: Path, download: bool) -> Source:
         ]
         x = np.concatenate([a[0] for a in arrays])
         y = np.concatenate([a[1] for a in arrays])
-        return (x.reshape(-1, 3, 32, 32).astype(np.float32) / 255.0), y
+        # x.astype(np.float32) / 255.0 in one pass, into one new array
+        images = np.empty((len(x), 3, 32, 32), np.float32)
+        return np.divide(x.reshape(images.shape), np.float32(255.0), out=images), y
 
     (x_tr, y_tr), (x_te, y_te) = read(spec.train), read(spec.test)
     return Source(x_tr, y_tr, x_te, y_te, spec.num_classes)
