@@ -4,6 +4,7 @@ through the plain module), for every paper CNN: losses and gradients within test
 
 import math
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -53,6 +54,15 @@ def stacked_cnn() -> nn.Module:
     )
 
 
+def tiled_cnn(kernel: int) -> Callable[[], nn.Module]:
+    """A first layer whose 3x3 pool tiles its 6x9 output: on 9x12 images a 4x4 kernel (the
+    padded width a multiple of 3: `_Plan._split_im2col`, window columns (dj + kj) of every
+    residue mod 3), on 8x11 a 3x3 one (not: the strided copy)."""
+    return lambda: nn.Sequential(
+        nn.Conv2d(1, 2, kernel), nn.MaxPool2d(3), nn.Flatten(), nn.Linear(12, 10)
+    )
+
+
 def image_shape(name: str) -> tuple[int, ...]:
     return (3, 32, 32) if name in ("cnn_dfl_cifar", "cnn_tutorial") else (1, 28, 28)
 
@@ -67,12 +77,16 @@ CASES = {
     "paper_cnn": paper_cnn,
     "odd_cnn": odd_cnn,
     "stacked_cnn": stacked_cnn,
+    "tiled_split": tiled_cnn(4),
+    "tiled_strided": tiled_cnn(3),
 }
 SHAPES = {
     **{name: image_shape(name) for name in models.CNNS},
     "paper_cnn": (1, 28, 28),
     "odd_cnn": (2, 9, 12),
     "stacked_cnn": (1, 9, 9),
+    "tiled_split": (1, 9, 12),
+    "tiled_strided": (1, 8, 11),
 }
 
 

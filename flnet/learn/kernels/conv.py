@@ -423,13 +423,17 @@ class _Plan:
         w_parts = [w_all[:, :, :k], w_all[:, :, k:]][: 1 + biased]
         pad = _padder(layer, c, b, new)
 
-        def im2col(a: torch.Tensor) -> None:
+        def strided_im2col(a: torch.Tensor) -> None:
             """a [C, Cin, H, W, B] (any strides) -> cols: the windows copied, runs of B."""
             a = pad(a)
             sc, si, sh, sw, sb = a.stride()
             at = [step * (sh, sw)[j % 2] for j, step in enumerate(steps)]
             strides = (sc, si, sh, sw, *at, sb)
             cols_7.copy_(a.as_strided(window, strides, a.storage_offset()))
+
+        im2col: Callable[[torch.Tensor], None] = strided_im2col
+        if tiles is not None and (layer.in_hw[1] + 2 * layer.padding[1]) % tiles[1] == 0:
+            im2col = self._split_im2col(cols_7, layer, c, b, new, tiles, pad)
 
         z = new(c, layer.c_out, n)
         z_5 = (
@@ -455,6 +459,44 @@ class _Plan:
             return d
 
         return forward, backward
+
+    @staticmethod
+    def _split_im2col(
+        cols_7: torch.Tensor,
+        layer: _Conv,
+        c: int,
+        b: int,
+        new: Callable[..., torch.Tensor],
+        tiles: tuple[int, int],
+        pad: Callable[[torch.Tensor], torch.Tensor],
+    ) -> Callable[[torch.Tensor], None]:
+        """Window-major im2col in long runs: window-major columns read the input at every
+        tw-th column, so copied straight from it they are runs of B floats. The (padded)
+        input is first copied once into ``split [C, Cin, Hp, tw, Wp / tw, B]``, its columns
+        grouped by their residue mod tw; column tw*j + dj + kj of it is then the (dj + kj)
+        mod tw group's column j + (dj + kj) // tw, so for each kernel column kj and window
+        column dj the columns are one strided view of `split` in runs of Wo / tw * B floats
+        (C1's first layer: 160 against 10; that copy 0.35 ms against 0.82 for two clients)."""
+        (kh, kw), (ho, wo), (th, tw) = layer.kernel, layer.out_hw, tiles
+        (ph, pw), (h, w) = layer.padding, layer.in_hw
+        hp, wp = h + 2 * ph, w + 2 * pw
+        split = new(c, layer.c_in, hp, tw, wp // tw, b)
+        grouped = split.permute(0, 1, 2, 4, 3, 5)  # [C, Cin, Hp, Wp / tw, tw, B]
+        sc, si, sh, sr, sq, sb = split.stride()
+        dims = (c, layer.c_in, kh, th, ho // th, wo // tw, b)  # (ki, di, i, j) of the window
+        sources, targets = [], []
+        for kj in range(kw):
+            for dj in range(tw):
+                residue, q0 = (dj + kj) % tw, (dj + kj) // tw
+                at = split.storage_offset() + residue * sr + q0 * sq
+                sources.append(split.as_strided(dims, (sc, si, sh, sh, th * sh, sq, sb), at))
+                targets.append(cols_7[:, :, :, kj, :, dj])
+
+        def im2col(a: torch.Tensor) -> None:
+            grouped.copy_(pad(a).reshape(c, layer.c_in, hp, wp // tw, tw, b))
+            torch._foreach_copy_(targets, sources)
+
+        return im2col
 
     def _conv_rows(
         self, layer: _Conv, c: int, b: int, new: Callable[..., torch.Tensor]
