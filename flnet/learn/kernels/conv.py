@@ -515,7 +515,7 @@ class _Plan:
             layer.in_hw,
             layer.out_hw,
         )
-        c_in, c_out, hp, wp = layer.c_in, layer.c_out, h + 2 * ph, w + 2 * pw
+        c_in, c_out, hp = layer.c_in, layer.c_out, h + 2 * ph
         k, n, length = c_in * kw, ho * wo * b, hp * wo * b
         biased = layer.bias is not None
         shifted_all = new(c, k + biased, _row_stride(length))[:, :, :length]
@@ -548,26 +548,40 @@ class _Plan:
         dz_runs = dz_t.split(COLUMNS_PER_PRODUCT, 1)
         col_runs = [col.split(COLUMNS_PER_PRODUCT, 2) for col in cols]
         d_shifted = new(c, k, _row_stride(length))[:, :, :length]
-        d_cols = [d_shifted[:, :, p * row : p * row + n] for p in range(kh)]
         w_t = [w_rows[:, p, :, :k].transpose(1, 2) for p in range(kh)]
-        dpad = new(c, c_in, hp, wp, b)
-        d_in = new(c, c_in, h, w, b) if ph or pw else dpad
-        # col2im: each kernel column's shifted rows add into the columns they were copied from
-        windows = [dpad[:, :, :, q : q + wo] for q in range(kw)]
-        offsets = list(d_shifted.view(c, c_in, kw, hp, wo, b).unbind(2))
+        # kernel row p's input gradient, only its output rows i that land on input rows
+        # p + i inside the padding (the others' products are never made): column spans of
+        # dOut and of d_shifted; kernel row 0 writes its rows (a product, no accumulation)
+        # and the input rows below them are zeroed for the rest to add into
+        spans = [(max(0, ph - p) * row, min(ho, ph + h - p) * row) for p in range(kh)]
+        products = [(p, first, end, p * row) for p, (first, end) in enumerate(spans) if first < end]
+        unwritten = d_shifted[:, :, (min(ho, ph + h) if spans[0][0] < spans[0][1] else ph) * row :]
+        d_in = new(c, c_in, h, w, b)
+        # col2im into the input's rows and columns only: kernel column q's shifted rows add,
+        # in q order, where they were copied from (columns j + q - pw of the input)
+        offsets = d_shifted.view(c, c_in, kw, hp, wo, b)[:, :, :, ph : ph + h]
+        col2im = [
+            (d_in[..., j0 + q - pw : j1 + q - pw, :], offsets[:, :, q, :, j0:j1])
+            for q in range(kw)
+            for j0, j1 in [(max(0, pw - q), min(wo, w + pw - q))]
+            if j0 < j1
+        ]
+        windows, sources = [list(side) for side in zip(*col2im)]
 
         def backward(d: torch.Tensor, views: _Views) -> torch.Tensor:
             dz = d.reshape(c, c_out, n)
             dz_t.copy_(dz.transpose(1, 2))
             for p in range(kh):  # dW_p^T (and db) from the shifted rows the forward pass built
                 accumulate(dw_rows[:, p], zip(col_runs[p], dz_runs))
-            d_shifted.zero_()
-            for p in range(kh):
-                d_cols[p].baddbmm_(w_t[p], dz)
-            dpad.zero_()
-            torch._foreach_add_(windows, offsets)  # one call; applied in order, so overlaps add
-            if ph or pw:
-                d_in.copy_(dpad[:, :, ph : ph + h, pw : pw + w])
+            unwritten.zero_()
+            for p, first, end, at in products:
+                target = d_shifted[:, :, at + first : at + end]
+                if p:
+                    target.baddbmm_(w_t[p], dz[:, :, first:end])
+                else:
+                    torch.bmm(w_t[p], dz[:, :, first:end], out=target)
+            d_in.zero_()
+            torch._foreach_add_(windows, sources)  # one call; applied in order, so overlaps add
             return d_in
 
         return forward, backward
