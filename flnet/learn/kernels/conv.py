@@ -555,7 +555,8 @@ class _Plan:
         # and the input rows below them are zeroed for the rest to add into
         spans = [(max(0, ph - p) * row, min(ho, ph + h - p) * row) for p in range(kh)]
         products = [(p, first, end, p * row) for p, (first, end) in enumerate(spans) if first < end]
-        unwritten = d_shifted[:, :, (min(ho, ph + h) if spans[0][0] < spans[0][1] else ph) * row :]
+        written = min(ho, ph + h) if spans[0][0] < spans[0][1] else ph  # input rows below
+        unwritten = d_shifted[:, :, written * row : (ph + h) * row]  # (padding's: never read)
         d_in = new(c, c_in, h, w, b)
         # col2im into the input's rows and columns only: kernel column q's shifted rows add,
         # in q order, where they were copied from (columns j + q - pw of the input)
