@@ -251,15 +251,17 @@ def test_training_through_conv_stack_equals_autograd_short_batches_included():
 
 def test_auto_path_counts_the_conv_engines_columns_against_its_memory():
     """On the CPU auto trains CNNs two clients a call through the conv engine (faster there),
-    fewer where the memory allows fewer; on other devices it stacks what fits, the engine's
-    columns counted (meta tensors stand in)."""
+    one where a client's buffers and parameters outgrow `CPU_CONV_CALL_BYTES` (cnn_tutorial:
+    ~12 MiB at batch 32, ~3 at batch 8) or the memory allows fewer; on other devices it
+    stacks what fits, the engine's columns counted (meta tensors stand in)."""
     model = model_of("cnn_tutorial")
     x, y = torch.zeros(4, 3, 32, 32), torch.zeros(4, dtype=torch.long)
     on_cpu = cohort.Trainer(model, x, y)
-    assert on_cpu.clients_per_call(10, 32, "auto", optim.sgd(1)) == 2
-    assert on_cpu.clients_per_call(1, 32, "auto", optim.sgd(1)) == 1
+    assert on_cpu.clients_per_call(10, 8, "auto", optim.sgd(1)) == 2
+    assert on_cpu.clients_per_call(10, 32, "auto", optim.sgd(1)) == 1
+    assert on_cpu.clients_per_call(1, 8, "auto", optim.sgd(1)) == 1
     assert (
-        cohort.Trainer(model, x, y, memory_bytes=1).clients_per_call(10, 32, "auto", optim.sgd(1))
+        cohort.Trainer(model, x, y, memory_bytes=1).clients_per_call(10, 8, "auto", optim.sgd(1))
         == 1
     )
     x, y = x.to("meta"), y.to("meta")

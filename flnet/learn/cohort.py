@@ -50,10 +50,14 @@ LossFn = Callable[[Model, torch.Tensor, torch.Tensor, torch.Tensor, Any], torch.
 ValueAndGrad = Callable[..., tuple[torch.Tensor, torch.Tensor]]
 
 BATCH_MEMORY_BYTES = 1 << 30  # `path: auto` stacks as many clients as fit in this
-# `path: auto` through `ConvStack` on the CPU: the most clients a call. On a 2-vCPU Intel
-# Xeon two were no slower than one on (b) and (c), three or four no faster (one-off)
-# (benchmarks/bench.py's rows "path auto" against "sequential" print two against one).
+# `path: auto` through `ConvStack` on the CPU: the most clients a call, and the most bytes
+# of a call's engine buffers and parameters (one client a call where one client's exceed
+# it). On a 2-vCPU Intel Xeon (one-off, thread CPU time): two a call were 6% faster than
+# one on (b) (6 MiB a client), one 7% faster than two on (c) (12 MiB) and 8% on C1's cohort
+# (22 MiB: 14 of buffers, 8 of parameters); three or four no faster (benchmarks/bench.py's
+# rows "path auto" against "sequential" print the difference).
 CPU_CONV_CLIENTS_PER_CALL = 2
+CPU_CONV_CALL_BYTES = 8 << 20
 
 
 class CohortResult(NamedTuple):
@@ -251,7 +255,8 @@ class Trainer:
         client a call through autograd, where vmap turns the cohort's convolutions into one
         grouped convolution, which runs slower there than a loop; at most
         `CPU_CONV_CLIENTS_PER_CALL` through `ConvStack`, whose buffers for more clients
-        outgrow the caches (benchmarks/bench.py's rows (b) and (c) print one client a call,
+        outgrow the caches, and one where a client's buffers and parameters take more than
+        `CPU_CONV_CALL_BYTES` (benchmarks/bench.py's rows (b) and (c) print one client a call,
         sequential, against all 50, batched, and path auto)."""
         if path == "batched":
             return num_clients
@@ -267,7 +272,11 @@ class Trainer:
         floats = m.num_params * (3 + 2 * optimizer.grads_per_step) + batch_size * per_sample
         per_client = floats * self.x_data.element_size()
         fit = max(1, min(num_clients, self.memory_bytes // max(1, math.ceil(per_client))))
-        return min(fit, CPU_CONV_CLIENTS_PER_CALL) if on_cpu_conv else fit
+        if not on_cpu_conv:
+            return fit
+        assert hand is not None  # on the CPU a CNN without the engine takes one a call (above)
+        call = (batch_size * hand.floats_per_sample() + m.num_params) * self.x_data.element_size()
+        return max(1, min(fit, CPU_CONV_CLIENTS_PER_CALL, CPU_CONV_CALL_BYTES // call))
 
     def train(
         self,
