@@ -235,7 +235,6 @@ class Trainer:
         self.threads = threads
         self._copies: list[Trainer] = []  # the other threads' trainers, made on first use
         self._kept_outputs: list[torch.Tensor] = []  # `_output`'s
-        self._kept_call: torch.Tensor | None = None  # `_call_params`'
 
     def clients_per_call(
         self,
@@ -324,9 +323,8 @@ class Trainer:
         trained = self._output(params)
 
         def part(trainer: Trainer, i: int, n: int) -> CohortResult:
-            """Clients i .. i + n - 1, through `trainer`'s engines and buffers, trained in its
-            own tensor of a call's parameters (the engines' views of it are made once) and
-            copied into their rows of `trained`."""
+            """Clients i .. i + n - 1, through `trainer`'s engines and buffers, trained in
+            their rows of `trained`; the engines then let go of their views of those rows."""
             rows = lambda tree: None if tree is None else _rows(tree, i, i + n)  # noqa: E731
             result = trainer._train(
                 params[i : i + n],
@@ -338,9 +336,11 @@ class Trainer:
                 None if sizes is None else sizes[i : i + n],
                 rows(aux),
                 rows(snapshot_at),
-                out=trainer._call_params(params, per_call)[:n],
+                out=trained[i : i + n],
             )
-            trained[i : i + n].copy_(result.params)
+            for hand in (trainer.hand, trainer.hand_padded):
+                if isinstance(hand, ConvStack):
+                    hand.release()
             return result
 
         workers = min(self.threads, -(-c // per_call)) if params.device.type == "cpu" else 1
@@ -354,21 +354,6 @@ class Trainer:
         cat = lambda *rows: torch.cat(rows) if _per_client(rows[0]) else rows[0]  # noqa: E731
         rest = (tree_map(cat, *field) for field in list(zip(*parts))[1:])
         return CohortResult(trained, *rest)
-
-    def _call_params(self, params: torch.Tensor, per_call: int) -> torch.Tensor:
-        """The tensor [per_call, P] this trainer's calls train their clients in, kept."""
-        kept = self._kept_call
-        if (
-            kept is None
-            or kept.shape != (per_call, *params.shape[1:])
-            or kept.dtype != params.dtype
-            or kept.device != params.device
-        ):
-            kept = torch.empty(
-                (per_call, *params.shape[1:]), dtype=params.dtype, device=params.device
-            )
-            self._kept_call = kept
-        return kept
 
     def _output(self, params: torch.Tensor) -> torch.Tensor:
         """A tensor for a split cohort's trained parameters, of `params`' shape: one that an

@@ -735,6 +735,14 @@ class ConvStack:
         twin.pads = True
         return twin
 
+    def release(self) -> None:
+        """Let go of the views of the last parameters (and of the last `descend`'s steps)
+        kept for the next call: `cohort.Trainer` reuses a tensor of trained parameters once
+        nothing holds its storage."""
+        self._views = ((), {})
+        for plan in self._plans.values():
+            plan._slices = ((), [])
+
     def floats_per_sample(self) -> int:
         """Elements this engine keeps per sample (activations, columns, their gradients):
         `cohort.Trainer.clients_per_call` sizes `path: auto` cohorts by it."""
