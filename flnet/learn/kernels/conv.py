@@ -30,7 +30,9 @@ weights are used in torch's own order, and Flatten is a view:
   ``out = sum_p W_p @ cols_p``, ``dW_p^T = cols_p @ dOut^T``, ``dcols_p += W_p^T @ dOut`` and
   col2im is kw adds of shifted rows in one `_foreach_add_`; kh times less copied than im2col,
   whose kh*kw col2im adds of a dcols that outgrew L2 cost more than these products' extra
-  passes (their forward is kh products instead of one);
+  passes (their forward is kh products instead of one). The input gradient's products
+  cover only the output rows that land inside the padding and col2im adds straight into
+  the input's rows and columns (no padded buffer zeroed, then copied out of);
 - a bias is a row of ones under the columns and a column beside W (copied there each call):
   the forward product adds it and the weight gradient's product gives db. The columns' rows
   lie a little more than a multiple of 4 KiB apart where they would be one (`_row_stride`);
@@ -45,8 +47,9 @@ weights are used in torch's own order, and Flatten is a view:
   relu(x) is all zeros there, autograd routes the window's gradient to its first element,
   whose ReLU mask is 0, and the swapped order masks the pooled zero: 0 both ways
   (tests/test_kernels_conv.py checks ties in both orders);
-- Linear: ``[C, out, B] = W @ a`` (+ bias); the logits ``[C, K, B]`` reduce their softmax over
-  the middle dimension, as in `DenseStack`;
+- Linear: ``[C, out, B] = W @ a`` (+ bias); its input gradient is ``d_in^T [C, B, in] =
+  dOut^T @ W`` copied into ``[C, in, B]`` (MKL streams W's rows); the logits ``[C, K, B]``
+  reduce their softmax over the middle dimension, as in `DenseStack`;
 - the gradient pieces are copied into ``[C, P]`` in one `_foreach_copy_`.
 
 Measured choices (one-off experiments against benchmarks/bench.py's workloads b and c; the
@@ -91,6 +94,36 @@ on the AMD EPYC (one-off timings), for the next attempt:
 - the pool as `torch.max(dim)` with indices over the four offsets of a window: ten times
   slower than torch's pool (``amax`` alone is fast, but finding the first maximum then takes more
   time than torch's pool backward).
+
+Measured on C1's cohort (cnn_mcmahan, 2.16M parameters, 3x32x32, batch 10; 2-vCPU Intel
+Xeon, thread CPU time of interleaved repeats, one-off, while other work loaded the machine;
+every kept change gives the same numbers bit for bit). A step of one client took ~12 ms:
+the second convolution about half (its GEMMs alone run near the matmul peak, ~140-150
+GFLOP/s), fc1 (512 x 4096) a fifth (memory-bound: its 8 MiB of weights read twice and
+written once a step), the first convolution an eighth (its K = 76 GEMMs at ~50 GFLOP/s in
+the step, twice their speed alone). Kept:
+
+- fc1's input gradient as dOut^T @ W instead of W^T @ dOut: 1.08 against 1.78 ms alone for
+  two clients (a transposed d_in handed on changed the bias gradient's sums over B
+  upstream, hence the copy back to ``[C, in, B]``);
+- the window-major im2col through columns grouped by residue (`_Plan._split_im2col`): 0.35
+  against 0.82 ms for two clients (runs of 160 floats against 10);
+- the padding's rows skipped in the later convolutions' input gradient (above): 6 of 80
+  row products and the zeroing and copying of a padded buffer;
+- altogether 4% off a two-client step (27.7 against 28.9 ms, median of 40 interleaved),
+  before `cohort.CPU_CONV_CALL_BYTES` made C1's calls one client each (8% less CPU).
+
+Rejected (no faster, so not kept): fc1's input gradient and SGD step fused block by block
+of W's columns (~1 MiB, each block stepped while in L2): 4.2 against 5.2 ms alone with a
+cold cache, but within noise in the step (12.0 against 12.3 ms for one client, 30.1 against
+30.1 for two); the second convolution's weight gradient from dOut's transposed view instead
+of the ``dz_t`` copy (26.3 against 26.0 ms); K padded from 76 to 80 or 96 for the first
+convolution's GEMMs (0.94 and 1.14 against 0.84 ms alone); the bias row dropped from the
+second convolution (K 160 against 161: within noise); oneDNN's convolution for the second
+layer's forward (83 against ~75 GFLOP/s alone, a one-off reading under load, and its
+layout would need copies). Not tried: fc1's step deferred into the next step's forward
+(W read and written once a step instead of read three times), which would change when
+`descend` leaves the parameters stepped.
 
 Every intermediate lives in buffers reused across calls of the same cohort and batch size
 (a `_Plan`, for the two most recent shapes), since allocating megabytes a step costs page
@@ -257,7 +290,6 @@ Step = Callable[[torch.Tensor, Any], torch.Tensor]  # (activation or gradient, l
 
 
 COLUMNS_PER_PRODUCT = 2048  # the most columns a weight gradient's product reduces over
-DESCENT_BLOCK_BYTES = 1 << 20  # a client's block of a Linear weight in `ConvStack.descend`
 
 
 def accumulate(out: torch.Tensor, products: Iterable[tuple[torch.Tensor, torch.Tensor]]) -> None:
@@ -691,22 +723,13 @@ class _Plan:
             torch.bmm(d.transpose(1, 2), views.w, out=d_in_t)
             return d_in.copy_(d_in_t.transpose(1, 2))
 
-        # `descend`'s blocks of W's columns (of its input features), about 1 MiB a client
-        width = max(1, DESCENT_BLOCK_BYTES // (layer.shape[0] * d_in_t.element_size()))
-        d_in_blocks = d_in_t.split(width, 2)
-
         def descend(d: torch.Tensor, views: _Views) -> torch.Tensor:
             """`backward` with the plain SGD step taken in place: the input gradient from the
-            weights before it, then ``W -= lr * dOut @ a^T`` by GEMMs into the parameters
-            (no dW written, copied or read back), and ``b -= lr * sum(dOut)``. Both block by
-            block of W's columns, each block's step right after its input gradient while it
-            is in L2: W is read once, not twice (each entry's sums are the same ones)."""
-            d_t = d.transpose(1, 2)
-            a_blocks = self.saved[i].split(width, 2)
-            for w, d_in_block, a in zip(views.w.split(width, 2), d_in_blocks, a_blocks):
-                torch.bmm(d_t, w, out=d_in_block)
-                w.baddbmm_(d, a, alpha=-self.lr)
+            weights before it, then ``W -= lr * dOut @ a^T`` as one GEMM into the parameters
+            (no dW written, copied or read back) and ``b -= lr * sum(dOut)``."""
+            torch.bmm(d.transpose(1, 2), views.w, out=d_in_t)
             d_in.copy_(d_in_t.transpose(1, 2))
+            views.w.baddbmm_(d, self.saved[i], alpha=-self.lr)
             if db is not None:
                 assert views.bias is not None  # a layer with a bias has its view
                 torch.sum(d, 2, out=db)
