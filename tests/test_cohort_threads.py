@@ -61,6 +61,38 @@ def test_split_over_threads_is_bit_identical_to_one_thread(threads):
         assert len(split._copies) == min(threads, C) - 1
 
 
+def test_calls_of_two_split_with_a_tail_of_single_clients_change_no_bit():
+    """Path auto: ConvStack's calls of two clients; over two threads the last two calls go
+    one client a call (so the threads finish together): the same bits as one thread."""
+    one = train(trainer(1), path="auto")
+    split = trainer(2)
+    assert split.clients_per_call(C, B, "auto", optim.sgd(0.1)) == 2
+    assert cohort._single_tail([(0, 2), (2, 2), (4, 2), (6, 1)], 2) == [
+        (0, 2),
+        (2, 2),
+        (4, 1),
+        (5, 1),
+        (6, 1),
+    ]
+    assert_identical(train(split, path="auto"), one)
+
+
+def test_a_result_still_held_is_never_overwritten_by_the_next_cohort():
+    """The trained parameters' tensor is reused for the next split cohort only once nothing
+    holds it or a view of it."""
+    t = trainer(2)
+    first = train(t)
+    kept = first.params.clone()
+    row = first.params[3]  # a view alone keeps it too
+    del first
+    second = train(t, snapshot_at=1)
+    assert torch.equal(row, kept[3]) and row.data_ptr() != second.params[3].data_ptr()
+    del row
+    ptr = second.params.data_ptr()
+    del second
+    assert train(t).params.data_ptr() == ptr  # nothing held it: reused
+
+
 def test_threads_train_on_the_data_the_trainer_holds_now():
     """`Learner` swaps the trainer's data for each cohort (the clients' own rows): a split
     after the swap trains on the new rows in every thread, as one thread does."""

@@ -4,6 +4,7 @@ through the plain module), for every paper CNN: losses and gradients within test
 
 import math
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -53,6 +54,15 @@ def stacked_cnn() -> nn.Module:
     )
 
 
+def tiled_cnn(kernel: int) -> Callable[[], nn.Module]:
+    """A first layer whose 3x3 pool tiles its 6x9 output: on 9x12 images a 4x4 kernel (the
+    padded width a multiple of 3: `_Plan._split_im2col`, window columns (dj + kj) of every
+    residue mod 3), on 8x11 a 3x3 one (not: the strided copy)."""
+    return lambda: nn.Sequential(
+        nn.Conv2d(1, 2, kernel), nn.MaxPool2d(3), nn.Flatten(), nn.Linear(12, 10)
+    )
+
+
 def image_shape(name: str) -> tuple[int, ...]:
     return (3, 32, 32) if name in ("cnn_dfl_cifar", "cnn_tutorial") else (1, 28, 28)
 
@@ -67,12 +77,16 @@ CASES = {
     "paper_cnn": paper_cnn,
     "odd_cnn": odd_cnn,
     "stacked_cnn": stacked_cnn,
+    "tiled_split": tiled_cnn(4),
+    "tiled_strided": tiled_cnn(3),
 }
 SHAPES = {
     **{name: image_shape(name) for name in models.CNNS},
     "paper_cnn": (1, 28, 28),
     "odd_cnn": (2, 9, 12),
     "stacked_cnn": (1, 9, 9),
+    "tiled_split": (1, 9, 12),
+    "tiled_strided": (1, 8, 11),
 }
 
 
@@ -237,15 +251,17 @@ def test_training_through_conv_stack_equals_autograd_short_batches_included():
 
 def test_auto_path_counts_the_conv_engines_columns_against_its_memory():
     """On the CPU auto trains CNNs two clients a call through the conv engine (faster there),
-    fewer where the memory allows fewer; on other devices it stacks what fits, the engine's
-    columns counted (meta tensors stand in)."""
+    one where a client's buffers and parameters outgrow `CPU_CONV_CALL_BYTES` (cnn_tutorial:
+    ~12 MiB at batch 32, ~3 at batch 8) or the memory allows fewer; on other devices it
+    stacks what fits, the engine's columns counted (meta tensors stand in)."""
     model = model_of("cnn_tutorial")
     x, y = torch.zeros(4, 3, 32, 32), torch.zeros(4, dtype=torch.long)
     on_cpu = cohort.Trainer(model, x, y)
-    assert on_cpu.clients_per_call(10, 32, "auto", optim.sgd(1)) == 2
-    assert on_cpu.clients_per_call(1, 32, "auto", optim.sgd(1)) == 1
+    assert on_cpu.clients_per_call(10, 8, "auto", optim.sgd(1)) == 2
+    assert on_cpu.clients_per_call(10, 32, "auto", optim.sgd(1)) == 1
+    assert on_cpu.clients_per_call(1, 8, "auto", optim.sgd(1)) == 1
     assert (
-        cohort.Trainer(model, x, y, memory_bytes=1).clients_per_call(10, 32, "auto", optim.sgd(1))
+        cohort.Trainer(model, x, y, memory_bytes=1).clients_per_call(10, 8, "auto", optim.sgd(1))
         == 1
     )
     x, y = x.to("meta"), y.to("meta")

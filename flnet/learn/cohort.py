@@ -25,6 +25,7 @@ the whole cohort's rows beside a slice's parameters.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -49,10 +50,14 @@ LossFn = Callable[[Model, torch.Tensor, torch.Tensor, torch.Tensor, Any], torch.
 ValueAndGrad = Callable[..., tuple[torch.Tensor, torch.Tensor]]
 
 BATCH_MEMORY_BYTES = 1 << 30  # `path: auto` stacks as many clients as fit in this
-# `path: auto` through `ConvStack` on the CPU: the most clients a call. On a 2-vCPU Intel
-# Xeon two were no slower than one on (b) and (c), three or four no faster (one-off)
-# (benchmarks/bench.py's rows "path auto" against "sequential" print two against one).
+# `path: auto` through `ConvStack` on the CPU: the most clients a call, and the most bytes
+# of a call's engine buffers and parameters (one client a call where one client's exceed
+# it). On a 2-vCPU Intel Xeon (one-off, thread CPU time): two a call were 6% faster than
+# one on (b) (6 MiB a client), one 7% faster than two on (c) (12 MiB) and 8% on C1's cohort
+# (22 MiB: 14 of buffers, 8 of parameters); three or four no faster (benchmarks/bench.py's
+# rows "path auto" against "sequential" print the difference).
 CPU_CONV_CLIENTS_PER_CALL = 2
+CPU_CONV_CALL_BYTES = 8 << 20
 
 
 class CohortResult(NamedTuple):
@@ -170,6 +175,17 @@ def autograd_value_and_grad(model: Model, loss_fn: LossFn = cross_entropy) -> Va
     return value_and_grad
 
 
+def _single_tail(calls: list[tuple[int, int]], workers: int) -> list[tuple[int, int]]:
+    """`calls` (first client, clients) with the last `workers` calls of several clients split
+    into calls of one: threads taking calls from a queue then finish within about one client
+    of each other, not one call (C1: 25 calls of two over two threads, one thread's 13
+    against 12 cost 4% of the wall). Only for engines whose clients' numbers do not depend
+    on the call they are in (`ConvStack`: every kernel is batched over clients, each
+    client's part its own)."""
+    head, tail = calls[:-workers], calls[-workers:]
+    return head + [(i + k, 1) for i, n in tail for k in range(n)]
+
+
 def _rows(tree: Any, start: int, stop: int) -> Any:
     return tree_map(lambda leaf: leaf[start:stop] if _per_client(leaf) else leaf, tree)
 
@@ -218,6 +234,7 @@ class Trainer:
         # threads a cohort trained in several calls is split over (CPU only; `_in_threads`)
         self.threads = threads
         self._copies: list[Trainer] = []  # the other threads' trainers, made on first use
+        self._kept_outputs: list[torch.Tensor] = []  # `_output`'s
 
     def clients_per_call(
         self,
@@ -237,7 +254,8 @@ class Trainer:
         client a call through autograd, where vmap turns the cohort's convolutions into one
         grouped convolution, which runs slower there than a loop; at most
         `CPU_CONV_CLIENTS_PER_CALL` through `ConvStack`, whose buffers for more clients
-        outgrow the caches (benchmarks/bench.py's rows (b) and (c) print one client a call,
+        outgrow the caches, and one where a client's buffers and parameters take more than
+        `CPU_CONV_CALL_BYTES` (benchmarks/bench.py's rows (b) and (c) print one client a call,
         sequential, against all 50, batched, and path auto)."""
         if path == "batched":
             return num_clients
@@ -253,7 +271,11 @@ class Trainer:
         floats = m.num_params * (3 + 2 * optimizer.grads_per_step) + batch_size * per_sample
         per_client = floats * self.x_data.element_size()
         fit = max(1, min(num_clients, self.memory_bytes // max(1, math.ceil(per_client))))
-        return min(fit, CPU_CONV_CLIENTS_PER_CALL) if on_cpu_conv else fit
+        if not on_cpu_conv:
+            return fit
+        assert hand is not None  # on the CPU a CNN without the engine takes one a call (above)
+        call = (batch_size * hand.floats_per_sample() + m.num_params) * self.x_data.element_size()
+        return max(1, min(fit, CPU_CONV_CLIENTS_PER_CALL, CPU_CONV_CALL_BYTES // call))
 
     def train(
         self,
@@ -297,34 +319,60 @@ class Trainer:
             return self._train(
                 params, batches, steps, optimizer, opt_state, engines, sizes, aux, snapshot_at
             )
-        rows = lambda tree, i: None if tree is None else _rows(tree, i, i + per_call)  # noqa
         # every call's parameters go into their rows of one tensor: no concatenation after
-        trained = torch.empty(params.shape, dtype=params.dtype, device=params.device)
+        trained = self._output(params)
 
-        def part(trainer: Trainer, i: int) -> CohortResult:
-            """Clients i .. i + per_call - 1, through `trainer`'s engines and buffers."""
-            return trainer._train(
-                params[i : i + per_call],
-                batches[i : i + per_call],
-                steps[i : i + per_call],
+        def part(trainer: Trainer, i: int, n: int) -> CohortResult:
+            """Clients i .. i + n - 1, through `trainer`'s engines and buffers, trained in
+            their rows of `trained`; the engines then let go of their views of those rows."""
+            rows = lambda tree: None if tree is None else _rows(tree, i, i + n)  # noqa: E731
+            result = trainer._train(
+                params[i : i + n],
+                batches[i : i + n],
+                steps[i : i + n],
                 optimizer,
-                rows(opt_state, i),
+                rows(opt_state),
                 engines if trainer is self else trainer._engines(loss_fn)[0],
-                None if sizes is None else sizes[i : i + per_call],
-                rows(aux, i),
-                rows(snapshot_at, i),
-                out=trained[i : i + per_call],
+                None if sizes is None else sizes[i : i + n],
+                rows(aux),
+                rows(snapshot_at),
+                out=trained[i : i + n],
             )
+            for hand in (trainer.hand, trainer.hand_padded):
+                if isinstance(hand, ConvStack):
+                    hand.release()
+            return result
 
-        starts = list(range(0, c, per_call))
-        workers = min(self.threads, len(starts)) if params.device.type == "cpu" else 1
+        workers = min(self.threads, -(-c // per_call)) if params.device.type == "cpu" else 1
+        calls = [(i, min(per_call, c - i)) for i in range(0, c, per_call)]
+        if workers > 1 and isinstance(engine, ConvStack):
+            calls = _single_tail(calls, workers)
         if workers > 1:
-            parts = self._in_threads(part, starts, workers)
+            parts = self._in_threads(part, calls, workers)
         else:
-            parts = [part(self, i) for i in starts]
+            parts = [part(self, i, n) for i, n in calls]
         cat = lambda *rows: torch.cat(rows) if _per_client(rows[0]) else rows[0]  # noqa: E731
         rest = (tree_map(cat, *field) for field in list(zip(*parts))[1:])
         return CohortResult(trained, *rest)
+
+    def _output(self, params: torch.Tensor) -> torch.Tensor:
+        """A tensor for a split cohort's trained parameters, of `params`' shape: one that an
+        earlier call returned where nothing holds it any more (nor any view of it: its
+        storage's only user is this trainer's reference), else a new one, kept for later.
+        Two are kept: a caller still holds the last cohort's while it trains the next
+        (``work = learner.local_train(...)``). A C1 cohort's parameters are 431 MB, and fresh
+        memory costs a page fault every 4 KiB on first write (in this VM also a slow one on
+        the host): 0.2 CPU-s and 0.5 s of wall a cohort in one-off timings, against
+        nothing for memory written before."""
+        like = (params.shape, params.dtype, params.device)
+        for kept in self._kept_outputs:
+            # in use by this reference and the count's own wrapper alone
+            free = torch._C._storage_Use_Count(kept.untyped_storage()._cdata) <= 2
+            if free and (kept.shape, kept.dtype, kept.device) == like:
+                return kept.view(kept.shape)  # a new tensor on it: holding that counts
+        kept = torch.empty(params.shape, dtype=params.dtype, device=params.device)
+        self._kept_outputs = [kept, *self._kept_outputs[:1]]
+        return kept.view(kept.shape)
 
     def _engines(
         self, loss_fn: LossFn | None
@@ -342,29 +390,40 @@ class Trainer:
         return (value_and_grad, value_and_grad), value_and_grad
 
     def _in_threads(
-        self, part: Callable[[Trainer, int], CohortResult], starts: list[int], workers: int
+        self,
+        part: Callable[[Trainer, int, int], CohortResult],
+        calls: list[tuple[int, int]],
+        workers: int,
     ) -> list[CohortResult]:
-        """The cohort's calls split over `workers` threads, in contiguous runs of calls, each
-        thread with its own copy of the trainer (engines and buffers are reused call to call,
-        so never shared) and torch's kernels on one thread each. Every call's maths is the
-        one it has in a single thread, so the results are the same bit for bit whatever the
-        number of threads: only the order in which the calls run changes."""
+        """The cohort's calls (first client, clients) over `workers` threads, each taking the
+        next call not yet taken (a shared queue: a thread slowed by the machine's other work
+        takes fewer), each thread with its own copy of the trainer (engines and buffers are
+        reused call to call, so never shared) and torch's kernels on one thread each. Every
+        call's maths is the one it has in a single thread, so the results are the same bit
+        for bit whatever the number of threads: only the order in which the calls run
+        changes."""
         while len(self._copies) < workers - 1:
             self._copies.append(Trainer(self.model, self.x_data, self.y_data, self.memory_bytes))
         trainers = [self, *self._copies[: workers - 1]]
         for copy in trainers[1:]:  # the data as they are now (`Learner` swaps them per cohort)
             copy.x_data, copy.y_data = self.x_data, self.y_data
-        runs = np.array_split(np.asarray(starts), workers)
+        taken = itertools.count()  # its next() is atomic under the GIL
+        parts: list[CohortResult | None] = [None] * len(calls)
+
+        def work(trainer: Trainer) -> None:
+            for j in taken:
+                if j >= len(calls):
+                    return
+                parts[j] = part(trainer, *calls[j])
+
         intra_op = torch.get_num_threads()
         torch.set_num_threads(1)  # the threads are the parallelism; a pool in each would fight
         try:
             with ThreadPoolExecutor(workers, thread_name_prefix="flnet-cohort") as pool:
-                done = pool.map(
-                    lambda k: [part(trainers[k], int(i)) for i in runs[k]], range(workers)
-                )
-                return [result for run in done for result in run]
+                list(pool.map(work, trainers))  # (re-raises a thread's error)
         finally:
             torch.set_num_threads(intra_op)
+        return [result for result in parts if result is not None]
 
     def _step_buffers(
         self, params: torch.Tensor, b: int

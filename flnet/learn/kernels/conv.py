@@ -30,7 +30,9 @@ weights are used in torch's own order, and Flatten is a view:
   ``out = sum_p W_p @ cols_p``, ``dW_p^T = cols_p @ dOut^T``, ``dcols_p += W_p^T @ dOut`` and
   col2im is kw adds of shifted rows in one `_foreach_add_`; kh times less copied than im2col,
   whose kh*kw col2im adds of a dcols that outgrew L2 cost more than these products' extra
-  passes (their forward is kh products instead of one);
+  passes (their forward is kh products instead of one). The input gradient's products
+  cover only the output rows that land inside the padding and col2im adds straight into
+  the input's rows and columns (no padded buffer zeroed, then copied out of);
 - a bias is a row of ones under the columns and a column beside W (copied there each call):
   the forward product adds it and the weight gradient's product gives db. The columns' rows
   lie a little more than a multiple of 4 KiB apart where they would be one (`_row_stride`);
@@ -45,8 +47,9 @@ weights are used in torch's own order, and Flatten is a view:
   relu(x) is all zeros there, autograd routes the window's gradient to its first element,
   whose ReLU mask is 0, and the swapped order masks the pooled zero: 0 both ways
   (tests/test_kernels_conv.py checks ties in both orders);
-- Linear: ``[C, out, B] = W @ a`` (+ bias); the logits ``[C, K, B]`` reduce their softmax over
-  the middle dimension, as in `DenseStack`;
+- Linear: ``[C, out, B] = W @ a`` (+ bias); its input gradient is ``d_in^T [C, B, in] =
+  dOut^T @ W`` copied into ``[C, in, B]`` (MKL streams W's rows); the logits ``[C, K, B]``
+  reduce their softmax over the middle dimension, as in `DenseStack`;
 - the gradient pieces are copied into ``[C, P]`` in one `_foreach_copy_`.
 
 Measured choices (one-off experiments against benchmarks/bench.py's workloads b and c; the
@@ -91,6 +94,36 @@ on the AMD EPYC (one-off timings), for the next attempt:
 - the pool as `torch.max(dim)` with indices over the four offsets of a window: ten times
   slower than torch's pool (``amax`` alone is fast, but finding the first maximum then takes more
   time than torch's pool backward).
+
+Measured on C1's cohort (cnn_mcmahan, 2.16M parameters, 3x32x32, batch 10; 2-vCPU Intel
+Xeon, thread CPU time of interleaved repeats, one-off, while other work loaded the machine;
+every kept change gives the same numbers bit for bit). A step of one client took ~12 ms:
+the second convolution about half (its GEMMs alone run near the matmul peak, ~140-150
+GFLOP/s), fc1 (512 x 4096) a fifth (memory-bound: its 8 MiB of weights read twice and
+written once a step), the first convolution an eighth (its K = 76 GEMMs at ~50 GFLOP/s in
+the step, twice their speed alone). Kept:
+
+- fc1's input gradient as dOut^T @ W instead of W^T @ dOut: 1.08 against 1.78 ms alone for
+  two clients (a transposed d_in handed on changed the bias gradient's sums over B
+  upstream, hence the copy back to ``[C, in, B]``);
+- the window-major im2col through columns grouped by residue (`_Plan._split_im2col`): 0.35
+  against 0.82 ms for two clients (runs of 160 floats against 10);
+- the padding's rows skipped in the later convolutions' input gradient (above): 6 of 80
+  row products and the zeroing and copying of a padded buffer;
+- altogether 4% off a two-client step (27.7 against 28.9 ms, median of 40 interleaved),
+  before `cohort.CPU_CONV_CALL_BYTES` made C1's calls one client each (8% less CPU).
+
+Rejected (no faster, so not kept): fc1's input gradient and SGD step fused block by block
+of W's columns (~1 MiB, each block stepped while in L2): 4.2 against 5.2 ms alone with a
+cold cache, but within noise in the step (12.0 against 12.3 ms for one client, 30.1 against
+30.1 for two); the second convolution's weight gradient from dOut's transposed view instead
+of the ``dz_t`` copy (26.3 against 26.0 ms); K padded from 76 to 80 or 96 for the first
+convolution's GEMMs (0.94 and 1.14 against 0.84 ms alone); the bias row dropped from the
+second convolution (K 160 against 161: within noise); oneDNN's convolution for the second
+layer's forward (83 against ~75 GFLOP/s alone, a one-off reading under load, and its
+layout would need copies). Not tried: fc1's step deferred into the next step's forward
+(W read and written once a step instead of read three times), which would change when
+`descend` leaves the parameters stepped.
 
 Every intermediate lives in buffers reused across calls of the same cohort and batch size
 (a `_Plan`, for the two most recent shapes), since allocating megabytes a step costs page
@@ -311,7 +344,6 @@ class _Views(NamedTuple):
 
     w: torch.Tensor  # [C, out, in] (a convolution's in: Cin*kh*kw)
     bias: torch.Tensor | None  # [C, out, 1]
-    w_t: torch.Tensor  # [C, in, out]
 
     def beside(self, weights: torch.Tensor) -> list[torch.Tensor]:
         """`weights` (W in some order) and the bias if any: what a convolution copies into
@@ -423,13 +455,17 @@ class _Plan:
         w_parts = [w_all[:, :, :k], w_all[:, :, k:]][: 1 + biased]
         pad = _padder(layer, c, b, new)
 
-        def im2col(a: torch.Tensor) -> None:
+        def strided_im2col(a: torch.Tensor) -> None:
             """a [C, Cin, H, W, B] (any strides) -> cols: the windows copied, runs of B."""
             a = pad(a)
             sc, si, sh, sw, sb = a.stride()
             at = [step * (sh, sw)[j % 2] for j, step in enumerate(steps)]
             strides = (sc, si, sh, sw, *at, sb)
             cols_7.copy_(a.as_strided(window, strides, a.storage_offset()))
+
+        im2col: Callable[[torch.Tensor], None] = strided_im2col
+        if tiles is not None and (layer.in_hw[1] + 2 * layer.padding[1]) % tiles[1] == 0:
+            im2col = self._split_im2col(cols_7, layer, c, b, new, tiles, pad)
 
         z = new(c, layer.c_out, n)
         z_5 = (
@@ -456,6 +492,44 @@ class _Plan:
 
         return forward, backward
 
+    @staticmethod
+    def _split_im2col(
+        cols_7: torch.Tensor,
+        layer: _Conv,
+        c: int,
+        b: int,
+        new: Callable[..., torch.Tensor],
+        tiles: tuple[int, int],
+        pad: Callable[[torch.Tensor], torch.Tensor],
+    ) -> Callable[[torch.Tensor], None]:
+        """Window-major im2col in long runs: window-major columns read the input at every
+        tw-th column, so copied straight from it they are runs of B floats. The (padded)
+        input is first copied once into ``split [C, Cin, Hp, tw, Wp / tw, B]``, its columns
+        grouped by their residue mod tw; column tw*j + dj + kj of it is then the (dj + kj)
+        mod tw group's column j + (dj + kj) // tw, so for each kernel column kj and window
+        column dj the columns are one strided view of `split` in runs of Wo / tw * B floats
+        (C1's first layer: 160 against 10; that copy 0.35 ms against 0.82 for two clients)."""
+        (kh, kw), (ho, wo), (th, tw) = layer.kernel, layer.out_hw, tiles
+        (ph, pw), (h, w) = layer.padding, layer.in_hw
+        hp, wp = h + 2 * ph, w + 2 * pw
+        split = new(c, layer.c_in, hp, tw, wp // tw, b)
+        grouped = split.permute(0, 1, 2, 4, 3, 5)  # [C, Cin, Hp, Wp / tw, tw, B]
+        sc, si, sh, sr, sq, sb = split.stride()
+        dims = (c, layer.c_in, kh, th, ho // th, wo // tw, b)  # (ki, di, i, j) of the window
+        sources, targets = [], []
+        for kj in range(kw):
+            for dj in range(tw):
+                residue, q0 = (dj + kj) % tw, (dj + kj) // tw
+                at = split.storage_offset() + residue * sr + q0 * sq
+                sources.append(split.as_strided(dims, (sc, si, sh, sh, th * sh, sq, sb), at))
+                targets.append(cols_7[:, :, :, kj, :, dj])
+
+        def im2col(a: torch.Tensor) -> None:
+            grouped.copy_(pad(a).reshape(c, layer.c_in, hp, wp // tw, tw, b))
+            torch._foreach_copy_(targets, sources)
+
+        return im2col
+
     def _conv_rows(
         self, layer: _Conv, c: int, b: int, new: Callable[..., torch.Tensor]
     ) -> tuple[Step, Step]:
@@ -473,7 +547,7 @@ class _Plan:
             layer.in_hw,
             layer.out_hw,
         )
-        c_in, c_out, hp, wp = layer.c_in, layer.c_out, h + 2 * ph, w + 2 * pw
+        c_in, c_out, hp = layer.c_in, layer.c_out, h + 2 * ph
         k, n, length = c_in * kw, ho * wo * b, hp * wo * b
         biased = layer.bias is not None
         shifted_all = new(c, k + biased, _row_stride(length))[:, :, :length]
@@ -506,26 +580,41 @@ class _Plan:
         dz_runs = dz_t.split(COLUMNS_PER_PRODUCT, 1)
         col_runs = [col.split(COLUMNS_PER_PRODUCT, 2) for col in cols]
         d_shifted = new(c, k, _row_stride(length))[:, :, :length]
-        d_cols = [d_shifted[:, :, p * row : p * row + n] for p in range(kh)]
         w_t = [w_rows[:, p, :, :k].transpose(1, 2) for p in range(kh)]
-        dpad = new(c, c_in, hp, wp, b)
-        d_in = new(c, c_in, h, w, b) if ph or pw else dpad
-        # col2im: each kernel column's shifted rows add into the columns they were copied from
-        windows = [dpad[:, :, :, q : q + wo] for q in range(kw)]
-        offsets = list(d_shifted.view(c, c_in, kw, hp, wo, b).unbind(2))
+        # kernel row p's input gradient, only its output rows i that land on input rows
+        # p + i inside the padding (the others' products are never made): column spans of
+        # dOut and of d_shifted; kernel row 0 writes its rows (a product, no accumulation)
+        # and the input rows below them are zeroed for the rest to add into
+        spans = [(max(0, ph - p) * row, min(ho, ph + h - p) * row) for p in range(kh)]
+        products = [(p, first, end, p * row) for p, (first, end) in enumerate(spans) if first < end]
+        written = min(ho, ph + h) if spans[0][0] < spans[0][1] else ph  # input rows below
+        unwritten = d_shifted[:, :, written * row : (ph + h) * row]  # (padding's: never read)
+        d_in = new(c, c_in, h, w, b)
+        # col2im into the input's rows and columns only: kernel column q's shifted rows add,
+        # in q order, where they were copied from (columns j + q - pw of the input)
+        offsets = d_shifted.view(c, c_in, kw, hp, wo, b)[:, :, :, ph : ph + h]
+        col2im = [
+            (d_in[..., j0 + q - pw : j1 + q - pw, :], offsets[:, :, q, :, j0:j1])
+            for q in range(kw)
+            for j0, j1 in [(max(0, pw - q), min(wo, w + pw - q))]
+            if j0 < j1
+        ]
+        windows, sources = [list(side) for side in zip(*col2im)]
 
         def backward(d: torch.Tensor, views: _Views) -> torch.Tensor:
             dz = d.reshape(c, c_out, n)
             dz_t.copy_(dz.transpose(1, 2))
             for p in range(kh):  # dW_p^T (and db) from the shifted rows the forward pass built
                 accumulate(dw_rows[:, p], zip(col_runs[p], dz_runs))
-            d_shifted.zero_()
-            for p in range(kh):
-                d_cols[p].baddbmm_(w_t[p], dz)
-            dpad.zero_()
-            torch._foreach_add_(windows, offsets)  # one call; applied in order, so overlaps add
-            if ph or pw:
-                d_in.copy_(dpad[:, :, ph : ph + h, pw : pw + w])
+            unwritten.zero_()
+            for p, first, end, at in products:
+                target = d_shifted[:, :, at + first : at + end]
+                if p:
+                    target.baddbmm_(w_t[p], dz[:, :, first:end])
+                else:
+                    torch.bmm(w_t[p], dz[:, :, first:end], out=target)
+            d_in.zero_()
+            torch._foreach_add_(windows, sources)  # one call; applied in order, so overlaps add
             return d_in
 
         return forward, backward
@@ -617,7 +706,10 @@ class _Plan:
         dw = new(c, *layer.shape)
         db = new(c, layer.shape[0]) if layer.bias is not None else None
         self._slot(layer, dw, db)
-        d_in = new(c, layer.shape[1], b)
+        # the input gradient as d_in^T [C, B, in] = dOut^T @ W, then transposed into d_in:
+        # MKL streams W's rows (W^T @ dOut into d_in ran 40% slower on C1's fc1 with the same
+        # numbers; a transposed d_in would change the bias gradient's sums over B upstream)
+        d_in_t, d_in = new(c, b, layer.shape[1]), new(c, layer.shape[1], b)
 
         def forward(a: torch.Tensor, views: _Views) -> torch.Tensor:
             self.saved[i] = a.transpose(1, 2)
@@ -628,13 +720,15 @@ class _Plan:
             torch.bmm(d, self.saved[i], out=dw)
             if db is not None:
                 torch.sum(d, 2, out=db)
-            return torch.bmm(views.w_t, d, out=d_in)
+            torch.bmm(d.transpose(1, 2), views.w, out=d_in_t)
+            return d_in.copy_(d_in_t.transpose(1, 2))
 
         def descend(d: torch.Tensor, views: _Views) -> torch.Tensor:
             """`backward` with the plain SGD step taken in place: the input gradient from the
             weights before it, then ``W -= lr * dOut @ a^T`` as one GEMM into the parameters
             (no dW written, copied or read back) and ``b -= lr * sum(dOut)``."""
-            torch.bmm(views.w_t, d, out=d_in)
+            torch.bmm(d.transpose(1, 2), views.w, out=d_in_t)
+            d_in.copy_(d_in_t.transpose(1, 2))
             views.w.baddbmm_(d, self.saved[i], alpha=-self.lr)
             if db is not None:
                 assert views.bias is not None  # a layer with a bias has its view
@@ -663,6 +757,14 @@ class ConvStack:
         twin = copy.copy(self)
         twin.pads = True
         return twin
+
+    def release(self) -> None:
+        """Let go of the views of the last parameters (and of the last `descend`'s steps)
+        kept for the next call: `cohort.Trainer` reuses a tensor of trained parameters once
+        nothing holds its storage."""
+        self._views = ((), {})
+        for plan in self._plans.values():
+            plan._slices = ((), [])
 
     def floats_per_sample(self) -> int:
         """Elements this engine keeps per sample (activations, columns, their gradients):
@@ -768,8 +870,6 @@ class ConvStack:
                     )
                     w = params[:, slice(*layer.weight)].view(c, *shape)
                     bias = None if layer.bias is None else params[:, slice(*layer.bias)]
-                    views[i] = _Views(
-                        w, None if bias is None else bias.unsqueeze(2), w.transpose(1, 2)
-                    )
+                    views[i] = _Views(w, None if bias is None else bias.unsqueeze(2))
             self._views = (key, views)
         return self._views[1]
