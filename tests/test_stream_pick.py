@@ -60,3 +60,23 @@ def test_few_trace_queries_find_the_sessions_the_shared_search_finds(monkeypatch
     shared = traces._last_start_at_or_before(starts, lo, hi, x)
     np.testing.assert_array_equal(few, shared)
     assert (few == lo - 1).any() and (few >= lo).any()  # both "none" and found occur
+
+
+def test_first_chunks_drawn_in_blocks_are_each_launchs_own_draws(scenario):
+    """`_FirstDraws` (a block of launches' generators at once) gives each launch the first
+    chunk its own generator draws; a pick handed it picks what the pick drawing alone does,
+    also when the chunk holds nobody idle and online (the generator goes on after it)."""
+    from flnet.runner import build
+    from flnet.sim.patterns import PICK_BLOCK, PICK_CHUNK, _FirstDraws
+
+    sc = scenario(clients={"count": 40, "availability": {"kind": "bernoulli", "p": 0.05}})
+    world, _ = build(sc)
+    first = _FirstDraws(world, 40)
+    rng = np.random.default_rng(1)
+    for launch in [*range(3), PICK_BLOCK - 1, PICK_BLOCK, 5 * PICK_BLOCK + 3, 2]:
+        own = world.generator(Stream.ARRIVALS, launch).integers(40, size=PICK_CHUNK).tolist()
+        assert first(launch) == own
+        busy = set(rng.choice(40, size=30, replace=False).tolist())
+        assert _pick_idle(world, range(40), busy, launch, first(launch)) == _pick_idle(
+            world, range(40), busy, launch
+        )

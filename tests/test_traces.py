@@ -646,3 +646,63 @@ def test_a_stream_whose_clients_never_come_online_again_fails_instead_of_hanging
     assert done.returncode != 0
     assert "no client came online for 7 simulated days" in done.stderr
     assert "clients.availability" in done.stderr
+
+
+def random_trace(rng, clients, periodic):
+    """A trace of `clients` clients with hostile corners: no session, the whole period,
+    sessions touching the period's start and end, time zones either way."""
+    rows = [
+        "# period_s: 100" if periodic else "# no period",
+        "client,online_from_s,online_until_s,tz_offset_s",
+    ]
+    for c in range(clients):
+        tz = float(rng.choice([0.0, 37.5, -142.4, 99.9]))
+        kind = int(rng.integers(5))
+        if kind == 0:
+            rows.append(f"{c},,,{tz}")
+            continue
+        if kind == 1:
+            rows.append(f"{c},0,100,{tz}")
+            continue
+        cuts = np.sort(
+            rng.choice(
+                np.arange(1, 100) * 1.0 + rng.uniform(0, 0.7),
+                2 * int(rng.integers(1, 5)),
+                replace=False,
+            )
+        )
+        if kind == 2:
+            cuts[0], cuts[-1] = 0.0, 100.0  # a session that wraps into the next period
+        for a, b in cuts.reshape(-1, 2):
+            rows.append(f"{c},{float(a)!r},{float(b)!r},{tz}")
+    return "\n".join(rows) + "\n"
+
+
+@pytest.mark.parametrize("periodic", [True, False])
+@pytest.mark.parametrize("mapping", ["permuted", "by_id"])
+def test_a_few_clients_asked_one_at_a_time_get_the_arrays_answers(tmp_path, periodic, mapping):
+    """`TraceReplay.online_until` for up to FEW_CLIENTS clients (plain floats, one client at
+    a time) is bit for bit the array path's, at random instants and at the instants sessions
+    were computed to end (where rounding decides), for clients without a trace client too."""
+    from flnet.sim import traces
+
+    rng = np.random.default_rng(5 + periodic)
+    trace = read_availability(write(tmp_path, random_trace(rng, 30, periodic)))
+    replay = traces.TraceReplay(trace, trace_map(trace.ids, mapping, 0, Stream.TRACE_AVAILABILITY))
+    clients = np.arange(40)  # by_id: 30..39 have no trace client
+    times = list(rng.uniform(-300, 700, 40)) + [0.0, 100.0, 142.4, 200.0 - 99.9]
+    ends = replay.trace.online_until(np.arange(30), 13.0)
+    times += [float(e) for e in ends if math.isfinite(e)]
+    ask = clients[rng.permutation(40)[: traces.FEW_CLIENTS]]
+    online = 0
+    for t in times:
+        one_by_one = replay.online_until(ask, t)
+        for c in clients.tolist():  # each client alone, as a pick or a fate asks
+            both = np.concatenate([replay.online_until(np.asarray([c]), t)] * 2)
+            whole = replay.online_until(np.concatenate([clients, clients]), t)  # arrays
+            assert both.tobytes() == whole[[c, c + 40]].tobytes()
+        np.testing.assert_array_equal(
+            one_by_one, replay.online_until(np.tile(ask, 2), t)[: len(ask)]
+        )
+        online += int((one_by_one > t).sum())
+    assert 0 < online < len(times) * len(ask)  # both answers occur

@@ -613,11 +613,16 @@ def stream(
     pool = clients if isinstance(clients, range) else np.asarray(clients).tolist()
     busy = {w.client for w in flight.under_way} | {a.client for a in flight.arrived}
     concurrency = min(concurrency, len(pool))
+    first_draws = _FirstDraws(world, len(pool))
     idle_since_s: float | None = None  # since when nobody has been online and nothing under way
     while world.stop_reason is None:
         starting: list[tuple[int, int, int]] = []  # (client, count, launch) starting now
         while len(busy) < concurrency:  # fill the free slots with idle online clients
-            found = pick(launches, busy) if pick else _pick_idle(world, pool, busy, launches)
+            found = (
+                pick(launches, busy)
+                if pick
+                else _pick_idle(world, pool, busy, launches, first_draws(launches))
+            )
             launches += 1
             if found is None:  # nobody online among the candidates: try at the next event
                 break
@@ -675,32 +680,67 @@ GIVE_UP_FAILED = 10_000
 
 
 def _pick_idle(
-    world: PatternWorld, pool: range | list[int], busy: set[int], launches: int
+    world: PatternWorld,
+    pool: range | list[int],
+    busy: set[int],
+    launches: int,
+    first: list[int] | None = None,
 ) -> int | None:
     """A uniform idle client online now (availability drawn with key `launches`), or None
     when none of SELECTION_TRIES candidates is: the first online one of the candidates drawn
-    in turn, skipping busy ones. Candidates are drawn and asked about in chunks (16, 32, ...)
-    rather than one at a time: numpy draws an array of integers as the same calls one by one
-    would (tests/test_stream_pick.py), an availability question costs about the same for one
-    client as for a few, and availability is keyed per client (a client's answer does not
+    in turn, skipping busy ones. Candidates are drawn in chunks (16, 32, ...) rather than one
+    at a time: numpy draws an array of integers as the same calls one by one would
+    (tests/test_stream_pick.py), availability is keyed per client (a client's answer does not
     depend on who else is asked), so the pick is the one-at-a-time loop's; the extra draws
-    of a chunk's tail come from this launch's own generator and change nothing else."""
-    rng = world.generator(Stream.ARRIVALS, launches)
+    of a chunk's tail come from this launch's own generator and change nothing else. A
+    chunk's first PICK_ASK candidates are asked first (the rest only if none is online).
+    `first`: the launch's first chunk (`[0, len(pool))` indices), drawn beforehand with
+    other launches' (`_FirstDraws`), the generator made only when more are needed."""
+    rng = None
     tries, chunk = 0, PICK_CHUNK
+    indices = first
     while tries < SELECTION_TRIES:  # busy clients are at most `concurrency` of the pool
-        drawn = (pool[i] for i in rng.integers(len(pool), size=chunk).tolist())
-        candidates = [c for c in drawn if c not in busy][: SELECTION_TRIES - tries]
+        if indices is None:
+            if rng is None:
+                rng = world.generator(Stream.ARRIVALS, launches)
+                if first is not None:  # the first chunk, drawn already
+                    rng.integers(len(pool), size=PICK_CHUNK)
+            indices = rng.integers(len(pool), size=chunk).tolist()
+        candidates = [c for c in (pool[i] for i in indices) if c not in busy]
+        candidates = candidates[: SELECTION_TRIES - tries]
+        indices = None
         chunk *= 2
         if not candidates:
             continue
         tries += len(candidates)
-        online = world.online_clients(np.asarray(candidates, dtype=np.int64), launches)
-        if online.any():
-            return candidates[int(online.argmax())]
+        for part in (candidates[:PICK_ASK], candidates[PICK_ASK:]):
+            if part:
+                online = world.online_clients(np.asarray(part, dtype=np.int64), launches)
+                if online.any():
+                    return part[int(online.argmax())]
     return None
 
 
-PICK_CHUNK = 16  # candidates asked at once by the first availability question of a pick
+PICK_CHUNK = 16  # candidates drawn at once by the first draw of a pick
+PICK_ASK = 4  # of a chunk, the candidates asked first (about a quarter are online on a phone)
+PICK_BLOCK = 64  # launches whose first chunks are drawn as one block
+
+
+class _FirstDraws:
+    """Each launch's first chunk of candidate indices (`_pick_idle`), PICK_BLOCK launches
+    drawn at once (`World.integers`: their generators run as one block, the same numbers),
+    which costs a fraction of a generator made per launch."""
+
+    def __init__(self, world: PatternWorld, n: int) -> None:
+        self.world, self.n = world, n
+        self.start, self.rows = 0, list[list[int]]()  # launches start, start + 1, ...
+
+    def __call__(self, launch: int) -> list[int]:
+        if not self.start <= launch < self.start + len(self.rows):
+            keys = np.arange(launch, launch + PICK_BLOCK, dtype=np.int64)[:, None]
+            self.rows = self.world.integers(Stream.ARRIVALS, keys, self.n, PICK_CHUNK).tolist()
+            self.start = launch
+        return self.rows[launch - self.start]
 
 
 class _Flight:

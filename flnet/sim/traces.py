@@ -27,6 +27,7 @@ client. Simulated clients map to trace clients by `TraceMap`.
 
 from __future__ import annotations
 
+import bisect
 import csv
 import math
 import re
@@ -218,11 +219,20 @@ class TraceReplay:
 
     def __init__(self, trace: IntervalTrace, mapping: TraceMap) -> None:
         self.trace, self.mapping = trace, mapping
+        self._columns: _Columns | None = None  # the one-client path's, made on first use
 
     def online(self, clients: np.ndarray, t_s: float, draw: int = 0) -> np.ndarray:
         return self.online_until(clients, t_s) > t_s
 
     def online_until(self, clients: np.ndarray, t_s: float, draw: int = 0) -> np.ndarray:
+        """Up to FEW_CLIENTS (a stream's pick, a work's fate) are answered one at a time in
+        plain floats (`_Columns.until`), which costs less than the arrays' passes (the same
+        numbers: tests/test_traces.py)."""
+        if len(clients) <= FEW_CLIENTS:
+            if self._columns is None:
+                self._columns = _Columns(self.trace, self.mapping)
+            one = self._columns.until
+            return np.array([one(c, t_s) for c in np.asarray(clients).tolist()], dtype=float)
         rows = self.mapping(clients)
         absent = rows < 0
         until = self.trace.online_until(np.where(absent, 0, rows), t_s)
@@ -234,6 +244,54 @@ class TraceReplay:
         assert self.trace.charging is not None
         row = int(self.mapping(np.asarray([client]))[0])
         return (False, math.inf) if row < 0 else self.trace.charging.state_until(row, t_s)
+
+
+FEW_CLIENTS = 24  # at most this many, `TraceReplay.online_until` asks about one at a time
+
+
+class _Columns:
+    """An availability trace and its mapping as Python lists: one client's session end in
+    plain float arithmetic, each step the one `IntervalTrace.online_until` takes on arrays
+    (Python's float ``%`` is numpy's ``mod``, `math.ulp` its ``spacing`` of a non-negative
+    number, `bisect_right` its ``searchsorted(side="right")``)."""
+
+    def __init__(self, trace: IntervalTrace, mapping: TraceMap) -> None:
+        self.order, self.by_id = mapping.order.tolist(), mapping.by_id
+        self.offsets = trace.offsets.tolist()
+        self.from_s, self.until_s = trace.from_s.tolist(), trace.until_s.tolist()
+        self.tz_offset_s, self.period_s = trace.tz_offset_s.tolist(), trace.period_s.tolist()
+
+    def row(self, client: int) -> int:
+        """`TraceMap.__call__` of one client."""
+        order = self.order
+        if not self.by_id:
+            return order[client % len(order)]
+        row = min(bisect.bisect_left(order, client), len(order) - 1)
+        return row if order[row] == client else -1
+
+    def until(self, client: int, t_s: float) -> float:
+        """`TraceReplay.online_until` of one client."""
+        row = self.row(client)
+        if row < 0:
+            return t_s
+        period, tz = self.period_s[row], self.tz_offset_s[row]
+        periodic = math.isfinite(period)
+        local = t_s + tz
+        if periodic:
+            local = local % period
+        lo, hi = self.offsets[row], self.offsets[row + 1]
+        j = bisect.bisect_right(self.from_s, local, lo, hi) - 1
+        if j < lo:
+            return t_s
+        end = self.until_s[j]
+        if not local < end:
+            return t_s
+        left_s = end - local
+        if periodic and end >= period and self.from_s[lo] <= 0.0:  # wraps into the next period
+            left_s = math.inf if j == lo else left_s + self.until_s[lo]
+        if not left_s > ENDED_WITHIN_ULPS * math.ulp(max(abs(t_s), abs(t_s + tz))):
+            return t_s
+        return t_s + left_s
 
 
 class TraceSpeeds(NamedTuple):

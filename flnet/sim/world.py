@@ -32,7 +32,7 @@ import simpy
 from flnet import draws
 from flnet.dists import AnyDist
 from flnet.errors import ScenarioError
-from flnet.rng import Stream, generator, stream_keys
+from flnet.rng import Stream, generator, key_rows, stream_key, stream_keys
 from flnet.schema import D2D, ClientsConfig, Radio, ResourcesConfig
 from flnet.sim import availability as availability_mod
 from flnet.sim import population as population_mod
@@ -245,6 +245,8 @@ class PatternWorld(AbstractWorld, Protocol):
     def compute_fates(self, nodes: list[int], tag: Tag) -> list[Fate] | None: ...
 
     def end_at(self, t_s: float, stop: Callable[[str], None], outcome: str) -> int: ...
+
+    def integers(self, stream: Stream, keys: np.ndarray, high: int, count: int) -> np.ndarray: ...
 
     def allocate(
         self,
@@ -973,6 +975,13 @@ class World:
     def generator(self, stream: Stream, *keys: int) -> np.random.Generator:
         """The run's random stream `stream` at `keys` (see `flnet.rng`)."""
         return generator(self.seed, stream, *keys)
+
+    def integers(self, stream: Stream, keys: np.ndarray, high: int, count: int) -> np.ndarray:
+        """[C, count] int64: row i is ``generator(stream, *keys[i]).integers(high,
+        size=count)`` ([C, K] keys), the rows' generators run as one block (`flnet.draws`)."""
+        keys = np.asarray(keys, dtype=np.int64)
+        rows = key_rows(stream_key(self.seed, stream), *keys.T)
+        return draws.integers(rows, np.full(len(keys), high, dtype=np.int64), count)
 
     def positions_m(self, nodes: np.ndarray) -> np.ndarray:
         """[len(nodes), 2] the clients' (x, y) in metres (`clients.positions`)."""
