@@ -133,6 +133,9 @@ def test_mapping_is_seeded_cyclic_and_stable(tmp_path):
     by_id = trace_map(ids, "by_id", 0, Stream.TRACE_AVAILABILITY)
     assert by_id(np.array([3, 4, 40, 41, 0])).tolist() == [0, -1, 6, -1, -1]
     assert TraceMap(np.array([2, 0, 1]))(np.array([0, 4, 5])).tolist() == [2, 0, 1]
+    for mapping in (permuted, by_id):  # one client at a time: the same rows
+        asked = [3, 4, 40, 41, 0, 19, 7]
+        assert [mapping.one(c) for c in asked] == mapping(np.array(asked)).tolist()
 
 
 def test_by_id_clients_without_rows_are_never_online(tmp_path, scenario):
@@ -701,8 +704,11 @@ def test_a_few_clients_asked_one_at_a_time_get_the_arrays_answers(tmp_path, peri
             both = np.concatenate([replay.online_until(np.asarray([c]), t)] * 2)
             whole = replay.online_until(np.concatenate([clients, clients]), t)  # arrays
             assert both.tobytes() == whole[[c, c + 40]].tobytes()
+            assert replay.online_until_one(c, t) == whole[c]  # a work's session end
         np.testing.assert_array_equal(
             one_by_one, replay.online_until(np.tile(ask, 2), t)[: len(ask)]
         )
-        online += int((one_by_one > t).sum())
+        on = np.flatnonzero(one_by_one > t)  # a pick's first online candidate
+        assert replay.first_online(ask.tolist(), t) == (on[0] if len(on) else -1)
+        online += len(on)
     assert 0 < online < len(times) * len(ask)  # both answers occur

@@ -693,7 +693,7 @@ def _pick_idle(
     (tests/test_stream_pick.py), availability is keyed per client (a client's answer does not
     depend on who else is asked), so the pick is the one-at-a-time loop's; the extra draws
     of a chunk's tail come from this launch's own generator and change nothing else. A
-    chunk's first PICK_ASK candidates are asked first (the rest only if none is online).
+    trace's candidates are asked one at a time, up to the first online (`World.first_online`).
     `first`: the launch's first chunk (`[0, len(pool))` indices), drawn beforehand with
     other launches' (`_FirstDraws`), the generator made only when more are needed."""
     rng = None
@@ -713,16 +713,13 @@ def _pick_idle(
         if not candidates:
             continue
         tries += len(candidates)
-        for part in (candidates[:PICK_ASK], candidates[PICK_ASK:]):
-            if part:
-                online = world.online_clients(np.asarray(part, dtype=np.int64), launches)
-                if online.any():
-                    return part[int(online.argmax())]
+        found = world.first_online(candidates, launches)
+        if found >= 0:
+            return candidates[found]
     return None
 
 
 PICK_CHUNK = 16  # candidates drawn at once by the first draw of a pick
-PICK_ASK = 4  # of a chunk, the candidates asked first (about a quarter are online on a phone)
 PICK_BLOCK = 64  # launches whose first chunks are drawn as one block
 
 

@@ -203,6 +203,13 @@ class TraceMap(NamedTuple):
             return np.where(self.order[row] == clients, row, -1)
         return self.order[clients % len(self.order)]
 
+    def one(self, client: int) -> int:
+        """This map of one client (a Python int in, one out: no arrays)."""
+        if self.by_id:
+            row = min(int(np.searchsorted(self.order, client)), len(self.order) - 1)
+            return row if int(self.order[row]) == client else -1
+        return int(self.order[client % len(self.order)])
+
 
 def trace_map(ids: np.ndarray, mapping: Mapping, seed: int, stream: Stream) -> TraceMap:
     if mapping == "by_id":
@@ -237,6 +244,23 @@ class TraceReplay:
         absent = rows < 0
         until = self.trace.online_until(np.where(absent, 0, rows), t_s)
         return np.where(absent, t_s, until)
+
+    def online_until_one(self, client: int, t_s: float) -> float:
+        """`online_until` of one client, in plain floats."""
+        if self._columns is None:
+            self._columns = _Columns(self.trace, self.mapping)
+        return self._columns.until(client, t_s)
+
+    def first_online(self, clients: list[int], t_s: float) -> int:
+        """The position of the first of `clients` online at `t_s` (`online`'s answer), -1 if
+        none: one client at a time in plain floats, stopping there."""
+        if self._columns is None:
+            self._columns = _Columns(self.trace, self.mapping)
+        until = self._columns.until
+        for i, client in enumerate(clients):
+            if until(client, t_s) > t_s:
+                return i
+        return -1
 
     def charging_until(self, client: int, t_s: float) -> tuple[bool, float]:
         """(is `client` charging at `t_s` by its trace's `charging` flag, when that next
