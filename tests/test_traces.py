@@ -712,3 +712,36 @@ def test_a_few_clients_asked_one_at_a_time_get_the_arrays_answers(tmp_path, peri
         assert replay.first_online(ask.tolist(), t) == (on[0] if len(on) else -1)
         online += len(on)
     assert 0 < online < len(times) * len(ask)  # both answers occur
+
+
+@pytest.mark.parametrize("periodic", [True, False])
+def test_a_clients_state_kept_from_its_last_answer_is_the_arrays(tmp_path, periodic):
+    """A pick's online test reuses a client's last answer until its state could change
+    (`_Columns.online`): walking the clock forward through every session's start and end
+    (and an ulp either side, where rounding decides), each answer is the array path's."""
+    from flnet.sim import traces
+
+    rng = np.random.default_rng(11 + periodic)
+    trace = read_availability(write(tmp_path, random_trace(rng, 30, periodic)))
+    replay = traces.TraceReplay(
+        trace, trace_map(trace.ids, "in_order", 0, Stream.TRACE_AVAILABILITY)
+    )
+    edges = np.concatenate([trace.from_s, trace.until_s])
+    instants = [
+        e - tz + shift
+        for e in edges.tolist()
+        for tz in (0.0, 37.5, -142.4, 99.9)
+        for shift in (0.0, 100.0, 200.0)
+    ]
+    instants += list(rng.uniform(-300, 700, 200))
+    instants = sorted(
+        {x for t in instants for x in (np.nextafter(t, -np.inf), t, np.nextafter(t, np.inf))}
+    )
+    clients = list(range(30))
+    kept = 0
+    for t in instants:
+        truth = replay.trace.online_until(np.arange(30), t) > t  # arrays, nothing kept
+        for c in clients:
+            kept += replay._columns is not None and c in replay._columns.known
+            assert (replay.first_online([c], t) == 0) == truth[c], (c, t)
+    assert kept > len(instants) * 20  # the kept answers were asked

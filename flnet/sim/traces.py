@@ -256,9 +256,9 @@ class TraceReplay:
         none: one client at a time in plain floats, stopping there."""
         if self._columns is None:
             self._columns = _Columns(self.trace, self.mapping)
-        until = self._columns.until
+        online = self._columns.online
         for i, client in enumerate(clients):
-            if until(client, t_s) > t_s:
+            if online(client, t_s):
                 return i
         return -1
 
@@ -270,6 +270,7 @@ class TraceReplay:
         return (False, math.inf) if row < 0 else self.trace.charging.state_until(row, t_s)
 
 
+KNOWN_KEPT = 1 << 16  # clients whose last answer `_Columns.online` keeps, at most
 FEW_CLIENTS = 24  # at most this many, `TraceReplay.online_until` asks about one at a time
 
 
@@ -284,6 +285,8 @@ class _Columns:
         self.offsets = trace.offsets.tolist()
         self.from_s, self.until_s = trace.from_s.tolist(), trace.until_s.tolist()
         self.tz_offset_s, self.period_s = trace.tz_offset_s.tolist(), trace.period_s.tolist()
+        # client -> (since, until, online): its state from `since` until (before) `until`
+        self.known: dict[int, tuple[float, float, bool]] = {}
 
     def row(self, client: int) -> int:
         """`TraceMap.__call__` of one client."""
@@ -295,27 +298,60 @@ class _Columns:
 
     def until(self, client: int, t_s: float) -> float:
         """`TraceReplay.online_until` of one client."""
+        return self.answer(client, t_s)[0]
+
+    def online(self, client: int, t_s: float) -> bool:
+        """``until(client, t_s) > t_s``, from the client's last answer while that holds (the
+        clock only moves on: a pick asks the same offline clients again and again)."""
+        known = self.known.get(client)
+        if known is not None and known[0] <= t_s < known[1]:
+            return known[2]
+        until_s, holds_until_s = self.answer(client, t_s)
+        online = until_s > t_s
+        if len(self.known) >= KNOWN_KEPT:  # memory for the clients asked lately, not all N
+            self.known.clear()
+        self.known[client] = (t_s, holds_until_s, online)
+        return online
+
+    def answer(self, client: int, t_s: float) -> tuple[float, float]:
+        """(`until`, an instant before which the client's state (online or not) is sure not
+        to change from `t_s` on). That instant stays short of the state's change by a margin
+        of 1e-9 of the clocks' magnitude, a million times their rounding: the local clock
+        (t + tz, mod the period, exact where t + tz >= 0) is monotone within a period, so
+        until then the same interval (or the same gap between intervals) holds it."""
         row = self.row(client)
         if row < 0:
-            return t_s
+            return t_s, math.inf
         period, tz = self.period_s[row], self.tz_offset_s[row]
         periodic = math.isfinite(period)
         local = t_s + tz
+        # a negative local time's modulo rounds (numpy's as Python's): it can reach the
+        # period itself, so its state is not held
+        sure = not periodic or local >= 0.0
         if periodic:
             local = local % period
         lo, hi = self.offsets[row], self.offsets[row + 1]
         j = bisect.bisect_right(self.from_s, local, lo, hi) - 1
-        if j < lo:
-            return t_s
+        if j < lo or not local < self.until_s[j]:  # in a gap: offline until the next start
+            after = self.from_s[j + 1] if j + 1 < hi else (period if periodic else math.inf)
+            if not sure:
+                return t_s, t_s
+            return t_s, t_s + (after - local) - _margin_s(t_s, tz, period, after)
         end = self.until_s[j]
-        if not local < end:
-            return t_s
         left_s = end - local
         if periodic and end >= period and self.from_s[lo] <= 0.0:  # wraps into the next period
             left_s = math.inf if j == lo else left_s + self.until_s[lo]
         if not left_s > ENDED_WITHIN_ULPS * math.ulp(max(abs(t_s), abs(t_s + tz))):
-            return t_s
-        return t_s + left_s
+            return t_s, t_s  # (a session ending now: nothing held)
+        if not sure:
+            return t_s + left_s, t_s
+        return t_s + left_s, t_s + left_s - _margin_s(t_s, tz, period, end)
+
+
+def _margin_s(t_s: float, tz: float, period: float, local: float) -> float:
+    """What an instant computed across the clocks stays short of (`_Columns.answer`)."""
+    big = abs(t_s) + abs(tz) + (period if math.isfinite(period) else 0.0)
+    return 1e-9 * (1.0 + big + (abs(local) if math.isfinite(local) else 0.0))
 
 
 class TraceSpeeds(NamedTuple):
