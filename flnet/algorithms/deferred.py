@@ -26,6 +26,12 @@ needed, over the works started before it. Nothing later is read, and no semantic
   and keys); a resumed stream registers the tickets again (`thaw`), so its batches are the
   uninterrupted run's, and so are its bits.
 
+The batches are the timeline's, so their number is too: on benchmarks/bench.py's week trace
+FedBuff (K = 5, 10 at once) runs about twice FedAvg's client works per simulated hour, in
+batches of about 8 against FedAvg's rounds of 10, and its training alone costs more than
+FedAvg's whole run; batches of other sizes would change the bits (`bench.py --streams` prints
+that floor beside each server's ratio).
+
 Where the FLOPs are known only by training (Delta-SGD skips its second gradient on a client's
 first step), or with `LAZY` off, each start trains at once as before (the eager path).
 """
