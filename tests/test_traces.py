@@ -714,12 +714,18 @@ def test_a_few_clients_asked_one_at_a_time_get_the_arrays_answers(tmp_path, peri
     assert 0 < online < len(times) * len(ask)  # both answers occur
 
 
-@pytest.mark.parametrize("periodic", [True, False])
-def test_a_clients_state_kept_from_its_last_answer_is_the_arrays(tmp_path, periodic):
+@pytest.mark.parametrize("periodic,kept", [(True, None), (False, None), (True, 7)])
+def test_a_clients_state_kept_from_its_last_answer_is_the_arrays(
+    tmp_path, periodic, kept, monkeypatch
+):
     """A pick's online test reuses a client's last answer until its state could change
     (`_Columns.online`): walking the clock forward through every session's start and end
-    (and an ulp either side, where rounding decides), each answer is the array path's."""
+    (and an ulp either side, where rounding decides), each answer is the array path's; also
+    where only a few clients' answers and intervals are kept (`KNOWN_KEPT`)."""
     from flnet.sim import traces
+
+    if kept is not None:
+        monkeypatch.setattr(traces, "KNOWN_KEPT", kept)
 
     rng = np.random.default_rng(11 + periodic)
     trace = read_availability(write(tmp_path, random_trace(rng, 30, periodic)))
@@ -738,10 +744,13 @@ def test_a_clients_state_kept_from_its_last_answer_is_the_arrays(tmp_path, perio
         {x for t in instants for x in (np.nextafter(t, -np.inf), t, np.nextafter(t, np.inf))}
     )
     clients = list(range(30))
-    kept = 0
+    kept_at_most, kept = kept, 0
     for t in instants:
         truth = replay.trace.online_until(np.arange(30), t) > t  # arrays, nothing kept
         for c in clients:
             kept += replay._columns is not None and c in replay._columns.known
             assert (replay.first_online([c], t) == 0) == truth[c], (c, t)
-    assert kept > len(instants) * 20  # the kept answers were asked
+    if kept_at_most is None:
+        assert kept > len(instants) * 20  # the kept answers were asked
+    else:  # memory for a few clients at a time: answers, intervals
+        assert len(replay._columns.known) <= kept_at_most >= len(replay._columns.rows)

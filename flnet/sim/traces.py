@@ -275,26 +275,34 @@ FEW_CLIENTS = 24  # at most this many, `TraceReplay.online_until` asks about one
 
 
 class _Columns:
-    """An availability trace and its mapping as Python lists: one client's session end in
-    plain float arithmetic, each step the one `IntervalTrace.online_until` takes on arrays
-    (Python's float ``%`` is numpy's ``mod``, `math.ulp` its ``spacing`` of a non-negative
-    number, `bisect_right` its ``searchsorted(side="right")``)."""
+    """One client's session end in plain float arithmetic, each step the one
+    `IntervalTrace.online_until` takes on arrays (Python's float ``%`` is numpy's ``mod``,
+    `math.ulp` its ``spacing`` of a non-negative number, `bisect_right` its
+    ``searchsorted(side="right")``), from its trace client's intervals as Python lists: made
+    when first asked for, for at most KNOWN_KEPT trace clients at a time (memory for those
+    asked lately, never the whole trace)."""
 
     def __init__(self, trace: IntervalTrace, mapping: TraceMap) -> None:
-        self.order, self.by_id = mapping.order.tolist(), mapping.by_id
-        self.offsets = trace.offsets.tolist()
-        self.from_s, self.until_s = trace.from_s.tolist(), trace.until_s.tolist()
-        self.tz_offset_s, self.period_s = trace.tz_offset_s.tolist(), trace.period_s.tolist()
+        self.trace, self.mapping = trace, mapping
+        # trace row -> (tz_offset_s, period_s, its intervals' starts and ends)
+        self.rows: dict[int, tuple[float, float, list[float], list[float]]] = {}
         # client -> (since, until, online): its state from `since` until (before) `until`
         self.known: dict[int, tuple[float, float, bool]] = {}
 
-    def row(self, client: int) -> int:
-        """`TraceMap.__call__` of one client."""
-        order = self.order
-        if not self.by_id:
-            return order[client % len(order)]
-        row = min(bisect.bisect_left(order, client), len(order) - 1)
-        return row if order[row] == client else -1
+    def intervals(self, row: int) -> tuple[float, float, list[float], list[float]]:
+        got = self.rows.get(row)
+        if got is None:
+            if len(self.rows) >= KNOWN_KEPT:
+                self.rows.clear()
+            t = self.trace
+            lo, hi = int(t.offsets[row]), int(t.offsets[row + 1])
+            got = self.rows[row] = (
+                float(t.tz_offset_s[row]),
+                float(t.period_s[row]),
+                t.from_s[lo:hi].tolist(),
+                t.until_s[lo:hi].tolist(),
+            )
+        return got
 
     def until(self, client: int, t_s: float) -> float:
         """`TraceReplay.online_until` of one client."""
@@ -319,10 +327,10 @@ class _Columns:
         of 1e-9 of the clocks' magnitude, a million times their rounding: the local clock
         (t + tz, mod the period, exact where t + tz >= 0) is monotone within a period, so
         until then the same interval (or the same gap between intervals) holds it."""
-        row = self.row(client)
+        row = self.mapping.one(client)
         if row < 0:
             return t_s, math.inf
-        period, tz = self.period_s[row], self.tz_offset_s[row]
+        tz, period, starts, ends = self.intervals(row)
         periodic = math.isfinite(period)
         local = t_s + tz
         # a negative local time's modulo rounds (numpy's as Python's): it can reach the
@@ -330,17 +338,16 @@ class _Columns:
         sure = not periodic or local >= 0.0
         if periodic:
             local = local % period
-        lo, hi = self.offsets[row], self.offsets[row + 1]
-        j = bisect.bisect_right(self.from_s, local, lo, hi) - 1
-        if j < lo or not local < self.until_s[j]:  # in a gap: offline until the next start
-            after = self.from_s[j + 1] if j + 1 < hi else (period if periodic else math.inf)
+        j = bisect.bisect_right(starts, local) - 1
+        if j < 0 or not local < ends[j]:  # in a gap: offline until the next start
+            after = starts[j + 1] if j + 1 < len(starts) else (period if periodic else math.inf)
             if not sure:
                 return t_s, t_s
             return t_s, t_s + (after - local) - _margin_s(t_s, tz, period, after)
-        end = self.until_s[j]
+        end = ends[j]
         left_s = end - local
-        if periodic and end >= period and self.from_s[lo] <= 0.0:  # wraps into the next period
-            left_s = math.inf if j == lo else left_s + self.until_s[lo]
+        if periodic and end >= period and starts[0] <= 0.0:  # wraps into the next period
+            left_s = math.inf if j == 0 else left_s + ends[0]
         if not left_s > ENDED_WITHIN_ULPS * math.ulp(max(abs(t_s), abs(t_s + tz))):
             return t_s, t_s  # (a session ending now: nothing held)
         if not sure:
