@@ -87,15 +87,15 @@ def test_first_chunks_drawn_in_blocks_are_each_launchs_own_draws(scenario):
     chunk its own generator draws; a pick handed it picks what the pick drawing alone does,
     also when the chunk holds nobody idle and online (the generator goes on after it)."""
     from flnet.runner import build
-    from flnet.sim.patterns import PICK_BLOCK, PICK_CHUNK, _FirstDraws
+    from flnet.sim.patterns import PICK_BLOCK, PICK_FIRST, _FirstDraws
 
     sc = scenario(clients={"count": 40, "availability": {"kind": "bernoulli", "p": 0.05}})
     world, _ = build(sc)
     first = _FirstDraws(world, 40)
     rng = np.random.default_rng(1)
     for launch in [*range(3), PICK_BLOCK - 1, PICK_BLOCK, 5 * PICK_BLOCK + 3, 2]:
-        own = world.generator(Stream.ARRIVALS, launch).integers(40, size=PICK_CHUNK).tolist()
-        assert first(launch) == own
+        rng = world.generator(Stream.ARRIVALS, launch)
+        assert first(launch) == [rng.integers(40, size=n).tolist() for n in PICK_FIRST]
         busy = set(rng.choice(40, size=30, replace=False).tolist())
         assert _pick_idle(world, range(40), busy, launch, first(launch)) == _pick_idle(
             world, range(40), busy, launch

@@ -684,7 +684,7 @@ def _pick_idle(
     pool: range | list[int],
     busy: set[int],
     launches: int,
-    first: list[int] | None = None,
+    first: list[list[int]] | None = None,
 ) -> int | None:
     """A uniform idle client online now (availability drawn with key `launches`), or None
     when none of SELECTION_TRIES candidates is: the first online one of the candidates drawn
@@ -694,21 +694,23 @@ def _pick_idle(
     depend on who else is asked), so the pick is the one-at-a-time loop's; the extra draws
     of a chunk's tail come from this launch's own generator and change nothing else. A
     trace's candidates are asked one at a time, up to the first online (`World.first_online`).
-    `first`: the launch's first chunk (`[0, len(pool))` indices), drawn beforehand with
+    `first`: the launch's first chunks (`[0, len(pool))` indices), drawn beforehand with
     other launches' (`_FirstDraws`), the generator made only when more are needed."""
+    drawn = first or []
     rng = None
-    tries, chunk = 0, PICK_CHUNK
-    indices = first
+    tries, chunk, k = 0, PICK_CHUNK, -1
     while tries < SELECTION_TRIES:  # busy clients are at most `concurrency` of the pool
-        if indices is None:
+        k += 1
+        if k < len(drawn):
+            indices = drawn[k]
+        else:
             if rng is None:
                 rng = world.generator(Stream.ARRIVALS, launches)
-                if first is not None:  # the first chunk, drawn already
-                    rng.integers(len(pool), size=PICK_CHUNK)
+                for done in drawn:  # the chunks drawn already
+                    rng.integers(len(pool), size=len(done))
             indices = rng.integers(len(pool), size=chunk).tolist()
         candidates = [c for c in (pool[i] for i in indices) if c not in busy]
         candidates = candidates[: SELECTION_TRIES - tries]
-        indices = None
         chunk *= 2
         if not candidates:
             continue
@@ -721,21 +723,27 @@ def _pick_idle(
 
 PICK_CHUNK = 16  # candidates drawn at once by the first draw of a pick
 PICK_BLOCK = 64  # launches whose first chunks are drawn as one block
+PICK_FIRST = (PICK_CHUNK, 2 * PICK_CHUNK)  # a launch's chunks drawn in the block
 
 
 class _FirstDraws:
-    """Each launch's first chunk of candidate indices (`_pick_idle`), PICK_BLOCK launches
-    drawn at once (`World.integers`: their generators run as one block, the same numbers),
-    which costs a fraction of a generator made per launch."""
+    """Each launch's first chunks of candidate indices (`_pick_idle`: PICK_FIRST), PICK_BLOCK
+    launches drawn at once (`World.integers`: their generators run as one block, the same
+    numbers), which costs a fraction of a generator made per launch. numpy's generator keeps
+    a 64-bit word's unused half for its next 32-bit draw, so calls of 16 then 32 draws are
+    one call of 48 (tests/test_data.py: also where Lemire rejects words)."""
 
     def __init__(self, world: PatternWorld, n: int) -> None:
         self.world, self.n = world, n
-        self.start, self.rows = 0, list[list[int]]()  # launches start, start + 1, ...
+        self.start, self.rows = 0, list[list[list[int]]]()  # launches start, start + 1, ...
 
-    def __call__(self, launch: int) -> list[int]:
+    def __call__(self, launch: int) -> list[list[int]]:
         if not self.start <= launch < self.start + len(self.rows):
             keys = np.arange(launch, launch + PICK_BLOCK, dtype=np.int64)[:, None]
-            self.rows = self.world.integers(Stream.ARRIVALS, keys, self.n, PICK_CHUNK).tolist()
+            drawn = self.world.integers(Stream.ARRIVALS, keys, self.n, sum(PICK_FIRST))
+            ends = np.cumsum(PICK_FIRST).tolist()
+            chunks = [drawn[:, a:b].tolist() for a, b in zip([0, *ends], ends)]
+            self.rows = [list(row) for row in zip(*chunks)]
             self.start = launch
         return self.rows[launch - self.start]
 
