@@ -544,16 +544,24 @@ def test_during_with_a_trace_stops_work_when_the_trace_session_ends(tmp_path, sc
     assert "upload" not in rows.index
 
 
-def test_a_traced_run_resumes_to_the_bit(tmp_path):
+STREAM_ON_TRACE = "algorithm={name: fedbuff, concurrency: 6, buffer_size: 2, local: {steps: 3}}"
+
+
+@pytest.mark.parametrize("algorithm", [[], [STREAM_ON_TRACE]])
+def test_a_traced_run_resumes_to_the_bit(tmp_path, algorithm):
+    """(a stream too: its picks and sessions asked one client at a time, with the answers
+    kept from one ask to the next, are the uninterrupted run's after a resume)"""
     import flnet
 
-    over = ["device=cpu", "run.eval_every=1", "run.checkpoint_every=1"]
+    over = ["device=cpu", "run.eval_every=1", "run.checkpoint_every=1", *algorithm]
+    rounds = 8 if algorithm else 4
     whole = flnet.run(
-        "scenarios/trace_replay.yaml", [*over, "run.rounds=4", f"output.dir={tmp_path / 'a'}"]
+        "scenarios/trace_replay.yaml",
+        [*over, f"run.rounds={rounds}", f"output.dir={tmp_path / 'a'}"],
     )
     part = [*over, f"output.dir={tmp_path / 'b'}"]
-    flnet.run("scenarios/trace_replay.yaml", [*part, "run.rounds=2"])
-    resumed = flnet.run("scenarios/trace_replay.yaml", [*part, "run.rounds=4"], resume=True)
+    flnet.run("scenarios/trace_replay.yaml", [*part, f"run.rounds={rounds // 2}"])
+    resumed = flnet.run("scenarios/trace_replay.yaml", [*part, f"run.rounds={rounds}"], resume=True)
     assert whole.records.equals(resumed.records)
     assert whole.ledger.equals(resumed.ledger)
 
