@@ -36,7 +36,24 @@ def test_the_streams_row_divides_by_hours_works_and_fedavgs_time(monkeypatch, ca
     monkeypatch.setattr(bench, "scenario_runs", runs)
     bench.streams_report(quick=True)
     lines = capsys.readouterr().out.splitlines()[1:]
-    assert "5.00 s wall (  2.50 s CPU) per simulated hour, 1.00x FedAvg" in lines[0]
+    assert "5.00 s wall (  2.50 s CPU) per simulated hour, 1.00x FedAvg;" in lines[0]
     assert "10.00 s wall (  5.00 s CPU) per simulated hour, 2.00x FedAvg" in lines[1]
     assert "20.00 s wall" in lines[2] and "4.00x FedAvg" in lines[2]
+    # against the target, and the floor its training alone sets (a quarter of its wall)
+    assert "(target 1.5x: not met; its local training alone 0.50x)" in lines[1]
+    assert "(target 1.5x: not met; its local training alone 1.00x)" in lines[2]
     assert "1000 client works an hour, 20.00 ms wall each; local training  25%" in lines[2]
+
+
+def test_a_server_within_the_target_is_met_up_to_its_bound(monkeypatch, capsys):
+    canned = iter([4.0, 5.0, 6.0])  # 1.25x and exactly 1.5x FedAvg's wall
+
+    def runs(path, *overrides, **kw):
+        wall = next(canned)
+        return [dict(wall_s=wall, cpu_s=wall, events=10, train_wall_s=2.0, final_accuracy=0.9)]
+
+    monkeypatch.setattr(bench, "scenario_runs", runs)
+    bench.streams_report(quick=True)
+    lines = capsys.readouterr().out.splitlines()[1:]
+    assert "1.25x FedAvg (target 1.5x: met; its local training alone 0.50x)" in lines[1]
+    assert "1.50x FedAvg (target 1.5x: met;" in lines[2]

@@ -490,6 +490,21 @@ def test_batched_draws_are_numpys_integers_bit_for_bit(count):
         draws.integers(np.array([[0, 1, 2], [0, 1, 3]]), np.array([5, 0]), 3)
 
 
+def test_numpys_calls_one_after_another_draw_as_one_call_of_their_sum():
+    """What a stream's pick draws in blocks relies on (`patterns._FirstDraws`): numpy's
+    ``integers`` calls on one generator in turn give one call's draws, also where Lemire
+    rejects words (n = 3 * 2**30: a quarter of them) and after odd-sized calls (PCG64 keeps
+    a word's unused half for the next call)."""
+    keys = np.random.default_rng(9).integers(0, 2**32, (8, 3))
+    for n in (300, 3 * 2**30, 2**32):
+        for sizes in ((16, 32), (3, 5, 40)):
+            for key in keys.tolist():
+                rng = np.random.default_rng(key)
+                runs = np.concatenate([rng.integers(0, n, size) for size in sizes])
+                one = np.random.default_rng(key).integers(0, n, sum(sizes))
+                assert np.array_equal(runs, one), (n, sizes)
+
+
 @pytest.mark.parametrize("count", [0, 1, 3, 50])
 def test_batched_uniforms_are_numpys_random_bit_for_bit(count):
     """draws.uniforms: numpy's default_rng(key).random(count) row by row, for keys of 3 and 4

@@ -133,6 +133,9 @@ def test_mapping_is_seeded_cyclic_and_stable(tmp_path):
     by_id = trace_map(ids, "by_id", 0, Stream.TRACE_AVAILABILITY)
     assert by_id(np.array([3, 4, 40, 41, 0])).tolist() == [0, -1, 6, -1, -1]
     assert TraceMap(np.array([2, 0, 1]))(np.array([0, 4, 5])).tolist() == [2, 0, 1]
+    for mapping in (permuted, by_id):  # one client at a time: the same rows
+        asked = [3, 4, 40, 41, 0, 19, 7]
+        assert [mapping.one(c) for c in asked] == mapping(np.array(asked)).tolist()
 
 
 def test_by_id_clients_without_rows_are_never_online(tmp_path, scenario):
@@ -541,16 +544,24 @@ def test_during_with_a_trace_stops_work_when_the_trace_session_ends(tmp_path, sc
     assert "upload" not in rows.index
 
 
-def test_a_traced_run_resumes_to_the_bit(tmp_path):
+STREAM_ON_TRACE = "algorithm={name: fedbuff, concurrency: 6, buffer_size: 2, local: {steps: 3}}"
+
+
+@pytest.mark.parametrize("algorithm", [[], [STREAM_ON_TRACE]])
+def test_a_traced_run_resumes_to_the_bit(tmp_path, algorithm):
+    """(a stream too: its picks and sessions asked one client at a time, with the answers
+    kept from one ask to the next, are the uninterrupted run's after a resume)"""
     import flnet
 
-    over = ["device=cpu", "run.eval_every=1", "run.checkpoint_every=1"]
+    over = ["device=cpu", "run.eval_every=1", "run.checkpoint_every=1", *algorithm]
+    rounds = 8 if algorithm else 4
     whole = flnet.run(
-        "scenarios/trace_replay.yaml", [*over, "run.rounds=4", f"output.dir={tmp_path / 'a'}"]
+        "scenarios/trace_replay.yaml",
+        [*over, f"run.rounds={rounds}", f"output.dir={tmp_path / 'a'}"],
     )
     part = [*over, f"output.dir={tmp_path / 'b'}"]
-    flnet.run("scenarios/trace_replay.yaml", [*part, "run.rounds=2"])
-    resumed = flnet.run("scenarios/trace_replay.yaml", [*part, "run.rounds=4"], resume=True)
+    flnet.run("scenarios/trace_replay.yaml", [*part, f"run.rounds={rounds // 2}"])
+    resumed = flnet.run("scenarios/trace_replay.yaml", [*part, f"run.rounds={rounds}"], resume=True)
     assert whole.records.equals(resumed.records)
     assert whole.ledger.equals(resumed.ledger)
 
@@ -646,3 +657,108 @@ def test_a_stream_whose_clients_never_come_online_again_fails_instead_of_hanging
     assert done.returncode != 0
     assert "no client came online for 7 simulated days" in done.stderr
     assert "clients.availability" in done.stderr
+
+
+def random_trace(rng, clients, periodic):
+    """A trace of `clients` clients with hostile corners: no session, the whole period,
+    sessions touching the period's start and end, time zones either way."""
+    rows = [
+        "# period_s: 100" if periodic else "# no period",
+        "client,online_from_s,online_until_s,tz_offset_s",
+    ]
+    for c in range(clients):
+        tz = float(rng.choice([0.0, 37.5, -142.4, 99.9]))
+        kind = int(rng.integers(5))
+        if kind == 0:
+            rows.append(f"{c},,,{tz}")
+            continue
+        if kind == 1:
+            rows.append(f"{c},0,100,{tz}")
+            continue
+        cuts = np.sort(
+            rng.choice(
+                np.arange(1, 100) * 1.0 + rng.uniform(0, 0.7),
+                2 * int(rng.integers(1, 5)),
+                replace=False,
+            )
+        )
+        if kind == 2:
+            cuts[0], cuts[-1] = 0.0, 100.0  # a session that wraps into the next period
+        for a, b in cuts.reshape(-1, 2):
+            rows.append(f"{c},{float(a)!r},{float(b)!r},{tz}")
+    return "\n".join(rows) + "\n"
+
+
+@pytest.mark.parametrize("periodic", [True, False])
+@pytest.mark.parametrize("mapping", ["permuted", "by_id"])
+def test_a_few_clients_asked_one_at_a_time_get_the_arrays_answers(tmp_path, periodic, mapping):
+    """`TraceReplay.online_until` for up to FEW_CLIENTS clients (plain floats, one client at
+    a time) is bit for bit the array path's, at random instants and at the instants sessions
+    were computed to end (where rounding decides), for clients without a trace client too."""
+    from flnet.sim import traces
+
+    rng = np.random.default_rng(5 + periodic)
+    trace = read_availability(write(tmp_path, random_trace(rng, 30, periodic)))
+    replay = traces.TraceReplay(trace, trace_map(trace.ids, mapping, 0, Stream.TRACE_AVAILABILITY))
+    clients = np.arange(40)  # by_id: 30..39 have no trace client
+    times = list(rng.uniform(-300, 700, 40)) + [0.0, 100.0, 142.4, 200.0 - 99.9]
+    ends = replay.trace.online_until(np.arange(30), 13.0)
+    times += [float(e) for e in ends if math.isfinite(e)]
+    ask = clients[rng.permutation(40)[: traces.FEW_CLIENTS]]
+    online = 0
+    for t in times:
+        one_by_one = replay.online_until(ask, t)
+        for c in clients.tolist():  # each client alone, as a pick or a fate asks
+            both = np.concatenate([replay.online_until(np.asarray([c]), t)] * 2)
+            whole = replay.online_until(np.concatenate([clients, clients]), t)  # arrays
+            assert both.tobytes() == whole[[c, c + 40]].tobytes()
+            assert replay.online_until_one(c, t) == whole[c]  # a work's session end
+        np.testing.assert_array_equal(
+            one_by_one, replay.online_until(np.tile(ask, 2), t)[: len(ask)]
+        )
+        on = np.flatnonzero(one_by_one > t)  # a pick's first online candidate
+        assert replay.first_online(ask.tolist(), t) == (on[0] if len(on) else -1)
+        online += len(on)
+    assert 0 < online < len(times) * len(ask)  # both answers occur
+
+
+@pytest.mark.parametrize("periodic,kept", [(True, None), (False, None), (True, 7)])
+def test_a_clients_state_kept_from_its_last_answer_is_the_arrays(
+    tmp_path, periodic, kept, monkeypatch
+):
+    """A pick's online test reuses a client's last answer until its state could change
+    (`_Columns.online`): walking the clock forward through every session's start and end
+    (and an ulp either side, where rounding decides), each answer is the array path's; also
+    where only a few clients' answers and intervals are kept (`KNOWN_KEPT`)."""
+    from flnet.sim import traces
+
+    if kept is not None:
+        monkeypatch.setattr(traces, "KNOWN_KEPT", kept)
+
+    rng = np.random.default_rng(11 + periodic)
+    trace = read_availability(write(tmp_path, random_trace(rng, 30, periodic)))
+    replay = traces.TraceReplay(
+        trace, trace_map(trace.ids, "in_order", 0, Stream.TRACE_AVAILABILITY)
+    )
+    edges = np.concatenate([trace.from_s, trace.until_s])
+    instants = [
+        e - tz + shift
+        for e in edges.tolist()
+        for tz in (0.0, 37.5, -142.4, 99.9)
+        for shift in (0.0, 100.0, 200.0)
+    ]
+    instants += list(rng.uniform(-300, 700, 200))
+    instants = sorted(
+        {x for t in instants for x in (np.nextafter(t, -np.inf), t, np.nextafter(t, np.inf))}
+    )
+    clients = list(range(30))
+    kept_at_most, kept = kept, 0
+    for t in instants:
+        truth = replay.trace.online_until(np.arange(30), t) > t  # arrays, nothing kept
+        for c in clients:
+            kept += replay._columns is not None and c in replay._columns.known
+            assert (replay.first_online([c], t) == 0) == truth[c], (c, t)
+    if kept_at_most is None:
+        assert kept > len(instants) * 20  # the kept answers were asked
+    else:  # memory for a few clients at a time: answers, intervals
+        assert len(replay._columns.known) <= kept_at_most >= len(replay._columns.rows)

@@ -94,6 +94,18 @@ def test_loss_tally_weighs_and_clears():
     assert math.isnan(tally.take())  # cleared
 
 
+def test_one_loss_at_a_time_sums_as_a_weighted_add_of_one():
+    """`add_one` (a stream upload's loss) is `add` of that one loss, to the bit."""
+    losses = torch.randn(200, generator=torch.Generator().manual_seed(0)).exp() * 3
+    one, general = LossTally(), LossTally()
+    for loss in losses:
+        one.add_one(loss)
+        general.add(loss.reshape(1))
+    assert one._sum is not None and general._sum is not None
+    assert one._sum.item() == general._sum.item() and one._weight == general._weight == 200
+    assert one.take() == general.take()
+
+
 def test_every_family_records_a_finite_train_loss_after_round_0(scenario):
     gossip = {"name": "dfedavg", "topology": {"kind": "ring"}, "local": {"steps": 2}}
     stream = {"name": "fedbuff", "buffer_size": 2, "concurrency": 3, "local": {"steps": 2}}

@@ -5,8 +5,9 @@ server model of that instant. Trained at its start, each start is a cohort of on
 smartphone trace that made FedBuff several times slower than FedAvg per simulated hour. Yet a
 start needs nothing of the training's result: its FLOPs, and so its timing, charges and fate,
 are known beforehand (`Learner.planned_samples`); the upload is first needed when the server
-receives it, the client's new optimizer state (``optimizer_state: persist``) when its compute
-completes. So a start only registers its work here (a `Later`), and training is lazy:
+uses it (FedAsync: at its arrival; FedBuff: at its buffer's K-th arrival, the server update),
+the client's new optimizer state (``optimizer_state: persist``) when its compute completes. So
+a start only registers its work here (a `Later`), and training is lazy:
 
     the first time a work's result is needed, every work registered and not yet trained that
     trains with the same optimizer (the same learning rate) is trained in one stacked call,
@@ -25,6 +26,15 @@ needed, over the works started before it. Nothing later is read, and no semantic
 - a checkpoint keeps a trained work's upload and an untrained one's `Ticket` (its start model
   and keys); a resumed stream registers the tickets again (`thaw`), so its batches are the
   uninterrupted run's, and so are its bits.
+
+The batches are the timeline's, so their number is too: on benchmarks/bench.py's week trace
+FedBuff (K = 5, 10 at once) runs about twice FedAvg's client works per simulated hour, in
+batches of about 7 (one call for about 2 server updates in 3) against FedAvg's rounds of 10,
+and its training alone costs more than FedAvg's whole run. Fewer calls are not to be had: an
+update whose buffer holds a work of staleness 0 needs a call, as that work started from the
+model the previous update made, after any earlier call; training every pending work at each
+call leaves later updates the fewest to wait for. Batches of other sizes would change the bits
+(`bench.py --streams` prints that floor beside each server's ratio).
 
 Where the FLOPs are known only by training (Delta-SGD skips its second gradient on a client's
 first step), or with `LAZY` off, each start trains at once as before (the eager path).

@@ -64,6 +64,6 @@ def arrived(learn: Learner, payload: Any) -> torch.Tensor:
     """The model of an arriving stream upload, its loss added to the tally (a bare tensor: a
     checkpoint written before uploads carried their loss, which counts nothing)."""
     if isinstance(payload, Upload):
-        learn.train_loss.add(payload.loss.reshape(1))
+        learn.train_loss.add_one(payload.loss)
         return payload.model
     return payload

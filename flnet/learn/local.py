@@ -62,6 +62,13 @@ class LossTally:
         self._sum = part if self._sum is None else self._sum + part
         self._weight += float(w.sum())
 
+    def add_one(self, loss: torch.Tensor) -> None:
+        """One loss ([] or [1]) of weight one (a stream upload's): what ``add(loss)`` adds,
+        bit for bit (times one and a sum of one are exact), without its weight arrays."""
+        part = loss.reshape(()).double()
+        self._sum = part if self._sum is None else self._sum + part
+        self._weight += 1.0
+
     def take(self) -> float:
         """The weighted mean of what was added since the last `take` or `clear` (NaN: nothing
         was), and clear."""

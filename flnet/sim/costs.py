@@ -77,8 +77,8 @@ class Costs:
 
     def compute_time_s(self, node: int, flops: float) -> float:
         """Seconds `flops` of local work take on `node`."""
-        if self.speeds is not None:
-            return float(self.compute_times_s(flops, np.array([node]))[0])
+        if self.speeds is not None:  # `compute_times_s`'s product, of one client's floats
+            return float(flops * float(self.speeds.s_per_flop[self.speeds.mapping.one(node)]))
         dev = self.devices
         return compute_time_s(flops, self._cpu_hz(node), float(dev.flops_per_cycle[node]))
 

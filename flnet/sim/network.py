@@ -119,7 +119,7 @@ class Network:
         """What the star link's channel needs: its SNR, or with a capacity trace its rate."""
         if self.speeds is not None:
             rates = self.speeds.down_rate_bps if down else self.speeds.up_rate_bps
-            return float(rates[self.speeds.mapping(np.array([client]))[0]])
+            return float(rates[self.speeds.mapping.one(client)])
         if self.cells is not None:
             return self.cells.snr_hz(client, self.env.now, down)
         return float((self._down_snr_hz if down else self._up_snr_hz)[client])

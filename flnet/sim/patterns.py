@@ -616,11 +616,16 @@ def stream(
     pool = clients if isinstance(clients, range) else np.asarray(clients).tolist()
     busy = {w.client for w in flight.under_way} | {a.client for a in flight.arrived}
     concurrency = min(concurrency, len(pool))
+    first_draws = _FirstDraws(world, len(pool))
     idle_since_s: float | None = None  # since when nobody has been online and nothing under way
     while world.stop_reason is None:
         starting: list[tuple[int, int, int]] = []  # (client, count, launch) starting now
         while len(busy) < concurrency:  # fill the free slots with idle online clients
-            found = pick(launches, busy) if pick else _pick_idle(world, pool, busy, launches)
+            found = (
+                pick(launches, busy)
+                if pick
+                else _pick_idle(world, pool, busy, launches, first_draws(launches))
+            )
             launches += 1
             if found is None:  # nobody online among the candidates: try at the next event
                 break
@@ -683,32 +688,72 @@ STOP_PATIENCE_S = 1.0
 
 
 def _pick_idle(
-    world: PatternWorld, pool: range | list[int], busy: set[int], launches: int
+    world: PatternWorld,
+    pool: range | list[int],
+    busy: set[int],
+    launches: int,
+    first: list[list[int]] | None = None,
 ) -> int | None:
     """A uniform idle client online now (availability drawn with key `launches`), or None
     when none of SELECTION_TRIES candidates is: the first online one of the candidates drawn
-    in turn, skipping busy ones. Candidates are drawn and asked about in chunks (16, 32, ...)
-    rather than one at a time: numpy draws an array of integers as the same calls one by one
-    would (tests/test_stream_pick.py), an availability question costs about the same for one
-    client as for a few, and availability is keyed per client (a client's answer does not
+    in turn, skipping busy ones. Candidates are drawn in chunks (16, 32, ...) rather than one
+    at a time: numpy draws an array of integers as the same calls one by one would
+    (tests/test_stream_pick.py), availability is keyed per client (a client's answer does not
     depend on who else is asked), so the pick is the one-at-a-time loop's; the extra draws
-    of a chunk's tail come from this launch's own generator and change nothing else."""
-    rng = world.generator(Stream.ARRIVALS, launches)
-    tries, chunk = 0, PICK_CHUNK
+    of a chunk's tail come from this launch's own generator and change nothing else. A
+    trace's candidates are asked one at a time, up to the first online (`World.first_online`).
+    `first`: the launch's first chunks (`[0, len(pool))` indices), drawn beforehand with
+    other launches' (`_FirstDraws`), the generator made only when more are needed."""
+    drawn = first or []
+    rng = None
+    tries, chunk, k = 0, PICK_CHUNK, -1
     while tries < SELECTION_TRIES:  # busy clients are at most `concurrency` of the pool
-        drawn = (pool[i] for i in rng.integers(len(pool), size=chunk).tolist())
-        candidates = [c for c in drawn if c not in busy][: SELECTION_TRIES - tries]
+        k += 1
+        if k < len(drawn):
+            indices = drawn[k]
+        else:
+            if rng is None:
+                rng = world.generator(Stream.ARRIVALS, launches)
+                for done in drawn:  # the chunks drawn already
+                    rng.integers(len(pool), size=len(done))
+            indices = rng.integers(len(pool), size=chunk).tolist()
+        candidates = [c for c in (pool[i] for i in indices) if c not in busy]
+        candidates = candidates[: SELECTION_TRIES - tries]
         chunk *= 2
         if not candidates:
             continue
         tries += len(candidates)
-        online = world.online_clients(np.asarray(candidates, dtype=np.int64), launches)
-        if online.any():
-            return candidates[int(online.argmax())]
+        found = world.first_online(candidates, launches)
+        if found >= 0:
+            return candidates[found]
     return None
 
 
-PICK_CHUNK = 16  # candidates asked at once by the first availability question of a pick
+PICK_CHUNK = 16  # candidates drawn at once by the first draw of a pick
+PICK_BLOCK = 64  # launches whose first chunks are drawn as one block
+PICK_FIRST = (PICK_CHUNK, 2 * PICK_CHUNK)  # a launch's chunks drawn in the block
+
+
+class _FirstDraws:
+    """Each launch's first chunks of candidate indices (`_pick_idle`: PICK_FIRST), PICK_BLOCK
+    launches drawn at once (`World.integers`: their generators run as one block, the same
+    numbers), which costs a fraction of a generator made per launch. numpy's generator keeps
+    a 64-bit word's unused half for its next 32-bit draw, so calls of 16 then 32 draws are
+    one call of 48 (tests/test_data.py: also where Lemire rejects words)."""
+
+    def __init__(self, world: PatternWorld, n: int) -> None:
+        self.world, self.n = world, n
+        self.start, self.rows = 0, list[list[list[int]]]()  # launches start, start + 1, ...
+
+    def __call__(self, launch: int) -> list[list[int]]:
+        if not self.start <= launch < self.start + len(self.rows):
+            keys = np.arange(launch, launch + PICK_BLOCK, dtype=np.int64)[:, None]
+            drawn = self.world.integers(Stream.ARRIVALS, keys, self.n, sum(PICK_FIRST))
+            ends = np.cumsum(PICK_FIRST).tolist()
+            chunks = [drawn[:, a:b].tolist() for a, b in zip([0, *ends], ends)]
+            self.rows = [list(row) for row in zip(*chunks)]
+            self.start = launch
+        return self.rows[launch - self.start]
 
 
 class _Flight:

@@ -27,6 +27,7 @@ client. Simulated clients map to trace clients by `TraceMap`.
 
 from __future__ import annotations
 
+import bisect
 import csv
 import math
 import re
@@ -202,6 +203,13 @@ class TraceMap(NamedTuple):
             return np.where(self.order[row] == clients, row, -1)
         return self.order[clients % len(self.order)]
 
+    def one(self, client: int) -> int:
+        """This map of one client (a Python int in, one out: no arrays)."""
+        if self.by_id:
+            row = min(int(np.searchsorted(self.order, client)), len(self.order) - 1)
+            return row if int(self.order[row]) == client else -1
+        return int(self.order[client % len(self.order)])
+
 
 def trace_map(ids: np.ndarray, mapping: Mapping, seed: int, stream: Stream) -> TraceMap:
     if mapping == "by_id":
@@ -218,15 +226,41 @@ class TraceReplay:
 
     def __init__(self, trace: IntervalTrace, mapping: TraceMap) -> None:
         self.trace, self.mapping = trace, mapping
+        self._columns: _Columns | None = None  # the one-client path's, made on first use
 
     def online(self, clients: np.ndarray, t_s: float, draw: int = 0) -> np.ndarray:
         return self.online_until(clients, t_s) > t_s
 
     def online_until(self, clients: np.ndarray, t_s: float, draw: int = 0) -> np.ndarray:
+        """Up to FEW_CLIENTS (a stream's pick, a work's fate) are answered one at a time in
+        plain floats (`_Columns.until`), which costs less than the arrays' passes (the same
+        numbers: tests/test_traces.py)."""
+        if len(clients) <= FEW_CLIENTS:
+            if self._columns is None:
+                self._columns = _Columns(self.trace, self.mapping)
+            one = self._columns.until
+            return np.array([one(c, t_s) for c in np.asarray(clients).tolist()], dtype=float)
         rows = self.mapping(clients)
         absent = rows < 0
         until = self.trace.online_until(np.where(absent, 0, rows), t_s)
         return np.where(absent, t_s, until)
+
+    def online_until_one(self, client: int, t_s: float) -> float:
+        """`online_until` of one client, in plain floats."""
+        if self._columns is None:
+            self._columns = _Columns(self.trace, self.mapping)
+        return self._columns.until(client, t_s)
+
+    def first_online(self, clients: list[int], t_s: float) -> int:
+        """The position of the first of `clients` online at `t_s` (`online`'s answer), -1 if
+        none: one client at a time in plain floats, stopping there."""
+        if self._columns is None:
+            self._columns = _Columns(self.trace, self.mapping)
+        online = self._columns.online
+        for i, client in enumerate(clients):
+            if online(client, t_s):
+                return i
+        return -1
 
     def charging_until(self, client: int, t_s: float) -> tuple[bool, float]:
         """(is `client` charging at `t_s` by its trace's `charging` flag, when that next
@@ -234,6 +268,97 @@ class TraceReplay:
         assert self.trace.charging is not None
         row = int(self.mapping(np.asarray([client]))[0])
         return (False, math.inf) if row < 0 else self.trace.charging.state_until(row, t_s)
+
+
+KNOWN_KEPT = 1 << 16  # clients whose last answer `_Columns.online` keeps, at most
+FEW_CLIENTS = 24  # at most this many, `TraceReplay.online_until` asks about one at a time
+
+
+class _Columns:
+    """One client's session end in plain float arithmetic, each step the one
+    `IntervalTrace.online_until` takes on arrays (Python's float ``%`` is numpy's ``mod``,
+    `math.ulp` its ``spacing`` of a non-negative number, `bisect_right` its
+    ``searchsorted(side="right")``), from its trace client's intervals as Python lists: made
+    when first asked for, for at most KNOWN_KEPT trace clients at a time (memory for those
+    asked lately, never the whole trace)."""
+
+    def __init__(self, trace: IntervalTrace, mapping: TraceMap) -> None:
+        self.trace, self.mapping = trace, mapping
+        # trace row -> (tz_offset_s, period_s, its intervals' starts and ends)
+        self.rows: dict[int, tuple[float, float, list[float], list[float]]] = {}
+        # client -> (since, until, online): its state from `since` until (before) `until`
+        self.known: dict[int, tuple[float, float, bool]] = {}
+
+    def intervals(self, row: int) -> tuple[float, float, list[float], list[float]]:
+        got = self.rows.get(row)
+        if got is None:
+            if len(self.rows) >= KNOWN_KEPT:
+                self.rows.clear()
+            t = self.trace
+            lo, hi = int(t.offsets[row]), int(t.offsets[row + 1])
+            got = self.rows[row] = (
+                float(t.tz_offset_s[row]),
+                float(t.period_s[row]),
+                t.from_s[lo:hi].tolist(),
+                t.until_s[lo:hi].tolist(),
+            )
+        return got
+
+    def until(self, client: int, t_s: float) -> float:
+        """`TraceReplay.online_until` of one client."""
+        return self.answer(client, t_s)[0]
+
+    def online(self, client: int, t_s: float) -> bool:
+        """``until(client, t_s) > t_s``, from the client's last answer while that holds (the
+        clock only moves on: a pick asks the same offline clients again and again)."""
+        known = self.known.get(client)
+        if known is not None and known[0] <= t_s < known[1]:
+            return known[2]
+        until_s, holds_until_s = self.answer(client, t_s)
+        online = until_s > t_s
+        if len(self.known) >= KNOWN_KEPT:  # memory for the clients asked lately, not all N
+            self.known.clear()
+        self.known[client] = (t_s, holds_until_s, online)
+        return online
+
+    def answer(self, client: int, t_s: float) -> tuple[float, float]:
+        """(`until`, an instant before which the client's state (online or not) is sure not
+        to change from `t_s` on). That instant stays short of the state's change by a margin
+        of 1e-9 of the clocks' magnitude, a million times their rounding: the local clock
+        (t + tz, mod the period, exact where t + tz >= 0) is monotone within a period, so
+        until then the same interval (or the same gap between intervals) holds it."""
+        row = self.mapping.one(client)
+        if row < 0:
+            return t_s, math.inf
+        tz, period, starts, ends = self.intervals(row)
+        periodic = math.isfinite(period)
+        local = t_s + tz
+        # a negative local time's modulo rounds (numpy's as Python's): it can reach the
+        # period itself, so its state is not held
+        sure = not periodic or local >= 0.0
+        if periodic:
+            local = local % period
+        j = bisect.bisect_right(starts, local) - 1
+        if j < 0 or not local < ends[j]:  # in a gap: offline until the next start
+            after = starts[j + 1] if j + 1 < len(starts) else (period if periodic else math.inf)
+            if not sure:
+                return t_s, t_s
+            return t_s, t_s + (after - local) - _margin_s(t_s, tz, period, after)
+        end = ends[j]
+        left_s = end - local
+        if periodic and end >= period and starts[0] <= 0.0:  # wraps into the next period
+            left_s = math.inf if j == 0 else left_s + ends[0]
+        if not left_s > ENDED_WITHIN_ULPS * math.ulp(max(abs(t_s), abs(t_s + tz))):
+            return t_s, t_s  # (a session ending now: nothing held)
+        if not sure:
+            return t_s + left_s, t_s
+        return t_s + left_s, t_s + left_s - _margin_s(t_s, tz, period, end)
+
+
+def _margin_s(t_s: float, tz: float, period: float, local: float) -> float:
+    """What an instant computed across the clocks stays short of (`_Columns.answer`)."""
+    big = abs(t_s) + abs(tz) + (period if math.isfinite(period) else 0.0)
+    return 1e-9 * (1.0 + big + (abs(local) if math.isfinite(local) else 0.0))
 
 
 class TraceSpeeds(NamedTuple):

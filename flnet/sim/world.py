@@ -32,7 +32,7 @@ import simpy
 from flnet import draws
 from flnet.dists import AnyDist
 from flnet.errors import ScenarioError
-from flnet.rng import Stream, generator, stream_keys
+from flnet.rng import Stream, generator, key_rows, stream_key, stream_keys
 from flnet.schema import D2D, ClientsConfig, Radio, ResourcesConfig
 from flnet.sim import availability as availability_mod
 from flnet.sim import population as population_mod
@@ -247,6 +247,10 @@ class PatternWorld(AbstractWorld, Protocol):
     def compute_fates(self, nodes: list[int], tag: Tag) -> list[Fate] | None: ...
 
     def end_at(self, t_s: float, stop: Callable[[str], None], outcome: str) -> int: ...
+
+    def integers(self, stream: Stream, keys: np.ndarray, high: int, count: int) -> np.ndarray: ...
+
+    def first_online(self, clients: list[int], draw: int) -> int: ...
 
     def allocate(
         self,
@@ -690,6 +694,17 @@ class World:
         """[k] bool: which of `clients` are online now (`draw`: round or launch count)."""
         return self._online(np.asarray(clients, dtype=np.int64), self.env.now, draw)
 
+    def first_online(self, clients: list[int], draw: int) -> int:
+        """The position in `clients` of the first one online now (`online_clients`), -1 if
+        none: asked one at a time, stopping at the first, where the availability model
+        answers one client in plain floats (a trace's `first_online`) and no battery can opt
+        a client out; else all at once."""
+        first = getattr(self.availability, "first_online", None)
+        if first is not None and self.battery is None:
+            return int(first(clients, self.env.now))
+        online = self._online(np.asarray(clients, dtype=np.int64), self.env.now, draw)
+        return int(online.argmax()) if online.any() else -1
+
     def _online(self, clients: np.ndarray, t_s: float, draw: int) -> np.ndarray:
         """Online AND (with batteries) not opted out by a low battery."""
         online = self.availability.online(clients, t_s, draw)
@@ -849,12 +864,12 @@ class World:
         asked them already)."""
         cfg = self.clients
         avail = cfg.availability
-        now, ids = self.env.now, np.asarray([client], dtype=np.int64)
+        now = self.env.now
         cut_s, judge = math.inf, None
         if avail.kind != "always":
             if avail.check == "during":
                 cut_s = (
-                    float(self.availability.online_until(ids, now, draw)[0])
+                    self._session_end_s(client, now, draw)
                     if session_end_s is None
                     else session_end_s
                 )
@@ -884,6 +899,15 @@ class World:
         below = edges[phase - 1] if phase else 0.0
         share = (point - below) / (edges[phase] - below) if edges[phase] > below else 0.0
         return Fate(cut_s, phase, float(share), slowdown, judge, cut_outcome)
+
+    def _session_end_s(self, client: int, t_s: float, draw: int) -> float:
+        """`client`'s `online_until` at `t_s`: in plain floats where the model answers one
+        client so (a trace's `online_until_one`)."""
+        one = getattr(self.availability, "online_until_one", None)
+        if one is not None:
+            return float(one(client, t_s))
+        ids = np.asarray([client], dtype=np.int64)
+        return float(self.availability.online_until(ids, t_s, draw)[0])
 
     def _judged(self, client: int, draw: int, t_s: float | None = None) -> str:
         """Check at_completion: an upload of `client` ending at `t_s` (default now) arrives
@@ -990,6 +1014,13 @@ class World:
     def generator(self, stream: Stream, *keys: int) -> np.random.Generator:
         """The run's random stream `stream` at `keys` (see `flnet.rng`)."""
         return generator(self.seed, stream, *keys)
+
+    def integers(self, stream: Stream, keys: np.ndarray, high: int, count: int) -> np.ndarray:
+        """[C, count] int64: row i is ``generator(stream, *keys[i]).integers(high,
+        size=count)`` ([C, K] keys), the rows' generators run as one block (`flnet.draws`)."""
+        keys = np.asarray(keys, dtype=np.int64)
+        rows = key_rows(stream_key(self.seed, stream), *keys.T)
+        return draws.integers(rows, np.full(len(keys), high, dtype=np.int64), count)
 
     def positions_m(self, nodes: np.ndarray) -> np.ndarray:
         """[len(nodes), 2] the clients' (x, y) in metres (`clients.positions`)."""
