@@ -378,6 +378,7 @@ class _Plan:
         # `lr` themselves
         self.descending: dict[int, Step] = {}
         self.lr = 0.0
+        self.into: dict[int, _Views] = {}  # where they write the stepped weights, if elsewhere
         # the first layer's output in window-major order where a tiling max-pool follows it
         tiles = _tiles(layers[1]) if len(layers) > 1 else None
         for i, layer in enumerate(layers):
@@ -729,11 +730,13 @@ class _Plan:
             (no dW written, copied or read back) and ``b -= lr * sum(dOut)``."""
             torch.bmm(d.transpose(1, 2), views.w, out=d_in_t)
             d_in.copy_(d_in_t.transpose(1, 2))
-            views.w.baddbmm_(d, self.saved[i], alpha=-self.lr)
+            # into the parameters' own views, or from the start's into them (`descend`'s start)
+            into = self.into.get(i, views)
+            torch.baddbmm(views.w, d, self.saved[i], alpha=-self.lr, out=into.w)
             if db is not None:
-                assert views.bias is not None  # a layer with a bias has its view
+                assert views.bias is not None and into.bias is not None  # it has its views
                 torch.sum(d, 2, out=db)
-                views.bias.squeeze(2).add_(db, alpha=-self.lr)
+                torch.add(views.bias.squeeze(2), db, alpha=-self.lr, out=into.bias.squeeze(2))
             return d_in
 
         self.descending[i] = descend
@@ -805,21 +808,39 @@ class ConvStack:
         return loss, grads
 
     def descend(
-        self, params: torch.Tensor, x: torch.Tensor, y: torch.Tensor, lr: float
+        self,
+        params: torch.Tensor,
+        x: torch.Tensor,
+        y: torch.Tensor,
+        lr: float,
+        start: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """One plain SGD step on `params` [C, P] in place, ``w -= lr * grad``, returning the
         losses [C] (`cohort.Trainer` takes it for `optim.sgd` without momentum): each Linear
         weight's step fused into the GEMM of its gradient (its largest tensors, written and
         read once less), the convolutions' added from their gradient buffers. Equal to
-        `__call__` and the step within float rounding."""
-        plan, views, loss, d = self._forward(params, x, y)
+        `__call__` and the step within float rounding. With `start` ([C, P], or [P]
+        expanded), the step is taken from `start` and written into `params` (whose values are
+        not read): a client's first step, without copying its starting parameters first; the
+        same numbers bit for bit."""
+        plan, views, loss, d = self._forward(params if start is None else start, x, y)
         plan.lr = lr
-        for i, backward in plan.descent:
-            d = backward(d, views.get(i))
+        if start is not None:
+            plan.into = self._param_views(params)
+        try:
+            for i, backward in plan.descent:
+                d = backward(d, views.get(i))
+        finally:
+            plan.into = {}
         steps = plan.slices(params)
-        torch._foreach_add_(
-            [steps[j] for j in plan.unstepped], [plan.grads[j] for j in plan.unstepped], alpha=-lr
-        )
+        stepped = [steps[j] for j in plan.unstepped]
+        grads = [plan.grads[j] for j in plan.unstepped]
+        if start is None:
+            torch._foreach_add_(stepped, grads, alpha=-lr)
+        else:
+            spans = [plan.spans[j] for j in plan.unstepped]
+            for into, grad, span in zip(stepped, grads, spans):
+                torch.add(start[:, slice(*span)].view(grad.shape), grad, alpha=-lr, out=into)
         return loss
 
     def _forward(
