@@ -121,9 +121,24 @@ of the ``dz_t`` copy (26.3 against 26.0 ms); K padded from 76 to 80 or 96 for th
 convolution's GEMMs (0.94 and 1.14 against 0.84 ms alone); the bias row dropped from the
 second convolution (K 160 against 161: within noise); oneDNN's convolution for the second
 layer's forward (83 against ~75 GFLOP/s alone, a one-off reading under load, and its
-layout would need copies). Not tried: fc1's step deferred into the next step's forward
-(W read and written once a step instead of read three times), which would change when
-`descend` leaves the parameters stepped.
+layout would need copies). A client's first step now reads its starting parameters and
+writes the stepped ones into the trainer's rows (`descend`'s `start`), the copy before it
+gone: the same bits, 3.39 against 3.42 CPU-s a C1 cohort (2 threads, median of 3 interleaved
+processes x 3, load average ~1.9: noise level).
+
+Rejected too: the Linear weights' steps deferred over a client's steps (plain SGD:
+``W_t = W_0 - lr * sum_s dOut_s a_s^T``, so the forward ``W_t a = W_0 a - lr * dOut_acc
+(a_acc^T a)`` and the input gradient likewise, with [kB, B] products, W never written until
+one K = steps * B GEMM after the last step, from the start into the trainer's rows): fc1's
+traffic a client from ~5 x 32 to ~5 x 16 + 32 MB, but no faster. C1 cohort, CPU-s, median
+of interleaved repeats in one process: 1.44 against 1.44 (20 clients, 1 thread, load 3.3),
+1.32 against 1.29 ([kB, in] rows recorded, load 3.7), 3.37 against 3.42 and 3.41 against
+3.38 (50 clients, 2 threads, load 4.5). Profiled (10 clients x 5 steps, 1 thread): fc1's
+forward and input-gradient products took 1.66 and 1.76 ms deferred against 1.44 and 1.38
+stepped (reading the start's W_0 rather than the W just written), and the final GEMM (210
+MFLOP, compute-bound, ~124 GFLOP/s warm) 5.5 ms with its copy from the start, against
+5 x 1.64 ms for the steps' own: a wash. This Xeon's 260 MiB L3 holds W, so fc1 runs at L3,
+not DRAM, bandwidth and less traffic buys little.
 
 Every intermediate lives in buffers reused across calls of the same cohort and batch size
 (a `_Plan`, for the two most recent shapes), since allocating megabytes a step costs page
