@@ -339,3 +339,24 @@ def test_conv_stack_descend_equals_sgd_on_its_gradient(case, monkeypatch):
     assert_tensors_close(fast.params, plain.params)
     assert_tensors_close(fast.loss, plain.loss)
     assert torch.equal(fast.sample_grads, plain.sample_grads)
+
+
+@pytest.mark.parametrize("expanded", [False, True])
+def test_conv_stack_descend_from_start_equals_the_step_on_a_copy(expanded):
+    """`descend(params, ..., start=)` (a client's first step, no copy of the starting
+    parameters first) writes into `params` what the step on a copy of `start` leaves there,
+    bit for bit, whatever `params` held, from a [C, P] start or a [P] one expanded."""
+    model = model_of("paper_cnn")
+    p, x, y = cohort_inputs(model)
+    start = p[0].expand(p.shape[0], -1) if expanded else p
+    engine = conv.ConvStack(conv.conv_layers(model))
+    copied = start.clone()
+    loss = engine.descend(copied, x, y, 0.1)
+    into = torch.full_like(p, float("nan"))
+    loss_from_start = engine.descend(into, x, y, 0.1, start=start)
+    assert not torch.equal(copied, start)
+    assert torch.equal(into, copied)
+    assert torch.equal(loss_from_start, loss)
+    again = engine.descend(into, x, y, 0.1)  # the next step, on the views of `into`
+    assert torch.equal(again, engine.descend(copied, x, y, 0.1))
+    assert torch.equal(into, copied)

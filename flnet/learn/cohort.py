@@ -499,7 +499,16 @@ class Trainer:
         descends = [getattr(e, "descend", None) if plain else None for e in engines]
         split = getattr(engines[0], "split", None) if descends[0] is not None else None
         join = getattr(engines[0], "join", None)
-        work = split(start) if split is not None else params.copy_(start)
+        # a ConvStack's first step reads `start` and writes the stepped values into params:
+        # no copy of the starting parameters first (every client steps: none keeps them)
+        uniform = bool((steps == t_max).all())
+        from_start = (
+            uniform
+            and t_max > 0
+            and descends[short[0]] is not None
+            and isinstance(engines[short[0]], ConvStack)
+        )
+        work = split(start) if split is not None else params if from_start else params.copy_(start)
 
         def joined() -> torch.Tensor:
             """params [C, P] as the steps left them."""
@@ -509,7 +518,6 @@ class Trainer:
 
         loss_sum = torch.zeros(c, dtype=params.dtype, device=params.device)
         grad_evals = torch.zeros(c, dtype=torch.int64, device=params.device)
-        uniform = bool((steps == t_max).all())
         evals = samples = 0  # uniform full steps' counts, every client's (added at the end)
         snapshot = None
         if snapshot_at is not None:  # after min(t', steps) steps; masked steps change nothing
@@ -535,7 +543,9 @@ class Trainer:
 
             before = None if uniform else tree_map(torch.clone, work)
             step_descend = descends[short[s]]
-            if step_descend is not None:  # plain SGD, stepped by the engine
+            if step_descend is not None and from_start and s == 0:
+                loss, new_state = step_descend(work, xb, yb, optimizer.plain_lr, start), opt_state
+            elif step_descend is not None:  # plain SGD, stepped by the engine
                 loss, new_state = step_descend(work, xb, yb, optimizer.plain_lr), opt_state
             else:
                 loss, grads = value_and_grad(joined(), xb, yb, out=grads_buf, aux=aux)

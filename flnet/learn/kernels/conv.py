@@ -121,9 +121,24 @@ of the ``dz_t`` copy (26.3 against 26.0 ms); K padded from 76 to 80 or 96 for th
 convolution's GEMMs (0.94 and 1.14 against 0.84 ms alone); the bias row dropped from the
 second convolution (K 160 against 161: within noise); oneDNN's convolution for the second
 layer's forward (83 against ~75 GFLOP/s alone, a one-off reading under load, and its
-layout would need copies). Not tried: fc1's step deferred into the next step's forward
-(W read and written once a step instead of read three times), which would change when
-`descend` leaves the parameters stepped.
+layout would need copies). A client's first step now reads its starting parameters and
+writes the stepped ones into the trainer's rows (`descend`'s `start`), the copy before it
+gone: the same bits, 3.39 against 3.42 CPU-s a C1 cohort (2 threads, median of 3 interleaved
+processes x 3, load average ~1.9: noise level).
+
+Rejected too: the Linear weights' steps deferred over a client's steps (plain SGD:
+``W_t = W_0 - lr * sum_s dOut_s a_s^T``, so the forward ``W_t a = W_0 a - lr * dOut_acc
+(a_acc^T a)`` and the input gradient likewise, with [kB, B] products, W never written until
+one K = steps * B GEMM after the last step, from the start into the trainer's rows): fc1's
+traffic a client from ~5 x 32 to ~5 x 16 + 32 MB, but no faster. C1 cohort, CPU-s, median
+of interleaved repeats in one process: 1.44 against 1.44 (20 clients, 1 thread, load 3.3),
+1.32 against 1.29 ([kB, in] rows recorded, load 3.7), 3.37 against 3.42 and 3.41 against
+3.38 (50 clients, 2 threads, load 4.5). Profiled (10 clients x 5 steps, 1 thread): fc1's
+forward and input-gradient products took 1.66 and 1.76 ms deferred against 1.44 and 1.38
+stepped (reading the start's W_0 rather than the W just written), and the final GEMM (210
+MFLOP, compute-bound, ~124 GFLOP/s warm) 5.5 ms with its copy from the start, against
+5 x 1.64 ms for the steps' own: a wash. This Xeon's 260 MiB L3 holds W, so fc1 runs at L3,
+not DRAM, bandwidth and less traffic buys little.
 
 Every intermediate lives in buffers reused across calls of the same cohort and batch size
 (a `_Plan`, for the two most recent shapes), since allocating megabytes a step costs page
@@ -378,6 +393,7 @@ class _Plan:
         # `lr` themselves
         self.descending: dict[int, Step] = {}
         self.lr = 0.0
+        self.into: dict[int, _Views] = {}  # where they write the stepped weights, if elsewhere
         # the first layer's output in window-major order where a tiling max-pool follows it
         tiles = _tiles(layers[1]) if len(layers) > 1 else None
         for i, layer in enumerate(layers):
@@ -729,11 +745,13 @@ class _Plan:
             (no dW written, copied or read back) and ``b -= lr * sum(dOut)``."""
             torch.bmm(d.transpose(1, 2), views.w, out=d_in_t)
             d_in.copy_(d_in_t.transpose(1, 2))
-            views.w.baddbmm_(d, self.saved[i], alpha=-self.lr)
+            # into the parameters' own views, or from the start's into them (`descend`'s start)
+            into = self.into.get(i, views)
+            torch.baddbmm(views.w, d, self.saved[i], alpha=-self.lr, out=into.w)
             if db is not None:
-                assert views.bias is not None  # a layer with a bias has its view
+                assert views.bias is not None and into.bias is not None  # it has its views
                 torch.sum(d, 2, out=db)
-                views.bias.squeeze(2).add_(db, alpha=-self.lr)
+                torch.add(views.bias.squeeze(2), db, alpha=-self.lr, out=into.bias.squeeze(2))
             return d_in
 
         self.descending[i] = descend
@@ -805,21 +823,39 @@ class ConvStack:
         return loss, grads
 
     def descend(
-        self, params: torch.Tensor, x: torch.Tensor, y: torch.Tensor, lr: float
+        self,
+        params: torch.Tensor,
+        x: torch.Tensor,
+        y: torch.Tensor,
+        lr: float,
+        start: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """One plain SGD step on `params` [C, P] in place, ``w -= lr * grad``, returning the
         losses [C] (`cohort.Trainer` takes it for `optim.sgd` without momentum): each Linear
         weight's step fused into the GEMM of its gradient (its largest tensors, written and
         read once less), the convolutions' added from their gradient buffers. Equal to
-        `__call__` and the step within float rounding."""
-        plan, views, loss, d = self._forward(params, x, y)
+        `__call__` and the step within float rounding. With `start` ([C, P], or [P]
+        expanded), the step is taken from `start` and written into `params` (whose values are
+        not read): a client's first step, without copying its starting parameters first; the
+        same numbers bit for bit."""
+        plan, views, loss, d = self._forward(params if start is None else start, x, y)
         plan.lr = lr
-        for i, backward in plan.descent:
-            d = backward(d, views.get(i))
+        if start is not None:
+            plan.into = self._param_views(params)
+        try:
+            for i, backward in plan.descent:
+                d = backward(d, views.get(i))
+        finally:
+            plan.into = {}
         steps = plan.slices(params)
-        torch._foreach_add_(
-            [steps[j] for j in plan.unstepped], [plan.grads[j] for j in plan.unstepped], alpha=-lr
-        )
+        stepped = [steps[j] for j in plan.unstepped]
+        grads = [plan.grads[j] for j in plan.unstepped]
+        if start is None:
+            torch._foreach_add_(stepped, grads, alpha=-lr)
+        else:
+            spans = [plan.spans[j] for j in plan.unstepped]
+            for into, grad, span in zip(stepped, grads, spans):
+                torch.add(start[:, slice(*span)].view(grad.shape), grad, alpha=-lr, out=into)
         return loss
 
     def _forward(
