@@ -101,6 +101,23 @@ def test_two_sweeps_started_together_into_one_folder_run_each_point_once(tmp_pat
     assert output.lock_holder(out) is None  # released at exit
 
 
+def _sigterm_once_checkpointed(path: Path, out: Path) -> str:
+    """Run `flnet run path`, SIGTERM it once its first checkpoint is written, and return what
+    it said, after checking that it exited 130 (interrupted)."""
+    child = flnet_run(path, "--out", out, "--quiet")
+    try:
+        deadline = time.monotonic() + 600
+        while not (out / "checkpoint.pt").exists() and time.monotonic() < deadline:
+            assert child.proc.poll() is None, child.text()
+            time.sleep(0.02)
+        child.proc.send_signal(signal.SIGTERM)
+        assert child.finish(timeout_s=300) == 130, child.text()
+    finally:
+        if child.proc.poll() is None:
+            child.proc.kill()
+    return child.message()
+
+
 @pytest.mark.parametrize("algorithm", ["fedbuff", "fedasync"])
 def test_sigterm_to_an_idle_stream_stops_it_at_once_not_after_seven_days(tmp_path, algorithm):
     """Nobody is ever online (a trace whose one client never is): after step 0 the stream
@@ -117,18 +134,7 @@ def test_sigterm_to_an_idle_stream_stops_it_at_once_not_after_seven_days(tmp_pat
         "clients": {"count": 6, "availability": {"kind": "trace", "path": str(never)}},
     }
     path.write_text(yaml.safe_dump(scenario))
-    child = flnet_run(path, "--out", out, "--quiet")
-    try:
-        deadline = time.monotonic() + 600
-        while not (out / "checkpoint.pt").exists() and time.monotonic() < deadline:
-            assert child.proc.poll() is None, child.text()
-            time.sleep(0.02)
-        child.proc.send_signal(signal.SIGTERM)  # the run is in (or entering) its idle wait
-        assert child.finish(timeout_s=300) == 130, child.text()
-    finally:
-        if child.proc.poll() is None:
-            child.proc.kill()
-    said = child.message()
+    said = _sigterm_once_checkpointed(path, out)  # in (or entering) its idle wait
     assert "stopped at once (nobody online and no work under way at" in said, said
     assert "the checkpoint of round 0 is kept" in said and "--resume" in said
     assert "7 simulated days" not in said
@@ -153,18 +159,7 @@ def test_sigterm_to_a_stream_whose_works_all_fail_stops_it_not_at_the_give_up(tm
         "clients": {"count": 6, "dropout_probability": 0.999999},
     }
     path.write_text(yaml.safe_dump(scenario))
-    child = flnet_run(path, "--out", out, "--quiet")
-    try:
-        deadline = time.monotonic() + 600
-        while not (out / "checkpoint.pt").exists() and time.monotonic() < deadline:
-            assert child.proc.poll() is None, child.text()
-            time.sleep(0.02)
-        child.proc.send_signal(signal.SIGTERM)  # works are failing, one after another
-        assert child.finish(timeout_s=300) == 130, child.text()
-    finally:
-        if child.proc.poll() is None:
-            child.proc.kill()
-    said = child.message()
+    said = _sigterm_once_checkpointed(path, out)  # works failing, one after another
     assert "stopped at once (no server update to stop at:" in said, said
     assert "works in a row failed, the last at" in said
     assert "the checkpoint of round 0 is kept" in said and "--resume" in said
