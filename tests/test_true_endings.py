@@ -115,7 +115,11 @@ def _sigterm_once_checkpointed(path: Path, out: Path) -> str:
     finally:
         if child.proc.poll() is None:
             child.proc.kill()
-    return child.message()
+    said = child.message()
+    # the first line already says that a stream with no update to come stops at once
+    assert "SIGTERM: stopping at the end of this round (a stream's next server update)" in said
+    assert "or at once where none will come" in said
+    return said
 
 
 @pytest.mark.parametrize("algorithm", ["fedbuff", "fedasync"])
