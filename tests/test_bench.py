@@ -308,3 +308,18 @@ def test_c1_data_are_pickled_as_cifars_own_files_and_read_back(monkeypatch, tmp_
     x_train = np.concatenate([x for x, _ in written[20]]).reshape(-1, 3, 32, 32)
     assert np.array_equal(src.x_train, x_train.astype(np.float32) / np.float32(255))
     assert np.array_equal(src.y_test, written[10][0][1])
+
+
+def test_the_cohort_profile_prints_its_time_and_the_kernels_table(capsys):
+    """benchmarks/profile_cohort.py on W1's MLP: one line of CPU seconds a cohort, then the
+    profiler's table of the aten kernels, grouped by input shape."""
+    import profile_cohort
+
+    threads = torch.get_num_threads()
+    try:
+        profile_cohort.main(["--row", "a", "--top", "5"])
+    finally:
+        torch.set_num_threads(threads)
+    out = capsys.readouterr().out
+    assert "(a) MLP" in out and "CPU-s a cohort (one thread)" in out
+    assert "aten::" in out and "Self CPU" in out
