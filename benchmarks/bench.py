@@ -865,12 +865,7 @@ def w1_side_by_side(reps: int, pfl_python: Path = PFL_PYTHON) -> None:
         for k in W1_VARIANTS
         if not (missing and k == FLOWER) and not (no_pfl and k in PFL_WORKERS)
     ]
-    print(
-        f"W1 side by side (shared/BENCHMARKS.md): wall s from data load to the final "
-        f"accuracy, imports excluded; median [range] of {reps} interleaved fresh runs each; "
-        f"load average {os.getloadavg()[0]:.1f} before",
-        flush=True,
-    )
+    side_by_side_title("W1", reps)
     if missing:
         print("  " + FLOWER_MISSING.format(why=missing), flush=True)
     if no_pfl:
@@ -929,6 +924,16 @@ C1_TARGET_RATIO = 1.5  # pfl / flnet, at the same final accuracy within
 C1_SAME_POINTS = 2.0  # percentage points
 
 
+def side_by_side_title(workload: str, reps: int, what: str = "") -> None:
+    """The first line of a side-by-side section (W1, C1): what is timed and how."""
+    print(
+        f"{workload} side by side (shared/BENCHMARKS.md): {what}wall s from data load to the "
+        f"final accuracy, imports excluded; median [range] of {reps} interleaved fresh runs "
+        f"each; load average {os.getloadavg()[0]:.1f} before",
+        flush=True,
+    )
+
+
 def c1_run(label: str, data_root: Path, plan: Path, pfl_python: Path) -> dict:
     """One fresh run of a C1 variant (as `w1_run`): flnet's writes the plan when there is
     none yet; pfl's (2 workers) trains on it."""
@@ -959,12 +964,11 @@ def c1_side_by_side(reps: int, pfl_python: Path = PFL_PYTHON) -> None:
 
     no_pfl = pfl_missing(pfl_python)
     labels = [C1_FLNET, *([] if no_pfl else [PFL2])]
-    print(
-        f"C1 side by side (shared/BENCHMARKS.md): cnn_mcmahan, 200 clients x 50 synthetic "
-        f"3x32x32 images, cohort 50, 1 epoch of batch 10, 10 rounds; wall s from data load to "
-        f"the final accuracy, imports excluded; median [range] of {reps} interleaved fresh "
-        f"runs each; load average {os.getloadavg()[0]:.1f} before",
-        flush=True,
+    side_by_side_title(
+        "C1",
+        reps,
+        "cnn_mcmahan, 200 clients x 50 synthetic 3x32x32 images, cohort 50, "
+        "1 epoch of batch 10, 10 rounds; ",
     )
     if no_pfl:
         print("  " + PFL_MISSING.format(why=no_pfl), flush=True)
