@@ -8,10 +8,12 @@ load torch."""
 from __future__ import annotations
 
 import argparse
+import atexit
 import os
 import shlex
 import signal
 import sys
+import threading
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -917,5 +919,34 @@ def main(argv: list[str] | None = None) -> int:
         return 141  # as a shell reports SIGPIPE
 
 
+def exit_now(rc: int) -> NoReturn:
+    """End the process with `rc` as Python's own exit would, less the C library's teardown.
+
+    Python's exit runs native destructors after the interpreter is gone, and pyarrow's thread
+    pool can abort there ("terminate called without an active exception", SIGABRT) when one of
+    its workers is still alive (apache/arrow#34314): a command that had succeeded, or had
+    printed its one-line error, would end killed by a signal. So the Python-level part of exit
+    runs here (other threads joined, `atexit` handlers such as multiprocessing's and Ray's,
+    output flushed) and `os._exit` skips the native part: the results are on disk by then."""
+    for thread in threading.enumerate():
+        if thread is not threading.current_thread() and not thread.daemon:
+            thread.join()
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except BrokenPipeError:  # the reader left: as a shell reports SIGPIPE
+            rc = rc or 141
+        except OSError as e:  # a full disk under `> file`: say so, as Python's exit would
+            rc = rc or 120
+            os.write(2, f"error: could not write the output: {e}\n".encode())
+    os._exit(rc)
+
+
+def entry() -> NoReturn:
+    """The `flnet` command."""
+    exit_now(main())
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()
