@@ -25,6 +25,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
+from harness import flnet_cli
 
 from flnet.run_folders import NAME_MAX_BYTES, default_sweep_folder
 
@@ -44,14 +45,7 @@ GOSSIP = {
 
 
 def flnet(*args, cwd=REPO, timeout=300):
-    proc = subprocess.run(
-        [sys.executable, "-m", "flnet.cli", *map(str, args)],
-        capture_output=True,
-        text=True,
-        env=ENV,
-        cwd=cwd,
-        timeout=timeout,
-    )
+    proc = flnet_cli(*args, cwd=cwd, timeout=timeout)
     return proc.returncode, proc.stdout, proc.stderr
 
 

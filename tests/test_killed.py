@@ -7,21 +7,19 @@ import contextlib
 import json
 import os
 import signal
-import subprocess
 import sys
 
 import pandas as pd
 import pytest
 import yaml
-from gated import REPO, Child, gated_run
-from harness import assert_same_tables
+from gated import Child, gated_run
+from harness import assert_same_tables, flnet_cli
 
 from flnet import output
 from flnet.plot import load_results
 from flnet.runner import run
 from flnet.sweeps import combine, gather, load_base, parse_grid, plan, spec_from
 
-ENV = {**os.environ, "PYTHONPATH": str(REPO)}
 SCENARIO = {
     "name": "killed",
     "seed": 2,
@@ -43,14 +41,7 @@ def write_scenario(tmp_path):
 
 
 def flnet(*args, cwd=None):
-    result = subprocess.run(
-        [sys.executable, "-m", "flnet.cli", *map(str, args)],
-        capture_output=True,
-        text=True,
-        env=ENV,
-        cwd=cwd,
-        timeout=300,
-    )
+    result = flnet_cli(*args, cwd=cwd, timeout=300)
     return result.returncode, " ".join((result.stdout + result.stderr).split())
 
 

@@ -4,11 +4,8 @@ its summary, not `running`; two sweeps started together into one folder do not b
 point; SIGTERM to a stream with nobody online stops it at once, not after a 7-day give-up."""
 
 import json
-import os
 import resource
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -16,12 +13,11 @@ import pandas as pd
 import pytest
 import yaml
 from gated import flnet_run, gated_run
+from harness import flnet_cli
 
 from flnet import output
 from flnet.runner import run
 
-REPO = Path(__file__).resolve().parents[1]
-ENV = {**os.environ, "PYTHONPATH": str(REPO)}
 SMALL = {
     "name": "endings",
     "seed": 1,
@@ -37,14 +33,7 @@ SMALL = {
 
 
 def flnet(*args, preexec_fn=None, timeout=300):
-    proc = subprocess.run(
-        [sys.executable, "-m", "flnet.cli", *map(str, args)],
-        capture_output=True,
-        text=True,
-        env=ENV,
-        timeout=timeout,
-        preexec_fn=preexec_fn,
-    )
+    proc = flnet_cli(*args, timeout=timeout, preexec_fn=preexec_fn)
     return proc.returncode, proc.stdout + proc.stderr
 
 
