@@ -477,8 +477,8 @@ def test_a_trainer_reusing_its_buffers_trains_as_a_fresh_one(make_model, make_op
 def test_calls_of_varying_sizes_train_as_on_fresh_trainers(loss, make_opt, monkeypatch):
     """A stream's calls vary in size: the trainer's and the dense engine's buffers are kept
     for the most clients yet and their plans for every size seen, and each call trains as it
-    would on a fresh trainer, bit for bit; a size seen before makes no new plan (plain SGD,
-    stepped through the trainer's kept pieces)."""
+    would on a fresh trainer, bit for bit; with plain SGD a size seen before makes no new
+    plan (the steps run on tensors the trainer keeps)."""
     model = mlp()
     x, y = dataset(model)
     made = []
@@ -488,6 +488,7 @@ def test_calls_of_varying_sizes_train_as_on_fresh_trainers(loss, make_opt, monke
     )
     trainer = cohort.Trainer(model, x, y)
     p0, rows = start(model), batches()
+    results = []
     for call, c in enumerate([C, 2, 1, 2, C, 3, 1]):
         p, r = p0[:c] - 0.01 * call, rows.roll(call, 0)[:c]
         steps = torch.full((c,), T)
@@ -499,8 +500,11 @@ def test_calls_of_varying_sizes_train_as_on_fresh_trainers(loss, make_opt, monke
         got = trainer.train(p, r, steps, make_opt(), loss_fn=fn, aux=aux)
         fresh = cohort.Trainer(model, x, y).train(p, r, steps, make_opt(), loss_fn=fn, aux=aux)
         assert torch.equal(got.params, fresh.params) and torch.equal(got.loss, fresh.loss)
-    if loss is None and make_opt().plain_lr is not None:
-        # 4 sizes on the kept pieces, the largest first (each fresh trainer made its own)
+        results.append((got.params, got.params.clone()))
+    assert all(torch.equal(a, b) for a, b in results)  # none changed by the calls after it
+    if make_opt().plain_lr is not None:
+        # 4 sizes on the kept pieces (plain SGD) or [C, P] parameters (a proximal loss), the
+        # largest first (each fresh trainer made its own)
         assert len(made) == 4 + 7
 
 
