@@ -466,6 +466,48 @@ def test_a_trainer_reusing_its_buffers_trains_as_a_fresh_one(make_model, make_op
     assert all(torch.equal(a, b) for a, b in zip([v for v in leaves(first) if v is not None], kept))
 
 
+@pytest.mark.parametrize(
+    "loss",
+    [None, "anchor", "own"],
+    ids=["plain", "fedprox", "fedasync"],
+)
+@pytest.mark.parametrize(
+    "make_opt", [lambda: optim.sgd(0.1), lambda: optim.adam(0.01)], ids=["sgd", "adam"]
+)
+def test_calls_of_varying_sizes_train_as_on_fresh_trainers(loss, make_opt, monkeypatch):
+    """A stream's calls vary in size: the trainer's and the dense engine's buffers are kept
+    for the most clients yet and their plans for every size seen, and each call trains as it
+    would on a fresh trainer, bit for bit; with plain SGD a size seen before makes no new
+    plan (the steps run on tensors the trainer keeps)."""
+    model = mlp()
+    x, y = dataset(model)
+    made = []
+    make_plan = DenseStack._make_plan
+    monkeypatch.setattr(
+        DenseStack, "_make_plan", lambda *a, **k: made.append(1) or make_plan(*a, **k)
+    )
+    trainer = cohort.Trainer(model, x, y)
+    p0, rows = start(model), batches()
+    results = []
+    for call, c in enumerate([C, 2, 1, 2, C, 3, 1]):
+        p, r = p0[:c] - 0.01 * call, rows.roll(call, 0)[:c]
+        steps = torch.full((c,), T)
+        fn = {
+            "anchor": cohort.ProximalLoss(0.3, p0.mean(0)),
+            "own": cohort.ProximalLoss(0.3, None),
+        }.get(loss or "", None)
+        aux = p.clone() if loss == "own" else None
+        got = trainer.train(p, r, steps, make_opt(), loss_fn=fn, aux=aux)
+        fresh = cohort.Trainer(model, x, y).train(p, r, steps, make_opt(), loss_fn=fn, aux=aux)
+        assert torch.equal(got.params, fresh.params) and torch.equal(got.loss, fresh.loss)
+        results.append((got.params, got.params.clone()))
+    assert all(torch.equal(a, b) for a, b in results)  # none changed by the calls after it
+    if make_opt().plain_lr is not None:
+        # 4 sizes on the kept pieces (plain SGD) or [C, P] parameters (a proximal loss), the
+        # largest first (each fresh trainer made its own)
+        assert len(made) == 4 + 7
+
+
 @pytest.mark.parametrize("case", ["uniform", "masked"])
 def test_a_proximal_loss_takes_the_plain_sgd_step_through_the_dense_engine(case, monkeypatch):
     """FedProx's loss over the dense engine steps plain SGD without a [C, P] gradient too

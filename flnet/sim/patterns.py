@@ -707,6 +707,7 @@ def _pick_idle(
     drawn = first or []
     rng = None
     tries, chunk, k = 0, PICK_CHUNK, -1
+    ids_are_indices = isinstance(pool, range) and pool.start == 0 and pool.step == 1
     while tries < SELECTION_TRIES:  # busy clients are at most `concurrency` of the pool
         k += 1
         if k < len(drawn):
@@ -717,7 +718,8 @@ def _pick_idle(
                 for done in drawn:  # the chunks drawn already
                     rng.integers(len(pool), size=len(done))
             indices = rng.integers(len(pool), size=chunk).tolist()
-        candidates = [c for c in (pool[i] for i in indices) if c not in busy]
+        ids = indices if ids_are_indices else [pool[i] for i in indices]  # (every client's)
+        candidates = [c for c in ids if c not in busy]
         candidates = candidates[: SELECTION_TRIES - tries]
         chunk *= 2
         if not candidates:

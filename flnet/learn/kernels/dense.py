@@ -17,10 +17,13 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 from torch import nn
+from torch.utils._pytree import tree_map
 
 from flnet.learn.kernels.conv import batched_affine
 from flnet.learn.kernels.padded import cross_entropy_head
 from flnet.learn.models import Model
+
+PLANS_KEPT = 16  # plans kept in all (`DenseStack._plan`): views, a few kilobytes each
 
 
 class _Dense(NamedTuple):
@@ -90,8 +93,13 @@ class DenseStack:
             for shape, span in ((layer.shape, layer.weight), (layer.shape[:1], layer.bias))
             if span
         ]
-        self._plans: dict[tuple, _DensePlan] = {}  # the two most recent, by params and B
-        self._buffers: dict[tuple, dict[str, Any]] = {}  # the two most recent, by shape
+        # by params and B, the most recent last: of the newest parameters' storages and of
+        # one other's (`_keep_plans`), each with its buffers' key
+        self._plans: dict[tuple, tuple[tuple, _DensePlan]] = {}
+        # by B, dtype and device: each for its most clients yet (`_buffers_for`), two kept
+        self._buffers: dict[tuple, dict[str, Any]] = {}
+        # the last step's (parameter tensors, B, plan): the next step's, without a key
+        self._last: list[Any] = [(), 0, None]
         self.pads = False  # labels may be PAD (`padded`)
 
     def padded(self) -> DenseStack:
@@ -124,8 +132,20 @@ class DenseStack:
         parameters (`params` [C, P], or `split`'s pieces), made once and kept while the same
         tensors come back (the trainer's, updated in place): the views hold their storage, so
         no other tensor can show the same address, shape and strides meanwhile. A step then
-        only calls its kernels."""
-        tensors = [params] if isinstance(params, torch.Tensor) else params
+        only calls its kernels; the steps of one call find theirs by the tensors' identity
+        (the last plan holds them, so no other tensor can have their id meanwhile).
+
+        Plans are kept for every shape of the newest parameters' storages (a stream's calls of
+        varying sizes through the trainer's kept pieces, a cohort's slices of one tensor): a
+        plan holds its parameters' memory, so those of only one other storage are kept."""
+        tensors = (params,) if isinstance(params, torch.Tensor) else tuple(params)
+        last_tensors, last_b, last_plan = self._last
+        if (
+            last_b == b
+            and len(last_tensors) == len(tensors)
+            and all(t is u for t, u in zip(tensors, last_tensors))
+        ):
+            return last_plan
         first = tensors[0]
         key = (
             *((t.data_ptr(), t.shape, t.stride()) for t in tensors),
@@ -133,11 +153,25 @@ class DenseStack:
             first.dtype,
             b,
         )
-        plan = self._plans.pop(key, None) or self._make_plan(params, b)
-        self._plans[key] = plan  # the most recent last
-        while len(self._plans) > 2:  # a cohort's slices and its remainder
-            del self._plans[next(iter(self._plans))]
+        kept = self._plans.pop(key, None)
+        plan = kept[1] if kept is not None else self._make_plan(params, b)
+        storages = tuple(t.untyped_storage().data_ptr() for t in tensors)
+        self._plans[key] = (storages, plan)  # the most recent last
+        self._keep_plans(storages)
+        self._last[:] = [tensors, b, plan]
         return plan
+
+    def _keep_plans(self, newest: tuple) -> None:
+        """Drop the plans of parameter storages other than `newest` and the most recent other
+        one, and beyond PLANS_KEPT in all."""
+        other = None
+        for key, (storages, _) in reversed(list(self._plans.items())):
+            if storages != newest and other is None:
+                other = storages
+            if storages not in (newest, other):
+                del self._plans[key]
+        while len(self._plans) > PLANS_KEPT:
+            del self._plans[next(iter(self._plans))]
 
     def _make_plan(self, params: torch.Tensor | list[torch.Tensor], b: int) -> _DensePlan:
         if isinstance(params, torch.Tensor):
@@ -195,14 +229,16 @@ class DenseStack:
 
     def _buffers_for(self, c: int, b: int, like: torch.Tensor) -> dict[str, Any]:
         """Activations and gradients for [C, B] minibatches, shared by the plans of every
-        parameter tensor of that shape (the trainer's new one each round); the two most
-        recent shapes are kept."""
-        key = (c, b, like.dtype, like.device)
-        buf = self._buffers.pop(key, None)
-        if buf is None:
+        parameter tensor: each buffer's first C rows (a view at its start, laid out as a
+        [C, ...] tensor of its own) of one made for the most clients yet with this B (a
+        stream's calls vary in size); the two most recent B's are kept. Plans on buffers
+        outgrown or dropped are dropped with them."""
+        key = (b, like.dtype, like.device)
+        full = self._buffers.pop(key, None)
+        if full is None or full["logits"].shape[0] < c:
             new = lambda *shape: like.new_empty(shape)  # noqa: E731
             *hidden, last = self.layers
-            buf = {
+            full = {
                 "act": [new(c, b, layer.shape[0]) for layer in hidden],  # [C, B, out]
                 "dact": [new(c, b, layer.shape[0]) for layer in hidden],
                 "logits": new(c, last.shape[0], b),  # [C, K, B]
@@ -213,10 +249,19 @@ class DenseStack:
                 "dweight": [new(c, *layer.shape) for layer in self.layers],
                 "dbias": [new(c, layer.shape[0]) for layer in self.layers],
             }
-        self._buffers[key] = buf
+            self._drop_plans_on(key)
+        self._buffers[key] = full
         while len(self._buffers) > 2:
+            self._drop_plans_on(next(iter(self._buffers)))
             del self._buffers[next(iter(self._buffers))]
-        return buf
+        return tree_map(lambda t: t[:c], full)
+
+    def _drop_plans_on(self, buffers_key: tuple) -> None:
+        """Forget the plans that use the buffers of `buffers_key` (B, dtype, device)."""
+        b, dtype, device = buffers_key
+        for key in [k for k in self._plans if k[-3:] == (device, dtype, b)]:
+            del self._plans[key]
+        self._last[:] = [(), 0, None]
 
     def __call__(
         self,
