@@ -95,6 +95,8 @@ CASES = {
     "odd_cnn": odd_cnn,
     "stacked_cnn": stacked_cnn,
     "winograd_cnn": winograd_cnn,
+    # one tile (4x4, padded 2): its middle points cover the columns, no point is added
+    "winograd_one_tile": lambda: models.cnn_mcmahan((1, 8, 8), 10),
     "tiled_split": tiled_cnn(4),
     "tiled_strided": tiled_cnn(3),
 }
@@ -104,6 +106,7 @@ SHAPES = {
     "odd_cnn": (2, 9, 12),
     "stacked_cnn": (1, 9, 9),
     "winograd_cnn": (1, 16, 16),
+    "winograd_one_tile": (1, 8, 8),
     "tiled_split": (1, 9, 12),
     "tiled_strided": (1, 8, 11),
 }
@@ -182,6 +185,7 @@ def test_later_5x5_convolutions_of_16_channels_or_more_take_winograd():
     later = [layer for layer in conv.conv_layers(model_of("winograd_cnn"))[1:]]
     tiles = [conv._winograd_tiles(layer) for layer in later if isinstance(layer, conv._Conv)]
     assert tiles == [2, 1, 0]
+    assert conv._winograd_tiles(conv.conv_layers(model_of("winograd_one_tile"))[3]) == 1
     c1 = conv.conv_layers(Model(models.cnn_mcmahan((3, 32, 32), 10), (3, 32, 32)))
     assert [conv._winograd_tiles(layer) for layer in c1 if isinstance(layer, conv._Conv)] == [0, 4]
     assert conv._winograd_tiles(conv.conv_layers(model_of("cnn_mcmahan"))[3]) == 0  # 14 wide

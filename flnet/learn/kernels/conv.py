@@ -41,11 +41,15 @@ weights are used in torch's own order, and Flatten is a view:
   offset as above) and ``out = A^T M``: 8 products for a kernel row's 20 (4 outputs x 5
   taps), K = Cin. The gradients come from the same transforms (the trilinear form's
   derivatives): ``E = A dOut``, ``dW_p = G^T (E_t @ V_tp^T)``, ``d_in = B sum_p U_tp^T @
-  E_t`` with the tiles' overlapping columns added. Points 0, +-1, +-2, +-1/2 and infinity
-  (`toom_cook`, exact in fractions); float32 errors against float64 are of the order of
-  autograd's own (C1's cohort: at most 1.2e-6 of a layer's largest gradient entry,
-  autograd 1.5e-6; tests/test_kernels_conv.py's float32 winograd_cnn within a fifth of
-  its bound, as paper_cnn's 10 channels would be);
+  E_t`` with the tiles' overlapping columns added. The bias joins the point 1's products
+  (its column of A^T is all ones), so db is that point's E summed. Every product writes a
+  contiguous buffer (MKL's batched GEMM; into a strided one torch loops over the batch:
+  C1's weight gradient took 0.44 against 0.27 ms a product, profiled), hence E with zero
+  rows around it. Points 0, +-1, +-2, +-1/2 and
+  infinity (`toom_cook`, exact in fractions); float32 errors against float64 are of the
+  order of autograd's own (C1's cohort: at most 1.2e-6 of a layer's largest gradient
+  entry, autograd 1.5e-6; tests/test_kernels_conv.py's float32 winograd_cnn within a
+  fifth of its bound, as paper_cnn's 10 channels would be);
 - a bias is a row of ones under the columns and a column beside W (copied there each call):
   the forward product adds it and the weight gradient's product gives db. The columns' rows
   lie a little more than a multiple of 4 KiB apart where they would be one (`_row_stride`);
@@ -126,10 +130,12 @@ the step, twice their speed alone). Kept:
 - altogether 4% off a two-client step (27.7 against 28.9 ms, median of 40 interleaved),
   before `cohort.CPU_CONV_CALL_BYTES` made C1's calls one client each (8% less CPU).
 
-- Winograd F(4, 5) for the second convolution (above): 2.69 against 3.29 CPU-s a cohort
-  (one thread, median of 3 interleaved processes x 2 against the row-shifted path, load
-  average ~2.6), 18% less; its products at K = 32 ran ~90-140 GFLOP/s, 2.5 times fewer
-  multiplications than the row-shifted path's 160.
+- Winograd F(4, 5) for the second convolution (above): 2.62 against 3.37 CPU-s a cohort
+  (one thread, median of 4 interleaved processes x 2 against the row-shifted path, load
+  average 1.7-2.9), 22% less; its products at K = 32 ran ~80-90 GFLOP/s in the step (140
+  alone), for 2.5 times fewer multiplications than the row-shifted path's K = 160. C1 end
+  to end (bench.py --c1 --reps 1, load ~3): 31.2 s against pfl-research's 45.0 (1.44x),
+  test accuracy 0.952 against pfl's 0.947 after round 10.
 
 Rejected (no faster, so not kept): fc1's input gradient and SGD step fused block by block
 of W's columns (~1 MiB, each block stepped while in L2): 4.2 against 5.2 ms alone with a
@@ -143,6 +149,14 @@ layout would need copies). A client's first step now reads its starting paramete
 writes the stepped ones into the trainer's rows (`descend`'s `start`), the copy before it
 gone: the same bits, 3.39 against 3.42 CPU-s a C1 cohort (2 threads, median of 3 interleaved
 processes x 3, load average ~1.9: noise level).
+
+Rejected for the Winograd path (C1's second convolution): F(8, 5) (12 points, adding +-4
+and +-1/4; 12 products for 40) gave float32 gradients 4e-2 off float64's (of a layer's
+largest entry), so no speed was measured; the products in groups of 1, 2 or 4 of the 8
+points (a group's buffers within L2) rather than all 8 per call: 1 slower (2.9 against 2.7
+CPU-s a cohort), 2 and 4 within noise of 8 (interleaved, load ~2.5); the threshold of 16
+input channels kept paper_cnn (10) on the row-shifted path: bench.py's (b) with it on
+Winograd, 0.99 against 1.05 CPU-s (medians of 3 x 3, load ~2.8), within noise.
 
 Rejected too: the Linear weights' steps deferred over a client's steps (plain SGD:
 ``W_t = W_0 - lr * sum_s dOut_s a_s^T``, so the forward ``W_t a = W_0 a - lr * dOut_acc
@@ -731,10 +745,11 @@ class _Plan:
             torch.tensor(matrix, dtype=self.input.dtype, device=self.input.device)
             for matrix in toom_cook(m, kw)
         )
+        # the transforms as products batched over the clients (over kernel rows too for G^T)
+        to_v, to_u, to_out = (matrix.expand(c, *matrix.shape) for matrix in (b_t, g, a_t))
+        to_e, to_d = (matrix.T.expand(c, *matrix.T.shape) for matrix in (a_t, b_t))
+        to_dw = g.T.expand(kh * c, *g.T.shape)
         row, n = tiles * b, ho * tiles * b  # floats from one row to the next, a point's outputs
-
-        def expand(matrix: torch.Tensor, batch: int = c) -> torch.Tensor:
-            return matrix.expand(batch, *matrix.shape)
 
         # the input's tiles: d [C, n, Cin, Hp, T, B], point s of tile k is padded column
         # m*k + s, input column m*k + s - pw; the padding's entries are written (0) once
@@ -772,9 +787,9 @@ class _Plan:
                 for _, k0, k1, j in gathers
             ]
             torch._foreach_copy_(d_targets, sources)
-            torch.bmm(expand(b_t), d.view(c, points, -1), out=v.view(c, points, -1))
+            torch.bmm(to_v, d.view(c, points, -1), out=v.view(c, points, -1))
             w_q.copy_(views.w.view(c, c_out, c_in, kh, kw).permute(0, 4, 3, 1, 2))
-            torch.bmm(expand(g), w_q.view(c, kw, -1), out=u.view(c, points, -1))
+            torch.bmm(to_u, w_q.view(c, kw, -1), out=u.view(c, points, -1))
             if biased:
                 assert views.bias is not None  # a layer with a bias has its view
                 bias_1.copy_(views.bias)
@@ -783,7 +798,7 @@ class _Plan:
                 torch.bmm(u_rows[0], v_rows[0], out=prod_3)
             for p in range(1, kh):
                 prod_3.baddbmm_(u_rows[p], v_rows[p])
-            torch.bmm(expand(a_t), prod.view(c, points, -1), out=y.view(c, m, -1))
+            torch.bmm(to_out, prod.view(c, points, -1), out=y.view(c, m, -1))
             z_6.copy_(y_in_place)
             return z
 
@@ -795,6 +810,7 @@ class _Plan:
         dy_in_place = dy[:, :, :, below : below + ho].permute(0, 2, 3, 4, 1, 5)
         e = new(c, points, c_out, rows_e, row)
         e_rows = e.flatten(0, 1)[:, :, below : below + ho].flatten(2)  # [C*n, Cout, Ho*T*B]
+        e_1 = e[:, WINOGRAD_POINTS.index(1), :, below : below + ho]
         grads = new(kh, c, points, c_out, c_in)  # E_t @ V_tp^T, by kernel row
         grad_rows = [grads[p].flatten(0, 1) for p in range(kh)]
         dw_q = new(kh, c, kw, c_out, c_in)
@@ -822,32 +838,31 @@ class _Plan:
         # where the points pw .. pw + m - 1 cover the input's columns once, they are copied
         # (no zeroing), the others added
         copied = [w == tiles * m and pw <= s < pw + m for s, *_ in gathers]
-        firsts = [pair for pair, first in zip(col2im, copied) if first]
-        rests = [pair for pair, first in zip(col2im, copied) if not first]
-        first_targets, first_sources = [list(side) for side in zip(*firsts)] if firsts else ([], [])
-        rest_targets, rest_sources = [list(side) for side in zip(*rests)]
+        if sum(copied) < m:
+            copied = [False] * len(gathers)
+        first_targets = [into for (into, _), first in zip(col2im, copied) if first]
+        first_sources = [source for (_, source), first in zip(col2im, copied) if first]
+        rest_targets = [into for (into, _), first in zip(col2im, copied) if not first]
+        rest_sources = [source for (_, source), first in zip(col2im, copied) if not first]
 
         def backward(d_out: torch.Tensor, views: _Views) -> torch.Tensor:
             dy_in_place.copy_(d_out.reshape(c, c_out, ho, tiles, m, b))
-            torch.bmm(expand(a_t.T), dy.view(c, m, -1), out=e.view(c, points, -1))
+            torch.bmm(to_e, dy.view(c, m, -1), out=e.view(c, points, -1))
             for p in range(kh):
                 torch.bmm(e_rows, v_t[p], out=grad_rows[p])
-            torch.bmm(
-                expand(g.T, kh * c),
-                grads.view(kh * c, points, -1),
-                out=dw_q.view(kh * c, kw, -1),
-            )
-            if db is not None:
-                torch.sum(d_out.reshape(c, c_out, -1), 2, out=db)
+            torch.bmm(to_dw, grads.view(kh * c, points, -1), out=dw_q.view(kh * c, kw, -1))
+            if db is not None:  # the point 1's E: dOut summed over each tile's columns
+                torch.sum(e_1, (2, 3), out=db)
             torch.bmm(u_t[0], e_shifted[0], out=d_tiles_3)
             for p in range(1, kh):
                 d_tiles_3.baddbmm_(u_t[p], e_shifted[p])
-            torch.bmm(expand(b_t.T), d_tiles.view(c, points, -1), out=columns.view(c, points, -1))
-            if firsts:
+            torch.bmm(to_d, d_tiles.view(c, points, -1), out=columns.view(c, points, -1))
+            if first_targets:
                 torch._foreach_copy_(first_targets, first_sources)
             else:
                 d_in.zero_()
-            torch._foreach_add_(rest_targets, rest_sources)
+            if rest_targets:
+                torch._foreach_add_(rest_targets, rest_sources)
             return d_in
 
         return forward, backward
