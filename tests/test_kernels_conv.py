@@ -54,6 +54,23 @@ def stacked_cnn() -> nn.Module:
     )
 
 
+def winograd_cnn() -> nn.Module:
+    """Later 5x5 convolutions through Winograd's F(4, 5) (`_Plan._conv_winograd`): padded as
+    C1's (the tiles' middle points cover the columns: copied, not added), unpadded (tiles
+    past the input's edge) and without a bias; then a 1x1 one (row-shifted) after it."""
+    return nn.Sequential(
+        nn.Conv2d(1, 16, 3, padding=1),
+        nn.MaxPool2d(2),
+        nn.ReLU(),
+        nn.Conv2d(16, 16, 5, padding=2),
+        nn.ReLU(),
+        nn.Conv2d(16, 3, 5, bias=False),
+        nn.Conv2d(3, 4, 1),
+        nn.Flatten(),
+        nn.Linear(4 * 4 * 4, 10),
+    )
+
+
 def tiled_cnn(kernel: int) -> Callable[[], nn.Module]:
     """A first layer whose 3x3 pool tiles its 6x9 output: on 9x12 images a 4x4 kernel (the
     padded width a multiple of 3: `_Plan._split_im2col`, window columns (dj + kj) of every
@@ -77,6 +94,9 @@ CASES = {
     "paper_cnn": paper_cnn,
     "odd_cnn": odd_cnn,
     "stacked_cnn": stacked_cnn,
+    "winograd_cnn": winograd_cnn,
+    # one tile (4x4, padded 2): its middle points cover the columns, no point is added
+    "winograd_one_tile": lambda: models.cnn_mcmahan((1, 8, 8), 10),
     "tiled_split": tiled_cnn(4),
     "tiled_strided": tiled_cnn(3),
 }
@@ -85,6 +105,8 @@ SHAPES = {
     "paper_cnn": (1, 28, 28),
     "odd_cnn": (2, 9, 12),
     "stacked_cnn": (1, 9, 9),
+    "winograd_cnn": (1, 16, 16),
+    "winograd_one_tile": (1, 8, 8),
     "tiled_split": (1, 9, 12),
     "tiled_strided": (1, 8, 11),
 }
@@ -105,7 +127,8 @@ def cohort_inputs(model: Model, c: int = 3, b: int = 4, dtype=torch.float32):
 
 @pytest.mark.parametrize(
     "name,dtype",
-    [(name, torch.float64) for name in sorted(CASES)] + [("paper_cnn", torch.float32)],
+    [(name, torch.float64) for name in sorted(CASES)]
+    + [("paper_cnn", torch.float32), ("winograd_cnn", torch.float32)],
 )
 def test_conv_stack_equals_autograd_on_every_cnn(name, dtype):
     """In float64 for the paper CNNs: their float32 gradients sum thousands of products in
@@ -154,6 +177,46 @@ def test_conv_stack_equals_autograd_at_max_pool_ties(name, dtype):
         loss, grad = engine(params[rows], x[rows], y[rows])
         assert_tensors_close(loss, ref_loss[rows])
         assert_tensors_close(grad, ref_grad[rows])
+
+
+def test_later_5x5_convolutions_of_16_channels_or_more_take_winograd():
+    """F(4, 5) tiles: where the output width is a multiple of 4 and there are channels enough
+    for its K = Cin products (C1's second convolution: 16 wide, 4 tiles)."""
+    later = [layer for layer in conv.conv_layers(model_of("winograd_cnn"))[1:]]
+    tiles = [conv._winograd_tiles(layer) for layer in later if isinstance(layer, conv._Conv)]
+    assert tiles == [2, 1, 0]
+    assert conv._winograd_tiles(conv.conv_layers(model_of("winograd_one_tile"))[3]) == 1
+    c1 = conv.conv_layers(Model(models.cnn_mcmahan((3, 32, 32), 10), (3, 32, 32)))
+    assert [conv._winograd_tiles(layer) for layer in c1 if isinstance(layer, conv._Conv)] == [0, 4]
+    assert conv._winograd_tiles(conv.conv_layers(model_of("cnn_mcmahan"))[3]) == 0  # 14 wide
+
+
+def test_winograd_gives_the_same_bits_again_and_on_two_threads():
+    """Run to run and for one or two torch threads (MKL splits no sum), in float32."""
+    model = model_of("winograd_cnn")
+    params, x, y = cohort_inputs(model, c=2, b=10)
+    engine = conv.ConvStack(conv.conv_layers(model))
+    before = torch.get_num_threads()
+    results = []
+    try:
+        for threads in (1, 1, 2):
+            torch.set_num_threads(threads)
+            loss, grad = engine(params, x, y)
+            results.append((loss.clone(), grad.clone()))
+    finally:
+        torch.set_num_threads(before)
+    for loss, grad in results[1:]:
+        assert torch.equal(loss, results[0][0]) and torch.equal(grad, results[0][1])
+
+
+def test_winograd_matrices_compute_the_correlation_exactly():
+    """``A^T [(G g) * (B^T d)]`` is ``y_j = sum_q g_q d_(j+q)`` (in float64, to rounding)."""
+    for m, r in [(4, 5), (2, 3), (4, 3)]:
+        a_t, g, b_t = (torch.tensor(matrix, dtype=torch.float64) for matrix in conv.toom_cook(m, r))
+        taps, inputs = torch.randn(r, dtype=torch.float64), torch.randn(m + r - 1).double()
+        direct = torch.stack([taps @ inputs[j : j + r] for j in range(m)])
+        winograd = a_t @ ((g @ taps) * (b_t @ inputs))
+        torch.testing.assert_close(winograd, direct, rtol=1e-12, atol=1e-12)
 
 
 def test_first_layer_goes_window_major_only_before_a_pool_that_tiles_it():

@@ -33,6 +33,23 @@ weights are used in torch's own order, and Flatten is a view:
   passes (their forward is kh products instead of one). The input gradient's products
   cover only the output rows that land inside the padding and col2im adds straight into
   the input's rows and columns (no padded buffer zeroed, then copied out of);
+- later 5x5 convolutions of 16 input channels or more whose output width is a multiple of 4
+  (C1's second: 32 -> 64 on 16x16) take 1D Winograd F(4, 5) along the width instead
+  (`_Plan._conv_winograd`): each input row's 8-column tiles (4 apart) transformed, ``V =
+  B^T d`` ``[C, 8, Cin, Hp, T*B]``, the weights ``U = G g`` ``[C, 8, kh, Cout, Cin]``, per
+  kernel row p ``M_t += U_tp @ V_t`` (batched over the 8 points t, the row shift a column
+  offset as above) and ``out = A^T M``: 8 products for a kernel row's 20 (4 outputs x 5
+  taps), K = Cin. The gradients come from the same transforms (the trilinear form's
+  derivatives): ``E = A dOut``, ``dW_p = G^T (E_t @ V_tp^T)``, ``d_in = B sum_p U_tp^T @
+  E_t`` with the tiles' overlapping columns added. The bias joins the point 1's products
+  (its column of A^T is all ones), so db is that point's E summed. Every product writes a
+  contiguous buffer (MKL's batched GEMM; into a strided one torch loops over the batch:
+  C1's weight gradient took 0.44 against 0.27 ms a product, profiled), hence E with zero
+  rows around it. Points 0, +-1, +-2, +-1/2 and
+  infinity (`toom_cook`, exact in fractions); float32 errors against float64 are of the
+  order of autograd's own (C1's cohort: at most 1.2e-6 of a layer's largest gradient
+  entry, autograd 1.5e-6; tests/test_kernels_conv.py's float32 winograd_cnn within a
+  fifth of its bound, as paper_cnn's 10 channels would be);
 - a bias is a row of ones under the columns and a column beside W (copied there each call):
   the forward product adds it and the weight gradient's product gives db. The columns' rows
   lie a little more than a multiple of 4 KiB apart where they would be one (`_row_stride`);
@@ -113,6 +130,13 @@ the step, twice their speed alone). Kept:
 - altogether 4% off a two-client step (27.7 against 28.9 ms, median of 40 interleaved),
   before `cohort.CPU_CONV_CALL_BYTES` made C1's calls one client each (8% less CPU).
 
+- Winograd F(4, 5) for the second convolution (above): 2.62 against 3.37 CPU-s a cohort
+  (one thread, median of 4 interleaved processes x 2 against the row-shifted path, load
+  average 1.7-2.9), 22% less; its products at K = 32 ran ~80-90 GFLOP/s in the step (140
+  alone), for 2.5 times fewer multiplications than the row-shifted path's K = 160. C1 end
+  to end (bench.py --c1 --reps 1, load ~3): 31.2 s against pfl-research's 45.0 (1.44x),
+  test accuracy 0.952 against pfl's 0.947 after round 10.
+
 Rejected (no faster, so not kept): fc1's input gradient and SGD step fused block by block
 of W's columns (~1 MiB, each block stepped while in L2): 4.2 against 5.2 ms alone with a
 cold cache, but within noise in the step (12.0 against 12.3 ms for one client, 30.1 against
@@ -125,6 +149,14 @@ layout would need copies). A client's first step now reads its starting paramete
 writes the stepped ones into the trainer's rows (`descend`'s `start`), the copy before it
 gone: the same bits, 3.39 against 3.42 CPU-s a C1 cohort (2 threads, median of 3 interleaved
 processes x 3, load average ~1.9: noise level).
+
+Rejected for the Winograd path (C1's second convolution): F(8, 5) (12 points, adding +-4
+and +-1/4; 12 products for 40) gave float32 gradients 4e-2 off float64's (of a layer's
+largest entry), so no speed was measured; the products in groups of 1, 2 or 4 of the 8
+points (a group's buffers within L2) rather than all 8 per call: 1 slower (2.9 against 2.7
+CPU-s a cohort), 2 and 4 within noise of 8 (interleaved, load ~2.5); the threshold of 16
+input channels kept paper_cnn (10) on the row-shifted path: bench.py's (b) with it on
+Winograd, 0.99 against 1.05 CPU-s (medians of 3 x 3, load ~2.8), within noise.
 
 Rejected too: the Linear weights' steps deferred over a client's steps (plain SGD:
 ``W_t = W_0 - lr * sum_s dOut_s a_s^T``, so the forward ``W_t a = W_0 a - lr * dOut_acc
@@ -154,6 +186,7 @@ from __future__ import annotations
 import copy
 import math
 from collections.abc import Callable, Iterable
+from fractions import Fraction
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -353,6 +386,55 @@ def _tiles(layer: Layer) -> tuple[int, int] | None:
     return layer.kernel
 
 
+WINOGRAD_POINTS = (0, 1, -1, 2, -2, Fraction(1, 2), Fraction(-1, 2))  # and infinity
+WINOGRAD_OUTPUTS = 4  # output columns a tile: F(4, 5), 8 points
+WINOGRAD_MIN_CHANNELS = 16  # input channels below which the row-shifted path is kept
+
+
+def _winograd_tiles(layer: _Conv) -> int:
+    """Width tiles of F(4, kw) for a later convolution that takes Winograd's path, else 0:
+    a 5-wide kernel, an output width that is a multiple of 4, enough input channels."""
+    wo, kw = layer.out_hw[1], layer.kernel[1]
+    if kw != 5 or wo % WINOGRAD_OUTPUTS or layer.c_in < WINOGRAD_MIN_CHANNELS:
+        return 0
+    return wo // WINOGRAD_OUTPUTS
+
+
+def toom_cook(m: int, r: int) -> tuple[list[list[float]], ...]:
+    """Winograd's F(m, r) as (A^T [m, n], G [n, r], B^T [n, n]), n = m + r - 1 points
+    (`WINOGRAD_POINTS`' first n - 1 and infinity): the correlation ``y_j = sum_q g_q d_(j+q)``
+    of n inputs is ``A^T [(G g) * (B^T d)]``. From Toom-Cook's product of polynomials
+    ``c = V^-1 [(V_r g) * (V_m h)]`` (V_k: the points' powers below k, infinity's row the
+    leading coefficient) and ``sum_j h_j y_j = sum_n d_n c_n``, so A^T = V_m^T, G = V_r,
+    B^T = V^-T; each row of B^T is scaled to a largest entry of 1 and G's row by the same
+    (float32 rounding a little smaller). Exact in fractions, rounded once."""
+    n = m + r - 1
+    points = [Fraction(x) for x in WINOGRAD_POINTS[: n - 1]]
+
+    def powers(k: int) -> list[list[Fraction]]:
+        infinity = [Fraction(j == k - 1) for j in range(k)]
+        return [[x**j for j in range(k)] for x in points] + [infinity]
+
+    # V^-1 by Gauss-Jordan elimination on [V | I]
+    rows = [row + [Fraction(i == j) for j in range(n)] for i, row in enumerate(powers(n))]
+    for col in range(n):
+        pivot = next(i for i in range(col, n) if rows[i][col] != 0)
+        rows[col], rows[pivot] = rows[pivot], rows[col]
+        rows[col] = [x / rows[col][col] for x in rows[col]]
+        for i in range(n):
+            if i != col and rows[i][col] != 0:
+                rows[i] = [x - rows[i][col] * y for x, y in zip(rows[i], rows[col])]
+    inverse = [row[n:] for row in rows]
+    b_t = [[inverse[j][i] for j in range(n)] for i in range(n)]  # V^-T
+    g = powers(r)
+    for i in range(n):
+        scale = max(abs(x) for x in b_t[i])
+        b_t[i] = [x / scale for x in b_t[i]]
+        g[i] = [x * scale for x in g[i]]
+    a_t = [list(col) for col in zip(*powers(m))]
+    return tuple([[float(x) for x in row] for row in matrix] for matrix in (a_t, g, b_t))
+
+
 class _Views(NamedTuple):
     """A layer's parameters viewing the flat ``[C, P]`` vector, in the shapes its kernels
     take them."""
@@ -399,6 +481,8 @@ class _Plan:
         for i, layer in enumerate(layers):
             if isinstance(layer, _Conv) and i == 0:
                 steps = self._conv(layer, c, b, new, tiles)
+            elif isinstance(layer, _Conv) and _winograd_tiles(layer):
+                steps = self._conv_winograd(layer, c, b, new)
             elif isinstance(layer, _Conv):
                 steps = self._conv_rows(layer, c, b, new)
             elif isinstance(layer, _Pool) and i == 1 and tiles:
@@ -635,6 +719,154 @@ class _Plan:
 
         return forward, backward
 
+    def _conv_winograd(
+        self, layer: _Conv, c: int, b: int, new: Callable[..., torch.Tensor]
+    ) -> tuple[Step, Step]:
+        """A layer past the first through 1D Winograd F(m, kw) along the width (m =
+        `WINOGRAD_OUTPUTS`, n = m + kw - 1 points) inside row shifts along the height: each
+        input row's tiles of n columns are transformed, ``V = B^T d`` (``[C, n, Cin, Hp,
+        T*B]``: per point, channels by rows by tiles), the weights ``U = G g`` (``[C, n, kh,
+        Cout, Cin]``), and per kernel row p ``M_t += U_tp @ V_t`` over the rows p on, then
+        ``out = A^T M``: a kernel row's kw taps take n products for m outputs (C1: 8 for
+        20). From the trilinear form ``sum dOut * out``, the gradients reuse them: ``E = A
+        dOut``, ``dW_p = G^T (E_t @ V_tp^T)`` and ``d_in = B (sum_p U_tp^T @ E_t)``, the
+        tiles' overlapping columns added (col2im of n-column tiles). Every product writes a
+        contiguous buffer (MKL's batched GEMM; a strided one loops over the batch)."""
+        (kh, kw), (ph, pw), (h, w), (ho, wo) = (
+            layer.kernel,
+            layer.padding,
+            layer.in_hw,
+            layer.out_hw,
+        )
+        c_in, c_out, hp = layer.c_in, layer.c_out, h + 2 * ph
+        m, tiles = WINOGRAD_OUTPUTS, _winograd_tiles(layer)
+        points = m + kw - 1
+        a_t, g, b_t = (
+            torch.tensor(matrix, dtype=self.input.dtype, device=self.input.device)
+            for matrix in toom_cook(m, kw)
+        )
+        # the transforms as products batched over the clients (over kernel rows too for G^T)
+        to_v, to_u, to_out = (matrix.expand(c, *matrix.shape) for matrix in (b_t, g, a_t))
+        to_e, to_d = (matrix.T.expand(c, *matrix.T.shape) for matrix in (a_t, b_t))
+        to_dw = g.T.expand(kh * c, *g.T.shape)
+        row, n = tiles * b, ho * tiles * b  # floats from one row to the next, a point's outputs
+
+        # the input's tiles: d [C, n, Cin, Hp, T, B], point s of tile k is padded column
+        # m*k + s, input column m*k + s - pw; the padding's entries are written (0) once
+        d = new(c, points, c_in, hp, tiles, b, zeros=True)
+        gathers = []  # (point s, its tiles inside the input, the input column of the first)
+        for s in range(points):
+            k0 = max(0, -((s - pw) // m))
+            k1 = min(tiles, (w - 1 - s + pw) // m + 1)
+            if k0 < k1:
+                gathers.append((s, k0, k1, m * k0 + s - pw))
+        d_targets = [d[:, s, :, ph : ph + h, k0:k1] for s, k0, k1, _ in gathers]
+        v = new(c, points, c_in, hp, row)
+        v_rows = [v[:, :, :, p : p + ho].flatten(0, 1).flatten(2) for p in range(kh)]
+        w_q = new(c, kw, kh, c_out, c_in)  # the weights by kernel column
+        u = new(c, points, kh, c_out, c_in)
+        u_rows = [u[:, :, p].flatten(0, 1) for p in range(kh)]  # [C*n, Cout, Cin]
+        # the bias: added to the point 1's products, whose column of A^T is all ones
+        biased = layer.bias is not None
+        bias_at = new(c, points, c_out, 1, zeros=True)
+        bias_1 = bias_at[:, WINOGRAD_POINTS.index(1)]
+        bias_3 = bias_at.flatten(0, 1)
+        prod = new(c, points, c_out, n)
+        prod_3 = prod.flatten(0, 1)
+        y = new(c, m, c_out, ho, tiles, b)
+        y_in_place = y.permute(0, 2, 3, 4, 1, 5)  # [C, Cout, Ho, T, m, B]
+        z = new(c, c_out, ho, wo, b)
+        z_6 = z.view(c, c_out, ho, tiles, m, b)
+
+        def forward(a: torch.Tensor, views: _Views) -> torch.Tensor:
+            sc, si, sh, sw, sb = a.stride()
+            sources = [
+                a.as_strided(
+                    (c, c_in, h, k1 - k0, b), (sc, si, sh, m * sw, sb), a.storage_offset() + j * sw
+                )
+                for _, k0, k1, j in gathers
+            ]
+            torch._foreach_copy_(d_targets, sources)
+            torch.bmm(to_v, d.view(c, points, -1), out=v.view(c, points, -1))
+            w_q.copy_(views.w.view(c, c_out, c_in, kh, kw).permute(0, 4, 3, 1, 2))
+            torch.bmm(to_u, w_q.view(c, kw, -1), out=u.view(c, points, -1))
+            if biased:
+                assert views.bias is not None  # a layer with a bias has its view
+                bias_1.copy_(views.bias)
+                torch.baddbmm(bias_3, u_rows[0], v_rows[0], out=prod_3)
+            else:
+                torch.bmm(u_rows[0], v_rows[0], out=prod_3)
+            for p in range(1, kh):
+                prod_3.baddbmm_(u_rows[p], v_rows[p])
+            torch.bmm(to_out, prod.view(c, points, -1), out=y.view(c, m, -1))
+            z_6.copy_(y_in_place)
+            return z
+
+        # dOut and E = A dOut with zero rows around (written once), so that every kernel
+        # row's input-gradient product covers all the input's rows (its output contiguous)
+        below, above = max(0, kh - 1 - ph), max(0, h + ph - ho)
+        rows_e = below + ho + above
+        dy = new(c, m, c_out, rows_e, tiles, b, zeros=True)
+        dy_in_place = dy[:, :, :, below : below + ho].permute(0, 2, 3, 4, 1, 5)
+        e = new(c, points, c_out, rows_e, row)
+        e_rows = e.flatten(0, 1)[:, :, below : below + ho].flatten(2)  # [C*n, Cout, Ho*T*B]
+        e_1 = e[:, WINOGRAD_POINTS.index(1), :, below : below + ho]
+        grads = new(kh, c, points, c_out, c_in)  # E_t @ V_tp^T, by kernel row
+        grad_rows = [grads[p].flatten(0, 1) for p in range(kh)]
+        dw_q = new(kh, c, kw, c_out, c_in)
+        db = new(c, c_out) if biased else None
+        self._slot(layer, dw_q.permute(1, 3, 4, 0, 2), db)
+        v_t = [rows.transpose(1, 2) for rows in v_rows]
+        # the input gradient's tiles, P_t = sum_p U_tp^T @ E_t over the input's rows (input
+        # row i takes output row i + ph - p)
+        d_tiles = new(c, points, c_in, h, row)
+        d_tiles_3 = d_tiles.view(c * points, c_in, h * row)
+        e_shifted = [
+            e.flatten(0, 1)[:, :, below + ph - p : below + ph - p + h].flatten(2) for p in range(kh)
+        ]
+        u_t = [rows.transpose(1, 2) for rows in u_rows]
+        columns = new(c, points, c_in, h, tiles, b)  # B P: each tile's columns
+        d_in = new(c, c_in, h, w, b)
+        sc, si, sh, sw, sb = d_in.stride()
+        col2im = [
+            (
+                d_in.as_strided((c, c_in, h, k1 - k0, b), (sc, si, sh, m * sw, sb), j * sw),
+                columns[:, s, :, :, k0:k1],
+            )
+            for s, k0, k1, j in gathers
+        ]
+        # where the points pw .. pw + m - 1 cover the input's columns once, they are copied
+        # (no zeroing), the others added
+        copied = [w == tiles * m and pw <= s < pw + m for s, *_ in gathers]
+        if sum(copied) < m:
+            copied = [False] * len(gathers)
+        first_targets = [into for (into, _), first in zip(col2im, copied) if first]
+        first_sources = [source for (_, source), first in zip(col2im, copied) if first]
+        rest_targets = [into for (into, _), first in zip(col2im, copied) if not first]
+        rest_sources = [source for (_, source), first in zip(col2im, copied) if not first]
+
+        def backward(d_out: torch.Tensor, views: _Views) -> torch.Tensor:
+            dy_in_place.copy_(d_out.reshape(c, c_out, ho, tiles, m, b))
+            torch.bmm(to_e, dy.view(c, m, -1), out=e.view(c, points, -1))
+            for p in range(kh):
+                torch.bmm(e_rows, v_t[p], out=grad_rows[p])
+            torch.bmm(to_dw, grads.view(kh * c, points, -1), out=dw_q.view(kh * c, kw, -1))
+            if db is not None:  # the point 1's E: dOut summed over each tile's columns
+                torch.sum(e_1, (2, 3), out=db)
+            torch.bmm(u_t[0], e_shifted[0], out=d_tiles_3)
+            for p in range(1, kh):
+                d_tiles_3.baddbmm_(u_t[p], e_shifted[p])
+            torch.bmm(to_d, d_tiles.view(c, points, -1), out=columns.view(c, points, -1))
+            if first_targets:
+                torch._foreach_copy_(first_targets, first_sources)
+            else:
+                d_in.zero_()
+            if rest_targets:
+                torch._foreach_add_(rest_targets, rest_sources)
+            return d_in
+
+        return forward, backward
+
     def _pool(
         self, i: int, layer: _Pool, c: int, b: int, new: Callable[..., torch.Tensor]
     ) -> tuple[Step, Step]:
@@ -792,7 +1024,13 @@ class ConvStack:
             if isinstance(layer, _Conv):
                 (ho, wo), (h, w), (kh, kw) = layer.out_hw, layer.in_hw, layer.kernel
                 hp, wp = h + 2 * layer.padding[0], w + 2 * layer.padding[1]
-                if i:  # row-shifted columns and their gradient, dOut^T
+                tiles = _winograd_tiles(layer) if i else 0
+                if tiles:  # Winograd's tiles of the input and of dOut, transformed
+                    points, rows_e = WINOGRAD_OUTPUTS + kw - 1, ho + 2 * (kh - 1)
+                    total += points * tiles * (2 * layer.c_in * (hp + h) + layer.c_out * ho)
+                    total += (points + WINOGRAD_OUTPUTS) * tiles * layer.c_out * rows_e
+                    total += 2 * layer.c_out * ho * wo
+                elif i:  # row-shifted columns and their gradient, dOut^T
                     total += 2 * layer.c_in * kw * hp * wo + 3 * layer.c_out * ho * wo
                 else:  # im2col columns
                     total += layer.c_in * kh * kw * ho * wo + 2 * layer.c_out * ho * wo
