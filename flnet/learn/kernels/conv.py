@@ -155,7 +155,14 @@ kernels: as pairs (blocks 0-1 against 2-3, then within the pair; 6 kernels over 
 elements) 270 against 186 us, bool masks 465, the three comparisons as one broadcast
 kernel 229; the second pool (``[C, 64, 16, 16, B]``, not window-major) as the maxima and
 masks of its four strided offsets (runs of B = 10 floats): forward 123 against torch's
-282 us but backward 341 against 76 (138 with its zeroing).
+282 us but backward 341 against 76 (138 with its zeroing). Not tried, for the next
+attempt: with the second convolution on Winograd's path, fc1's three products are a third
+of a C1 cohort's kernel time (profiled: forward 1.0, input gradient 0.98, step 0.81 ms a
+call), yet alone and warm they take 0.56-0.67, 0.51 and 0.45 ms, and a sum over W reads
+its 8 MiB in 0.31 ms: the step deferred to the next forward and both taken block by block of
+64 rows (1 MiB, the forward then reading W from L2) saves one read of W a step, and row
+blocks give the same bits as the whole products here (checked for both, MKL on this Xeon),
+but the trainer would have to flush a pending step before it reads the parameters.
 
 Every intermediate lives in buffers reused across calls of the same cohort and batch size
 (a `_Plan`, for the two most recent shapes), since allocating megabytes a step costs page
