@@ -146,19 +146,19 @@ Kept: a padding first layer's copy of the minibatch (any strides) straight into 
 of its im2col source (`_split_im2col`'s buffer, the padding's zeros written once; or the
 padded buffer), without the batch-last copy first (`_Plan.copy_input`), and for C1 without
 the padded copy either: two 120 KB copies fewer a step, the minibatch to the first layer's
-output 0.51-0.53 against 0.55-0.57 ms (a whole cohort: 3.27 against 3.26 CPU-s, median of
-18 interleaved, within noise). Rejected: fc1's step as an in-place ``baddbmm_`` where it
-writes into the weights it reads: ``baddbmm(out=)``'s copy of W onto itself is already
-skipped (the profile's 250 ``copy_`` calls of ``[1, 512, 4096]`` are a client's first step,
-from `start`, ~2 ms each, and 200 no-ops of 0.25 us); the first pool's backward with fewer
-kernels: as pairs (blocks 0-1 against 2-3, then within the pair; 6 kernels over twice the
-elements) 270 against 186 us, bool masks 465, the three comparisons as one broadcast
-kernel 229; the second pool (``[C, 64, 16, 16, B]``, not window-major) as the maxima and
-masks of its four strided offsets (runs of B = 10 floats): forward 123 against torch's
-282 us but backward 341 against 76 (138 with its zeroing). Not tried, for the next
-attempt: with the second convolution on Winograd's path, fc1's three products are a third
-of a C1 cohort's kernel time (profiled: forward 1.0, input gradient 0.98, step 0.81 ms a
-call), yet alone and warm they take 0.56-0.67, 0.51 and 0.45 ms, and a sum over W reads
+output 0.51-0.53 against 0.55-0.57 ms (a whole cohort: 3.27 against 3.26 CPU-s, median of 18
+interleaved, within noise). Rejected: fc1's step as an in-place ``baddbmm_`` where it writes
+into the weights it reads: ``baddbmm(out=)``'s copy of W onto itself is already skipped (the
+profile's 250 ``copy_`` calls of ``[1, 512, 4096]`` are a client's first step, from `start`,
+~2 ms each, and 200 no-ops of ~1 us; alone 459 against 457 us a step); the first pool's
+backward with fewer kernels: as pairs (blocks 0-1 against 2-3, then within the pair; 6
+kernels over twice the elements) 270 against 186 us, bool masks 465, the three comparisons
+as one broadcast kernel 229; the second pool (``[C, 64, 16, 16, B]``, not window-major) as
+the maxima and masks of its four strided offsets (runs of B = 10 floats): forward 123
+against torch's 282 us but backward 341 against 76 (138 with its zeroing). Not tried, for
+the next attempt: with the second convolution on Winograd's path, fc1's three products are a
+third of a C1 cohort's kernel time (profiled: forward 1.0, input gradient 0.98, step 0.81 ms
+a call), yet alone and warm they take 0.56-0.67, 0.51 and 0.45 ms, and a sum over W reads
 its 8 MiB in 0.31 ms: the step deferred to the next forward and both taken block by block of
 64 rows (1 MiB, the forward then reading W from L2) saves one read of W a step, and row
 blocks give the same bits as the whole products here (checked for both, MKL on this Xeon),
