@@ -3,6 +3,7 @@ import pytest
 import torch
 from tolerance import accuracy_close
 
+from flnet.learn import cohort
 from flnet.learn.aggregate import weighted_mean
 from flnet.runner import run
 
@@ -93,3 +94,21 @@ def test_target_accuracy_stops_at_first_evaluation_reaching_it(scenario):
     assert res.summary["stop_reason"] == "target_accuracy"
     acc = res.records.test_accuracy
     assert acc.iloc[-1] >= 0.5 and (acc.iloc[:-1] < 0.5).all()
+
+
+def test_each_round_trains_into_the_last_rounds_memory(scenario, monkeypatch):
+    """A round's trained models are folded into the global one before the next cohort trains,
+    so a cohort split into calls (`path: sequential`) writes its models into the tensor the
+    last one wrote (`Trainer._output`): one tensor for the run, its memory faulted in once."""
+    storages = []
+    output = cohort.Trainer._output
+
+    def recorded(self, params):
+        out = output(self, params)
+        storages.append(out.untyped_storage().data_ptr())
+        return out
+
+    monkeypatch.setattr(cohort.Trainer, "_output", recorded)
+    run(scenario(algorithm={"local": {"path": "sequential"}}, run={"rounds": 4}), write=False)
+    assert len(storages) == 4
+    assert len(set(storages)) == 1

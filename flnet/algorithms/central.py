@@ -115,4 +115,7 @@ def rounds(
         train_loss.delivered(learn, got, work, "samples")
         if got is not None:  # line 8, over the delivered clients
             x, opt_state = server.step(rule, x, got.rows(work.params), got, opt_state)
+        # the trained models are folded into x: let go of them before the next cohort trains,
+        # whose trainer then writes into their memory again (`cohort.Trainer._output`)
+        del work, done, got
         world.publish(progress(State(t, x, opt_state)))

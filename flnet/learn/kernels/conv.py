@@ -172,6 +172,30 @@ MFLOP, compute-bound, ~124 GFLOP/s warm) 5.5 ms with its copy from the start, ag
 5 x 1.64 ms for the steps' own: a wash. This Xeon's 260 MiB L3 holds W, so fc1 runs at L3,
 not DRAM, bandwidth and less traffic buys little.
 
+The smaller pieces of a C1 step (one client, one thread, each piece alone and warm, min of
+5-15 repeats of 200-300 calls, interleaved processes where two versions ran, load ~2.7).
+Kept: a padding first layer's copy of the minibatch (any strides) straight into the inside
+of its im2col source (`_split_im2col`'s buffer, the padding's zeros written once; or the
+padded buffer), without the batch-last copy first (`_Plan.copy_input`), and for C1 without
+the padded copy either: two 120 KB copies fewer a step, the minibatch to the first layer's
+output 0.51-0.53 against 0.55-0.57 ms (a whole cohort: 3.27 against 3.26 CPU-s, median of 18
+interleaved, within noise). Rejected: fc1's step as an in-place ``baddbmm_`` where it writes
+into the weights it reads: ``baddbmm(out=)``'s copy of W onto itself is already skipped (the
+profile's 250 ``copy_`` calls of ``[1, 512, 4096]`` are a client's first step, from `start`,
+~2 ms each, and 200 no-ops of ~1 us; alone 459 against 457 us a step); the first pool's
+backward with fewer kernels: as pairs (blocks 0-1 against 2-3, then within the pair; 6
+kernels over twice the elements) 270 against 186 us, bool masks 465, the three comparisons
+as one broadcast kernel 229; the second pool (``[C, 64, 16, 16, B]``, not window-major) as
+the maxima and masks of its four strided offsets (runs of B = 10 floats): forward 123
+against torch's 282 us but backward 341 against 76 (138 with its zeroing). Not tried, for
+the next attempt: with the second convolution on Winograd's path, fc1's three products are a
+third of a C1 cohort's kernel time (profiled: forward 1.0, input gradient 0.98, step 0.81 ms
+a call), yet alone and warm they take 0.56-0.67, 0.51 and 0.45 ms, and a sum over W reads
+its 8 MiB in 0.31 ms: the step deferred to the next forward and both taken block by block of
+64 rows (1 MiB, the forward then reading W from L2) saves one read of W a step, and row
+blocks give the same bits as the whole products here (checked for both, MKL on this Xeon),
+but the trainer would have to flush a pending step before it reads the parameters.
+
 Every intermediate lives in buffers reused across calls of the same cohort and batch size
 (a `_Plan`, for the two most recent shapes), since allocating megabytes a step costs page
 faults; the plan also makes every view of them once, and its per-layer steps only call
@@ -464,6 +488,9 @@ class _Plan:
         first = layers[0]
         assert isinstance(first, _Conv)  # conv_layers starts every stack with one
         self.input = new(c, first.c_in, *first.in_hw, b)  # [C, Cin, H, W, B]
+        # the minibatch is copied into `input` (batch last, so that im2col reads runs of B
+        # floats) unless the first layer pads: its copy into the padding's inside reads it
+        self.copy_input = first.padding == (0, 0)
         self.saved: list[Any] = [None] * len(layers)  # what layer i's backward needs
         self.grads: list[torch.Tensor] = []  # gradient pieces, in the flat vector's order
         self.unstepped: list[int] = []  # the pieces of grads `descend` adds (convolutions')
@@ -553,19 +580,21 @@ class _Plan:
         cols_7 = cols_all[:, :k].view(window)
         w_all = new(c, layer.c_out, k + biased)
         w_parts = [w_all[:, :, :k], w_all[:, :, k:]][: 1 + biased]
-        pad = _padder(layer, c, b, new)
-
-        def strided_im2col(a: torch.Tensor) -> None:
-            """a [C, Cin, H, W, B] (any strides) -> cols: the windows copied, runs of B."""
-            a = pad(a)
-            sc, si, sh, sw, sb = a.stride()
-            at = [step * (sh, sw)[j % 2] for j, step in enumerate(steps)]
-            strides = (sc, si, sh, sw, *at, sb)
-            cols_7.copy_(a.as_strided(window, strides, a.storage_offset()))
-
-        im2col: Callable[[torch.Tensor], None] = strided_im2col
+        im2col: Callable[[torch.Tensor], None]
         if tiles is not None and (layer.in_hw[1] + 2 * layer.padding[1]) % tiles[1] == 0:
-            im2col = self._split_im2col(cols_7, layer, c, b, new, tiles, pad)
+            im2col = self._split_im2col(cols_7, layer, c, b, new, tiles)
+        else:
+            pad = _padder(layer, c, b, new)
+
+            def strided_im2col(a: torch.Tensor) -> None:
+                """a [C, Cin, H, W, B] (any strides) -> cols: the windows copied, runs of B."""
+                a = pad(a)
+                sc, si, sh, sw, sb = a.stride()
+                at = [step * (sh, sw)[j % 2] for j, step in enumerate(steps)]
+                strides = (sc, si, sh, sw, *at, sb)
+                cols_7.copy_(a.as_strided(window, strides, a.storage_offset()))
+
+            im2col = strided_im2col
 
         z = new(c, layer.c_out, n)
         z_5 = (
@@ -600,7 +629,6 @@ class _Plan:
         b: int,
         new: Callable[..., torch.Tensor],
         tiles: tuple[int, int],
-        pad: Callable[[torch.Tensor], torch.Tensor],
     ) -> Callable[[torch.Tensor], None]:
         """Window-major im2col in long runs: window-major columns read the input at every
         tw-th column, so copied straight from it they are runs of B floats. The (padded)
@@ -608,11 +636,15 @@ class _Plan:
         grouped by their residue mod tw; column tw*j + dj + kj of it is then the (dj + kj)
         mod tw group's column j + (dj + kj) // tw, so for each kernel column kj and window
         column dj the columns are one strided view of `split` in runs of Wo / tw * B floats
-        (C1's first layer: 160 against 10; that copy 0.35 ms against 0.82 for two clients)."""
+        (C1's first layer: 160 against 10; that copy 0.35 ms against 0.82 for two clients).
+        Where the padding is a whole number of groups wide (C1's: 2), the input (any strides:
+        the minibatch's own layout) is copied straight into the inside of `split`, whose
+        zero border is written once, instead of into a padded copy first."""
         (kh, kw), (ho, wo), (th, tw) = layer.kernel, layer.out_hw, tiles
         (ph, pw), (h, w) = layer.padding, layer.in_hw
         hp, wp = h + 2 * ph, w + 2 * pw
-        split = new(c, layer.c_in, hp, tw, wp // tw, b)
+        aligned = pw % tw == 0
+        split = new(c, layer.c_in, hp, tw, wp // tw, b, zeros=aligned)
         grouped = split.permute(0, 1, 2, 4, 3, 5)  # [C, Cin, Hp, Wp / tw, tw, B]
         sc, si, sh, sr, sq, sb = split.stride()
         dims = (c, layer.c_in, kh, th, ho // th, wo // tw, b)  # (ki, di, i, j) of the window
@@ -624,11 +656,22 @@ class _Plan:
                 sources.append(split.as_strided(dims, (sc, si, sh, sh, th * sh, sq, sb), at))
                 targets.append(cols_7[:, :, :, kj, :, dj])
 
-        def im2col(a: torch.Tensor) -> None:
+        if aligned:  # the input's columns pw .. pw + w - 1: groups pw / tw on, whole
+            inside = grouped[:, :, ph : ph + h, pw // tw : (pw + w) // tw]
+            shape = (c, layer.c_in, h, w // tw, tw, b)
+
+            def im2col(a: torch.Tensor) -> None:
+                inside.copy_(a.view(shape))
+                torch._foreach_copy_(targets, sources)
+
+            return im2col
+        pad = _padder(layer, c, b, new)
+
+        def padded_im2col(a: torch.Tensor) -> None:
             grouped.copy_(pad(a).reshape(c, layer.c_in, hp, wp // tw, tw, b))
             torch._foreach_copy_(targets, sources)
 
-        return im2col
+        return padded_im2col
 
     def _conv_rows(
         self, layer: _Conv, c: int, b: int, new: Callable[..., torch.Tensor]
@@ -1112,8 +1155,10 @@ class ConvStack:
         views = self._param_views(params)
 
         # ---- forward, batch last
-        # [C, Cin, H, W, B]: one transposing copy, so that im2col reads runs of B floats
-        a = plan.input.copy_(x.view(c, b, *x.shape[2:]).permute(0, 2, 3, 4, 1))
+        # [C, Cin, H, W, B]: batch last, a view or one transposing copy (`_Plan.copy_input`)
+        a = x.view(c, b, *x.shape[2:]).permute(0, 2, 3, 4, 1)
+        if plan.copy_input:
+            a = plan.input.copy_(a)
         for i, forward in plan.forward:
             a = forward(a, views.get(i))
 
