@@ -1,4 +1,5 @@
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -108,6 +109,21 @@ def test_the_command_exits_with_its_code_past_a_native_teardown_that_aborts():
     assert plain.returncode == -signal.SIGABRT  # the stand-in aborts Python's own exit
     assert ours.returncode == 2, ours.stderr
     assert ours.stdout == "unflushedpython exit handlers ran\n"
+
+
+def test_the_command_says_when_its_last_output_cannot_be_written():
+    """`exit_now` flushes what a command left buffered: on a full disk it says so and exits
+    120 (a success must not look like one), to a reader that left 141, as a shell reports."""
+    code = "from flnet.cli import exit_now\nprint('the last line')\nexit_now(0)\n"
+    run = [sys.executable, "-c", code]
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}  # left buffered
+    with open("/dev/full", "w") as full:
+        out = subprocess.run(run, stdout=full, stderr=subprocess.PIPE, text=True, env=env)
+    assert out.returncode == 120
+    assert out.stderr.startswith("error: could not write the output: [Errno 28]"), out.stderr
+    reader = subprocess.Popen(run, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    reader.stdout.close()  # the reader leaves before the command flushes
+    assert reader.wait() == 141 and reader.stderr.read() == b""
 
 
 def test_top_level_help_lists_every_command_on_one_line():
