@@ -191,22 +191,23 @@ def test_later_5x5_convolutions_of_16_channels_or_more_take_winograd():
     assert conv._winograd_tiles(conv.conv_layers(model_of("cnn_mcmahan"))[3]) == 0  # 14 wide
 
 
-def test_winograd_gives_the_same_bits_again_and_on_two_threads():
-    """Run to run and for one or two torch threads (MKL splits no sum), in float32."""
+def test_winograd_gives_the_same_bits_again_on_one_or_two_threads():
+    """Run to run, in float32, for each torch thread count. Across thread counts the bits
+    are not promised: a threaded GEMM may split its sums on another CPU (tests/tolerance.py);
+    the trainer's own `threads` run one-thread kernels, so its runs are the same path."""
     model = model_of("winograd_cnn")
     params, x, y = cohort_inputs(model, c=2, b=10)
     engine = conv.ConvStack(conv.conv_layers(model))
     before = torch.get_num_threads()
-    results = []
     try:
-        for threads in (1, 1, 2):
+        for threads in (1, 2):
             torch.set_num_threads(threads)
-            loss, grad = engine(params, x, y)
-            results.append((loss.clone(), grad.clone()))
+            (loss, grad), (again, grad_again) = (
+                tuple(t.clone() for t in engine(params, x, y)) for _ in range(2)
+            )
+            assert torch.equal(loss, again) and torch.equal(grad, grad_again)
     finally:
         torch.set_num_threads(before)
-    for loss, grad in results[1:]:
-        assert torch.equal(loss, results[0][0]) and torch.equal(grad, results[0][1])
 
 
 def test_winograd_matrices_compute_the_correlation_exactly():
@@ -408,7 +409,9 @@ def test_conv_stack_descend_equals_sgd_on_its_gradient(case, monkeypatch):
 def test_conv_stack_descend_from_start_equals_the_step_on_a_copy(expanded):
     """`descend(params, ..., start=)` (a client's first step, no copy of the starting
     parameters first) writes into `params` what the step on a copy of `start` leaves there,
-    bit for bit, whatever `params` held, from a [C, P] start or a [P] one expanded."""
+    whatever `params` held, from a [C, P] start or a [P] one expanded. Within
+    tests/tolerance.py's bound, not bit for bit: the two paths add the step with different
+    kernels (`torch.add(out=)`, `_foreach_add_`), which another CPU may round apart."""
     model = model_of("paper_cnn")
     p, x, y = cohort_inputs(model)
     start = p[0].expand(p.shape[0], -1) if expanded else p
@@ -418,8 +421,8 @@ def test_conv_stack_descend_from_start_equals_the_step_on_a_copy(expanded):
     into = torch.full_like(p, float("nan"))
     loss_from_start = engine.descend(into, x, y, 0.1, start=start)
     assert not torch.equal(copied, start)
-    assert torch.equal(into, copied)
-    assert torch.equal(loss_from_start, loss)
+    assert_tensors_close(into, copied)
+    assert torch.equal(loss_from_start, loss)  # the forward pass is one path
     again = engine.descend(into, x, y, 0.1)  # the next step, on the views of `into`
-    assert torch.equal(again, engine.descend(copied, x, y, 0.1))
-    assert torch.equal(into, copied)
+    assert_tensors_close(again, engine.descend(copied, x, y, 0.1))
+    assert_tensors_close(into, copied)
