@@ -92,7 +92,6 @@ def test_first_chunks_drawn_in_blocks_are_each_launchs_own_draws(scenario):
     sc = scenario(clients={"count": 40, "availability": {"kind": "bernoulli", "p": 0.05}})
     world, _ = build(sc)
     first = _FirstDraws(world, 40)
-    rng = np.random.default_rng(1)
     for launch in [*range(3), PICK_BLOCK - 1, PICK_BLOCK, 5 * PICK_BLOCK + 3, 2]:
         rng = world.generator(Stream.ARRIVALS, launch)
         assert first(launch) == [rng.integers(40, size=n).tolist() for n in PICK_FIRST]

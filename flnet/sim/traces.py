@@ -236,9 +236,7 @@ class TraceReplay:
         plain floats (`_Columns.until`), which costs less than the arrays' passes (the same
         numbers: tests/test_traces.py)."""
         if len(clients) <= FEW_CLIENTS:
-            if self._columns is None:
-                self._columns = _Columns(self.trace, self.mapping)
-            one = self._columns.until
+            one = self._one().until
             return np.array([one(c, t_s) for c in np.asarray(clients).tolist()], dtype=float)
         rows = self.mapping(clients)
         absent = rows < 0
@@ -247,20 +245,22 @@ class TraceReplay:
 
     def online_until_one(self, client: int, t_s: float) -> float:
         """`online_until` of one client, in plain floats."""
-        if self._columns is None:
-            self._columns = _Columns(self.trace, self.mapping)
-        return self._columns.until(client, t_s)
+        return self._one().until(client, t_s)
 
     def first_online(self, clients: list[int], t_s: float) -> int:
         """The position of the first of `clients` online at `t_s` (`online`'s answer), -1 if
         none: one client at a time in plain floats, stopping there."""
-        if self._columns is None:
-            self._columns = _Columns(self.trace, self.mapping)
-        online = self._columns.online
+        online = self._one().online
         for i, client in enumerate(clients):
             if online(client, t_s):
                 return i
         return -1
+
+    def _one(self) -> _Columns:
+        """The one-client path's columns, made on first use."""
+        if self._columns is None:
+            self._columns = _Columns(self.trace, self.mapping)
+        return self._columns
 
     def charging_until(self, client: int, t_s: float) -> tuple[bool, float]:
         """(is `client` charging at `t_s` by its trace's `charging` flag, when that next

@@ -339,9 +339,11 @@ class World:
         self.ledger = Ledger([sub for sub in (self.battery, self.class_energy) if sub is not None])
         # the accelerator of round trips: at once, where every fate is known when it starts
         # (not where clients move: a round's uploads may start in a later epoch than its start)
+        cells = self.network.cells
+        moving = cells is not None and cells.walk is not None
         self.round_plan: RoundPlan = (
             AtOnce(self.network, self.costs, self.env, self.fates_sure)
-            if self.fates_known and getattr(self.network.cells, "walk", None) is None
+            if self.fates_known and not moving
             else EventByEvent()
         )
         self.observers: list[Observer] = []
