@@ -46,7 +46,7 @@ TRUNK_CHUNK_BYTES = 16 << 20
 rows at a time as keep their largest activation within this many bytes (C1's cnn_mcmahan: a
 32x32x32 map, 128 KiB a row, so 128 rows), so that each layer's output is still in cache when
 the next one reads it: its 1,000 test images took 0.47 CPU-s in one pass, 0.29-0.32 s in
-passes of 64-200 rows."""
+passes of 64-200 rows (one-off timings)."""
 
 Piece = tuple[torch.Tensor, torch.Tensor | None]  # inputs, and the rows of them to take (None: all)
 
