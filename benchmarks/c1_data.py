@@ -9,8 +9,8 @@ pixel noise, from a fixed
 seed, as uint8 bytes (1024 red, 1024 green, 1024 blue per row), labels uniform.
 
 The files are pickled as CIFAR-10's own were, by Python 2 (protocol 2, byte strings as Python
-2's str): Python 3's pickler writes bytes in protocol 2 as text to re-encode, which takes a
-reader 25 times longer to load than the real files."""
+2's str): Python 3's pickler writes bytes in protocol 2 as text to re-encode, which took a
+reader 25 times longer to load than the real files (one-off)."""
 
 from __future__ import annotations
 

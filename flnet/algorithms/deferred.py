@@ -29,12 +29,12 @@ needed, over the works started before it. Nothing later is read, and no semantic
 
 The batches are the timeline's, so their number is too: on benchmarks/bench.py's week trace
 FedBuff (K = 5, 10 at once) runs about twice FedAvg's client works per simulated hour, in
-batches of about 7 (one call for about 2 server updates in 3) against FedAvg's rounds of 10,
-and its training alone costs more than FedAvg's whole run. Fewer calls are not to be had: an
-update whose buffer holds a work of staleness 0 needs a call, as that work started from the
-model the previous update made, after any earlier call; training every pending work at each
-call leaves later updates the fewest to wait for. Batches of other sizes would change the bits
-(`bench.py --streams` prints that floor beside each server's ratio).
+batches of about 7 (one call for about 2 server updates in 3; a one-off count) against FedAvg's
+rounds of 10, and its training alone costs more than FedAvg's whole run. Fewer calls are not to
+be had: an update whose buffer holds a work of staleness 0 needs a call, as that work started
+from the model the previous update made, after any earlier call; training every pending work at
+each call leaves later updates the fewest to wait for. Batches of other sizes would change the
+bits (`bench.py --streams` prints that floor beside each server's ratio).
 
 Where the FLOPs are known only by training (Delta-SGD skips its second gradient on a client's
 first step), or with `LAZY` off, each start trains at once as before (the eager path).

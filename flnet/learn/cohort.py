@@ -233,9 +233,9 @@ class Trainer:
         self.default_value_and_grad: ValueAndGrad = self.hand or autograd_value_and_grad(model)
         # the hand engine for steps with a short batch (its buffers shared)
         self.hand_padded = None if self.hand is None else self.hand.padded()
-        self._buffers: tuple[tuple, tuple] = ((), ())  # a step's buffers (`_step_buffers`)
-        self._pieces: tuple[tuple, list[torch.Tensor]] = ((), [])  # `_split_buffers`'
-        self._kept_params: torch.Tensor | None = None  # `_params_buffer`'s
+        # by use, the key and tensors `_kept_rows` keeps: a step's buffers, the dense engine's
+        # pieces, the steps' [C, P] parameters
+        self._kept: dict[str, tuple[tuple, list[torch.Tensor]]] = {}
         # threads a cohort trained in several calls is split over (CPU only; `_in_threads`)
         self.threads = threads
         self._copies: list[Trainer] = []  # the other threads' trainers, made on first use
@@ -430,13 +430,23 @@ class Trainer:
             torch.set_num_threads(intra_op)
         return [result for result in parts if result is not None]
 
+    def _kept_rows(
+        self, use: str, key: tuple, c: int, make: Callable[[], list[torch.Tensor]]
+    ) -> list[torch.Tensor]:
+        """The first C rows of the tensors kept for `use`, kept for the next call instead of
+        allocated again: made by `make` (C rows) where `key` changed or more clients come
+        than those made for (a stream's calls vary in size); each a view at its start laid
+        out as a [C, ...] tensor of its own. Nothing returned from `train` holds them."""
+        kept = self._kept.get(use)
+        if kept is None or kept[0] != key or kept[1][0].shape[0] < c:
+            kept = self._kept[use] = (key, make())
+        return [t[:c] for t in kept[1]]
+
     def _step_buffers(
         self, params: torch.Tensor, b: int
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """A step's gradient [C, P] and minibatch (x [C, B, ...], y [C, B]) buffers, kept for
-        the next call instead of allocated again: the first C rows of buffers made for the
-        most clients yet (a stream's calls vary in size), each a view at its start laid out
-        as a [C, ...] tensor of its own. Nothing returned from `train` holds them."""
+        """A step's gradient [C, P] and minibatch (x [C, B, ...], y [C, B]) buffers, kept
+        (`_kept_rows`)."""
         x, y = self.x_data, self.y_data
         c = params.shape[0]
         key = (
@@ -449,41 +459,33 @@ class Trainer:
             x.device,
             y.dtype,
         )
-        if self._buffers[0] != key or self._buffers[1][0].shape[0] < c:
-            self._buffers = (
-                key,
-                (
-                    params.new_empty(params.shape),
-                    x.new_empty((c, b, *x.shape[1:])),
-                    y.new_empty((c, b)),
-                ),
-            )
-        grads, xb, yb = self._buffers[1]
-        return grads[:c], xb[:c], yb[:c]
+        grads, xb, yb = self._kept_rows(
+            "step",
+            key,
+            c,
+            lambda: [
+                params.new_empty(params.shape),
+                x.new_empty((c, b, *x.shape[1:])),
+                y.new_empty((c, b)),
+            ],
+        )
+        return grads, xb, yb
 
     def _params_buffer(self, like: torch.Tensor) -> torch.Tensor:
-        """A tensor for the steps' [C, P] parameters, kept from call to call as
-        `_step_buffers` are (its first C rows): see `_train`."""
-        c = like.shape[0]
-        kept = self._kept_params
-        if (
-            kept is None
-            or kept.shape[0] < c
-            or (kept.shape[1:], kept.dtype, kept.device)
-            != (like.shape[1:], like.dtype, like.device)
-        ):
-            kept = self._kept_params = like.new_empty(like.shape)
-        return kept[:c]
+        """A tensor for the steps' [C, P] parameters, kept (`_kept_rows`): see `_train`."""
+        key = (like.shape[1:], like.dtype, like.device)
+        (kept,) = self._kept_rows("params", key, len(like), lambda: [like.new_empty(like.shape)])
+        return kept
 
     def _split_buffers(self, engine: DenseStack, like: torch.Tensor) -> list[torch.Tensor]:
-        """Tensors for `engine.split`'s pieces of `like` [C, P], kept from call to call as
-        `_step_buffers` are: the engine's plans, which hold their views, are then found again
-        for every call of a size seen before, not made anew each call."""
+        """Tensors for `engine.split`'s pieces of `like` [C, P], kept (`_kept_rows`): the
+        engine's plans, which hold their views, are then found again for every call of a
+        size seen before, not made anew each call."""
         c = like.shape[0]
         key = (tuple(engine.shapes), like.dtype, like.device)
-        if self._pieces[0] != key or self._pieces[1][0].shape[0] < c:
-            self._pieces = (key, [like.new_empty((c, *shape)) for shape in engine.shapes])
-        return [piece[:c] for piece in self._pieces[1]]
+        return self._kept_rows(
+            "pieces", key, c, lambda: [like.new_empty((c, *shape)) for shape in engine.shapes]
+        )
 
     def _train(
         self,
@@ -542,7 +544,7 @@ class Trainer:
         # plain SGD on the dense engine's [C, P] layout (a proximal loss: FedProx, FedAsync)
         # steps in a tensor kept from call to call, copied into the one returned at the end:
         # the engine's plan, which holds its views, is found again rather than made anew each
-        # call (a stream's calls are small: FedAsync's took 5-7% less CPU)
+        # call (a stream's calls are small: FedAsync's took 5-7% less CPU, one-off)
         returned = None
         if (
             plain

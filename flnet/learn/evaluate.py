@@ -46,7 +46,7 @@ TRUNK_CHUNK_BYTES = 16 << 20
 rows at a time as keep their largest activation within this many bytes (C1's cnn_mcmahan: a
 32x32x32 map, 128 KiB a row, so 128 rows), so that each layer's output is still in cache when
 the next one reads it: its 1,000 test images took 0.47 CPU-s in one pass, 0.29-0.32 s in
-passes of 64-200 rows."""
+passes of 64-200 rows (one-off timings)."""
 
 Piece = tuple[torch.Tensor, torch.Tensor | None]  # inputs, and the rows of them to take (None: all)
 
@@ -124,8 +124,10 @@ class Evaluator:
         with one kernel thread (`runner.threads_for`: models under 5M parameters), a CNN's
         trunk (the layers before its first dense one) by `TRUNK_CHUNK_BYTES` rows at a time,
         the pieces' passes spread over `threads` threads, then its dense layers by `chunk`
-        rows as before. A convolution's rows do not depend on the rows beside them, and the
-        dense layers see the same rows at a time, so the logits are the same bit for bit."""
+        rows as before. The passes are the same for any number of threads, so are the logits,
+        bit for bit. Against passes of `chunk` rows they are the same values, but not always
+        the same bits: a convolution kernel may compute a row differently by batch size (its
+        algorithm or blocking), which depends on the CPU."""
         on_cpu = pieces[0][0].device.type == "cpu"
         predictor = self.model.predictor(params) if on_cpu else None
         split = None if predictor is None else self._trunk_split(predictor)
